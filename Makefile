@@ -1,0 +1,44 @@
+# deepinfer-operator — the two commands a newcomer needs are `make run` and `make test`.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+ROOT := $(CURDIR)
+BED := $(ROOT)/.testbed
+KUBECTL := $(BED)/bin/kubectl --kubeconfig $(BED)/kubeconfig
+CARGO ?= cargo
+
+.PHONY: help
+help: ## List targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+
+.PHONY: provision
+provision: ## Install Debian packages, build/cache the control plane, fetch kubectl and helm
+	@e2e/bed/provision.sh
+
+.PHONY: build
+build: ## Build the operator and the test bed's node agent
+	$(CARGO) build --workspace --bins
+
+.PHONY: cluster-up
+cluster-up: provision build ## Start the local control plane and the simulated accelerator nodes
+	@e2e/bed/cluster-up.sh
+
+.PHONY: cluster-down
+cluster-down: ## Stop the test bed and remove its state
+	@e2e/bed/cluster-down.sh
+
+.PHONY: run
+run: cluster-up ## Bed + CRD + operator + a sample deployment, then show it
+	@e2e/bed/run-sample.sh
+
+.PHONY: crds
+crds: ## Regenerate the committed CRD YAML and API reference
+	$(CARGO) run -q --bin deepinfer-operator -- crd > crds/deepinfer.io_deepinferdeployments.yaml
+
+.PHONY: lint
+lint: ## rustfmt and clippy (warnings are errors)
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+.PHONY: test
+test: provision ## The whole suite: lint, unit tests, integration and end-to-end on the test bed
+	@e2e/bed/test.sh

@@ -1,0 +1,174 @@
+#!/usr/bin/env bash
+# Starts the local test bed: etcd, kube-apiserver (TLS, RBAC, service-account issuer), 
+# kube-controller-manager, kube-scheduler on free loopback ports, then the simulated node agent.
+# Idempotent: when the bed already runs and answers, it only reports so.
+# State, PIDs and logs live under .testbed/ (git-ignored); `cluster-down.sh` stops exactly these PIDs.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+here="$root/e2e/bed"
+source "$here/versions.env"
+bed="${TESTBED_DIR:-$root/.testbed}"
+cache="${DEEPINFER_CACHE:-$HOME/.cache/deepinfer-operator}"
+k8s_dir="$cache/k8s-$K8S_VERSION"
+tools_dir="$cache/tools-$KUBECTL_LAYER_VERSION"
+start=$(date +%s%N)
+
+"$here/provision.sh"
+
+alive() { [ -f "$bed/pids/$1" ] && kill -0 "$(cat "$bed/pids/$1")" 2>/dev/null; }
+if alive kube-apiserver && alive etcd && alive kube-controller-manager && alive kube-scheduler && alive node-agent \
+   && "$bed/bin/kubectl" --kubeconfig "$bed/kubeconfig" get --raw /readyz >/dev/null 2>&1; then
+  echo "cluster-up: test bed already running ($(sed -n 's/.*server: //p' "$bed/kubeconfig"))"
+  exit 0
+fi
+# Partial leftovers (a crashed component, a reboot): start from clean state.
+[ -d "$bed/pids" ] && "$here/cluster-down.sh" >/dev/null 2>&1 || true
+
+mkdir -p "$bed"/{pids,logs,pki,bin,etcd,agent}
+ln -sfn "$tools_dir/kubectl" "$bed/bin/kubectl"
+ln -sfn "$tools_dir/helm" "$bed/bin/helm"
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
+etcd_port=$(free_port); etcd_peer=$(free_port); api_port=$(free_port); kcm_port=$(free_port); sched_port=$(free_port)
+
+# --- PKI: one CA, the API server's serving cert, client certs per identity, the SA signing key.
+pki="$bed/pki"
+openssl req -x509 -newkey rsa:2048 -nodes -days 30 -subj "/CN=deepinfer-testbed-ca" \
+  -keyout "$pki/ca.key" -out "$pki/ca.crt" 2>/dev/null
+cert() { # name CN O [extfile-line]
+  local name=$1 cn=$2 o=$3 ext=${4:-}
+  openssl req -newkey rsa:2048 -nodes -subj "/CN=$cn${o:+/O=$o}" -keyout "$pki/$name.key" -out "$pki/$name.csr" 2>/dev/null
+  if [ -n "$ext" ]; then printf '%s\n' "$ext" > "$pki/$name.ext"; else : > "$pki/$name.ext"; fi
+  openssl x509 -req -in "$pki/$name.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -CAcreateserial -days 30 \
+    -extfile "$pki/$name.ext" -out "$pki/$name.crt" 2>/dev/null
+}
+cert apiserver kube-apiserver "" "subjectAltName=IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+cert admin deepinfer-testbed-admin system:masters
+cert kube-controller-manager system:kube-controller-manager ""
+cert kube-scheduler system:kube-scheduler ""
+openssl genrsa -out "$pki/sa.key" 2048 2>/dev/null
+openssl rsa -in "$pki/sa.key" -pubout -out "$pki/sa.pub" 2>/dev/null
+
+server="https://127.0.0.1:$api_port"
+kubeconfig_for() { # name file
+  cat > "$2" <<KC
+apiVersion: v1
+kind: Config
+clusters:
+- name: testbed
+  cluster:
+    server: $server
+    certificate-authority-data: $(base64 -w0 "$pki/ca.crt")
+users:
+- name: $1
+  user:
+    client-certificate-data: $(base64 -w0 "$pki/$1.crt")
+    client-key-data: $(base64 -w0 "$pki/$1.key")
+contexts:
+- name: testbed
+  context: {cluster: testbed, user: $1}
+current-context: testbed
+KC
+}
+kubeconfig_for admin "$bed/kubeconfig"
+kubeconfig_for kube-controller-manager "$pki/kube-controller-manager.kubeconfig"
+kubeconfig_for kube-scheduler "$pki/kube-scheduler.kubeconfig"
+
+# Audit log of every write (metadata only): lets tests count what the operator wrote.
+cat > "$bed/audit-policy.yaml" <<'AP'
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: Metadata
+  verbs: ["create", "update", "patch", "delete", "deletecollection"]
+- level: None
+AP
+
+launch() { # name cmd...
+  local name=$1; shift
+  nohup "$@" >"$bed/logs/$name.log" 2>&1 &
+  echo $! > "$bed/pids/$name"
+}
+
+launch etcd etcd --name testbed --data-dir "$bed/etcd" \
+  --listen-client-urls "http://127.0.0.1:$etcd_port" --advertise-client-urls "http://127.0.0.1:$etcd_port" \
+  --listen-peer-urls "http://127.0.0.1:$etcd_peer" --initial-advertise-peer-urls "http://127.0.0.1:$etcd_peer" \
+  --initial-cluster "testbed=http://127.0.0.1:$etcd_peer" --unsafe-no-fsync=true --quota-backend-bytes=4294967296
+
+launch kube-apiserver "$k8s_dir/kube-apiserver" \
+  --etcd-servers "http://127.0.0.1:$etcd_port" \
+  --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$api_port" --insecure-port 0 \
+  --tls-cert-file "$pki/apiserver.crt" --tls-private-key-file "$pki/apiserver.key" \
+  --client-ca-file "$pki/ca.crt" \
+  --authorization-mode RBAC \
+  --service-account-issuer https://kubernetes.default.svc.cluster.local \
+  --service-account-key-file "$pki/sa.pub" --service-account-signing-key-file "$pki/sa.key" \
+  --api-audiences https://kubernetes.default.svc.cluster.local \
+  --service-cluster-ip-range 10.96.0.0/16 \
+  --endpoint-reconciler-type none \
+  --enable-admission-plugins NamespaceLifecycle,LimitRanger,ServiceAccount,DefaultStorageClass,ResourceQuota \
+  --disable-admission-plugins PodSecurityPolicy \
+  --audit-policy-file "$bed/audit-policy.yaml" --audit-log-path "$bed/logs/audit.log" --audit-log-maxsize 200 \
+  --allow-privileged=true --event-ttl 1h
+
+wait_ready() { # url-path timeout-seconds what
+  local i
+  for ((i = 0; i < $2 * 10; i++)); do
+    if "$bed/bin/kubectl" --kubeconfig "$bed/kubeconfig" get --raw "$1" >/dev/null 2>&1; then return 0; fi
+    sleep 0.1
+  done
+  echo "cluster-up: $3 did not become ready within $2 s; see $bed/logs/" >&2
+  tail -20 "$bed/logs/kube-apiserver.log" >&2
+  return 1
+}
+wait_ready /readyz 60 kube-apiserver
+
+launch kube-controller-manager "$k8s_dir/kube-controller-manager" \
+  --kubeconfig "$pki/kube-controller-manager.kubeconfig" \
+  --authentication-kubeconfig "$pki/kube-controller-manager.kubeconfig" \
+  --authorization-kubeconfig "$pki/kube-controller-manager.kubeconfig" \
+  --bind-address 127.0.0.1 --port 0 --secure-port "$kcm_port" \
+  --leader-elect=false --use-service-account-credentials=true \
+  --service-account-private-key-file "$pki/sa.key" --root-ca-file "$pki/ca.crt" \
+  --cluster-signing-cert-file "$pki/ca.crt" --cluster-signing-key-file "$pki/ca.key" \
+  --enable-hostpath-provisioner=true \
+  --controllers '*,-nodeipam,-cloud-node-lifecycle,-route,-service,-csrapproving,-csrsigning,-bootstrapsigner,-tokencleaner' \
+  --node-monitor-grace-period 20s --pod-eviction-timeout 30s \
+  --concurrent-gc-syncs 5
+
+launch kube-scheduler "$k8s_dir/kube-scheduler" \
+  --kubeconfig "$pki/kube-scheduler.kubeconfig" \
+  --authentication-kubeconfig "$pki/kube-scheduler.kubeconfig" \
+  --authorization-kubeconfig "$pki/kube-scheduler.kubeconfig" \
+  --bind-address 127.0.0.1 --port 0 --secure-port "$sched_port" --leader-elect=false
+
+# Default StorageClass served by the controller-manager's host-path provisioner.
+"$bed/bin/kubectl" --kubeconfig "$bed/kubeconfig" apply -f - >/dev/null <<'SC'
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata:
+  name: standard
+  annotations: {storageclass.kubernetes.io/is-default-class: "true"}
+provisioner: kubernetes.io/host-path
+reclaimPolicy: Delete
+volumeBindingMode: Immediate
+SC
+
+agent="${NODE_AGENT_BIN:-$root/target/debug/deepinfer-node-agent}"
+operator_bin="${OPERATOR_BIN:-$root/target/debug/deepinfer-operator}"
+if [ ! -x "$agent" ]; then
+  echo "cluster-up: $agent is missing; build it first (make build)" >&2; exit 1
+fi
+launch node-agent "$agent" --kubeconfig "$bed/kubeconfig" --topology "${TOPOLOGY:-$here/topology.yaml}" \
+  --state-dir "$bed/agent" --own-binary "deepinfer-operator=$operator_bin"
+
+# Ready when the nodes are registered and the service-account controller made the default SA.
+for ((i = 0; i < 300; i++)); do
+  nodes=$("$bed/bin/kubectl" --kubeconfig "$bed/kubeconfig" get nodes --no-headers 2>/dev/null | grep -c ' Ready' || true)
+  sa=$("$bed/bin/kubectl" --kubeconfig "$bed/kubeconfig" -n default get sa default --no-headers 2>/dev/null | wc -l)
+  [ "$nodes" -ge 1 ] && [ "$sa" -ge 1 ] && break
+  sleep 0.1
+done
+[ "$nodes" -ge 1 ] || { echo "cluster-up: no Ready node after 30 s; see $bed/logs/node-agent.log" >&2; exit 1; }
+echo "cluster-up: test bed v$K8S_VERSION at $server, $nodes Ready nodes, kubeconfig $bed/kubeconfig (started in $(( ($(date +%s%N) - start) / 1000000 )) ms)"

@@ -1,0 +1,153 @@
+//! The topology file: which simulated nodes exist, with which capacity, labels and taints.
+//! The format is documented at the top of `e2e/bed/topology.yaml`.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+use serde::Deserialize;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    #[serde(default)]
+    defaults: Defaults,
+    pools: Vec<Pool>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Defaults {
+    #[serde(default)]
+    capacity: BTreeMap<String, String>,
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct Pool {
+    name: String,
+    #[serde(default = "one")]
+    count: u32,
+    #[serde(default)]
+    first_index: u32,
+    #[serde(default)]
+    capacity: BTreeMap<String, String>,
+    allocatable: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
+    #[serde(default)]
+    taints: Vec<Taint>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// A node taint as written in the topology file.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Taint {
+    pub key: String,
+    #[serde(default)]
+    pub value: Option<String>,
+    pub effect: String,
+}
+
+/// One simulated node, fully resolved from its pool and the defaults.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeSpec {
+    pub name: String,
+    pub capacity: BTreeMap<String, String>,
+    pub allocatable: BTreeMap<String, String>,
+    pub labels: BTreeMap<String, String>,
+    pub taints: Vec<Taint>,
+}
+
+/// Reads and expands a topology file.
+pub fn load(path: &Path) -> Result<Vec<NodeSpec>> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading topology {}", path.display()))?;
+    parse(&text).with_context(|| format!("parsing topology {}", path.display()))
+}
+
+/// Expands the pools of a topology document into nodes; node names must be unique.
+pub fn parse(text: &str) -> Result<Vec<NodeSpec>> {
+    let file: File = serde_yaml::from_str(text)?;
+    let mut nodes: Vec<NodeSpec> = Vec::new();
+    for pool in &file.pools {
+        for index in pool.first_index..pool.first_index + pool.count {
+            let name = format!("{}-{index}", pool.name);
+            if nodes.iter().any(|n| n.name == name) {
+                bail!("node {name} is defined twice");
+            }
+            let mut capacity = file.defaults.capacity.clone();
+            capacity.extend(pool.capacity.clone());
+            let allocatable = pool.allocatable.clone().unwrap_or_else(|| capacity.clone());
+            let mut labels = BTreeMap::from([
+                ("kubernetes.io/hostname".to_string(), name.clone()),
+                ("kubernetes.io/os".to_string(), "linux".to_string()),
+                ("kubernetes.io/arch".to_string(), "amd64".to_string()),
+                ("sim.deepinfer.io/simulated".to_string(), "true".to_string()),
+            ]);
+            labels.extend(file.defaults.labels.clone());
+            labels.extend(pool.labels.clone());
+            nodes.push(NodeSpec {
+                name,
+                capacity,
+                allocatable,
+                labels,
+                taints: pool.taints.clone(),
+            });
+        }
+    }
+    if nodes.is_empty() {
+        bail!("the topology defines no nodes");
+    }
+    Ok(nodes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_topology_has_the_documented_nodes() {
+        let text = include_str!("../../../bed/topology.yaml");
+        let nodes = parse(text).unwrap();
+        let names: Vec<_> = nodes.iter().map(|n| n.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["nvidia-0", "nvidia-1", "nvidia-2", "nvidia-3", "ascend-0", "ascend-1", "cpu-0"]
+        );
+        let clique = |i: usize| nodes[i].labels["nvidia.com/gpu.clique"].as_str();
+        assert_eq!(
+            [clique(0), clique(1), clique(2), clique(3)],
+            ["clique-a", "clique-a", "clique-b", "clique-b"]
+        );
+        assert_eq!(nodes[0].allocatable["nvidia.com/gpu"], "8");
+        assert_eq!(nodes[4].capacity["huawei.com/Ascend910"], "16");
+        assert_eq!(nodes[5].labels["huawei.com/super-pod-id"], "sp-0");
+        assert_eq!(nodes[6].capacity["pods"], "500");
+        assert!(!nodes[6].capacity.contains_key("nvidia.com/gpu"));
+        assert_eq!(nodes[6].labels["kubernetes.io/hostname"], "cpu-0");
+    }
+
+    #[test]
+    fn duplicate_names_are_rejected() {
+        let text = "pools: [{name: a, count: 2}, {name: a, firstIndex: 1}]";
+        assert!(parse(text).is_err());
+    }
+
+    #[test]
+    fn pool_values_override_defaults() {
+        let text = "defaults: {capacity: {cpu: '4', pods: '10'}, labels: {x: d}}\n\
+                    pools: [{name: n, capacity: {cpu: '8'}, allocatable: {cpu: '7'}, labels: {x: p}}]";
+        let nodes = parse(text).unwrap();
+        assert_eq!(nodes[0].capacity["cpu"], "8");
+        assert_eq!(nodes[0].capacity["pods"], "10");
+        assert_eq!(nodes[0].allocatable["cpu"], "7");
+        assert_eq!(nodes[0].labels["x"], "p");
+    }
+}

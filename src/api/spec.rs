@@ -1,0 +1,447 @@
+//! Spec types of `DeepInferDeployment`. CEL rules on these types are the same rules the
+//! operator's validate stage enforces (see `controller::validate`); both name the field and the fix.
+
+use k8s_openapi::api::core::v1::EnvVar;
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::DeepInferDeploymentStatus;
+
+/// Devices per pod when `spec.accelerator.devicesPerPod` is not set (one full 8-device node).
+pub const DEFAULT_DEVICES_PER_POD: i32 = 8;
+/// Most devices one NVIDIA node offers (HGX/DGX boards carry 8 GPUs).
+pub const DEFAULT_MAX_DEVICES_NVIDIA: i32 = 8;
+/// Most devices one Ascend node offers (Atlas 800T A2 / A3 nodes carry up to 16 NPUs).
+pub const DEFAULT_MAX_DEVICES_ASCEND: i32 = 16;
+/// Largest degree of each parallel dimension (tensor, pipeline, data, expert).
+pub const MAX_PARALLEL_DEGREE: i32 = 1024;
+/// Longest acceptance run, in seconds (one day).
+pub const MAX_ACCEPTANCE_TIMEOUT_SECONDS: i32 = 86400;
+/// Roles a serving group may take.
+pub const ROLE_NAMES: [&str; 4] = ["worker", "prefill", "decode", "vision"];
+
+/// CEL for the effective devices per pod (default applied), shared by the spec-level rules.
+macro_rules! cel_devices_per_pod {
+    () => {
+        "(has(self.accelerator.devicesPerPod) ? self.accelerator.devicesPerPod : 8)"
+    };
+}
+
+/// Desired state of a DeepInfer serving deployment: which checkpoint, which runtime, on which
+/// accelerators, in which parallel layout, and what it must pass before it is called Ready.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "deepinfer.io",
+    version = "v1alpha1",
+    kind = "DeepInferDeployment",
+    plural = "deepinferdeployments",
+    shortname = "did",
+    namespaced,
+    status = "DeepInferDeploymentStatus",
+    printcolumn = r#"{"name":"Model","type":"string","jsonPath":".spec.model.name"}"#,
+    printcolumn = r#"{"name":"Accelerator","type":"string","jsonPath":".spec.accelerator.type"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(
+    // devicesPerPod < 1 has its own rule; guarded here so it is not also a division by zero.
+    validation = Rule::new(concat!("self.roles.all(r, ", cel_devices_per_pod!(), " < 1 || (r.parallel.tensor * r.parallel.pipeline * r.parallel.data) % ", cel_devices_per_pod!(), " == 0)"))
+        .message("spec.roles[].parallel: the world size (tensor × pipeline × data) of every role must be a multiple of spec.accelerator.devicesPerPod; change the layout or devicesPerPod"),
+    validation = Rule::new(concat!(cel_devices_per_pod!(), " <= (self.accelerator.type == 'NVIDIA' ? 8 : 16)"))
+        .message("spec.accelerator.devicesPerPod exceeds the devices one node of this accelerator type has (NVIDIA: 8, Ascend: 16); lower it and add pods per group instead"),
+)]
+pub struct DeepInferDeploymentSpec {
+    /// The checkpoint to serve: hub id, licence and where its files come from.
+    pub model: ModelSpec,
+    /// The DeepInfer runtime: image pinned by digest, its git commit, extra engine arguments.
+    pub runtime: RuntimeSpec,
+    /// Accelerator type and placement: device resource, node labels, scale-up domain.
+    pub accelerator: AcceleratorSpec,
+    /// Serving roles (worker, prefill, decode, vision), each with replicas and a parallel layout.
+    #[schemars(length(min = 1, max = 4))]
+    #[x_kube(validation = Rule::new("self.all(r, self.filter(s, s.name == r.name).size() == 1)")
+        .message("spec.roles: each role name may appear only once; merge the duplicated entries"))]
+    pub roles: Vec<RoleSpec>,
+    /// The acceptance workload that must pass on exactly this configuration before Ready.
+    pub acceptance: AcceptanceSpec,
+}
+
+/// The checkpoint: a hub id, its licence, and exactly one source.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelSpec {
+    /// Hub id of the model, e.g. `deepseek-ai/DeepSeek-V4.1-Flash-1017`.
+    #[schemars(length(min = 1, max = 256))]
+    pub name: String,
+    /// Licence id the checkpoint is published under (e.g. `mit`); must equal the
+    /// `deepinfer.io/license-accepted` annotation and be on the operator's allow-list.
+    #[schemars(length(min = 1, max = 128))]
+    pub license: String,
+    /// Where the checkpoint's files come from: exactly one of `hub` or `volume`.
+    pub source: ModelSource,
+}
+
+/// Exactly one of `hub` or `volume`.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("(has(self.hub) ? 1 : 0) + (has(self.volume) ? 1 : 0) == 1")
+    .message("spec.model.source: set exactly one of hub (fetch a pinned revision) or volume (a PVC that already holds the checkpoint)"))]
+pub struct ModelSource {
+    /// Fetch a pinned revision from the hub into a volume, once, before any worker starts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hub: Option<HubSource>,
+    /// Use a checkpoint already present on a volume.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume: Option<VolumeSource>,
+}
+
+/// A pinned hub revision fetched into a PVC by a Job.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct HubSource {
+    /// Full 40-hex commit id of the checkpoint revision; branches and tags are refused.
+    #[schemars(length(max = 64))]
+    #[x_kube(validation = Rule::new("self.matches('^[0-9a-f]{40}$')")
+        .message("spec.model.source.hub.revision must be a full 40-character lowercase hex commit id, not a branch or tag; copy the commit from the model's history page"))]
+    pub revision: String,
+    /// PersistentVolumeClaim the checkpoint is fetched into.
+    #[schemars(length(min = 1, max = 253))]
+    pub claim_name: String,
+    /// Directory inside the claim; default `<model name>/<revision>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 512))]
+    pub path: Option<String>,
+    /// Hub endpoint; default `https://huggingface.co` (the fetch Job's `HF_ENDPOINT`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 512))]
+    pub endpoint: Option<String>,
+    /// Secret holding an access token under key `token`, for gated repositories.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_secret_name: Option<String>,
+}
+
+/// A checkpoint already present on a PersistentVolumeClaim.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct VolumeSource {
+    /// PersistentVolumeClaim that holds the checkpoint.
+    #[schemars(length(min = 1, max = 253))]
+    pub claim_name: String,
+    /// Directory inside the claim holding `config.json` and `*.safetensors`.
+    #[schemars(length(max = 512))]
+    #[serde(default)]
+    pub path: String,
+}
+
+/// The DeepInfer runtime.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RuntimeSpec {
+    /// Runtime image pinned by digest: `<repository>@sha256:<64 hex>`. A tag alone is refused.
+    #[schemars(length(max = 512))]
+    #[x_kube(validation = Rule::new("self.matches('^[^@ ]+@sha256:[0-9a-f]{64}$')")
+        .message("spec.runtime.image must be pinned by digest (<repository>@sha256:<64 hex>); a tag alone is refused; resolve the tag with `crane digest` or `docker buildx imagetools inspect`"))]
+    pub image: String,
+    /// Git commit of the DeepInfer runtime inside the image, recorded in acceptance manifests.
+    #[schemars(length(max = 64))]
+    #[x_kube(validation = Rule::new("self.matches('^[0-9a-f]{7,40}$')")
+        .message("spec.runtime.commit must be the runtime's git commit id (7 to 40 lowercase hex characters)"))]
+    pub commit: String,
+    /// Extra engine arguments, appended after the operator's own.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    /// Extra environment for engine containers.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<EnvVar>,
+}
+
+/// Accelerator vendor.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AcceleratorType {
+    /// NVIDIA GPUs (`nvidia.com/gpu`), CUDA 13 images.
+    #[serde(rename = "NVIDIA")]
+    Nvidia,
+    /// Huawei Ascend NPUs (`huawei.com/Ascend910`), CANN 9.2 images.
+    Ascend,
+}
+
+impl AcceleratorType {
+    /// Extended resource each pod requests: `nvidia.com/gpu` or `huawei.com/Ascend910`.
+    pub fn device_resource(self) -> &'static str {
+        match self {
+            Self::Nvidia => "nvidia.com/gpu",
+            Self::Ascend => "huawei.com/Ascend910",
+        }
+    }
+
+    /// Node label whose value names the accelerator product (`spec.accelerator.product`).
+    pub fn product_label_key(self) -> &'static str {
+        match self {
+            Self::Nvidia => "nvidia.com/gpu.product",
+            Self::Ascend => "node.kubernetes.io/npu.chip.name",
+        }
+    }
+
+    /// Node label naming one scale-up domain when `spec.accelerator.scaleUpDomainKey` is unset:
+    /// the NVLink clique from GPU Feature Discovery, or the Ascend HCCS super-pod.
+    pub fn default_scale_up_domain_key(self) -> &'static str {
+        match self {
+            Self::Nvidia => "nvidia.com/gpu.clique",
+            Self::Ascend => "huawei.com/super-pod-id",
+        }
+    }
+
+    /// Label (key, value) every node of this type carries; the base of the node selector.
+    pub fn base_node_label(self) -> (&'static str, &'static str) {
+        match self {
+            Self::Nvidia => ("nvidia.com/gpu.present", "true"),
+            Self::Ascend => ("accelerator", "huawei-Ascend910"),
+        }
+    }
+
+    /// Most devices one node of this type offers unless the operator is told otherwise.
+    pub fn default_max_devices_per_node(self) -> i32 {
+        match self {
+            Self::Nvidia => DEFAULT_MAX_DEVICES_NVIDIA,
+            Self::Ascend => DEFAULT_MAX_DEVICES_ASCEND,
+        }
+    }
+}
+
+/// Accelerator type and placement.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!has(self.devicesPerPod) || self.devicesPerPod >= 1")
+    .message("spec.accelerator.devicesPerPod must be at least 1"))]
+pub struct AcceleratorSpec {
+    /// `NVIDIA` or `Ascend`.
+    #[serde(rename = "type")]
+    pub kind: AcceleratorType,
+    /// Node selector value for the product label (`nvidia.com/gpu.product` or
+    /// `node.kubernetes.io/npu.chip.name`), e.g. `NVIDIA-H200`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 128))]
+    pub product: Option<String>,
+    /// Devices each pod requests; default 8.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub devices_per_pod: Option<i32>,
+    /// Node label naming one scale-up (NVLink / HCCS) domain; every pod of a group lands on nodes
+    /// sharing its value. Default `nvidia.com/gpu.clique` (NVIDIA), `huawei.com/super-pod-id` (Ascend).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 317))]
+    pub scale_up_domain_key: Option<String>,
+}
+
+impl AcceleratorSpec {
+    /// Devices each pod requests, default applied.
+    pub fn devices_per_pod(&self) -> i32 {
+        self.devices_per_pod.unwrap_or(DEFAULT_DEVICES_PER_POD)
+    }
+
+    /// Extended resource each pod requests (see [`AcceleratorType::device_resource`]).
+    pub fn device_resource(&self) -> &'static str {
+        self.kind.device_resource()
+    }
+
+    /// Node label naming one scale-up domain, default applied.
+    pub fn scale_up_domain_key(&self) -> &str {
+        self.scale_up_domain_key
+            .as_deref()
+            .unwrap_or_else(|| self.kind.default_scale_up_domain_key())
+    }
+
+    /// Node selector for worker pods: the type's base label, plus the product label when
+    /// `product` is set.
+    pub fn node_selector(&self) -> std::collections::BTreeMap<String, String> {
+        let (key, value) = self.kind.base_node_label();
+        let mut selector = std::collections::BTreeMap::from([(key.to_owned(), value.to_owned())]);
+        if let Some(product) = &self.product {
+            selector.insert(self.kind.product_label_key().to_owned(), product.clone());
+        }
+        selector
+    }
+}
+
+/// One serving role.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.replicas >= 0")
+    .message("spec.roles[].replicas must be 0 or more"))]
+pub struct RoleSpec {
+    /// `worker` (prefill and decode colocated), `prefill`, `decode` or `vision`.
+    #[schemars(length(max = 32))]
+    #[x_kube(validation = Rule::new("self in ['worker', 'prefill', 'decode', 'vision']")
+        .message("spec.roles[].name must be one of worker, prefill, decode, vision"))]
+    pub name: String,
+    /// Number of serving groups of this role.
+    pub replicas: i32,
+    /// Parallel layout of one group.
+    #[serde(default)]
+    pub parallel: ParallelSpec,
+}
+
+/// Parallel layout of one serving group. World size = tensor × pipeline × data.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("self.tensor >= 1 && self.pipeline >= 1 && self.data >= 1 && self.expert >= 1")
+        .message("spec.roles[].parallel: tensor, pipeline, data and expert must each be at least 1"),
+    validation = Rule::new("self.expert < 1 || (self.tensor * self.pipeline * self.data) % self.expert == 0")
+        .message("spec.roles[].parallel.expert must divide the world size (tensor × pipeline × data)"),
+)]
+pub struct ParallelSpec {
+    /// Tensor-parallel degree.
+    #[serde(default = "one")]
+    #[schemars(range(max = MAX_PARALLEL_DEGREE))]
+    pub tensor: i32,
+    /// Pipeline-parallel degree.
+    #[serde(default = "one")]
+    #[schemars(range(max = MAX_PARALLEL_DEGREE))]
+    pub pipeline: i32,
+    /// Data-parallel degree inside one group.
+    #[serde(default = "one")]
+    #[schemars(range(max = MAX_PARALLEL_DEGREE))]
+    pub data: i32,
+    /// Expert-parallel degree; must divide the world size.
+    #[serde(default = "one")]
+    #[schemars(range(max = MAX_PARALLEL_DEGREE))]
+    pub expert: i32,
+}
+
+fn one() -> i32 {
+    1
+}
+
+impl Default for ParallelSpec {
+    fn default() -> Self {
+        Self {
+            tensor: 1,
+            pipeline: 1,
+            data: 1,
+            expert: 1,
+        }
+    }
+}
+
+impl ParallelSpec {
+    /// Devices one group spans: tensor × pipeline × data.
+    pub fn world_size(&self) -> i64 {
+        // Saturating: an unvalidated object must not make the operator panic.
+        i64::from(self.tensor)
+            .saturating_mul(i64::from(self.pipeline))
+            .saturating_mul(i64::from(self.data))
+    }
+}
+
+/// The acceptance workload: prompts with the structure each output must have.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("size(self.prompts) > 0 || has(self.promptsFrom)")
+    .message("spec.acceptance: give at least one prompt in prompts, or a ConfigMap in promptsFrom"))]
+pub struct AcceptanceSpec {
+    /// Inline prompts.
+    #[serde(default)]
+    #[schemars(length(max = 256))]
+    #[x_kube(validation = Rule::new("self.all(p, self.filter(q, q.id == p.id).size() == 1)")
+        .message("spec.acceptance.prompts: prompt ids must be unique; rename the duplicate"))]
+    pub prompts: Vec<AcceptancePrompt>,
+    /// Prompts from a ConfigMap key holding a YAML list of prompts (same shape as `prompts`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompts_from: Option<ConfigMapKeyRef>,
+    /// Require every output to end with the end-of-sequence token (finish reason `stop`).
+    #[serde(default = "yes")]
+    pub require_eos: bool,
+    /// Wall-clock limit for the whole acceptance run, including model load and warm-up.
+    #[serde(default = "default_timeout")]
+    #[schemars(range(min = 1, max = MAX_ACCEPTANCE_TIMEOUT_SECONDS))]
+    pub timeout_seconds: i32,
+    /// The engine command; default: DeepInfer's offline example with an explicit local
+    /// `--model_name` and `--check_structured_output`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine: Option<EngineCommand>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn default_timeout() -> i32 {
+    1800
+}
+
+/// A key of a ConfigMap in the resource's namespace.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigMapKeyRef {
+    /// ConfigMap name.
+    pub name: String,
+    /// Key inside the ConfigMap.
+    pub key: String,
+}
+
+/// Engine command template. Placeholders: `{model_dir}`, `{prompts_file}`, `{outputs_file}`.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct EngineCommand {
+    /// Program and arguments.
+    #[schemars(length(min = 1))]
+    pub command: Vec<String>,
+}
+
+/// One acceptance prompt and the structure its output must have.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct AcceptancePrompt {
+    /// Stable id, recorded in the manifest and the evidence.
+    #[schemars(length(min = 1, max = 128))]
+    pub id: String,
+    /// The prompt text.
+    pub prompt: String,
+    /// Token budget for the answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<i32>,
+    /// The structured output requested from the engine and checked on the result.
+    pub structured_output: StructuredOutput,
+    /// Extra CEL rules over the parsed output (bound as `output`), for what a schema cannot say.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rules: Vec<OutputRule>,
+}
+
+/// Exactly one of `json`, `regex`, `grammar`.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("(has(self.json) ? 1 : 0) + (has(self.regex) ? 1 : 0) + (has(self.grammar) ? 1 : 0) == 1")
+    .message("spec.acceptance.prompts[].structuredOutput: set exactly one of json, regex or grammar"))]
+pub struct StructuredOutput {
+    /// A JSON Schema (draft 2020-12) the decoded output must satisfy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_json")]
+    pub json: Option<serde_json::Value>,
+    /// A regular expression the whole output must match.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub regex: Option<String>,
+    /// A grammar the whole output must match (GBNF, as llama.cpp and xgrammar accept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grammar: Option<String>,
+}
+
+/// A CEL expression over the parsed output that must evaluate to true.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct OutputRule {
+    /// CEL expression; the parsed output is bound as `output`.
+    pub expression: String,
+    /// What the rule checks, shown when it fails.
+    pub message: String,
+}
+
+/// Schema for an arbitrary JSON value kept verbatim by the API server.
+fn any_json(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true
+    })
+}

@@ -1,0 +1,580 @@
+//! `verify-checkpoint`: checks a checkpoint directory before any worker loads it.
+//!
+//! Reads `config.json`, `model.safetensors.index.json` and every shard's safetensors header (never
+//! the tensor data), the declared licence, and the parallel layouts against the model's shape.
+//! Every problem names the file at fault, what is wrong and what to do.
+
+use std::collections::BTreeMap;
+use std::path::{Component, Path};
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use super::fetch::{FetchMarker, MARKER_FILE};
+use super::safetensors;
+
+/// The `--revision` value for checkpoints that were put on a volume by hand (no fetch marker).
+pub const VOLUME_REVISION: &str = "volume";
+/// The sharded checkpoint's index.
+pub const INDEX_FILE: &str = "model.safetensors.index.json";
+/// A single-file checkpoint, accepted when there is no index.
+pub const SINGLE_FILE: &str = "model.safetensors";
+/// Licence files read when the model card declares none, most specific first.
+pub const LICENSE_FILES: [&str; 4] = ["LICENSE-MODEL", "LICENSE", "LICENSE.txt", "LICENSE.md"];
+
+/// Result of `verify-checkpoint`, written as JSON to stdout and the termination message; the
+/// controller parses it from the verification Job's pod.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
+pub struct VerifyReport {
+    /// True when no problem was found.
+    pub ok: bool,
+    /// The revision that was expected (`volume` for volume sources).
+    #[serde(default)]
+    pub revision: String,
+    /// Regular files in the checkpoint (dot files such as the fetch marker excluded).
+    #[serde(default)]
+    pub files: u64,
+    /// Their total size in bytes.
+    #[serde(default)]
+    pub bytes: u64,
+    /// The licence the checkpoint declares, if one was found.
+    #[serde(default)]
+    pub license: Option<String>,
+    /// What is wrong, one sentence each, naming the file; possibly cut short with "…and N more".
+    #[serde(default)]
+    pub problems: Vec<String>,
+}
+
+/// A role's parallel layout, as `--layout <role>=<tensor>x<pipeline>x<data>x<expert>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RoleLayout {
+    /// Role name (`worker`, `prefill`, `decode`, `vision`).
+    pub role: String,
+    /// Tensor parallel size.
+    pub tensor: u64,
+    /// Pipeline parallel size.
+    pub pipeline: u64,
+    /// Data parallel size.
+    pub data: u64,
+    /// Expert parallel size.
+    pub expert: u64,
+}
+
+impl FromStr for RoleLayout {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let usage = || format!("`{s}` is not <role>=<tensor>x<pipeline>x<data>x<expert>, e.g. worker=8x1x2x16");
+        let (role, sizes) = s.split_once('=').ok_or_else(usage)?;
+        let sizes: Vec<u64> = sizes
+            .split('x')
+            .map(|n| n.trim().parse::<u64>().ok().filter(|n| *n > 0))
+            .collect::<Option<_>>()
+            .ok_or_else(usage)?;
+        let [tensor, pipeline, data, expert] = sizes.as_slice() else {
+            return Err(usage());
+        };
+        if role.trim().is_empty() {
+            return Err(usage());
+        }
+        Ok(Self {
+            role: role.trim().to_string(),
+            tensor: *tensor,
+            pipeline: *pipeline,
+            data: *data,
+            expert: *expert,
+        })
+    }
+}
+
+/// What the deployment expects of the checkpoint.
+#[derive(Debug, Clone, Default)]
+pub struct Expectations {
+    /// `spec.model.license`, compared case-insensitively with the declared licence.
+    pub license: String,
+    /// The pinned hub revision, or [`VOLUME_REVISION`].
+    pub revision: String,
+    /// One layout per role.
+    pub layouts: Vec<RoleLayout>,
+}
+
+/// Verifies the checkpoint in `dir`. Reads headers and small JSON files only; never panics on
+/// bad input.
+pub fn verify_dir(dir: &Path, expect: &Expectations) -> VerifyReport {
+    let mut report = VerifyReport {
+        revision: expect.revision.clone(),
+        ..VerifyReport::default()
+    };
+    let problems = &mut report.problems;
+    if !dir.is_dir() {
+        problems.push(format!(
+            "{}: not a directory (or not mounted): check the volume and path of spec.model.source",
+            dir.display()
+        ));
+        return report;
+    }
+    let (files, bytes) = inventory(dir, problems);
+    report.files = files;
+    report.bytes = bytes;
+
+    check_fetch_marker(dir, &expect.revision, problems);
+    let config = read_config(dir, problems);
+    check_shards(dir, problems);
+    report.license = check_license(dir, &expect.license, problems);
+    if let Some(config) = &config {
+        check_layouts(config, &expect.layouts, problems);
+    }
+    report.ok = report.problems.is_empty();
+    report
+}
+
+/// Counts regular files and bytes below `dir`, following symlinks (Hugging Face caches link
+/// snapshots to blobs); names starting with `.` are bookkeeping and skipped.
+fn inventory(dir: &Path, problems: &mut Vec<String>) -> (u64, u64) {
+    fn walk(dir: &Path, depth: u32, acc: &mut (u64, u64), problems: &mut Vec<String>) {
+        let entries = match std::fs::read_dir(dir) {
+            Ok(entries) => entries,
+            Err(e) => {
+                problems.push(format!("{}: cannot be listed: {e}", dir.display()));
+                return;
+            }
+        };
+        for entry in entries.flatten() {
+            if entry.file_name().to_string_lossy().starts_with('.') {
+                continue;
+            }
+            let path = entry.path();
+            match std::fs::metadata(&path) {
+                Ok(m) if m.is_file() => {
+                    acc.0 += 1;
+                    acc.1 += m.len();
+                }
+                Ok(m) if m.is_dir() && depth < 16 => walk(&path, depth + 1, acc, problems),
+                Ok(_) => {}
+                Err(e) => problems.push(format!(
+                    "{}: cannot be read ({e}); a dangling link or missing file: re-fetch the checkpoint",
+                    path.display()
+                )),
+            }
+        }
+    }
+    let mut acc = (0, 0);
+    walk(dir, 0, &mut acc, problems);
+    acc
+}
+
+/// For hub sources the fetch marker must exist, be complete, name the expected revision, and
+/// every file it lists must still have its size.
+fn check_fetch_marker(dir: &Path, revision: &str, problems: &mut Vec<String>) {
+    if revision == VOLUME_REVISION {
+        return;
+    }
+    let path = dir.join(MARKER_FILE);
+    let marker: FetchMarker = match std::fs::read(&path) {
+        Err(_) => {
+            problems.push(format!(
+                "{MARKER_FILE} is missing: revision {revision} was never completely fetched into this directory; run the fetch Job (or pass --revision volume for a hand-made checkpoint)"
+            ));
+            return;
+        }
+        Ok(bytes) => match serde_json::from_slice(&bytes) {
+            Ok(marker) => marker,
+            Err(e) => {
+                problems.push(format!(
+                    "{MARKER_FILE} is not valid ({e}): delete it and re-run the fetch Job"
+                ));
+                return;
+            }
+        },
+    };
+    if !marker.revision.eq_ignore_ascii_case(revision) {
+        problems.push(format!(
+            "{MARKER_FILE} records revision {} but {revision} is expected: fetch the pinned revision into its own directory",
+            marker.revision
+        ));
+    } else if !marker.complete {
+        problems.push(format!(
+            "{MARKER_FILE} shows an unfinished fetch of {revision}: re-run the fetch Job"
+        ));
+    }
+    let mut bad = Vec::new();
+    for file in &marker.files {
+        let size = std::fs::metadata(dir.join(&file.path)).map(|m| m.len()).ok();
+        if size != Some(file.size) {
+            bad.push(file.path.as_str());
+        }
+    }
+    if !bad.is_empty() {
+        problems.push(format!(
+            "{} fetched file(s) are missing or changed size since the fetch ({}): re-run the fetch Job",
+            bad.len(),
+            name_list(&bad)
+        ));
+    }
+}
+
+fn read_config(dir: &Path, problems: &mut Vec<String>) -> Option<serde_json::Value> {
+    let bytes = match std::fs::read(dir.join("config.json")) {
+        Ok(bytes) => bytes,
+        Err(e) => {
+            problems.push(format!(
+                "config.json cannot be read ({e}): the directory does not hold a Hugging Face checkpoint; check the source's path"
+            ));
+            return None;
+        }
+    };
+    match serde_json::from_slice::<serde_json::Value>(&bytes) {
+        Ok(v) if v.is_object() => Some(v),
+        Ok(_) => {
+            problems.push("config.json is not a JSON object: re-fetch the checkpoint".into());
+            None
+        }
+        Err(e) => {
+            problems.push(format!(
+                "config.json is not valid JSON ({e}): re-fetch the checkpoint"
+            ));
+            None
+        }
+    }
+}
+
+/// Reads the index (or a lone `model.safetensors`) and checks every shard's header and that it
+/// holds the tensors the index maps to it.
+fn check_shards(dir: &Path, problems: &mut Vec<String>) {
+    let index_path = dir.join(INDEX_FILE);
+    if !index_path.exists() {
+        let single = dir.join(SINGLE_FILE);
+        if single.is_file() {
+            if let Err(e) = safetensors::read_header(&single) {
+                problems.push(format!("{SINGLE_FILE} {e}: re-fetch the checkpoint"));
+            }
+        } else {
+            problems.push(format!(
+                "{INDEX_FILE} is missing (and there is no single {SINGLE_FILE}): the checkpoint has no safetensors weights; fetch a safetensors revision"
+            ));
+        }
+        return;
+    }
+    let index: serde_json::Value = match std::fs::read(&index_path)
+        .map_err(|e| e.to_string())
+        .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
+    {
+        Ok(v) => v,
+        Err(e) => {
+            problems.push(format!(
+                "{INDEX_FILE} cannot be parsed ({e}): re-fetch the checkpoint"
+            ));
+            return;
+        }
+    };
+    let Some(weight_map) = index.get("weight_map").and_then(|w| w.as_object()) else {
+        problems.push(format!(
+            "{INDEX_FILE} has no `weight_map` object: re-fetch the checkpoint"
+        ));
+        return;
+    };
+    if weight_map.is_empty() {
+        problems.push(format!(
+            "{INDEX_FILE} maps no tensors: re-fetch the checkpoint"
+        ));
+        return;
+    }
+    let mut by_shard: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for (tensor, shard) in weight_map {
+        match shard.as_str() {
+            Some(shard) => by_shard.entry(shard).or_default().push(tensor),
+            None => problems.push(format!(
+                "{INDEX_FILE}: tensor `{tensor}` maps to a non-string shard: re-fetch the checkpoint"
+            )),
+        }
+    }
+    for (shard, tensors) in by_shard {
+        if !is_safe_relative(shard) {
+            problems.push(format!(
+                "{INDEX_FILE} names shard `{shard}` outside the checkpoint directory: the index is corrupt; re-fetch the checkpoint"
+            ));
+            continue;
+        }
+        let path = dir.join(shard);
+        if !path.is_file() {
+            problems.push(format!(
+                "{shard} is listed in {INDEX_FILE} but missing: re-fetch the checkpoint"
+            ));
+            continue;
+        }
+        let header = match safetensors::read_header(&path) {
+            Ok(header) => header,
+            Err(e) => {
+                problems.push(format!("{shard} {e}: re-fetch the checkpoint"));
+                continue;
+            }
+        };
+        let absent: Vec<&str> = tensors
+            .into_iter()
+            .filter(|t| !header.tensors.contains_key(*t))
+            .collect();
+        if !absent.is_empty() {
+            problems.push(format!(
+                "{shard} lacks {} tensor(s) that {INDEX_FILE} maps to it ({}): the shard and the index come from different revisions; re-fetch the checkpoint",
+                absent.len(),
+                name_list(&absent)
+            ));
+        }
+    }
+}
+
+/// A relative path that stays inside its base directory.
+pub fn is_safe_relative(path: &str) -> bool {
+    !path.is_empty()
+        && !path.contains('\\')
+        && Path::new(path)
+            .components()
+            .all(|c| matches!(c, Component::Normal(_)))
+}
+
+/// The declared licence and where it was found.
+#[derive(Debug, PartialEq, Eq)]
+struct Declared {
+    ids: Vec<String>,
+    file: &'static str,
+}
+
+/// Finds the declared licence and compares it with `expected`; returns the declared id.
+fn check_license(dir: &Path, expected: &str, problems: &mut Vec<String>) -> Option<String> {
+    let declared = match declared_license(dir) {
+        Ok(Some(d)) => d,
+        Ok(None) => {
+            problems.push(format!(
+                "README.md has no `license:` front matter and no licence file ({}) was recognised: the checkpoint's licence cannot be confirmed; use a checkpoint whose model card declares it",
+                LICENSE_FILES.join(", ")
+            ));
+            return None;
+        }
+        Err(problem) => {
+            problems.push(problem);
+            return None;
+        }
+    };
+    let matched = declared
+        .ids
+        .iter()
+        .find(|id| id.eq_ignore_ascii_case(expected.trim()));
+    match matched {
+        Some(id) => Some(id.clone()),
+        None => {
+            let ids = declared.ids.join(", ");
+            problems.push(format!(
+                "{} declares licence `{ids}` but spec.model.license is `{expected}`: set spec.model.license and the deepinfer.io/license-accepted annotation to the checkpoint's licence after reviewing it, or use a checkpoint under `{expected}`",
+                declared.file
+            ));
+            Some(ids)
+        }
+    }
+}
+
+/// Heuristics, in order: the model card's YAML front matter `license:` (a string or a list;
+/// `other` defers to `license_name:`); else the first of [`LICENSE_FILES`] whose text is
+/// recognised: "DeepSeek License Agreement" → `deepseek`, "Apache License" + "Version 2.0" →
+/// `apache-2.0`, "MIT License" or the MIT grant sentence → `mit`.
+fn declared_license(dir: &Path) -> Result<Option<Declared>, String> {
+    if let Ok(card) = std::fs::read_to_string(dir.join("README.md")) {
+        if let Some(ids) = front_matter_license(&card)? {
+            return Ok(Some(Declared {
+                ids,
+                file: "README.md",
+            }));
+        }
+    }
+    for file in LICENSE_FILES {
+        let Ok(text) = std::fs::read_to_string(dir.join(file)) else {
+            continue;
+        };
+        if let Some(id) = identify_license_text(&text) {
+            return Ok(Some(Declared {
+                ids: vec![id.to_string()],
+                file,
+            }));
+        }
+    }
+    Ok(None)
+}
+
+/// The `license:` ids of a model card's front matter, `None` when it declares none.
+fn front_matter_license(card: &str) -> Result<Option<Vec<String>>, String> {
+    let card = card.strip_prefix('\u{feff}').unwrap_or(card);
+    let mut lines = card.lines();
+    if lines.next().map(str::trim_end) != Some("---") {
+        return Ok(None);
+    }
+    let mut yaml = String::new();
+    let mut closed = false;
+    for line in lines {
+        if matches!(line.trim_end(), "---" | "...") {
+            closed = true;
+            break;
+        }
+        yaml.push_str(line);
+        yaml.push('\n');
+    }
+    if !closed {
+        return Err(
+            "README.md front matter has no closing `---` line: fix the model card's metadata block"
+                .into(),
+        );
+    }
+    let meta: serde_yaml::Value = serde_yaml::from_str(&yaml).map_err(|e| {
+        format!("README.md front matter is not valid YAML ({e}): fix the model card's metadata block")
+    })?;
+    let as_ids = |v: &serde_yaml::Value| -> Vec<String> {
+        match v {
+            serde_yaml::Value::String(s) => vec![s.trim().to_string()],
+            serde_yaml::Value::Sequence(items) => items
+                .iter()
+                .filter_map(|i| i.as_str().map(|s| s.trim().to_string()))
+                .collect(),
+            _ => Vec::new(),
+        }
+    };
+    let mut ids = meta.get("license").map(as_ids).unwrap_or_default();
+    ids.retain(|id| !id.is_empty());
+    if ids.iter().any(|id| id.eq_ignore_ascii_case("other")) {
+        if let Some(name) = meta.get("license_name").and_then(|n| n.as_str()) {
+            ids = vec![name.trim().to_string()];
+        }
+    }
+    Ok((!ids.is_empty()).then_some(ids))
+}
+
+/// Recognises a licence by its text; see [`declared_license`].
+fn identify_license_text(text: &str) -> Option<&'static str> {
+    let text = text.to_lowercase();
+    if text.contains("deepseek license agreement") {
+        Some("deepseek")
+    } else if text.contains("apache license") && text.contains("version 2.0") {
+        Some("apache-2.0")
+    } else if text.contains("mit license")
+        || text.contains("permission is hereby granted, free of charge")
+    {
+        Some("mit")
+    } else {
+        None
+    }
+}
+
+/// A positive integer from config.json, at top level or in a nested language-model config.
+fn config_value(config: &serde_json::Value, keys: &[&str]) -> Option<(String, u64)> {
+    let scopes = [
+        Some(config),
+        config.get("text_config"),
+        config.get("language_config"),
+    ];
+    for scope in scopes.into_iter().flatten() {
+        for key in keys {
+            if let Some(n) = scope.get(*key).and_then(serde_json::Value::as_u64) {
+                return Some(((*key).to_string(), n));
+            }
+        }
+    }
+    None
+}
+
+fn check_layouts(config: &serde_json::Value, layouts: &[RoleLayout], problems: &mut Vec<String>) {
+    let heads = config_value(config, &["num_attention_heads"]);
+    let experts = config_value(
+        config,
+        &["n_routed_experts", "num_experts", "num_local_experts"],
+    );
+    let layers = config_value(config, &["num_hidden_layers"]);
+    if heads.is_none() && !layouts.is_empty() {
+        problems.push(
+            "config.json has no num_attention_heads: the tensor parallel size cannot be checked; use a complete config.json".into(),
+        );
+    }
+    for l in layouts {
+        if let Some((_, heads)) = heads.as_ref().filter(|(_, h)| *h % l.tensor != 0) {
+            problems.push(format!(
+                "config.json: num_attention_heads {heads} is not divisible by role {}'s tensor parallel size {}: choose a tensor size that divides {heads}",
+                l.role, l.tensor
+            ));
+        }
+        if let Some((key, experts)) = experts.as_ref().filter(|(_, e)| *e % l.expert != 0) {
+            problems.push(format!(
+                "config.json: {key} {experts} is not divisible by role {}'s expert parallel size {}: choose an expert size that divides {experts}",
+                l.role, l.expert
+            ));
+        }
+        if let Some((_, layers)) = layers.as_ref().filter(|(_, n)| *n < l.pipeline) {
+            problems.push(format!(
+                "config.json: num_hidden_layers {layers} is fewer than role {}'s pipeline parallel size {}: use at most {layers} pipeline stages",
+                l.role, l.pipeline
+            ));
+        }
+    }
+}
+
+/// `a, b, c` or `a, b, c and N more`, to keep messages short.
+fn name_list(names: &[&str]) -> String {
+    const SHOWN: usize = 3;
+    let head = names
+        .iter()
+        .take(SHOWN)
+        .map(|n| format!("`{n}`"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    if names.len() > SHOWN {
+        format!("{head} and {} more", names.len() - SHOWN)
+    } else {
+        head
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout_parses() {
+        let l: RoleLayout = "decode=8x1x2x16".parse().unwrap();
+        assert_eq!((l.role.as_str(), l.tensor, l.pipeline, l.data, l.expert), ("decode", 8, 1, 2, 16));
+        for bad in ["worker", "worker=8x1x2", "worker=8x0x1x1", "=1x1x1x1", "w=axbxcxd"] {
+            assert!(bad.parse::<RoleLayout>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn front_matter() {
+        let card = "---\nlicense: MIT\nlibrary_name: transformers\n---\n# Model\n";
+        assert_eq!(front_matter_license(card).unwrap(), Some(vec!["MIT".into()]));
+        let other = "\u{feff}---\r\nlicense: other\r\nlicense_name: deepseek\r\n---\r\n";
+        assert_eq!(front_matter_license(other).unwrap(), Some(vec!["deepseek".into()]));
+        let list = "---\nlicense:\n  - mit\n  - apache-2.0\n---\n";
+        assert_eq!(front_matter_license(list).unwrap().unwrap().len(), 2);
+        assert_eq!(front_matter_license("# no front matter\n").unwrap(), None);
+        assert_eq!(front_matter_license("---\ntags: [a]\n---\n").unwrap(), None);
+        assert!(front_matter_license("---\nlicense: mit\n").unwrap_err().contains("closing"));
+        assert!(front_matter_license("---\nlicense: [\n---\n").unwrap_err().contains("YAML"));
+    }
+
+    #[test]
+    fn licence_texts() {
+        assert_eq!(identify_license_text("MIT License\n\nCopyright (c) 2023 DeepSeek"), Some("mit"));
+        assert_eq!(
+            identify_license_text("                                 Apache License\n                           Version 2.0, January 2004"),
+            Some("apache-2.0")
+        );
+        assert_eq!(
+            identify_license_text("DEEPSEEK LICENSE AGREEMENT\n\nVersion 1.0, 23 October 2023"),
+            Some("deepseek")
+        );
+        assert_eq!(identify_license_text("All rights reserved."), None);
+    }
+
+    #[test]
+    fn safe_paths() {
+        assert!(is_safe_relative("model-00001-of-00002.safetensors"));
+        assert!(is_safe_relative("original/params.json"));
+        for bad in ["", "../x", "/etc/passwd", "a/../../b", "a\\b", "./a"] {
+            assert!(!is_safe_relative(bad), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,51 @@
+//! Command line: the controller and the entrypoints of the Jobs it runs.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Runs DeepInfer as a verified, pinned, placed service on NVIDIA and Ascend clusters.
+#[derive(Parser, Debug)]
+#[command(name = "deepinfer-operator", version, about)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run the controller.
+    Run(crate::controller::RunArgs),
+    /// Print the CustomResourceDefinition as YAML.
+    Crd,
+    /// Job entrypoint: download a pinned hub revision into a directory.
+    FetchCheckpoint(crate::checkpoint::FetchArgs),
+    /// Job entrypoint: verify a checkpoint directory and report the result.
+    VerifyCheckpoint(crate::checkpoint::VerifyArgs),
+    /// Job entrypoint: run the acceptance workload and write the evidence.
+    Accept(crate::acceptance::AcceptArgs),
+    /// Judge kept engine outputs against an acceptance spec, offline.
+    Check(CheckArgs),
+    /// Init-container entrypoint: copy this binary into a shared volume (acceptance runner injection).
+    InstallRunner(InstallRunnerArgs),
+}
+
+/// `check` arguments.
+#[derive(Args, Debug)]
+pub struct CheckArgs {
+    /// YAML of a `spec.acceptance` section.
+    #[arg(long)]
+    pub acceptance: PathBuf,
+    /// The engine's JSON lines (one object per prompt).
+    #[arg(long)]
+    pub outputs: PathBuf,
+}
+
+/// `install-runner` arguments.
+#[derive(Args, Debug)]
+pub struct InstallRunnerArgs {
+    /// Destination path of the copied binary.
+    pub destination: PathBuf,
+}

@@ -1,0 +1,353 @@
+//! The reconciler: dereference → validate → build → apply → status, with three gates
+//! (licence, checkpoint, acceptance) before any worker exists.
+//!
+//! `validate` and `build` never touch the client; `apply` and the gates do the IO; `status`
+//! turns one pass's [`status::Outcome`] into a deterministic status written only on change.
+
+pub mod apply;
+pub mod build;
+mod gates;
+pub mod status;
+pub mod validate;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
+use futures::StreamExt;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
+use kube::core::ApiResource;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::watcher;
+use kube::{Client, Resource, ResourceExt};
+use tracing::{info, warn};
+
+use crate::api::{labels, reasons, DeepInferDeployment, DeepInferDeploymentStatus};
+use status::{Gate, Outcome};
+use validate::DeviceLimits;
+
+/// `run` arguments.
+#[derive(Args, Debug, Clone)]
+pub struct RunArgs {
+    /// Kubeconfig file; default: in-cluster config, else `$KUBECONFIG` / `~/.kube/config`.
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<std::path::PathBuf>,
+    /// Watch only this namespace; default: all namespaces.
+    #[arg(long, env = "DEEPINFER_NAMESPACE")]
+    pub namespace: Option<String>,
+    /// Licence ids the cluster admin allows (comma-separated), e.g. `mit,apache-2.0`.
+    #[arg(long, env = "DEEPINFER_ACCEPTED_LICENSES", value_delimiter = ',')]
+    pub accepted_licenses: Vec<String>,
+    /// Image of this operator, used for its own Jobs (fetch, verify) and the runner injection.
+    #[arg(long, env = "DEEPINFER_OPERATOR_IMAGE", default_value = concat!("deepinfer-operator:", env!("CARGO_PKG_VERSION")))]
+    pub operator_image: String,
+    /// Most devices one NVIDIA node has (devicesPerPod may not exceed it).
+    #[arg(long, default_value_t = crate::api::DEFAULT_MAX_DEVICES_NVIDIA)]
+    pub max_devices_nvidia: i32,
+    /// Most devices one Ascend node has (devicesPerPod may not exceed it).
+    #[arg(long, default_value_t = crate::api::DEFAULT_MAX_DEVICES_ASCEND)]
+    pub max_devices_ascend: i32,
+    /// Log as JSON lines.
+    #[arg(long)]
+    pub json_logs: bool,
+}
+
+/// Errors of one reconcile pass. Spec problems are not errors: they become conditions.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The API server refused or failed a request.
+    #[error("Kubernetes API: {0}")]
+    Kube(#[source] kube::Error),
+    /// An object could not be (de)serialised.
+    #[error("serialisation: {0}")]
+    Serde(#[source] serde_json::Error),
+    /// The object has no namespace (the resource is namespaced, so this is a bug upstream).
+    #[error("object {0} has no namespace")]
+    NoNamespace(String),
+}
+
+impl Error {
+    /// Short label for metrics and logs.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::Kube(_) => "kube",
+            Error::Serde(_) => "serde",
+            Error::NoNamespace(_) => "no_namespace",
+        }
+    }
+}
+
+/// Shared state of the controller.
+pub struct Context {
+    /// API client (writes are counted by [`Context::writes`]).
+    pub client: Client,
+    /// Publishes Kubernetes events on condition transitions.
+    pub recorder: Recorder,
+    /// Licence ids the admin allows.
+    pub accepted_licenses: Vec<String>,
+    /// Image of this operator for its Jobs.
+    pub operator_image: String,
+    /// Devices per node, per accelerator type.
+    pub limits: DeviceLimits,
+    /// Mutating requests (everything but GET/LIST/WATCH) this controller sent.
+    pub writes: Arc<AtomicU64>,
+    /// Reconcile passes run.
+    pub reconciles: AtomicU64,
+}
+
+/// Settings of a controller instance, for embedding (tests) as well as `run`.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Namespace to watch, or all.
+    pub namespace: Option<String>,
+    /// Licence allow-list.
+    pub accepted_licenses: Vec<String>,
+    /// Image of this operator.
+    pub operator_image: String,
+    /// Devices per node.
+    pub limits: DeviceLimits,
+}
+
+impl From<&RunArgs> for Settings {
+    fn from(a: &RunArgs) -> Self {
+        Self {
+            namespace: a.namespace.clone(),
+            accepted_licenses: a.accepted_licenses.iter().map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
+            operator_image: a.operator_image.clone(),
+            limits: DeviceLimits { nvidia: a.max_devices_nvidia, ascend: a.max_devices_ascend },
+        }
+    }
+}
+
+/// Builds a client whose mutating requests are counted in `writes`.
+pub fn counting_client(config: kube::Config, writes: Arc<AtomicU64>) -> Result<Client, kube::Error> {
+    use tower::util::MapRequestLayer;
+    let layer = MapRequestLayer::new(move |req: http::Request<kube::client::Body>| {
+        if req.method() != http::Method::GET {
+            writes.fetch_add(1, Ordering::Relaxed);
+        }
+        req
+    });
+    Ok(kube::client::ClientBuilder::try_from(config)?.with_layer(&layer).build())
+}
+
+async fn load_config(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<kube::Config> {
+    use anyhow::Context as _;
+    match kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            Ok(kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default()).await?)
+        }
+        None => Ok(kube::Config::infer().await.context("no kubeconfig given and no in-cluster config found")?),
+    }
+}
+
+/// Runs the controller until SIGTERM / Ctrl-C.
+pub async fn run(args: RunArgs) -> anyhow::Result<()> {
+    init_logging(args.json_logs);
+    let config = load_config(args.kubeconfig.as_deref()).await?;
+    let writes = Arc::new(AtomicU64::new(0));
+    let client = counting_client(config, writes.clone())?;
+    let settings = Settings::from(&args);
+    check_crd_installed(&client, settings.namespace.as_deref()).await?;
+    info!(namespace = settings.namespace.as_deref().unwrap_or("<all>"), licenses = ?settings.accepted_licenses, "starting controller");
+    controller(client, settings, writes, shutdown_signal()).await;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => return ctrl_c.await.unwrap_or(()),
+        };
+        tokio::select! { _ = ctrl_c => {}, _ = term.recv() => {} }
+    }
+    #[cfg(not(unix))]
+    ctrl_c.await.unwrap_or(());
+}
+
+fn init_logging(json: bool) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,kube=warn"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    let _ = if json { builder.json().try_init() } else { builder.try_init() };
+}
+
+/// Fails with instructions when the CRD is not installed.
+pub async fn check_crd_installed(client: &Client, namespace: Option<&str>) -> anyhow::Result<()> {
+    let api: Api<DeepInferDeployment> = match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    match api.list_metadata(&ListParams::default().limit(1)).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => anyhow::bail!(
+            "the DeepInferDeployment CRD (deepinferdeployments.deepinfer.io) is not installed; install it with \
+             `deepinfer-operator crd | kubectl apply --server-side -f -` (Kubernetes >= 1.25) or \
+             `kubectl create -f crds/deepinfer.io_deepinferdeployments.yaml`, or install the Helm chart"
+        ),
+        Err(e) => Err(anyhow::anyhow!("checking that the DeepInferDeployment CRD is installed: {e}")),
+    }
+}
+
+/// The resource's API description, for the dynamic (guarded) watch.
+pub fn api_resource() -> ApiResource {
+    ApiResource::erase::<DeepInferDeployment>(&())
+}
+
+/// Runs the controller loop until `shutdown` resolves.
+pub async fn controller(
+    client: Client,
+    settings: Settings,
+    writes: Arc<AtomicU64>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let ctx = Arc::new(Context {
+        recorder: Recorder::new(client.clone(), Reporter { controller: "deepinfer-operator".into(), instance: std::env::var("POD_NAME").ok() }),
+        client: client.clone(),
+        accepted_licenses: settings.accepted_licenses,
+        operator_image: settings.operator_image,
+        limits: settings.limits,
+        writes,
+        reconciles: AtomicU64::new(0),
+    });
+    run_with_context(ctx, settings.namespace, shutdown).await;
+}
+
+/// Runs the controller loop with a prepared context (tests read its counters).
+pub async fn run_with_context(
+    ctx: Arc<Context>,
+    namespace: Option<String>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let client = ctx.client.clone();
+    let ar = api_resource();
+    // Watched as dynamic objects so one malformed resource cannot break the watch for all.
+    let dids: Api<DynamicObject> = match &namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
+        None => Api::all_with(client.clone(), &ar),
+    };
+    let owned = watcher::Config::default().labels(&format!("{}={}", labels::MANAGED_BY, labels::MANAGER));
+    let pods: Api<Pod> = scoped(&client, namespace.as_deref());
+    let jobs: Api<Job> = scoped(&client, namespace.as_deref());
+    let services: Api<Service> = scoped(&client, namespace.as_deref());
+    Controller::new_with(dids, watcher::Config::default(), ar)
+        .owns(pods, owned.clone())
+        .owns(jobs, owned.clone())
+        .owns(services, owned)
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|res| async move {
+            if let Err(e) = res {
+                warn!("reconcile: {e}");
+            }
+        })
+        .await;
+}
+
+fn scoped<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+fn error_policy(obj: Arc<DynamicObject>, err: &Error, _ctx: Arc<Context>) -> Action {
+    warn!(name = %obj.name_any(), namespace = ?obj.namespace(), error = %err, kind = err.metric_label(), "reconcile failed; retrying");
+    Action::requeue(Duration::from_secs(10))
+}
+
+/// How long to wait before looking again when nothing else will trigger a reconcile.
+const RESYNC: Duration = Duration::from_secs(300);
+
+#[tracing::instrument(skip(obj, ctx), fields(name = %obj.name_any(), namespace = obj.namespace().unwrap_or_default()))]
+async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
+    ctx.reconciles.fetch_add(1, Ordering::Relaxed);
+    let ns = obj.namespace().ok_or_else(|| Error::NoNamespace(obj.name_any()))?;
+    let raw = serde_json::to_value(obj.as_ref()).map_err(Error::Serde)?;
+    let previous: Option<DeepInferDeploymentStatus> =
+        raw.get("status").and_then(|s| serde_json::from_value(s.clone()).ok());
+    let did: DeepInferDeployment = match serde_json::from_value(raw) {
+        Ok(d) => d,
+        Err(e) => {
+            // Dereference failed: the object does not match the API types. Stall it alone.
+            let outcome = Outcome {
+                spec: Gate::Failed(reasons::INVALID_SPEC, format!("the resource does not match the DeepInferDeployment schema: {e}; correct the field named and re-apply")),
+                ..Outcome::default()
+            };
+            write_status(&ctx, &obj, &ns, previous.as_ref(), &outcome).await?;
+            return Ok(Action::await_change());
+        }
+    };
+    if did.meta().deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let (outcome, action) = gates::run_pipeline(&did, previous.as_ref(), &ctx).await?;
+    write_status(&ctx, &obj, &ns, previous.as_ref(), &outcome).await?;
+    Ok(action)
+}
+
+/// Writes the status computed from `outcome` if it differs from the stored one, and publishes an
+/// event for every condition transition.
+async fn write_status(
+    ctx: &Context,
+    obj: &DynamicObject,
+    ns: &str,
+    previous: Option<&DeepInferDeploymentStatus>,
+    outcome: &Outcome,
+) -> Result<(), Error> {
+    let generation = obj.metadata.generation;
+    let next = status::compute(previous, outcome, generation, Time(k8s_openapi::jiff::Timestamp::now()));
+    if previous == Some(&next) {
+        return Ok(());
+    }
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &api_resource());
+    let patch = serde_json::json!({ "status": next });
+    api.patch_status(&obj.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await.map_err(Error::Kube)?;
+    let reference = obj.object_ref(&api_resource());
+    for c in status::transitions(previous, &next) {
+        // Only conditions that carry news; Reconciling/Stalled flips mirror the gates.
+        if c.type_ == crate::api::conditions::RECONCILING {
+            continue;
+        }
+        // A failed gate (and the Stalled flip it causes) warns; everything else is news.
+        let failed_gate = c.status == "False" && matches!(outcome.stalled(), Some((r, _)) if r == c.reason);
+        let stalled = c.type_ == crate::api::conditions::STALLED && c.status == "True";
+        let type_ = if failed_gate || stalled { EventType::Warning } else { EventType::Normal };
+        let event = Event {
+            type_,
+            reason: c.reason.clone(),
+            note: Some(format!("{}={}: {}", c.type_, c.status, truncate(&c.message, 900))),
+            action: "Reconcile".into(),
+            secondary: None,
+        };
+        if let Err(e) = ctx.recorder.publish(&event, &reference).await {
+            warn!("publishing event: {e}");
+        }
+    }
+    Ok(())
+}
+
+/// Cuts `s` to at most `max` bytes on a character boundary, marking the cut.
+pub fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}

@@ -1,0 +1,448 @@
+//! Status stage: the observed outcome of one reconcile pass turned into a deterministic status.
+//!
+//! `lastTransitionTime` only moves when a condition's status flips, so an unchanged outcome
+//! produces an identical status and the controller writes nothing.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+use crate::api::{
+    conditions as ct, reasons, AcceptanceStatus, CheckpointStatus, DeepInferDeploymentStatus,
+    Phase, RoleStatus,
+};
+
+/// Outcome of one gate or stage.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Gate {
+    /// Not evaluated: an earlier gate has not passed.
+    NotReached,
+    /// Work in progress (reason, message).
+    Progressing(&'static str, String),
+    /// Needs a change by a person (reason, message): Stalled.
+    Failed(&'static str, String),
+    /// Passed (reason, message).
+    Passed(&'static str, String),
+}
+
+impl Gate {
+    fn passed(&self) -> bool {
+        matches!(self, Gate::Passed(..))
+    }
+}
+
+/// Everything one reconcile pass found out, in pipeline order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Outcome {
+    /// Spec validation; `Failed` stalls everything.
+    pub spec: Gate,
+    /// Licence gate.
+    pub license: Gate,
+    /// Checkpoint fetch and verification.
+    pub checkpoint: Gate,
+    /// Acceptance of the current revision.
+    pub acceptance: Gate,
+    /// Worker groups.
+    pub workers: Gate,
+    /// Revision of the desired running bits.
+    pub revision: Option<String>,
+    /// Verified checkpoint facts.
+    pub checkpoint_status: Option<CheckpointStatus>,
+    /// Per-role groups.
+    pub roles: Vec<RoleStatus>,
+    /// Last acceptance run.
+    pub acceptance_status: Option<AcceptanceStatus>,
+}
+
+impl Default for Outcome {
+    fn default() -> Self {
+        Self {
+            spec: Gate::NotReached,
+            license: Gate::NotReached,
+            checkpoint: Gate::NotReached,
+            acceptance: Gate::NotReached,
+            workers: Gate::NotReached,
+            revision: None,
+            checkpoint_status: None,
+            roles: Vec::new(),
+            acceptance_status: None,
+        }
+    }
+}
+
+impl Outcome {
+    /// The first gate that failed, if any: it stalls the resource.
+    pub fn stalled(&self) -> Option<(&'static str, &str)> {
+        [
+            &self.spec,
+            &self.license,
+            &self.checkpoint,
+            &self.acceptance,
+            &self.workers,
+        ]
+        .into_iter()
+        .find_map(|g| match g {
+            Gate::Failed(reason, message) => Some((*reason, message.as_str())),
+            _ => None,
+        })
+    }
+
+    /// The first gate still in progress, if any.
+    fn progressing(&self) -> Option<(&'static str, &str)> {
+        [
+            &self.spec,
+            &self.license,
+            &self.checkpoint,
+            &self.acceptance,
+            &self.workers,
+        ]
+        .into_iter()
+        .find_map(|g| match g {
+            Gate::Progressing(reason, message) => Some((*reason, message.as_str())),
+            Gate::NotReached => Some((reasons::WAITING_FOR_GATE, "waiting for an earlier gate")),
+            _ => None,
+        })
+    }
+
+    /// Accepted and every group ready.
+    pub fn ready(&self) -> bool {
+        self.spec.passed()
+            && self.license.passed()
+            && self.checkpoint.passed()
+            && self.acceptance.passed()
+            && self.workers.passed()
+    }
+
+    fn phase(&self) -> Phase {
+        if self.ready() {
+            return Phase::Ready;
+        }
+        if matches!(self.spec, Gate::Failed(..)) {
+            return Phase::Failed;
+        }
+        if !self.license.passed() {
+            return Phase::Pending;
+        }
+        if !self.checkpoint.passed() {
+            return if matches!(self.checkpoint, Gate::Failed(..)) {
+                Phase::Failed
+            } else {
+                Phase::Verifying
+            };
+        }
+        if !self.acceptance.passed() {
+            return if matches!(self.acceptance, Gate::Failed(..)) {
+                Phase::Failed
+            } else {
+                Phase::Accepting
+            };
+        }
+        Phase::Provisioning
+    }
+}
+
+/// One condition, carrying `lastTransitionTime` forward unless its status flips.
+fn condition(
+    previous: &[Condition],
+    type_: &str,
+    status: &str,
+    reason: &str,
+    message: &str,
+    generation: Option<i64>,
+    now: &Time,
+) -> Condition {
+    let last = previous.iter().find(|c| c.type_ == type_);
+    let last_transition_time = match last {
+        Some(c) if c.status == status => c.last_transition_time.clone(),
+        _ => now.clone(),
+    };
+    Condition {
+        type_: type_.to_string(),
+        status: status.to_string(),
+        reason: reason.to_string(),
+        message: message.to_string(),
+        observed_generation: generation,
+        last_transition_time,
+    }
+}
+
+fn gate_condition(
+    previous: &[Condition],
+    type_: &str,
+    gate: &Gate,
+    generation: Option<i64>,
+    now: &Time,
+) -> Condition {
+    let (status, reason, message) = match gate {
+        Gate::Passed(r, m) => ("True", *r, m.as_str()),
+        Gate::Failed(r, m) | Gate::Progressing(r, m) => ("False", *r, m.as_str()),
+        Gate::NotReached => (
+            "Unknown",
+            reasons::WAITING_FOR_GATE,
+            "waiting for an earlier gate to pass",
+        ),
+    };
+    condition(previous, type_, status, reason, message, generation, now)
+}
+
+/// The status for `outcome`, given the previous status (for transition times).
+pub fn compute(
+    previous: Option<&DeepInferDeploymentStatus>,
+    outcome: &Outcome,
+    generation: Option<i64>,
+    now: Time,
+) -> DeepInferDeploymentStatus {
+    let prev: &[Condition] = previous.map(|s| s.conditions.as_slice()).unwrap_or(&[]);
+    let mut conditions = vec![
+        gate_condition(
+            prev,
+            ct::LICENSE_ACCEPTED,
+            &outcome.license,
+            generation,
+            &now,
+        ),
+        gate_condition(
+            prev,
+            ct::CHECKPOINT_VERIFIED,
+            &outcome.checkpoint,
+            generation,
+            &now,
+        ),
+        gate_condition(
+            prev,
+            ct::ACCEPTANCE_PASSED,
+            &outcome.acceptance,
+            generation,
+            &now,
+        ),
+        gate_condition(prev, ct::WORKERS_READY, &outcome.workers, generation, &now),
+    ];
+    let stalled = outcome.stalled();
+    let ready = if outcome.ready() {
+        condition(
+            prev,
+            ct::READY,
+            "True",
+            reasons::READY,
+            "accepted and every serving group is ready",
+            generation,
+            &now,
+        )
+    } else if let Some((reason, message)) = stalled {
+        condition(prev, ct::READY, "False", reason, message, generation, &now)
+    } else if !outcome.acceptance.passed() && outcome.checkpoint.passed() {
+        let (reason, message) = match &outcome.acceptance {
+            Gate::Progressing(r, m) => (*r, m.as_str()),
+            _ => (
+                reasons::AWAITING_ACCEPTANCE,
+                "waiting for the acceptance workload to pass",
+            ),
+        };
+        condition(prev, ct::READY, "False", reason, message, generation, &now)
+    } else {
+        let (reason, message) = outcome
+            .progressing()
+            .unwrap_or((reasons::PROGRESSING, "reconciling"));
+        condition(prev, ct::READY, "False", reason, message, generation, &now)
+    };
+    conditions.push(ready);
+    let reconciling = match (stalled, outcome.ready()) {
+        (None, false) => {
+            let (reason, message) = outcome
+                .progressing()
+                .unwrap_or((reasons::PROGRESSING, "reconciling"));
+            condition(
+                prev,
+                ct::RECONCILING,
+                "True",
+                reason,
+                message,
+                generation,
+                &now,
+            )
+        }
+        _ => condition(
+            prev,
+            ct::RECONCILING,
+            "False",
+            reasons::COMPLETE,
+            "no work in progress",
+            generation,
+            &now,
+        ),
+    };
+    conditions.push(reconciling);
+    let stalled_condition = match stalled {
+        Some((reason, message)) => {
+            condition(prev, ct::STALLED, "True", reason, message, generation, &now)
+        }
+        None => condition(
+            prev,
+            ct::STALLED,
+            "False",
+            reasons::PROGRESSING,
+            "not stalled",
+            generation,
+            &now,
+        ),
+    };
+    conditions.push(stalled_condition);
+    DeepInferDeploymentStatus {
+        observed_generation: generation,
+        phase: Some(outcome.phase()),
+        conditions,
+        revision: outcome.revision.clone(),
+        checkpoint: outcome.checkpoint_status.clone(),
+        roles: outcome.roles.clone(),
+        acceptance: outcome.acceptance_status.clone(),
+    }
+}
+
+/// Conditions whose status or reason changed from `before` to `after`: (type, status, reason, message).
+pub fn transitions<'a>(
+    before: Option<&DeepInferDeploymentStatus>,
+    after: &'a DeepInferDeploymentStatus,
+) -> Vec<&'a Condition> {
+    after
+        .conditions
+        .iter()
+        .filter(|c| {
+            let old = before.and_then(|b| b.conditions.iter().find(|o| o.type_ == c.type_));
+            old.is_none_or(|o| o.status != c.status || o.reason != c.reason)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(s: &str) -> Time {
+        Time(s.parse().expect("timestamp"))
+    }
+
+    fn ready_outcome() -> Outcome {
+        Outcome {
+            spec: Gate::Passed(reasons::COMPLETE, "valid".into()),
+            license: Gate::Passed(reasons::LICENSE_ACCEPTED, "ok".into()),
+            checkpoint: Gate::Passed(reasons::VERIFIED, "ok".into()),
+            acceptance: Gate::Passed(reasons::ACCEPTANCE_SUCCEEDED, "ok".into()),
+            workers: Gate::Passed(reasons::GROUPS_READY, "ok".into()),
+            ..Outcome::default()
+        }
+    }
+
+    #[test]
+    fn same_outcome_gives_identical_status() {
+        let first = compute(None, &ready_outcome(), Some(3), t("2026-01-01T00:00:00Z"));
+        let second = compute(
+            Some(&first),
+            &ready_outcome(),
+            Some(3),
+            t("2026-01-01T01:00:00Z"),
+        );
+        assert_eq!(
+            first, second,
+            "a pass with nothing new must not change the status"
+        );
+    }
+
+    #[test]
+    fn ready_is_current_for_kstatus() {
+        let s = compute(None, &ready_outcome(), Some(2), t("2026-01-01T00:00:00Z"));
+        let get = |ty: &str| {
+            s.conditions
+                .iter()
+                .find(|c| c.type_ == ty)
+                .expect("condition")
+                .status
+                .clone()
+        };
+        assert_eq!(get(ct::READY), "True");
+        assert_eq!(get(ct::RECONCILING), "False");
+        assert_eq!(get(ct::STALLED), "False");
+        assert_eq!(s.phase, Some(Phase::Ready));
+        assert!(s
+            .conditions
+            .iter()
+            .all(|c| c.observed_generation == Some(2)));
+    }
+
+    #[test]
+    fn failed_gate_stalls_and_names_itself_in_ready() {
+        let mut o = ready_outcome();
+        o.license = Gate::Failed(
+            reasons::LICENSE_MISMATCH,
+            "annotation says apache-2.0".into(),
+        );
+        o.checkpoint = Gate::NotReached;
+        o.acceptance = Gate::NotReached;
+        o.workers = Gate::NotReached;
+        let s = compute(None, &o, Some(1), t("2026-01-01T00:00:00Z"));
+        let get = |ty: &str| {
+            s.conditions
+                .iter()
+                .find(|c| c.type_ == ty)
+                .expect("condition")
+                .clone()
+        };
+        assert_eq!(get(ct::STALLED).status, "True");
+        assert_eq!(get(ct::STALLED).reason, reasons::LICENSE_MISMATCH);
+        assert_eq!(get(ct::READY).status, "False");
+        assert_eq!(get(ct::READY).reason, reasons::LICENSE_MISMATCH);
+        assert_eq!(get(ct::RECONCILING).status, "False");
+        assert_eq!(get(ct::LICENSE_ACCEPTED).status, "False");
+        assert_eq!(get(ct::CHECKPOINT_VERIFIED).status, "Unknown");
+        assert_eq!(s.phase, Some(Phase::Pending));
+    }
+
+    #[test]
+    fn transition_time_moves_only_on_flip() {
+        let mut o = ready_outcome();
+        o.workers = Gate::Progressing(reasons::GROUPS_NOT_READY, "0/1".into());
+        let a = compute(None, &o, Some(1), t("2026-01-01T00:00:00Z"));
+        o.workers = Gate::Progressing(reasons::GROUPS_NOT_READY, "0/2".into());
+        let b = compute(Some(&a), &o, Some(1), t("2026-01-01T00:05:00Z"));
+        let ready = |s: &DeepInferDeploymentStatus| {
+            s.conditions
+                .iter()
+                .find(|c| c.type_ == ct::READY)
+                .cloned()
+                .expect("ready")
+        };
+        assert_eq!(
+            ready(&a).last_transition_time,
+            ready(&b).last_transition_time
+        );
+        let c = compute(
+            Some(&b),
+            &ready_outcome(),
+            Some(1),
+            t("2026-01-01T00:09:00Z"),
+        );
+        assert_eq!(ready(&c).last_transition_time, t("2026-01-01T00:09:00Z"));
+        assert_eq!(
+            transitions(Some(&b), &c)
+                .iter()
+                .map(|c| c.type_.as_str())
+                .collect::<Vec<_>>(),
+            vec![ct::WORKERS_READY, ct::READY, ct::RECONCILING]
+        );
+    }
+
+    #[test]
+    fn awaiting_acceptance_keeps_ready_false() {
+        let mut o = ready_outcome();
+        o.acceptance = Gate::Progressing(reasons::ACCEPTANCE_RUNNING, "job running".into());
+        o.workers = Gate::NotReached;
+        let s = compute(None, &o, Some(1), t("2026-01-01T00:00:00Z"));
+        let r = s
+            .conditions
+            .iter()
+            .find(|c| c.type_ == ct::READY)
+            .expect("ready");
+        assert_eq!(
+            (r.status.as_str(), r.reason.as_str()),
+            ("False", reasons::ACCEPTANCE_RUNNING)
+        );
+        assert_eq!(s.phase, Some(Phase::Accepting));
+    }
+}

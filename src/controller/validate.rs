@@ -1,0 +1,623 @@
+//! Validate stage: the rules the CRD's CEL expresses, re-checked by the operator because an old
+//! API server (such as v1.20) does not enforce CEL, plus the licence gate. Pure functions: no
+//! client. `tests/validation_table.rs` runs one table of cases through both this module and the
+//! CRD's CEL rules and requires them to agree.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use crate::api::{
+    reasons, AcceleratorSpec, AcceleratorType, AcceptanceSpec, DeepInferDeploymentSpec, ModelSpec,
+    RoleSpec, RuntimeSpec, DEFAULT_MAX_DEVICES_ASCEND, DEFAULT_MAX_DEVICES_NVIDIA,
+    LICENSE_ACCEPTED_ANNOTATION, MAX_ACCEPTANCE_TIMEOUT_SECONDS, MAX_PARALLEL_DEGREE, ROLE_NAMES,
+};
+
+/// Most devices one node offers, per accelerator type; `spec.accelerator.devicesPerPod` may not
+/// exceed it. Set from the operator's flags; the CRD's CEL rule uses the defaults.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceLimits {
+    /// Devices per NVIDIA node.
+    pub nvidia: i32,
+    /// Devices per Ascend node.
+    pub ascend: i32,
+}
+
+impl Default for DeviceLimits {
+    fn default() -> Self {
+        Self {
+            nvidia: DEFAULT_MAX_DEVICES_NVIDIA,
+            ascend: DEFAULT_MAX_DEVICES_ASCEND,
+        }
+    }
+}
+
+impl DeviceLimits {
+    /// Devices one node of `kind` offers.
+    pub fn per_node(&self, kind: AcceleratorType) -> i32 {
+        match kind {
+            AcceleratorType::Nvidia => self.nvidia,
+            AcceleratorType::Ascend => self.ascend,
+        }
+    }
+}
+
+/// One violated rule: the field (with indices, e.g. `spec.roles[1].parallel.expert`) and a message
+/// that names that field and says how to fix it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FieldError {
+    /// Path of the offending field.
+    pub field: String,
+    /// What is wrong and what to do; starts with the field.
+    pub message: String,
+}
+
+impl FieldError {
+    /// `message` is appended to the field path.
+    fn new(field: impl Into<String>, message: impl fmt::Display) -> Self {
+        let field = field.into();
+        let message = format!("{field} {message}");
+        Self { field, message }
+    }
+}
+
+impl fmt::Display for FieldError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for FieldError {}
+
+/// All messages joined, for a condition message or an event.
+pub fn summarize(errors: &[FieldError]) -> String {
+    errors
+        .iter()
+        .map(|e| e.message.as_str())
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Checks `spec` against every rule of the CRD (CEL rules and schema bounds). Returns every
+/// violation, not just the first.
+pub fn validate_spec(
+    spec: &DeepInferDeploymentSpec,
+    limits: &DeviceLimits,
+) -> Result<(), Vec<FieldError>> {
+    let mut errors = Vec::new();
+    validate_model(&spec.model, &mut errors);
+    validate_runtime(&spec.runtime, &mut errors);
+    let devices_per_pod = validate_accelerator(&spec.accelerator, limits, &mut errors);
+    validate_roles(&spec.roles, devices_per_pod, &mut errors);
+    validate_acceptance(&spec.acceptance, &mut errors);
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors)
+    }
+}
+
+fn validate_model(model: &ModelSpec, errors: &mut Vec<FieldError>) {
+    if model.name.is_empty() {
+        errors.push(FieldError::new(
+            "spec.model.name",
+            "is empty; set the hub id of the model, e.g. deepseek-ai/DeepSeek-V4.1-Flash-1017",
+        ));
+    }
+    if model.license.is_empty() {
+        errors.push(FieldError::new(
+            "spec.model.license",
+            "is empty; set the licence id the checkpoint is published under, e.g. mit",
+        ));
+    }
+    let source = &model.source;
+    match (&source.hub, &source.volume) {
+        (Some(_), Some(_)) | (None, None) => errors.push(FieldError::new(
+            "spec.model.source",
+            "must set exactly one of hub (fetch a pinned revision) or volume (a PVC that already holds the checkpoint)",
+        )),
+        _ => {}
+    }
+    if let Some(hub) = &source.hub {
+        if !is_lower_hex(&hub.revision, 40, 40) {
+            errors.push(FieldError::new(
+                "spec.model.source.hub.revision",
+                format_args!(
+                    "is {:?}; it must be a full 40-character lowercase hex commit id, not a branch or tag; copy the commit from the model's history page",
+                    hub.revision
+                ),
+            ));
+        }
+        require_claim(&hub.claim_name, "spec.model.source.hub.claimName", errors);
+    }
+    if let Some(volume) = &source.volume {
+        require_claim(
+            &volume.claim_name,
+            "spec.model.source.volume.claimName",
+            errors,
+        );
+    }
+}
+
+fn require_claim(claim: &str, field: &str, errors: &mut Vec<FieldError>) {
+    if claim.is_empty() {
+        errors.push(FieldError::new(
+            field,
+            "is empty; name the PersistentVolumeClaim to use",
+        ));
+    }
+}
+
+fn validate_runtime(runtime: &RuntimeSpec, errors: &mut Vec<FieldError>) {
+    if !is_pinned_by_digest(&runtime.image) {
+        errors.push(FieldError::new(
+            "spec.runtime.image",
+            format_args!(
+                "is {:?}; it must be pinned by digest (<repository>@sha256:<64 hex>); a tag alone is refused; resolve the tag with `crane digest` or `docker buildx imagetools inspect`",
+                runtime.image
+            ),
+        ));
+    }
+    if !is_lower_hex(&runtime.commit, 7, 40) {
+        errors.push(FieldError::new(
+            "spec.runtime.commit",
+            format_args!(
+                "is {:?}; it must be the runtime's git commit id (7 to 40 lowercase hex characters)",
+                runtime.commit
+            ),
+        ));
+    }
+}
+
+/// Returns devicesPerPod when it is usable for the per-role divisibility checks.
+fn validate_accelerator(
+    accelerator: &AcceleratorSpec,
+    limits: &DeviceLimits,
+    errors: &mut Vec<FieldError>,
+) -> Option<i32> {
+    const FIELD: &str = "spec.accelerator.devicesPerPod";
+    let devices = accelerator.devices_per_pod();
+    if devices < 1 {
+        errors.push(FieldError::new(
+            FIELD,
+            format_args!("is {devices}; it must be at least 1"),
+        ));
+        return None;
+    }
+    let per_node = limits.per_node(accelerator.kind);
+    if devices > per_node {
+        errors.push(FieldError::new(
+            FIELD,
+            format_args!(
+                "is {devices}, more than the {per_node} devices one {} node has; lower it and add pods per group instead",
+                kind_name(accelerator.kind)
+            ),
+        ));
+    }
+    Some(devices)
+}
+
+fn validate_roles(roles: &[RoleSpec], devices_per_pod: Option<i32>, errors: &mut Vec<FieldError>) {
+    if roles.is_empty() {
+        errors.push(FieldError::new(
+            "spec.roles",
+            "is empty; add at least one role (worker, prefill, decode or vision)",
+        ));
+    }
+    for (i, role) in roles.iter().enumerate() {
+        let at = format!("spec.roles[{i}]");
+        if !ROLE_NAMES.contains(&role.name.as_str()) {
+            errors.push(FieldError::new(
+                format!("{at}.name"),
+                format_args!(
+                    "is {:?}; it must be one of worker, prefill, decode, vision",
+                    role.name
+                ),
+            ));
+        }
+        if let Some(first) = roles[..i].iter().position(|r| r.name == role.name) {
+            errors.push(FieldError::new(
+                format!("{at}.name"),
+                format_args!(
+                    "repeats role {:?} of spec.roles[{first}]; each role name may appear only once; merge the duplicated entries",
+                    role.name
+                ),
+            ));
+        }
+        if role.replicas < 0 {
+            errors.push(FieldError::new(
+                format!("{at}.replicas"),
+                format_args!("is {}; it must be 0 or more", role.replicas),
+            ));
+        }
+        validate_parallel(role, &at, devices_per_pod, errors);
+    }
+}
+
+fn validate_parallel(
+    role: &RoleSpec,
+    at: &str,
+    devices_per_pod: Option<i32>,
+    errors: &mut Vec<FieldError>,
+) {
+    let p = &role.parallel;
+    let degrees = [
+        ("tensor", p.tensor),
+        ("pipeline", p.pipeline),
+        ("data", p.data),
+        ("expert", p.expert),
+    ];
+    let mut degrees_ok = true;
+    for (name, degree) in degrees {
+        if !(1..=MAX_PARALLEL_DEGREE).contains(&degree) {
+            degrees_ok = false;
+            errors.push(FieldError::new(
+                format!("{at}.parallel.{name}"),
+                format_args!("is {degree}; it must be between 1 and {MAX_PARALLEL_DEGREE}"),
+            ));
+        }
+    }
+    if !degrees_ok {
+        return;
+    }
+    let world = p.world_size();
+    if world % i64::from(p.expert) != 0 {
+        errors.push(FieldError::new(
+            format!("{at}.parallel.expert"),
+            format_args!(
+                "is {}; it must divide the world size (tensor × pipeline × data = {world})",
+                p.expert
+            ),
+        ));
+    }
+    let Some(devices) = devices_per_pod else {
+        return;
+    };
+    let devices = i64::from(devices);
+    if world < devices {
+        errors.push(FieldError::new(
+            format!("{at}.parallel"),
+            format_args!(
+                "gives a world size (tensor × pipeline × data) of {world}, smaller than spec.accelerator.devicesPerPod ({devices}); a group must fill whole pods: set devicesPerPod to {world} or enlarge the layout"
+            ),
+        ));
+    } else if world % devices != 0 {
+        errors.push(FieldError::new(
+            format!("{at}.parallel"),
+            format_args!(
+                "gives a world size (tensor × pipeline × data) of {world}, not a multiple of spec.accelerator.devicesPerPod ({devices}); change the layout or devicesPerPod"
+            ),
+        ));
+    }
+}
+
+fn validate_acceptance(acceptance: &AcceptanceSpec, errors: &mut Vec<FieldError>) {
+    if acceptance.prompts.is_empty() && acceptance.prompts_from.is_none() {
+        errors.push(FieldError::new(
+            "spec.acceptance.prompts",
+            "is empty and spec.acceptance.promptsFrom is unset; give at least one prompt in prompts, or a ConfigMap in promptsFrom",
+        ));
+    }
+    for (i, prompt) in acceptance.prompts.iter().enumerate() {
+        let at = format!("spec.acceptance.prompts[{i}]");
+        if prompt.id.is_empty() {
+            errors.push(FieldError::new(
+                format!("{at}.id"),
+                "is empty; give the prompt a stable id",
+            ));
+        } else if let Some(first) = acceptance.prompts[..i]
+            .iter()
+            .position(|q| q.id == prompt.id)
+        {
+            errors.push(FieldError::new(
+                format!("{at}.id"),
+                format_args!(
+                    "repeats id {:?} of spec.acceptance.prompts[{first}]; prompt ids must be unique; rename the duplicate",
+                    prompt.id
+                ),
+            ));
+        }
+        let so = &prompt.structured_output;
+        let kinds = [so.json.is_some(), so.regex.is_some(), so.grammar.is_some()];
+        if kinds.iter().filter(|set| **set).count() != 1 {
+            errors.push(FieldError::new(
+                format!("{at}.structuredOutput"),
+                "must set exactly one of json, regex or grammar",
+            ));
+        }
+        if so.json.as_ref().is_some_and(|schema| !schema.is_object()) {
+            errors.push(FieldError::new(
+                format!("{at}.structuredOutput.json"),
+                "must be a JSON Schema object",
+            ));
+        }
+    }
+    if !(1..=MAX_ACCEPTANCE_TIMEOUT_SECONDS).contains(&acceptance.timeout_seconds) {
+        errors.push(FieldError::new(
+            "spec.acceptance.timeoutSeconds",
+            format_args!(
+                "is {}; it must be between 1 and {MAX_ACCEPTANCE_TIMEOUT_SECONDS}",
+                acceptance.timeout_seconds
+            ),
+        ));
+    }
+    if acceptance
+        .engine
+        .as_ref()
+        .is_some_and(|engine| engine.command.is_empty())
+    {
+        errors.push(FieldError::new(
+            "spec.acceptance.engine.command",
+            "is empty; give the program and its arguments, or remove engine to use the default",
+        ));
+    }
+}
+
+/// Same as the CEL `matches('^[^@ ]+@sha256:[0-9a-f]{64}$')`.
+fn is_pinned_by_digest(image: &str) -> bool {
+    let Some((repository, digest)) = image.split_once('@') else {
+        return false;
+    };
+    !repository.is_empty()
+        && !repository.contains(' ')
+        && digest
+            .strip_prefix("sha256:")
+            .is_some_and(|hex| is_lower_hex(hex, 64, 64))
+}
+
+/// Same as the CEL `matches('^[0-9a-f]{min,max}$')`.
+fn is_lower_hex(s: &str, min: usize, max: usize) -> bool {
+    (min..=max).contains(&s.len()) && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+fn kind_name(kind: AcceleratorType) -> &'static str {
+    match kind {
+        AcceleratorType::Nvidia => "NVIDIA",
+        AcceleratorType::Ascend => "Ascend",
+    }
+}
+
+/// Outcome of the licence gate. Nothing is provisioned unless it is [`LicenseVerdict::Accepted`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LicenseVerdict {
+    /// Annotation equals `spec.model.license` and the licence is allowed.
+    Accepted,
+    /// The `deepinfer.io/license-accepted` annotation is absent or empty.
+    AnnotationMissing,
+    /// The annotation names a different licence than `spec.model.license`.
+    Mismatch {
+        /// Value of the annotation.
+        annotation: String,
+        /// `spec.model.license`.
+        spec: String,
+    },
+    /// The licence is not on the operator's allow-list.
+    NotAllowed {
+        /// `spec.model.license`.
+        license: String,
+        /// The operator's allow-list.
+        allowed: Vec<String>,
+    },
+}
+
+/// Checks, in order: the annotation is present, it equals `spec.model.license`, and that licence
+/// is on the operator's allow-list (`--accepted-licenses`). Ids compare exactly.
+pub fn license_gate(
+    annotations: &BTreeMap<String, String>,
+    spec_license: &str,
+    allow_list: &[String],
+) -> LicenseVerdict {
+    let annotation = match annotations.get(LICENSE_ACCEPTED_ANNOTATION) {
+        Some(value) if !value.trim().is_empty() => value,
+        _ => return LicenseVerdict::AnnotationMissing,
+    };
+    if annotation != spec_license {
+        return LicenseVerdict::Mismatch {
+            annotation: annotation.clone(),
+            spec: spec_license.to_owned(),
+        };
+    }
+    if !allow_list.iter().any(|allowed| allowed == spec_license) {
+        return LicenseVerdict::NotAllowed {
+            license: spec_license.to_owned(),
+            allowed: allow_list.to_vec(),
+        };
+    }
+    LicenseVerdict::Accepted
+}
+
+impl LicenseVerdict {
+    /// Whether provisioning may go ahead.
+    pub fn is_accepted(&self) -> bool {
+        matches!(self, Self::Accepted)
+    }
+
+    /// Reason for the `LicenseAccepted` condition.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::Accepted => reasons::LICENSE_ACCEPTED,
+            Self::AnnotationMissing => reasons::LICENSE_ANNOTATION_MISSING,
+            Self::Mismatch { .. } => reasons::LICENSE_MISMATCH,
+            Self::NotAllowed { .. } => reasons::LICENSE_NOT_ALLOWED,
+        }
+    }
+
+    /// What is wrong and the command or setting that fixes it, for the resource
+    /// `namespace/name` whose `spec.model.license` is `license`.
+    pub fn message(&self, namespace: &str, name: &str, license: &str) -> String {
+        let annotate = |overwrite: &str| {
+            format!(
+                "kubectl -n {namespace} annotate{overwrite} did/{name} {LICENSE_ACCEPTED_ANNOTATION}={license}"
+            )
+        };
+        match self {
+            Self::Accepted => format!(
+                "licence {license:?} (spec.model.license) is accepted by annotation {LICENSE_ACCEPTED_ANNOTATION} and allowed by the operator"
+            ),
+            Self::AnnotationMissing => format!(
+                "annotation {LICENSE_ACCEPTED_ANNOTATION} is missing: nothing is provisioned until the checkpoint's licence {license:?} (spec.model.license) is accepted; read it, then run `{}`",
+                annotate("")
+            ),
+            Self::Mismatch { annotation, spec } => format!(
+                "annotation {LICENSE_ACCEPTED_ANNOTATION} is {annotation:?} but spec.model.license is {spec:?}: they must be equal; accept the checkpoint's licence with `{}` or correct spec.model.license",
+                annotate(" --overwrite")
+            ),
+            Self::NotAllowed { license, allowed } => {
+                let list = if allowed.is_empty() {
+                    "is empty".to_owned()
+                } else {
+                    format!("holds only {}", allowed.join(", "))
+                };
+                format!(
+                    "licence {license:?} (spec.model.license) is not on the operator's allow-list, which {list}; ask the operator's admin to add {license:?} to --accepted-licenses (Helm value acceptedLicenses)"
+                )
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn annotated(value: &str) -> BTreeMap<String, String> {
+        BTreeMap::from([(LICENSE_ACCEPTED_ANNOTATION.to_owned(), value.to_owned())])
+    }
+
+    fn allow(ids: &[&str]) -> Vec<String> {
+        ids.iter().map(|id| (*id).to_owned()).collect()
+    }
+
+    #[test]
+    fn license_accepted_when_annotation_matches_and_allowed() {
+        let verdict = license_gate(&annotated("mit"), "mit", &allow(&["apache-2.0", "mit"]));
+        assert_eq!(verdict, LicenseVerdict::Accepted);
+        assert!(verdict.is_accepted());
+        assert_eq!(verdict.reason(), reasons::LICENSE_ACCEPTED);
+    }
+
+    #[test]
+    fn license_annotation_missing_or_empty() {
+        for annotations in [BTreeMap::new(), annotated(""), annotated("  ")] {
+            let verdict = license_gate(&annotations, "mit", &allow(&["mit"]));
+            assert_eq!(verdict, LicenseVerdict::AnnotationMissing);
+            assert_eq!(verdict.reason(), reasons::LICENSE_ANNOTATION_MISSING);
+            let message = verdict.message("serving", "flash", "mit");
+            assert!(message.contains(LICENSE_ACCEPTED_ANNOTATION), "{message}");
+            assert!(message.contains("spec.model.license"), "{message}");
+            assert!(
+                message.contains(
+                    "kubectl -n serving annotate did/flash deepinfer.io/license-accepted=mit"
+                ),
+                "{message}"
+            );
+        }
+    }
+
+    #[test]
+    fn license_mismatch_names_both_values() {
+        let verdict = license_gate(&annotated("apache-2.0"), "mit", &allow(&["mit"]));
+        assert_eq!(
+            verdict,
+            LicenseVerdict::Mismatch {
+                annotation: "apache-2.0".into(),
+                spec: "mit".into()
+            }
+        );
+        assert!(!verdict.is_accepted());
+        assert_eq!(verdict.reason(), reasons::LICENSE_MISMATCH);
+        let message = verdict.message("serving", "flash", "mit");
+        for needle in [
+            LICENSE_ACCEPTED_ANNOTATION,
+            "\"apache-2.0\"",
+            "spec.model.license is \"mit\"",
+            "kubectl -n serving annotate --overwrite did/flash deepinfer.io/license-accepted=mit",
+        ] {
+            assert!(
+                message.contains(needle),
+                "{needle:?} missing from {message}"
+            );
+        }
+    }
+
+    #[test]
+    fn license_mismatch_is_exact_comparison() {
+        let verdict = license_gate(&annotated("MIT"), "mit", &allow(&["mit"]));
+        assert!(matches!(verdict, LicenseVerdict::Mismatch { .. }));
+    }
+
+    #[test]
+    fn license_not_allowed_names_flag_and_helm_value() {
+        let verdict = license_gate(&annotated("mit"), "mit", &allow(&["apache-2.0"]));
+        assert_eq!(
+            verdict,
+            LicenseVerdict::NotAllowed {
+                license: "mit".into(),
+                allowed: allow(&["apache-2.0"])
+            }
+        );
+        assert_eq!(verdict.reason(), reasons::LICENSE_NOT_ALLOWED);
+        let message = verdict.message("serving", "flash", "mit");
+        for needle in [
+            "spec.model.license",
+            "apache-2.0",
+            "--accepted-licenses",
+            "acceptedLicenses",
+        ] {
+            assert!(
+                message.contains(needle),
+                "{needle:?} missing from {message}"
+            );
+        }
+        let empty = license_gate(&annotated("mit"), "mit", &[]);
+        assert!(empty
+            .message("serving", "flash", "mit")
+            .contains("allow-list, which is empty"));
+    }
+
+    #[test]
+    fn license_checks_run_in_order_missing_mismatch_not_allowed() {
+        // Missing wins over not allowed; mismatch wins over not allowed.
+        assert_eq!(
+            license_gate(&BTreeMap::new(), "mit", &[]),
+            LicenseVerdict::AnnotationMissing
+        );
+        assert!(matches!(
+            license_gate(&annotated("other"), "mit", &[]),
+            LicenseVerdict::Mismatch { .. }
+        ));
+    }
+
+    #[test]
+    fn device_limits_default_to_the_crd_values() {
+        let limits = DeviceLimits::default();
+        assert_eq!(limits.per_node(AcceleratorType::Nvidia), 8);
+        assert_eq!(limits.per_node(AcceleratorType::Ascend), 16);
+        for kind in [AcceleratorType::Nvidia, AcceleratorType::Ascend] {
+            assert_eq!(limits.per_node(kind), kind.default_max_devices_per_node());
+        }
+    }
+
+    #[test]
+    fn digest_and_hex_matchers_follow_the_cel_patterns() {
+        let digest = "a".repeat(64);
+        assert!(is_pinned_by_digest(&format!(
+            "r.example/deepinfer@sha256:{digest}"
+        )));
+        assert!(is_pinned_by_digest(&format!(
+            "r.example:5000/deepinfer:v1@sha256:{digest}"
+        )));
+        assert!(!is_pinned_by_digest(&format!("@sha256:{digest}")));
+        assert!(!is_pinned_by_digest(&format!(
+            "r.example/a b@sha256:{digest}"
+        )));
+        assert!(!is_pinned_by_digest(&format!(
+            "r.example/deepinfer@sha256:{}",
+            "A".repeat(64)
+        )));
+        assert!(!is_pinned_by_digest(&format!("a@b@sha256:{digest}")));
+        assert!(!is_pinned_by_digest("r.example/deepinfer:v1"));
+        assert!(is_lower_hex("0123abc", 7, 40));
+        assert!(!is_lower_hex("0123ab", 7, 40));
+        assert!(!is_lower_hex("main", 40, 40));
+    }
+}

@@ -1,0 +1,11 @@
+//! deepinfer-operator: runs DeepInfer (DeepSeek's offline inference engine) as a verified,
+//! pinned, placed service on NVIDIA and Ascend clusters.
+//!
+//! `main.rs` only parses the command line and dispatches into these modules.
+#![forbid(unsafe_code)]
+
+pub mod acceptance;
+pub mod api;
+pub mod checkpoint;
+pub mod cli;
+pub mod controller;

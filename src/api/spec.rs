@@ -445,3 +445,70 @@ fn any_json(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
         "x-kubernetes-preserve-unknown-fields": true
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn accelerator(kind: AcceleratorType) -> AcceleratorSpec {
+        AcceleratorSpec {
+            kind,
+            product: None,
+            devices_per_pod: None,
+            scale_up_domain_key: None,
+        }
+    }
+
+    #[test]
+    fn accelerator_defaults_come_from_the_type() {
+        let nvidia = accelerator(AcceleratorType::Nvidia);
+        assert_eq!(nvidia.devices_per_pod(), DEFAULT_DEVICES_PER_POD);
+        assert_eq!(nvidia.device_resource(), "nvidia.com/gpu");
+        assert_eq!(nvidia.scale_up_domain_key(), "nvidia.com/gpu.clique");
+        assert_eq!(
+            nvidia.node_selector(),
+            [("nvidia.com/gpu.present".to_owned(), "true".to_owned())].into()
+        );
+        let ascend = accelerator(AcceleratorType::Ascend);
+        assert_eq!(ascend.device_resource(), "huawei.com/Ascend910");
+        assert_eq!(ascend.scale_up_domain_key(), "huawei.com/super-pod-id");
+        assert_eq!(
+            ascend.node_selector(),
+            [("accelerator".to_owned(), "huawei-Ascend910".to_owned())].into()
+        );
+    }
+
+    #[test]
+    fn accelerator_settings_override_the_defaults() {
+        let ascend = AcceleratorSpec {
+            product: Some("Ascend910B3".into()),
+            devices_per_pod: Some(16),
+            scale_up_domain_key: Some("example.com/hccs-domain".into()),
+            ..accelerator(AcceleratorType::Ascend)
+        };
+        assert_eq!(ascend.devices_per_pod(), 16);
+        assert_eq!(ascend.scale_up_domain_key(), "example.com/hccs-domain");
+        assert_eq!(
+            ascend.node_selector(),
+            [
+                ("accelerator".to_owned(), "huawei-Ascend910".to_owned()),
+                (
+                    "node.kubernetes.io/npu.chip.name".to_owned(),
+                    "Ascend910B3".to_owned()
+                ),
+            ]
+            .into()
+        );
+    }
+
+    #[test]
+    fn world_size_saturates_instead_of_overflowing() {
+        let huge = ParallelSpec {
+            tensor: i32::MAX,
+            pipeline: i32::MAX,
+            data: i32::MAX,
+            expert: 1,
+        };
+        assert_eq!(huge.world_size(), i64::MAX);
+    }
+}

@@ -38,7 +38,9 @@ openssl req -x509 -newkey rsa:2048 -nodes -days 30 -subj "/CN=deepinfer-testbed-
 cert() { # name CN O [extfile-line]
   local name=$1 cn=$2 o=$3 ext=${4:-}
   openssl req -newkey rsa:2048 -nodes -subj "/CN=$cn${o:+/O=$o}" -keyout "$pki/$name.key" -out "$pki/$name.csr" 2>/dev/null
-  if [ -n "$ext" ]; then printf '%s\n' "$ext" > "$pki/$name.ext"; else : > "$pki/$name.ext"; fi
+  # Always X.509 v3 (rustls refuses v1 certificates): usage extensions on every leaf.
+  printf '%s\n' "basicConstraints=CA:FALSE" "keyUsage=critical,digitalSignature,keyEncipherment" \
+    "extendedKeyUsage=${ext:+serverAuth,}clientAuth" ${ext:+"$ext"} > "$pki/$name.ext"
   openssl x509 -req -in "$pki/$name.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -CAcreateserial -days 30 \
     -extfile "$pki/$name.ext" -out "$pki/$name.crt" 2>/dev/null
 }
@@ -166,7 +168,7 @@ launch node-agent "$agent" --kubeconfig "$bed/kubeconfig" --topology "${TOPOLOGY
 # Ready when the nodes are registered and the service-account controller made the default SA.
 for ((i = 0; i < 300; i++)); do
   nodes=$("$bed/bin/kubectl" --kubeconfig "$bed/kubeconfig" get nodes --no-headers 2>/dev/null | grep -c ' Ready' || true)
-  sa=$("$bed/bin/kubectl" --kubeconfig "$bed/kubeconfig" -n default get sa default --no-headers 2>/dev/null | wc -l)
+  sa=$("$bed/bin/kubectl" --kubeconfig "$bed/kubeconfig" -n default get sa default --no-headers 2>/dev/null | wc -l || true)
   [ "$nodes" -ge 1 ] && [ "$sa" -ge 1 ] && break
   sleep 0.1
 done

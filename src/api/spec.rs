@@ -132,7 +132,6 @@ pub struct VolumeSource {
     pub claim_name: String,
     /// Directory inside the claim holding `config.json` and `*.safetensors`.
     #[schemars(length(max = 512))]
-    #[serde(default)]
     pub path: String,
 }
 

@@ -117,15 +117,26 @@ impl From<&RunArgs> for Settings {
     fn from(a: &RunArgs) -> Self {
         Self {
             namespace: a.namespace.clone(),
-            accepted_licenses: a.accepted_licenses.iter().map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
+            accepted_licenses: a
+                .accepted_licenses
+                .iter()
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect(),
             operator_image: a.operator_image.clone(),
-            limits: DeviceLimits { nvidia: a.max_devices_nvidia, ascend: a.max_devices_ascend },
+            limits: DeviceLimits {
+                nvidia: a.max_devices_nvidia,
+                ascend: a.max_devices_ascend,
+            },
         }
     }
 }
 
 /// Builds a client whose mutating requests are counted in `writes`.
-pub fn counting_client(config: kube::Config, writes: Arc<AtomicU64>) -> Result<Client, kube::Error> {
+pub fn counting_client(
+    config: kube::Config,
+    writes: Arc<AtomicU64>,
+) -> Result<Client, kube::Error> {
     use tower::util::MapRequestLayer;
     let layer = MapRequestLayer::new(move |req: http::Request<kube::client::Body>| {
         if req.method() != http::Method::GET {
@@ -133,7 +144,9 @@ pub fn counting_client(config: kube::Config, writes: Arc<AtomicU64>) -> Result<C
         }
         req
     });
-    Ok(kube::client::ClientBuilder::try_from(config)?.with_layer(&layer).build())
+    Ok(kube::client::ClientBuilder::try_from(config)?
+        .with_layer(&layer)
+        .build())
 }
 
 async fn load_config(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<kube::Config> {
@@ -142,9 +155,15 @@ async fn load_config(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<kub
         Some(path) => {
             let kc = kube::config::Kubeconfig::read_from(path)
                 .with_context(|| format!("reading kubeconfig {}", path.display()))?;
-            Ok(kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default()).await?)
+            Ok(kube::Config::from_custom_kubeconfig(
+                kc,
+                &kube::config::KubeConfigOptions::default(),
+            )
+            .await?)
         }
-        None => Ok(kube::Config::infer().await.context("no kubeconfig given and no in-cluster config found")?),
+        None => Ok(kube::Config::infer()
+            .await
+            .context("no kubeconfig given and no in-cluster config found")?),
     }
 }
 
@@ -165,10 +184,11 @@ async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(_) => return ctrl_c.await.unwrap_or(()),
-        };
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => return ctrl_c.await.unwrap_or(()),
+            };
         tokio::select! { _ = ctrl_c => {}, _ = term.recv() => {} }
     }
     #[cfg(not(unix))]
@@ -177,9 +197,14 @@ async fn shutdown_signal() {
 
 fn init_logging(json: bool) {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,kube=warn"));
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,kube=warn"));
     let builder = tracing_subscriber::fmt().with_env_filter(filter);
-    let _ = if json { builder.json().try_init() } else { builder.try_init() };
+    let _ = if json {
+        builder.json().try_init()
+    } else {
+        builder.try_init()
+    };
 }
 
 /// Fails with instructions when the CRD is not installed.
@@ -212,7 +237,13 @@ pub async fn controller(
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let ctx = Arc::new(Context {
-        recorder: Recorder::new(client.clone(), Reporter { controller: "deepinfer-operator".into(), instance: std::env::var("POD_NAME").ok() }),
+        recorder: Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: "deepinfer-operator".into(),
+                instance: std::env::var("POD_NAME").ok(),
+            },
+        ),
         client: client.clone(),
         accepted_licenses: settings.accepted_licenses,
         operator_image: settings.operator_image,
@@ -236,7 +267,8 @@ pub async fn run_with_context(
         Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
         None => Api::all_with(client.clone(), &ar),
     };
-    let owned = watcher::Config::default().labels(&format!("{}={}", labels::MANAGED_BY, labels::MANAGER));
+    let owned =
+        watcher::Config::default().labels(&format!("{}={}", labels::MANAGED_BY, labels::MANAGER));
     let pods: Api<Pod> = scoped(&client, namespace.as_deref());
     let jobs: Api<Job> = scoped(&client, namespace.as_deref());
     let services: Api<Service> = scoped(&client, namespace.as_deref());
@@ -275,10 +307,13 @@ const RESYNC: Duration = Duration::from_secs(300);
 #[tracing::instrument(skip(obj, ctx), fields(name = %obj.name_any(), namespace = obj.namespace().unwrap_or_default()))]
 async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
     ctx.reconciles.fetch_add(1, Ordering::Relaxed);
-    let ns = obj.namespace().ok_or_else(|| Error::NoNamespace(obj.name_any()))?;
+    let ns = obj
+        .namespace()
+        .ok_or_else(|| Error::NoNamespace(obj.name_any()))?;
     let raw = serde_json::to_value(obj.as_ref()).map_err(Error::Serde)?;
-    let previous: Option<DeepInferDeploymentStatus> =
-        raw.get("status").and_then(|s| serde_json::from_value(s.clone()).ok());
+    let previous: Option<DeepInferDeploymentStatus> = raw
+        .get("status")
+        .and_then(|s| serde_json::from_value(s.clone()).ok());
     let did: DeepInferDeployment = match serde_json::from_value(raw) {
         Ok(d) => d,
         Err(e) => {
@@ -309,13 +344,24 @@ async fn write_status(
     outcome: &Outcome,
 ) -> Result<(), Error> {
     let generation = obj.metadata.generation;
-    let next = status::compute(previous, outcome, generation, Time(k8s_openapi::jiff::Timestamp::now()));
+    let next = status::compute(
+        previous,
+        outcome,
+        generation,
+        Time(k8s_openapi::jiff::Timestamp::now()),
+    );
     if previous == Some(&next) {
         return Ok(());
     }
     let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &api_resource());
     let patch = serde_json::json!({ "status": next });
-    api.patch_status(&obj.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await.map_err(Error::Kube)?;
+    api.patch_status(
+        &obj.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await
+    .map_err(Error::Kube)?;
     let reference = obj.object_ref(&api_resource());
     for c in status::transitions(previous, &next) {
         // Only conditions that carry news; Reconciling/Stalled flips mirror the gates.
@@ -323,13 +369,23 @@ async fn write_status(
             continue;
         }
         // A failed gate (and the Stalled flip it causes) warns; everything else is news.
-        let failed_gate = c.status == "False" && matches!(outcome.stalled(), Some((r, _)) if r == c.reason);
+        let failed_gate =
+            c.status == "False" && matches!(outcome.stalled(), Some((r, _)) if r == c.reason);
         let stalled = c.type_ == crate::api::conditions::STALLED && c.status == "True";
-        let type_ = if failed_gate || stalled { EventType::Warning } else { EventType::Normal };
+        let type_ = if failed_gate || stalled {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        };
         let event = Event {
             type_,
             reason: c.reason.clone(),
-            note: Some(format!("{}={}: {}", c.type_, c.status, truncate(&c.message, 900))),
+            note: Some(format!(
+                "{}={}: {}",
+                c.type_,
+                c.status,
+                truncate(&c.message, 900)
+            )),
             action: "Reconcile".into(),
             secondary: None,
         };

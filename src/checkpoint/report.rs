@@ -80,20 +80,29 @@ mod tests {
         let problems: Vec<String> = (0..200)
             .map(|i| format!("model-{i:05}-of-00200.safetensors is listed but missing: re-fetch"))
             .collect();
-        let text = fit_problems(&problems, |p| serde_json::json!({"ok": false, "problems": p}).to_string());
+        let text = fit_problems(&problems, |p| {
+            serde_json::json!({"ok": false, "problems": p}).to_string()
+        });
         assert!(text.len() < TERMINATION_MESSAGE_LIMIT);
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
         let list = v["problems"].as_array().unwrap();
         let last = list.last().unwrap().as_str().unwrap();
         assert!(last.starts_with("…and "), "{last}");
-        let more: usize = last["…and ".len()..].split(' ').next().unwrap().parse().unwrap();
+        let more: usize = last["…and ".len()..]
+            .split(' ')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
         assert_eq!(list.len() - 1 + more, 200);
     }
 
     #[test]
     fn short_report_unchanged() {
         let problems = vec!["a".to_string()];
-        let text = fit_problems(&problems, |p| serde_json::json!({"problems": p}).to_string());
+        let text = fit_problems(&problems, |p| {
+            serde_json::json!({"problems": p}).to_string()
+        });
         assert_eq!(text, r#"{"problems":["a"]}"#);
     }
 }

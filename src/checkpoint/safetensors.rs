@@ -38,7 +38,8 @@ pub fn dtype_bits(dtype: &str) -> Option<u64> {
     Some(match dtype {
         "F4" => 4,
         "F6_E2M3" | "F6_E3M2" => 6,
-        "BOOL" | "U8" | "I8" | "F8_E5M2" | "F8_E4M3" | "F8_E8M0" | "F8_E4M3FNUZ" | "F8_E5M2FNUZ" => 8,
+        "BOOL" | "U8" | "I8" | "F8_E5M2" | "F8_E4M3" | "F8_E8M0" | "F8_E4M3FNUZ"
+        | "F8_E5M2FNUZ" => 8,
         "I16" | "U16" | "F16" | "BF16" => 16,
         "I32" | "U32" | "F32" => 32,
         "I64" | "U64" | "F64" | "C64" => 64,
@@ -197,30 +198,30 @@ fn check_layout(header: &Header, data_len: u64) -> Result<(), String> {
 }
 
 /// Serialises a safetensors file from `(name, dtype, shape, data)` tuples (fixtures and tests).
+/// The output is byte-for-byte deterministic: `__metadata__` first, then tensors by name.
 pub fn encode(tensors: &[(&str, &str, Vec<u64>, Vec<u8>)]) -> Vec<u8> {
     let mut sorted: Vec<_> = tensors.iter().collect();
     sorted.sort_by(|a, b| a.0.cmp(b.0));
-    let mut header = serde_json::Map::new();
+    let mut json = String::from(r#"{"__metadata__":{"format":"pt"}"#);
     let mut data = Vec::new();
     for (name, dtype, shape, bytes) in sorted {
         let begin = data.len();
         data.extend_from_slice(bytes);
-        header.insert(
-            (*name).to_string(),
-            serde_json::json!({"dtype": dtype, "shape": shape, "data_offsets": [begin, data.len()]}),
-        );
+        let shape: Vec<String> = shape.iter().map(u64::to_string).collect();
+        json.push_str(&format!(
+            r#",{}:{{"dtype":{},"shape":[{}],"data_offsets":[{begin},{}]}}"#,
+            serde_json::Value::from(*name),
+            serde_json::Value::from(*dtype),
+            shape.join(","),
+            data.len()
+        ));
     }
-    header.insert(
-        "__metadata__".to_string(),
-        serde_json::json!({"format": "pt"}),
-    );
-    let mut json = serde_json::Value::Object(header).to_string().into_bytes();
+    json.push('}');
     // Pad to 8 bytes as the reference writer does, so the data section is aligned.
-    while json.len() % 8 != 0 {
-        json.push(b' ');
-    }
+    let pad = (8 - json.len() % 8) % 8;
+    json.extend(std::iter::repeat_n(' ', pad));
     let mut out = (json.len() as u64).to_le_bytes().to_vec();
-    out.extend_from_slice(&json);
+    out.extend_from_slice(json.as_bytes());
     out.extend_from_slice(&data);
     out
 }
@@ -269,11 +270,27 @@ mod tests {
     #[test]
     fn rejects_wrong_sizes_and_dtypes() {
         let cases = [
-            (r#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}}"#, 4, "needs 8 bytes"),
-            (r#"{"a":{"dtype":"Q4","shape":[2],"data_offsets":[0,1]}}"#, 1, "unknown dtype"),
-            (r#"{"a":{"dtype":"F32","shape":[1],"data_offsets":[4,0]}}"#, 4, "needs 4 bytes"),
+            (
+                r#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}}"#,
+                4,
+                "needs 8 bytes",
+            ),
+            (
+                r#"{"a":{"dtype":"Q4","shape":[2],"data_offsets":[0,1]}}"#,
+                1,
+                "unknown dtype",
+            ),
+            (
+                r#"{"a":{"dtype":"F32","shape":[1],"data_offsets":[4,0]}}"#,
+                4,
+                "needs 4 bytes",
+            ),
             (r#"{"a":{"dtype":"F32","shape":[1]}}"#, 4, "data_offsets"),
-            (r#"{"a":{"dtype":"F4","shape":[3],"data_offsets":[0,1]}}"#, 1, "whole number"),
+            (
+                r#"{"a":{"dtype":"F4","shape":[3],"data_offsets":[0,1]}}"#,
+                1,
+                "whole number",
+            ),
             (
                 r#"{"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},"b":{"dtype":"U8","shape":[2],"data_offsets":[1,3]}}"#,
                 3,

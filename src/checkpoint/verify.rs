@@ -64,7 +64,9 @@ impl FromStr for RoleLayout {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let usage = || format!("`{s}` is not <role>=<tensor>x<pipeline>x<data>x<expert>, e.g. worker=8x1x2x16");
+        let usage = || {
+            format!("`{s}` is not <role>=<tensor>x<pipeline>x<data>x<expert>, e.g. worker=8x1x2x16")
+        };
         let (role, sizes) = s.split_once('=').ok_or_else(usage)?;
         let sizes: Vec<u64> = sizes
             .split('x')
@@ -199,7 +201,9 @@ fn check_fetch_marker(dir: &Path, revision: &str, problems: &mut Vec<String>) {
     }
     let mut bad = Vec::new();
     for file in &marker.files {
-        let size = std::fs::metadata(dir.join(&file.path)).map(|m| m.len()).ok();
+        let size = std::fs::metadata(dir.join(&file.path))
+            .map(|m| m.len())
+            .ok();
         if size != Some(file.size) {
             bad.push(file.path.as_str());
         }
@@ -423,7 +427,9 @@ fn front_matter_license(card: &str) -> Result<Option<Vec<String>>, String> {
         );
     }
     let meta: serde_yaml::Value = serde_yaml::from_str(&yaml).map_err(|e| {
-        format!("README.md front matter is not valid YAML ({e}): fix the model card's metadata block")
+        format!(
+            "README.md front matter is not valid YAML ({e}): fix the model card's metadata block"
+        )
     })?;
     let as_ids = |v: &serde_yaml::Value| -> Vec<String> {
         match v {
@@ -535,8 +541,17 @@ mod tests {
     #[test]
     fn layout_parses() {
         let l: RoleLayout = "decode=8x1x2x16".parse().unwrap();
-        assert_eq!((l.role.as_str(), l.tensor, l.pipeline, l.data, l.expert), ("decode", 8, 1, 2, 16));
-        for bad in ["worker", "worker=8x1x2", "worker=8x0x1x1", "=1x1x1x1", "w=axbxcxd"] {
+        assert_eq!(
+            (l.role.as_str(), l.tensor, l.pipeline, l.data, l.expert),
+            ("decode", 8, 1, 2, 16)
+        );
+        for bad in [
+            "worker",
+            "worker=8x1x2",
+            "worker=8x0x1x1",
+            "=1x1x1x1",
+            "w=axbxcxd",
+        ] {
             assert!(bad.parse::<RoleLayout>().is_err(), "{bad}");
         }
     }
@@ -544,20 +559,33 @@ mod tests {
     #[test]
     fn front_matter() {
         let card = "---\nlicense: MIT\nlibrary_name: transformers\n---\n# Model\n";
-        assert_eq!(front_matter_license(card).unwrap(), Some(vec!["MIT".into()]));
+        assert_eq!(
+            front_matter_license(card).unwrap(),
+            Some(vec!["MIT".into()])
+        );
         let other = "\u{feff}---\r\nlicense: other\r\nlicense_name: deepseek\r\n---\r\n";
-        assert_eq!(front_matter_license(other).unwrap(), Some(vec!["deepseek".into()]));
+        assert_eq!(
+            front_matter_license(other).unwrap(),
+            Some(vec!["deepseek".into()])
+        );
         let list = "---\nlicense:\n  - mit\n  - apache-2.0\n---\n";
         assert_eq!(front_matter_license(list).unwrap().unwrap().len(), 2);
         assert_eq!(front_matter_license("# no front matter\n").unwrap(), None);
         assert_eq!(front_matter_license("---\ntags: [a]\n---\n").unwrap(), None);
-        assert!(front_matter_license("---\nlicense: mit\n").unwrap_err().contains("closing"));
-        assert!(front_matter_license("---\nlicense: [\n---\n").unwrap_err().contains("YAML"));
+        assert!(front_matter_license("---\nlicense: mit\n")
+            .unwrap_err()
+            .contains("closing"));
+        assert!(front_matter_license("---\nlicense: [\n---\n")
+            .unwrap_err()
+            .contains("YAML"));
     }
 
     #[test]
     fn licence_texts() {
-        assert_eq!(identify_license_text("MIT License\n\nCopyright (c) 2023 DeepSeek"), Some("mit"));
+        assert_eq!(
+            identify_license_text("MIT License\n\nCopyright (c) 2023 DeepSeek"),
+            Some("mit")
+        );
         assert_eq!(
             identify_license_text("                                 Apache License\n                           Version 2.0, January 2004"),
             Some("apache-2.0")

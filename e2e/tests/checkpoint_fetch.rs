@@ -1,0 +1,235 @@
+//! fetch-checkpoint against the loopback fixture hub, then verify-checkpoint on the result.
+
+use std::path::{Path, PathBuf};
+
+use deepinfer_e2e::fixture_hub::{self, Fault, HubConfig, FIXTURE_REPO, FIXTURE_REVISION};
+use deepinfer_operator::checkpoint::{
+    self, fetch_checkpoint, verify_dir, Expectations, FetchReport, FetchRequest, VerifyReport,
+    MARKER_FILE,
+};
+
+const SHARD1: &str = "model-00001-of-00002.safetensors";
+const SHARD2: &str = "model-00002-of-00002.safetensors";
+
+/// A destination directory, removed on drop.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Self {
+        let dir =
+            std::env::temp_dir().join(format!("deepinfer-fetch-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        Self(dir)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn request(hub: &fixture_hub::FixtureHub, dest: &Path, token: Option<&str>) -> FetchRequest {
+    FetchRequest {
+        repo: FIXTURE_REPO.into(),
+        revision: FIXTURE_REVISION.into(),
+        dest: dest.to_path_buf(),
+        endpoint: hub.endpoint(),
+        token: token.map(Into::into),
+    }
+}
+
+fn verify(dir: &Path) -> VerifyReport {
+    verify_dir(
+        dir,
+        &Expectations {
+            license: "mit".into(),
+            revision: FIXTURE_REVISION.into(),
+            layouts: vec!["worker=8x1x2x16".parse().unwrap()],
+        },
+    )
+}
+
+#[tokio::test]
+async fn fetches_verifies_and_is_idempotent() {
+    let hub = fixture_hub::serve(HubConfig::fixture().token("hf_fixture"))
+        .await
+        .unwrap();
+    let dest = Scratch::new("happy");
+    let req = request(&hub, &dest.0, Some("hf_fixture"));
+    req.validate().unwrap();
+
+    let report = fetch_checkpoint(&req).await;
+    assert!(report.ok, "{:#?}", report.problems);
+    assert_eq!((report.files, report.downloaded, report.skipped), (6, 6, 0));
+    // Shards came through the CDN stand-in, which refuses a forwarded token.
+    let log = hub.requests();
+    assert!(
+        log.iter()
+            .any(|l| l.starts_with("cdn GET") && l.contains(SHARD1) && l.ends_with(" 200")),
+        "{log:#?}"
+    );
+
+    let verified = verify(&dest.0);
+    assert!(verified.ok, "{:#?}", verified.problems);
+    assert_eq!(
+        (verified.files, verified.bytes),
+        (report.files, report.bytes)
+    );
+
+    // A re-run of a completed fetch needs no network at all.
+    let before = hub.requests().len();
+    let again = fetch_checkpoint(&req).await;
+    assert!(
+        again.ok && again.downloaded == 0 && again.skipped == 6,
+        "{again:#?}"
+    );
+    assert_eq!(hub.requests().len(), before);
+
+    // A lost file is fetched again, the rest kept.
+    std::fs::remove_file(dest.0.join(SHARD2)).unwrap();
+    let repaired = fetch_checkpoint(&req).await;
+    assert!(repaired.ok, "{:#?}", repaired.problems);
+    assert_eq!((repaired.downloaded, repaired.skipped), (1, 5));
+    assert!(verify(&dest.0).ok);
+}
+
+#[tokio::test]
+async fn corrupt_shard_is_fetched_then_caught_by_verification() {
+    let hub = fixture_hub::serve(HubConfig::fixture().fault(Fault::Truncate {
+        file: SHARD2.into(),
+        len: 100,
+    }))
+    .await
+    .unwrap();
+    let dest = Scratch::new("corrupt");
+    let report = fetch_checkpoint(&request(&hub, &dest.0, None)).await;
+    assert!(report.ok, "{:#?}", report.problems);
+    let verified = verify(&dest.0);
+    assert!(!verified.ok);
+    assert_eq!(verified.problems.len(), 1, "{:#?}", verified.problems);
+    assert!(
+        verified.problems[0].starts_with(SHARD2),
+        "{}",
+        verified.problems[0]
+    );
+}
+
+#[tokio::test]
+async fn http_failures_name_the_url_and_status() {
+    let hub = fixture_hub::serve(
+        HubConfig::fixture()
+            .token("hf_fixture")
+            .fault(Fault::Status {
+                file: SHARD1.into(),
+                status: 404,
+            }),
+    )
+    .await
+    .unwrap();
+
+    let dest = Scratch::new("unauthorised");
+    let report = fetch_checkpoint(&request(&hub, &dest.0, None)).await;
+    assert!(!report.ok);
+    let problem = &report.problems[0];
+    assert!(
+        problem.contains("/api/models/deepinfer-fixtures/tiny-deepseek/revision/")
+            && problem.contains("401")
+            && problem.contains("HF_TOKEN"),
+        "{problem}"
+    );
+
+    let dest = Scratch::new("missing-file");
+    let report = fetch_checkpoint(&request(&hub, &dest.0, Some("hf_fixture"))).await;
+    assert!(!report.ok);
+    assert_eq!(report.problems.len(), 1, "{:#?}", report.problems);
+    let problem = &report.problems[0];
+    assert!(
+        problem.contains(SHARD1) && problem.contains("404"),
+        "{problem}"
+    );
+    // The other files landed, but the marker says the fetch is unfinished.
+    assert!(dest.0.join("config.json").is_file());
+    let verified = verify(&dest.0);
+    assert!(
+        verified
+            .problems
+            .iter()
+            .any(|p| p.starts_with(MARKER_FILE) && p.contains("unfinished")),
+        "{:#?}",
+        verified.problems
+    );
+
+    let mut wrong = request(&hub, &dest.0, Some("hf_fixture"));
+    wrong.revision = "f".repeat(40);
+    let report = fetch_checkpoint(&wrong).await;
+    assert!(
+        !report.ok && report.problems[0].contains("404"),
+        "{report:#?}"
+    );
+}
+
+#[tokio::test]
+async fn cut_transfers_are_retried_then_reported() {
+    let hub = fixture_hub::serve(HubConfig::fixture().fault(Fault::CutTransfer {
+        file: SHARD1.into(),
+        len: 50,
+    }))
+    .await
+    .unwrap();
+    let dest = Scratch::new("cut");
+    let report = fetch_checkpoint(&request(&hub, &dest.0, None)).await;
+    assert!(!report.ok);
+    let problem = &report.problems[0];
+    assert!(
+        problem.contains(SHARD1) && problem.contains("attempts"),
+        "{problem}"
+    );
+    let tries = hub
+        .requests()
+        .iter()
+        .filter(|l| l.starts_with("cdn GET") && l.contains(SHARD1))
+        .count();
+    assert_eq!(tries, 3);
+    assert!(
+        !dest.0.join(SHARD1).exists(),
+        "no partial file under the final name"
+    );
+}
+
+#[tokio::test]
+async fn cli_entrypoint_writes_the_termination_report() {
+    let hub = fixture_hub::serve(HubConfig::fixture()).await.unwrap();
+    let dest = Scratch::new("cli");
+    let report_path =
+        std::env::temp_dir().join(format!("deepinfer-fetch-report-{}", std::process::id()));
+    let code = checkpoint::fetch(checkpoint::FetchArgs {
+        repo: FIXTURE_REPO.into(),
+        revision: FIXTURE_REVISION.into(),
+        dest: dest.0.clone(),
+        endpoint: hub.endpoint(),
+        report: Some(report_path.clone()),
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, checkpoint::EXIT_OK);
+    let written: FetchReport =
+        serde_json::from_slice(&std::fs::read(&report_path).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&report_path);
+    assert!(written.ok && written.files == 6 && written.revision == FIXTURE_REVISION);
+
+    let code = checkpoint::verify(checkpoint::VerifyArgs {
+        dir: dest.0.clone(),
+        license: "MIT".into(),
+        revision: FIXTURE_REVISION.into(),
+        layouts: vec!["decode=4x1x1x4".parse().unwrap()],
+        report: Some(report_path.clone()),
+    })
+    .await
+    .unwrap();
+    let written: VerifyReport =
+        serde_json::from_slice(&std::fs::read(&report_path).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&report_path);
+    assert_eq!(code, checkpoint::EXIT_OK, "{written:#?}");
+    assert_eq!(written.files, 6);
+}

@@ -38,13 +38,22 @@ pub struct SoArgs {
 
 impl From<&StructuredOutput> for SoArgs {
     fn from(so: &StructuredOutput) -> Self {
-        Self { json_schema: so.json.clone(), regex: so.regex.clone(), grammar: so.grammar.clone() }
+        Self {
+            json_schema: so.json.clone(),
+            regex: so.regex.clone(),
+            grammar: so.grammar.clone(),
+        }
     }
 }
 
 impl From<&AcceptancePrompt> for PromptLine {
     fn from(p: &AcceptancePrompt) -> Self {
-        Self { id: p.id.clone(), prompt: p.prompt.clone(), max_tokens: p.max_tokens, so_args: (&p.structured_output).into() }
+        Self {
+            id: p.id.clone(),
+            prompt: p.prompt.clone(),
+            max_tokens: p.max_tokens,
+            so_args: (&p.structured_output).into(),
+        }
     }
 }
 
@@ -124,7 +133,10 @@ pub fn parse_outputs(bytes: &[u8]) -> ParsedOutputs {
         }
         match serde_json::from_slice::<OutputLine>(raw) {
             Ok(output) => parsed.outputs.push(NumberedOutput { line, output }),
-            Err(err) => parsed.errors.push(LineError { line, message: describe_json_error(&err) }),
+            Err(err) => parsed.errors.push(LineError {
+                line,
+                message: describe_json_error(&err),
+            }),
         }
     }
     parsed
@@ -153,8 +165,18 @@ mod tests {
         assert_eq!(parsed.outputs[0].output.accepted_tokens, None);
         let lines: Vec<usize> = parsed.errors.iter().map(|e| e.line).collect();
         assert_eq!(lines, [3, 4, 5]);
-        assert!(parsed.errors[0].message.contains("missing field `text`"), "{}", parsed.errors[0].message);
-        assert!(parsed.errors[2].message.contains("invalid type: string \"many\""), "{}", parsed.errors[2].message);
+        assert!(
+            parsed.errors[0].message.contains("missing field `text`"),
+            "{}",
+            parsed.errors[0].message
+        );
+        assert!(
+            parsed.errors[2]
+                .message
+                .contains("invalid type: string \"many\""),
+            "{}",
+            parsed.errors[2].message
+        );
     }
 
     #[test]

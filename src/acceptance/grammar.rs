@@ -27,7 +27,10 @@ struct CharClass {
 
 impl CharClass {
     fn single(c: char) -> Self {
-        Self { negated: false, ranges: vec![(c, c)] }
+        Self {
+            negated: false,
+            ranges: vec![(c, c)],
+        }
     }
 
     fn matches(&self, c: char) -> bool {
@@ -69,7 +72,11 @@ pub struct GrammarError {
 
 impl fmt::Display for GrammarError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "line {}, column {}: {}", self.line, self.column, self.message)
+        write!(
+            f,
+            "line {}, column {}: {}",
+            self.line, self.column, self.message
+        )
     }
 }
 
@@ -102,19 +109,34 @@ impl Grammar {
         }
         let mut chart = Chart::new(chars.len());
         for &p in &self.by_lhs[self.root] {
-            chart.add(0, Item { prod: p, dot: 0, origin: 0 }, &self.productions);
+            chart.add(
+                0,
+                Item {
+                    prod: p,
+                    dot: 0,
+                    origin: 0,
+                },
+                &self.productions,
+            );
         }
         for i in 0..=chars.len() {
             let mut j = 0;
             while let Some(&item) = chart.sets[i].items.get(j) {
                 j += 1;
                 if chart.total > MAX_ITEMS {
-                    return Err("the grammar check gave up: the grammar is too ambiguous for this output".into());
+                    return Err(
+                        "the grammar check gave up: the grammar is too ambiguous for this output"
+                            .into(),
+                    );
                 }
                 let prod = &self.productions[item.prod];
                 match prod.rhs.get(item.dot) {
                     None => {
-                        let waiting = chart.sets[item.origin].waiting.get(&prod.lhs).cloned().unwrap_or_default();
+                        let waiting = chart.sets[item.origin]
+                            .waiting
+                            .get(&prod.lhs)
+                            .cloned()
+                            .unwrap_or_default();
                         for k in waiting {
                             let parent = chart.sets[item.origin].items[k];
                             chart.add(i, parent.advance(), &self.productions);
@@ -122,7 +144,15 @@ impl Grammar {
                     }
                     Some(Sym::Rule(b)) => {
                         for &q in &self.by_lhs[*b] {
-                            chart.add(i, Item { prod: q, dot: 0, origin: i }, &self.productions);
+                            chart.add(
+                                i,
+                                Item {
+                                    prod: q,
+                                    dot: 0,
+                                    origin: i,
+                                },
+                                &self.productions,
+                            );
                         }
                         if self.nullable[*b] {
                             chart.add(i, item.advance(), &self.productions);
@@ -151,7 +181,10 @@ impl Grammar {
         if complete {
             Ok(())
         } else {
-            Err("does not match the grammar: the output ends before the root rule is complete".into())
+            Err(
+                "does not match the grammar: the output ends before the root rule is complete"
+                    .into(),
+            )
         }
     }
 }
@@ -172,7 +205,10 @@ struct Item {
 
 impl Item {
     fn advance(self) -> Self {
-        Self { dot: self.dot + 1, ..self }
+        Self {
+            dot: self.dot + 1,
+            ..self
+        }
     }
 }
 
@@ -191,7 +227,10 @@ struct Chart {
 
 impl Chart {
     fn new(len: usize) -> Self {
-        Self { sets: (0..=len).map(|_| EarleySet::default()).collect(), total: 0 }
+        Self {
+            sets: (0..=len).map(|_| EarleySet::default()).collect(),
+            total: 0,
+        }
     }
 
     fn add(&mut self, at: usize, item: Item, productions: &[Production]) {
@@ -222,7 +261,11 @@ struct Parser {
 impl Parser {
     fn error(&self, at: usize, message: impl Into<String>) -> GrammarError {
         let (line, column) = line_column(&self.src, at);
-        GrammarError { line, column, message: message.into() }
+        GrammarError {
+            line,
+            column,
+            message: message.into(),
+        }
     }
 
     fn peek(&self) -> Option<char> {
@@ -300,7 +343,10 @@ impl Parser {
         }
         self.defined[id] = true;
         self.skip_space(false);
-        if !(self.peek() == Some(':') && self.peek_at(1) == Some(':') && self.peek_at(2) == Some('=')) {
+        if !(self.peek() == Some(':')
+            && self.peek_at(1) == Some(':')
+            && self.peek_at(2) == Some('='))
+        {
             return Err(self.error(self.pos, "expected ::="));
         }
         self.pos += 3;
@@ -312,7 +358,12 @@ impl Parser {
             }
             Some('\n') => self.pos += 1,
             None => {}
-            Some(c) => return Err(self.error(self.pos, format!("expected a newline or the end, found {c:?}"))),
+            Some(c) => {
+                return Err(self.error(
+                    self.pos,
+                    format!("expected a newline or the end, found {c:?}"),
+                ))
+            }
         }
         self.skip_space(true);
         Ok(())
@@ -368,14 +419,18 @@ impl Parser {
                             Some(']') => break,
                             _ => {
                                 let lo = self.parse_char()?;
-                                let hi = if self.peek() == Some('-') && self.peek_at(1).is_some_and(|c| c != ']') {
+                                let hi = if self.peek() == Some('-')
+                                    && self.peek_at(1).is_some_and(|c| c != ']')
+                                {
                                     self.pos += 1;
                                     self.parse_char()?
                                 } else {
                                     lo
                                 };
                                 if hi < lo {
-                                    return Err(self.error(self.pos, format!("empty range {lo:?}-{hi:?}")));
+                                    return Err(
+                                        self.error(self.pos, format!("empty range {lo:?}-{hi:?}"))
+                                    );
                                 }
                                 ranges.push((lo, hi));
                             }
@@ -387,12 +442,16 @@ impl Parser {
                 }
                 '.' => {
                     self.pos += 1;
-                    seq.push(Sym::Char(CharClass { negated: true, ranges: Vec::new() }));
+                    seq.push(Sym::Char(CharClass {
+                        negated: true,
+                        ranges: Vec::new(),
+                    }));
                     last_start = Some(element_start);
                 }
                 '(' => {
                     if depth >= MAX_NESTING {
-                        return Err(self.error(self.pos, format!("groups nested deeper than {MAX_NESTING}")));
+                        return Err(self
+                            .error(self.pos, format!("groups nested deeper than {MAX_NESTING}")));
                     }
                     let open = self.pos;
                     self.pos += 1;
@@ -473,9 +532,10 @@ impl Parser {
         let digits: String = self.src[start..self.pos].iter().collect();
         match digits.parse::<u32>() {
             Ok(n) if n <= MAX_REPEAT => Ok(n),
-            Ok(_) | Err(_) if !digits.is_empty() => {
-                Err(self.error(open, format!("repetition bound {digits} is above {MAX_REPEAT}")))
-            }
+            Ok(_) | Err(_) if !digits.is_empty() => Err(self.error(
+                open,
+                format!("repetition bound {digits} is above {MAX_REPEAT}"),
+            )),
             _ => Err(self.error(start, "expected a number in the repetition")),
         }
     }
@@ -493,7 +553,10 @@ impl Parser {
                 let mut rhs = vec![Sym::Rule(star)];
                 rhs.extend(element);
                 self.productions.push(Production { lhs: star, rhs });
-                self.productions.push(Production { lhs: star, rhs: Vec::new() });
+                self.productions.push(Production {
+                    lhs: star,
+                    rhs: Vec::new(),
+                });
                 out.push(Sym::Rule(star));
             }
             Some(max) if max > min => {
@@ -504,7 +567,10 @@ impl Parser {
                     let mut rhs = element.clone();
                     rhs.extend(inner.map(Sym::Rule));
                     self.productions.push(Production { lhs: opt, rhs });
-                    self.productions.push(Production { lhs: opt, rhs: Vec::new() });
+                    self.productions.push(Production {
+                        lhs: opt,
+                        rhs: Vec::new(),
+                    });
                     inner = Some(opt);
                 }
                 out.extend(inner.map(Sym::Rule));
@@ -539,12 +605,21 @@ impl Parser {
         };
         let start = self.pos;
         let end = start + hex_digits;
-        let digits: String = self.src.get(start..end).map(|s| s.iter().collect()).unwrap_or_default();
+        let digits: String = self
+            .src
+            .get(start..end)
+            .map(|s| s.iter().collect())
+            .unwrap_or_default();
         let value = u32::from_str_radix(&digits, 16)
             .ok()
             .filter(|_| digits.len() == hex_digits)
             .and_then(char::from_u32)
-            .ok_or_else(|| self.error(at, format!("\\{e} needs {hex_digits} hex digits of a valid character")))?;
+            .ok_or_else(|| {
+                self.error(
+                    at,
+                    format!("\\{e} needs {hex_digits} hex digits of a valid character"),
+                )
+            })?;
         self.pos = end;
         Ok(value)
     }
@@ -552,10 +627,16 @@ impl Parser {
     fn finish(self) -> Result<Grammar, GrammarError> {
         for (id, defined) in self.defined.iter().enumerate() {
             if !defined {
-                return Err(self.error(self.first_use[id], format!("rule {:?} is used but not defined", self.names[id])));
+                return Err(self.error(
+                    self.first_use[id],
+                    format!("rule {:?} is used but not defined", self.names[id]),
+                ));
             }
         }
-        let root = *self.ids.get("root").ok_or_else(|| self.error(0, "the grammar has no root rule"))?;
+        let root = *self
+            .ids
+            .get("root")
+            .ok_or_else(|| self.error(0, "the grammar has no root rule"))?;
         let mut by_lhs = vec![Vec::new(); self.names.len()];
         for (p, prod) in self.productions.iter().enumerate() {
             by_lhs[prod.lhs].push(p);
@@ -565,13 +646,23 @@ impl Parser {
         while changed {
             changed = false;
             for prod in &self.productions {
-                if !nullable[prod.lhs] && prod.rhs.iter().all(|s| matches!(s, Sym::Rule(r) if nullable[*r])) {
+                if !nullable[prod.lhs]
+                    && prod
+                        .rhs
+                        .iter()
+                        .all(|s| matches!(s, Sym::Rule(r) if nullable[*r]))
+                {
                     nullable[prod.lhs] = true;
                     changed = true;
                 }
             }
         }
-        Ok(Grammar { productions: self.productions, by_lhs, nullable, root })
+        Ok(Grammar {
+            productions: self.productions,
+            by_lhs,
+            nullable,
+            root,
+        })
     }
 }
 
@@ -580,7 +671,10 @@ mod tests {
     use super::*;
 
     fn ok(grammar: &str, text: &str) -> bool {
-        Grammar::parse(grammar).expect("grammar parses").check(text).is_ok()
+        Grammar::parse(grammar)
+            .expect("grammar parses")
+            .check(text)
+            .is_ok()
     }
 
     #[test]
@@ -629,21 +723,38 @@ ws ::= [ \t\n]*
     #[test]
     fn mismatch_reports_position() {
         let g = Grammar::parse(r#"root ::= "ab\ncd""#).unwrap();
-        assert_eq!(g.check("ab\ncx").unwrap_err(), "does not match the grammar at line 2, column 2: unexpected 'x'");
-        assert!(g.check("ab\nc").unwrap_err().contains("ends before the root rule is complete"));
+        assert_eq!(
+            g.check("ab\ncx").unwrap_err(),
+            "does not match the grammar at line 2, column 2: unexpected 'x'"
+        );
+        assert!(g
+            .check("ab\nc")
+            .unwrap_err()
+            .contains("ends before the root rule is complete"));
     }
 
     #[test]
     fn bad_grammars_are_reported_with_position() {
         let err = |g: &str| Grammar::parse(g).unwrap_err().to_string();
-        assert_eq!(err("root ::= item"), "line 1, column 10: rule \"item\" is used but not defined");
-        assert_eq!(err("start ::= \"a\""), "line 1, column 1: the grammar has no root rule");
+        assert_eq!(
+            err("root ::= item"),
+            "line 1, column 10: rule \"item\" is used but not defined"
+        );
+        assert_eq!(
+            err("start ::= \"a\""),
+            "line 1, column 1: the grammar has no root rule"
+        );
         assert!(err("root ::= \"a").contains("unterminated string literal"));
         assert!(err("root ::= ( \"a\"").contains("expected ) to close this group"));
         assert!(err("root ::= * \"a\"").contains("must follow an element"));
         assert!(err("root ::= \"a\"{3,1}").contains("below its minimum"));
         assert!(err("root ::= \"\\q\"").contains("unknown escape"));
         assert!(err("root ::= \"a\"\nroot ::= \"b\"").contains("defined twice"));
-        assert!(err(&format!("root ::= {}\"a\"{}", "(".repeat(100), ")".repeat(100))).contains("nested deeper"));
+        assert!(err(&format!(
+            "root ::= {}\"a\"{}",
+            "(".repeat(100),
+            ")".repeat(100)
+        ))
+        .contains("nested deeper"));
     }
 }

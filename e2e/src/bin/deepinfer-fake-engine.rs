@@ -1,0 +1,181 @@
+//! `deepinfer-fake-engine`: a STAND-IN for DeepInfer's offline example, for the test bed and the
+//! integration tests, where there is no GPU and no checkpoint weights. It runs no model. It reads
+//! the prompts file the acceptance runner wrote, prints the load / warm-up event markers, and
+//! writes canned outputs per prompt id (docs/acceptance.md describes both files), valid or broken
+//! on purpose:
+//!
+//! - `replay`: each prompt's canned line, byte for byte, in prompt order (ids without a canned
+//!   line get no output);
+//! - `truncate`: as replay, but each text is cut in half and `finish_reason` is `length` (no EOS);
+//! - `crash`: writes the first output, then exits with code 70 as a crashed engine would;
+//! - `hang`: prints `loaded`, then never finishes (the runner's timeout must end it).
+//!
+//! It takes DeepInfer's flags (`--model_name`, `--prompts`, `--output`,
+//! `--check_structured_output`), so the acceptance spec's engine command can name it in place of
+//! the real engine.
+#![forbid(unsafe_code)]
+
+use std::collections::HashMap;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::{Parser, ValueEnum};
+
+/// Exit code of `--mode crash`.
+const CRASH_EXIT_CODE: u8 = 70;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "deepinfer-fake-engine",
+    about = "Stand-in for DeepInfer's offline example (no model is run)"
+)]
+struct Args {
+    /// Model directory; must exist (as the real engine needs it), it is not read.
+    #[arg(long = "model_name", alias = "model-name")]
+    model_name: PathBuf,
+    /// Prompts file (JSON lines) written by the acceptance runner.
+    #[arg(long)]
+    prompts: PathBuf,
+    /// Outputs file (JSON lines) to write.
+    #[arg(long)]
+    output: PathBuf,
+    /// Accepted for DeepInfer compatibility; the runner does the checking.
+    #[arg(long = "check_structured_output", alias = "check-structured-output")]
+    check_structured_output: bool,
+    /// Canned outputs: a JSON-lines file, or a directory whose `*.jsonl` files are all read
+    /// (a mounted ConfigMap).
+    #[arg(long, env = "DEEPINFER_FAKE_CANNED")]
+    canned: PathBuf,
+    /// What to do.
+    #[arg(long, env = "DEEPINFER_FAKE_MODE", value_enum, default_value_t = Mode::Replay)]
+    mode: Mode,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    Replay,
+    Truncate,
+    Crash,
+    Hang,
+}
+
+fn main() -> ExitCode {
+    match run(&Args::parse()) {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("deepinfer-fake-engine: {err:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run(args: &Args) -> anyhow::Result<ExitCode> {
+    eprintln!(
+        "deepinfer-fake-engine: stand-in engine, no model is run (mode {:?})",
+        args.mode
+    );
+    anyhow::ensure!(
+        args.model_name.is_dir(),
+        "model directory {} does not exist",
+        args.model_name.display()
+    );
+    let canned = load_canned(&args.canned)?;
+    let ids = prompt_ids(&args.prompts)?;
+    println!("DEEPINFER_EVENT loaded");
+    if args.mode == Mode::Hang {
+        loop {
+            std::thread::sleep(Duration::from_secs(3600));
+        }
+    }
+    println!("DEEPINFER_EVENT warmup_done");
+    let mut out = std::fs::File::create(&args.output)
+        .with_context(|| format!("creating {}", args.output.display()))?;
+    for (n, id) in ids.iter().enumerate() {
+        let Some(line) = canned.get(id) else {
+            eprintln!("deepinfer-fake-engine: no canned output for prompt {id:?}; none written");
+            continue;
+        };
+        let line = if args.mode == Mode::Truncate {
+            truncated(line)?
+        } else {
+            line.clone()
+        };
+        out.write_all(&line)?;
+        out.write_all(b"\n")?;
+        out.flush()?;
+        if args.mode == Mode::Crash && n == 0 {
+            eprintln!("deepinfer-fake-engine: simulated crash: RuntimeError: CUDA error: an illegal memory access was encountered");
+            return Ok(ExitCode::from(CRASH_EXIT_CODE));
+        }
+    }
+    println!("DEEPINFER_EVENT generation_done");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Prompt ids in file order.
+fn prompt_ids(path: &Path) -> anyhow::Result<Vec<String>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, l)| {
+            let v: serde_json::Value = serde_json::from_str(l)
+                .with_context(|| format!("{} line {}", path.display(), i + 1))?;
+            v["id"]
+                .as_str()
+                .map(str::to_string)
+                .with_context(|| format!("{} line {}: no string id", path.display(), i + 1))
+        })
+        .collect()
+}
+
+/// Canned lines by id, kept as the exact bytes of each line (the first line per id wins).
+fn load_canned(path: &Path) -> anyhow::Result<HashMap<String, Vec<u8>>> {
+    let files: Vec<PathBuf> = if path.is_dir() {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(path)
+            .with_context(|| format!("reading {}", path.display()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "jsonl") && p.is_file())
+            .collect();
+        files.sort();
+        files
+    } else {
+        vec![path.to_path_buf()]
+    };
+    let mut canned = HashMap::new();
+    for file in files {
+        let bytes = std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
+        for (i, line) in bytes.split(|&b| b == b'\n').enumerate() {
+            if line.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            let v: serde_json::Value = serde_json::from_slice(line)
+                .with_context(|| format!("{} line {}", file.display(), i + 1))?;
+            let id = v["id"]
+                .as_str()
+                .with_context(|| format!("{} line {}: no string id", file.display(), i + 1))?;
+            canned
+                .entry(id.to_string())
+                .or_insert_with(|| line.to_vec());
+        }
+    }
+    Ok(canned)
+}
+
+/// The line with its text cut in half and `finish_reason` set to `length`.
+fn truncated(line: &[u8]) -> anyhow::Result<Vec<u8>> {
+    let mut v: serde_json::Value = serde_json::from_slice(line)?;
+    if let Some(text) = v["text"].as_str() {
+        let half: String = text.chars().take(text.chars().count() / 2).collect();
+        v["text"] = half.into();
+    }
+    if let Some(tokens) = v["completion_tokens"].as_u64() {
+        v["completion_tokens"] = (tokens / 2).into();
+    }
+    v["finish_reason"] = "length".into();
+    Ok(serde_json::to_vec(&v)?)
+}

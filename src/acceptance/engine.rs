@@ -1,0 +1,431 @@
+//! Running the engine: command rendering, timeout with process-group kill, event markers for the
+//! load / warm-up / measured timings, and a bounded tail of its log.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncRead, AsyncReadExt as _};
+
+/// DeepInfer's offline example with an explicit local model directory and structured-output checks.
+pub const DEFAULT_COMMAND: [&str; 9] = [
+    "python3",
+    "/opt/deepinfer/examples/offline_inference.py",
+    "--model_name",
+    "{model_dir}",
+    "--prompts",
+    "{prompts_file}",
+    "--output",
+    "{outputs_file}",
+    "--check_structured_output",
+];
+
+/// Prefix of the engine's event lines (stdout or stderr): `DEEPINFER_EVENT <name>`.
+pub const EVENT_PREFIX: &str = "DEEPINFER_EVENT ";
+/// Event: weights are loaded.
+pub const EVENT_LOADED: &str = "loaded";
+/// Event: warm-up finished; the measured interval starts.
+pub const EVENT_WARMUP_DONE: &str = "warmup_done";
+/// Event: every prompt is generated; the measured interval ends (else it ends at exit).
+pub const EVENT_GENERATION_DONE: &str = "generation_done";
+
+/// Engine log kept in memory (the tail).
+pub const LOG_TAIL_BYTES: usize = 256 * 1024;
+/// Longest log line kept whole; longer lines are split.
+const MAX_LINE_BYTES: usize = 16 * 1024;
+/// How long to wait for the engine's pipes to close after it exited.
+const DRAIN_GRACE: Duration = Duration::from_secs(5);
+
+/// Substitutes `{model_dir}`, `{prompts_file}` and `{outputs_file}` in every argument; other
+/// braces are left as they are.
+pub fn render_command(
+    template: &[String],
+    model_dir: &Path,
+    prompts_file: &Path,
+    outputs_file: &Path,
+) -> Vec<String> {
+    template
+        .iter()
+        .map(|arg| {
+            arg.replace("{model_dir}", &model_dir.to_string_lossy())
+                .replace("{prompts_file}", &prompts_file.to_string_lossy())
+                .replace("{outputs_file}", &outputs_file.to_string_lossy())
+        })
+        .collect()
+}
+
+/// How the engine ended.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[serde(rename_all = "camelCase", tag = "kind")]
+pub enum EngineExit {
+    /// Exited with this code.
+    Exited {
+        /// Exit code.
+        code: i32,
+    },
+    /// Killed by this signal (not by the runner).
+    Signalled {
+        /// Signal number.
+        signal: i32,
+    },
+    /// Killed by the runner at the timeout.
+    TimedOut {
+        /// The timeout.
+        seconds: u64,
+    },
+    /// Could not be started.
+    SpawnFailed {
+        /// Why.
+        error: String,
+    },
+}
+
+impl EngineExit {
+    /// Whether the engine exited normally with code 0.
+    pub fn succeeded(&self) -> bool {
+        matches!(self, Self::Exited { code: 0 })
+    }
+
+    /// A failure reason, or `None` for a clean exit.
+    pub fn failure(&self) -> Option<String> {
+        match self {
+            Self::Exited { code: 0 } => None,
+            Self::Exited { code } => Some(format!("engine exited with code {code}")),
+            Self::Signalled { signal } => Some(format!("engine was killed by signal {signal}")),
+            Self::TimedOut { seconds } => Some(format!("timed out after {seconds}s")),
+            Self::SpawnFailed { error } => Some(format!("engine could not be started: {error}")),
+        }
+    }
+}
+
+/// Seconds of each phase; `None` when the engine did not print the marker that bounds it.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Timings {
+    /// Start to `loaded`.
+    pub load_seconds: Option<f64>,
+    /// `loaded` to `warmup_done`.
+    pub warmup_seconds: Option<f64>,
+    /// `warmup_done` to `generation_done` (or to a clean exit).
+    pub measured_seconds: Option<f64>,
+    /// Start to exit (or kill).
+    pub total_seconds: f64,
+    /// Every marker seen, as seconds since start (first occurrence).
+    pub markers: BTreeMap<String, f64>,
+}
+
+impl Timings {
+    /// Derives the phases from the markers; nothing is estimated.
+    pub fn from_markers(
+        markers: BTreeMap<String, f64>,
+        total_seconds: f64,
+        clean_exit: bool,
+    ) -> Self {
+        let at = |name: &str| markers.get(name).copied();
+        let loaded = at(EVENT_LOADED);
+        let warm = at(EVENT_WARMUP_DONE);
+        let end = at(EVENT_GENERATION_DONE).or(clean_exit.then_some(total_seconds));
+        let span = |from: Option<f64>, to: Option<f64>| match (from, to) {
+            (Some(a), Some(b)) if b >= a => Some(round_ms(b - a)),
+            _ => None,
+        };
+        Self {
+            load_seconds: loaded.map(round_ms),
+            warmup_seconds: span(loaded, warm),
+            measured_seconds: span(warm, end),
+            total_seconds: round_ms(total_seconds),
+            markers,
+        }
+    }
+}
+
+fn round_ms(seconds: f64) -> f64 {
+    (seconds * 1000.0).round() / 1000.0
+}
+
+/// A bounded tail of the engine's combined stdout and stderr.
+#[derive(Debug, Default, Clone)]
+pub struct LogTail {
+    bytes: VecDeque<u8>,
+    /// Bytes dropped from the front.
+    pub dropped: u64,
+    capacity: usize,
+}
+
+impl LogTail {
+    /// An empty tail keeping at most `capacity` bytes.
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            bytes: VecDeque::new(),
+            dropped: 0,
+            capacity,
+        }
+    }
+
+    /// Appends one line (a newline is added).
+    pub fn push_line(&mut self, line: &[u8]) {
+        self.bytes.extend(line);
+        self.bytes.push_back(b'\n');
+        let excess = self.bytes.len().saturating_sub(self.capacity);
+        if excess > 0 {
+            self.bytes.drain(..excess);
+            self.dropped += excess as u64;
+        }
+    }
+
+    /// The kept bytes.
+    pub fn to_vec(&self) -> Vec<u8> {
+        self.bytes.iter().copied().collect()
+    }
+}
+
+/// What one engine run produced.
+#[derive(Debug, Clone)]
+pub struct EngineRun {
+    /// How it ended.
+    pub exit: EngineExit,
+    /// Phase timings.
+    pub timings: Timings,
+    /// Tail of its log.
+    pub log: LogTail,
+}
+
+struct Shared {
+    start: Instant,
+    markers: Mutex<BTreeMap<String, f64>>,
+    log: Mutex<LogTail>,
+}
+
+impl Shared {
+    fn line(&self, line: &[u8]) {
+        let text = String::from_utf8_lossy(line);
+        if let Some(pos) = text.find(EVENT_PREFIX) {
+            let name = text[pos + EVENT_PREFIX.len()..]
+                .split_whitespace()
+                .next()
+                .unwrap_or_default();
+            if !name.is_empty() {
+                let elapsed = self.start.elapsed().as_secs_f64();
+                if let Ok(mut markers) = self.markers.lock() {
+                    markers.entry(name.to_string()).or_insert(elapsed);
+                }
+            }
+        }
+        eprintln!("engine: {text}");
+        if let Ok(mut log) = self.log.lock() {
+            log.push_line(line);
+        }
+    }
+}
+
+/// Runs `command` in `cwd` with `HF_HUB_OFFLINE=1`, in its own process group, killing the whole
+/// group at `timeout` (and after exit, so no stray worker outlives the run).
+pub async fn run(command: &[String], cwd: &Path, timeout: Duration) -> EngineRun {
+    let shared = Arc::new(Shared {
+        start: Instant::now(),
+        markers: Mutex::new(BTreeMap::new()),
+        log: Mutex::new(LogTail::new(LOG_TAIL_BYTES)),
+    });
+    let exit = run_child(command, cwd, timeout, &shared).await;
+    let total = shared.start.elapsed().as_secs_f64();
+    let markers = shared.markers.lock().map(|m| m.clone()).unwrap_or_default();
+    let log = shared.log.lock().map(|l| l.clone()).unwrap_or_default();
+    let timings = Timings::from_markers(markers, total, exit.succeeded());
+    EngineRun { exit, timings, log }
+}
+
+async fn run_child(
+    command: &[String],
+    cwd: &Path,
+    timeout: Duration,
+    shared: &Arc<Shared>,
+) -> EngineExit {
+    let Some((program, args)) = command.split_first() else {
+        return EngineExit::SpawnFailed {
+            error: "the engine command is empty".into(),
+        };
+    };
+    let spawned = tokio::process::Command::new(program)
+        .args(args)
+        .current_dir(cwd)
+        .env("HF_HUB_OFFLINE", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true)
+        .spawn();
+    let mut child = match spawned {
+        Ok(child) => child,
+        Err(err) => {
+            return EngineExit::SpawnFailed {
+                error: format!("{program}: {err}"),
+            }
+        }
+    };
+    let pgid = child.id().and_then(|id| i32::try_from(id).ok());
+    let readers: Vec<_> = [
+        child
+            .stdout
+            .take()
+            .map(|s| Box::new(s) as Box<dyn AsyncRead + Send + Unpin>),
+        child
+            .stderr
+            .take()
+            .map(|s| Box::new(s) as Box<dyn AsyncRead + Send + Unpin>),
+    ]
+    .into_iter()
+    .flatten()
+    .map(|stream| tokio::spawn(pump(stream, Arc::clone(shared))))
+    .collect();
+
+    let exit = match tokio::time::timeout(timeout, child.wait()).await {
+        Ok(Ok(status)) => status_exit(status),
+        Ok(Err(err)) => EngineExit::SpawnFailed {
+            error: format!("waiting for {program}: {err}"),
+        },
+        Err(_) => {
+            kill_group(pgid);
+            let _ = child.kill().await;
+            EngineExit::TimedOut {
+                seconds: timeout.as_secs(),
+            }
+        }
+    };
+    kill_group(pgid);
+    for reader in readers {
+        let abort = reader.abort_handle();
+        if tokio::time::timeout(DRAIN_GRACE, reader).await.is_err() {
+            abort.abort();
+        }
+    }
+    exit
+}
+
+fn status_exit(status: std::process::ExitStatus) -> EngineExit {
+    use std::os::unix::process::ExitStatusExt as _;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => EngineExit::Exited { code },
+        (None, Some(signal)) => EngineExit::Signalled { signal },
+        (None, None) => EngineExit::Exited { code: -1 },
+    }
+}
+
+fn kill_group(pgid: Option<i32>) {
+    if let Some(pgid) = pgid.filter(|p| *p > 0) {
+        let _ = nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(pgid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+}
+
+/// Reads a stream to its end, handing each line (split at `MAX_LINE_BYTES`) to `shared`.
+async fn pump(mut stream: Box<dyn AsyncRead + Send + Unpin>, shared: Arc<Shared>) {
+    let mut chunk = [0u8; 8192];
+    let mut line = Vec::new();
+    loop {
+        let n = match stream.read(&mut chunk).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        for &b in &chunk[..n] {
+            if b == b'\n' {
+                shared.line(line.strip_suffix(b"\r").unwrap_or(&line));
+                line.clear();
+            } else {
+                line.push(b);
+                if line.len() >= MAX_LINE_BYTES {
+                    shared.line(&line);
+                    line.clear();
+                }
+            }
+        }
+    }
+    if !line.is_empty() {
+        shared.line(&line);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_placeholders_only() {
+        let template: Vec<String> = DEFAULT_COMMAND
+            .iter()
+            .map(|s| s.to_string())
+            .chain(["--x={\"a\":1}".to_string()])
+            .collect();
+        let cmd = render_command(
+            &template,
+            Path::new("/models/m"),
+            Path::new("/w/p.jsonl"),
+            Path::new("/w/o.jsonl"),
+        );
+        assert_eq!(cmd[3], "/models/m");
+        assert_eq!(cmd[5], "/w/p.jsonl");
+        assert_eq!(cmd[7], "/w/o.jsonl");
+        assert_eq!(cmd[9], "--x={\"a\":1}");
+    }
+
+    #[test]
+    fn timings_come_from_markers_only() {
+        let markers = BTreeMap::from([
+            ("loaded".to_string(), 10.0),
+            ("warmup_done".to_string(), 12.5),
+        ]);
+        let t = Timings::from_markers(markers.clone(), 20.0, true);
+        assert_eq!(
+            (t.load_seconds, t.warmup_seconds, t.measured_seconds),
+            (Some(10.0), Some(2.5), Some(7.5))
+        );
+        let killed = Timings::from_markers(markers, 20.0, false);
+        assert_eq!(killed.measured_seconds, None);
+        let none = Timings::from_markers(BTreeMap::new(), 3.0, true);
+        assert_eq!(
+            (
+                none.load_seconds,
+                none.warmup_seconds,
+                none.measured_seconds
+            ),
+            (None, None, None)
+        );
+        assert_eq!(none.total_seconds, 3.0);
+    }
+
+    #[test]
+    fn log_tail_keeps_the_end() {
+        let mut tail = LogTail::new(8);
+        tail.push_line(b"abcdef");
+        tail.push_line(b"xyz");
+        assert_eq!(tail.to_vec(), b"def\nxyz\n");
+        assert_eq!(tail.dropped, 3);
+    }
+
+    #[tokio::test]
+    async fn runs_times_and_kills() {
+        let dir = std::env::temp_dir();
+        let sh = |script: &str| vec!["sh".to_string(), "-c".to_string(), script.to_string()];
+        let ok = run(&sh("echo 'INFO DEEPINFER_EVENT loaded'; echo DEEPINFER_EVENT warmup_done >&2; echo done"), &dir, Duration::from_secs(10)).await;
+        assert_eq!(ok.exit, EngineExit::Exited { code: 0 });
+        assert!(ok.timings.load_seconds.is_some() && ok.timings.measured_seconds.is_some());
+        assert!(String::from_utf8_lossy(&ok.log.to_vec()).contains("done\n"));
+        let crash = run(&sh("exit 7"), &dir, Duration::from_secs(10)).await;
+        assert_eq!(crash.exit.failure().unwrap(), "engine exited with code 7");
+        let hang = run(&sh("sleep 30 & sleep 30"), &dir, Duration::from_secs(1)).await;
+        assert_eq!(hang.exit.failure().unwrap(), "timed out after 1s");
+        assert!(hang.timings.total_seconds < 10.0);
+        let missing = run(
+            &["/nonexistent/engine".to_string()],
+            &dir,
+            Duration::from_secs(1),
+        )
+        .await;
+        assert!(matches!(missing.exit, EngineExit::SpawnFailed { .. }));
+    }
+}

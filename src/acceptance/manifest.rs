@@ -1,0 +1,455 @@
+//! What an acceptance run records: the manifest (kept as evidence) and the short summary (the
+//! container's termination message, parsed by the controller).
+
+use serde::{Deserialize, Serialize};
+
+use super::checker::Verdict;
+use super::devices::DeviceInventory;
+use super::engine::{EngineExit, Timings};
+use super::engine_io::ParsedOutputs;
+use crate::api::ParallelSpec;
+
+/// Kubernetes keeps at most this many bytes of a termination message.
+pub const TERMINATION_MESSAGE_LIMIT: usize = 4096;
+/// Longest `reason` in the summary.
+const SUMMARY_REASON_LIMIT: usize = 1024;
+
+/// Outcome of an acceptance run.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AcceptanceResult {
+    /// Every prompt passed and the engine exited cleanly.
+    Passed,
+    /// Anything else.
+    Failed,
+}
+
+/// The termination message of the acceptance container: one JSON object under 4096 bytes.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct AcceptanceSummary {
+    /// `Passed` or `Failed`.
+    pub result: AcceptanceResult,
+    /// Prompts in the spec (0 when the spec could not be read).
+    pub prompts: usize,
+    /// Prompts that passed.
+    pub passed: usize,
+    /// Ids of failing prompts, then of outputs with unknown ids.
+    #[serde(default)]
+    pub failed_prompts: Vec<String>,
+    /// Failing ids left out of `failedPrompts` to stay under the size limit.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub omitted_failed_prompts: usize,
+    /// Where the evidence is: the ConfigMap name (or directory); empty if it could not be written.
+    pub evidence: String,
+    /// Why it failed (or `all N prompts passed`), shortened to 1 KiB.
+    pub reason: String,
+    /// Revision judged.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub revision: String,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+impl AcceptanceSummary {
+    /// Compact JSON under [`TERMINATION_MESSAGE_LIMIT`]: the reason is shortened first, then
+    /// failing ids are dropped from the end (and counted in `omittedFailedPrompts`).
+    pub fn termination_message(&self) -> String {
+        let mut summary = self.clone();
+        summary.reason = shorten(&summary.reason, SUMMARY_REASON_LIMIT);
+        loop {
+            let text = serde_json::to_string(&summary).unwrap_or_default();
+            if text.len() < TERMINATION_MESSAGE_LIMIT || summary.failed_prompts.is_empty() {
+                return text;
+            }
+            summary.failed_prompts.pop();
+            summary.omitted_failed_prompts += 1;
+        }
+    }
+}
+
+/// `text` cut to at most `limit` bytes at a character boundary, marked when cut.
+pub fn shorten(text: &str, limit: usize) -> String {
+    if text.len() <= limit {
+        return text.to_string();
+    }
+    let marker = format!(" … [truncated, {} bytes in all]", text.len());
+    let mut end = limit.saturating_sub(marker.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}{marker}", &text[..end])
+}
+
+/// Image and runtime.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct RuntimeRecord {
+    /// Image reference as given.
+    pub image: String,
+    /// `sha256:<hex>` part of the image reference, when it has one.
+    pub image_digest: Option<String>,
+    /// Runtime git commit.
+    pub commit: String,
+}
+
+/// Checkpoint.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct CheckpointRecord {
+    /// Checkpoint revision (hub commit).
+    pub revision: String,
+    /// Local model directory the engine loaded.
+    pub model_dir: String,
+}
+
+/// Parallel layout with its world size.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct LayoutRecord {
+    /// Tensor-parallel degree.
+    pub tensor: i32,
+    /// Pipeline-parallel degree.
+    pub pipeline: i32,
+    /// Data-parallel degree.
+    pub data: i32,
+    /// Expert-parallel degree.
+    pub expert: i32,
+    /// tensor × pipeline × data.
+    pub world_size: i64,
+}
+
+impl From<&ParallelSpec> for LayoutRecord {
+    fn from(p: &ParallelSpec) -> Self {
+        Self {
+            tensor: p.tensor,
+            pipeline: p.pipeline,
+            data: p.data,
+            expert: p.expert,
+            world_size: p.world_size(),
+        }
+    }
+}
+
+/// The engine run.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct EngineRecord {
+    /// The rendered command.
+    pub command: Vec<String>,
+    /// How it ended.
+    pub exit: EngineExit,
+    /// The timeout applied.
+    pub timeout_seconds: u64,
+}
+
+/// One prompt's output as recorded.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct PromptRecord {
+    /// Prompt id.
+    pub id: String,
+    /// Verdict.
+    pub passed: bool,
+    /// Line of the output in `outputs.jsonl`, if one was produced.
+    pub line: Option<usize>,
+    /// Finish reason reported.
+    pub finish_reason: Option<String>,
+    /// Prompt tokens reported.
+    pub prompt_tokens: Option<u64>,
+    /// Completion tokens reported.
+    pub completion_tokens: Option<u64>,
+    /// Speculative-decoding accepted tokens reported.
+    pub accepted_tokens: Option<u64>,
+}
+
+/// Token totals; a total is `None` unless every output reported that count.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct TokenTotals {
+    /// Sum of prompt tokens.
+    pub prompt_tokens: Option<u64>,
+    /// Sum of completion tokens.
+    pub completion_tokens: Option<u64>,
+    /// Sum of accepted tokens.
+    pub accepted_tokens: Option<u64>,
+    /// Completion tokens per second of the measured interval, when both are known.
+    pub completion_tokens_per_second: Option<f64>,
+}
+
+/// An evidence key that was cut to fit the ConfigMap.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Truncation {
+    /// The key.
+    pub key: String,
+    /// Bytes before truncation.
+    pub original_bytes: u64,
+    /// Bytes kept.
+    pub kept_bytes: u64,
+    /// What was kept.
+    pub note: String,
+}
+
+/// Everything needed to reproduce or audit the run, kept as `manifest.json`.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Manifest {
+    /// Owning DeepInferDeployment.
+    pub deployment: Option<String>,
+    /// Revision judged.
+    pub revision: String,
+    /// Result.
+    pub result: AcceptanceResult,
+    /// Why it failed, or that every prompt passed.
+    pub reason: String,
+    /// Runner version.
+    pub runner_version: String,
+    /// Start of the run (RFC 3339).
+    pub started_at: String,
+    /// Image and runtime commit.
+    pub runtime: RuntimeRecord,
+    /// Checkpoint revision and local directory.
+    pub checkpoint: CheckpointRecord,
+    /// Devices.
+    pub devices: DeviceInventory,
+    /// Parallel layout.
+    pub layout: LayoutRecord,
+    /// The engine run.
+    pub engine: EngineRecord,
+    /// Load, warm-up and measured interval.
+    pub timings: Timings,
+    /// Prompt ids in spec order.
+    pub prompt_ids: Vec<String>,
+    /// Per prompt: verdict, output line, token counts.
+    pub prompts: Vec<PromptRecord>,
+    /// Token totals.
+    pub tokens: TokenTotals,
+    /// Lines of `outputs.jsonl` that are not valid output objects.
+    pub output_line_errors: Vec<String>,
+    /// `utf-8` (key in `data`) or `binary` (key in `binaryData`) for `outputs.jsonl`.
+    pub outputs_encoding: String,
+    /// Evidence keys cut to fit; empty when everything is whole.
+    pub truncated: Vec<Truncation>,
+}
+
+/// Inputs of [`build_manifest`] that come from the command line.
+#[derive(Debug, Clone, Default)]
+pub struct RunIdentity {
+    /// Owning deployment.
+    pub deployment: Option<String>,
+    /// Revision judged.
+    pub revision: String,
+    /// Image reference.
+    pub image: String,
+    /// Runtime commit.
+    pub runtime_commit: String,
+    /// Checkpoint revision.
+    pub checkpoint_revision: String,
+    /// Model directory.
+    pub model_dir: String,
+    /// Parallel layout.
+    pub layout: ParallelSpec,
+    /// Start time (RFC 3339).
+    pub started_at: String,
+}
+
+/// Per-prompt records and token totals from the outputs and verdicts.
+pub fn prompt_records(
+    prompt_ids: &[String],
+    parsed: &ParsedOutputs,
+    verdicts: &[Verdict],
+) -> Vec<PromptRecord> {
+    prompt_ids
+        .iter()
+        .map(|id| {
+            let output = parsed.outputs.iter().find(|o| &o.output.id == id);
+            PromptRecord {
+                id: id.clone(),
+                passed: verdicts.iter().any(|v| &v.id == id && v.passed),
+                line: output.map(|o| o.line),
+                finish_reason: output.map(|o| o.output.finish_reason.clone()),
+                prompt_tokens: output.and_then(|o| o.output.prompt_tokens),
+                completion_tokens: output.and_then(|o| o.output.completion_tokens),
+                accepted_tokens: output.and_then(|o| o.output.accepted_tokens),
+            }
+        })
+        .collect()
+}
+
+/// Sums each count when every prompt reported it.
+pub fn token_totals(records: &[PromptRecord], measured_seconds: Option<f64>) -> TokenTotals {
+    fn total(records: &[PromptRecord], f: impl Fn(&PromptRecord) -> Option<u64>) -> Option<u64> {
+        records
+            .iter()
+            .map(f)
+            .try_fold(0u64, |acc, n| n.map(|n| acc.saturating_add(n)))
+    }
+    let completion = total(records, |r| r.completion_tokens);
+    let rate = match (completion, measured_seconds) {
+        (Some(tokens), Some(secs)) if secs > 0.0 => {
+            Some((tokens as f64 / secs * 100.0).round() / 100.0)
+        }
+        _ => None,
+    };
+    TokenTotals {
+        prompt_tokens: total(records, |r| r.prompt_tokens),
+        completion_tokens: completion,
+        accepted_tokens: total(records, |r| r.accepted_tokens),
+        completion_tokens_per_second: rate,
+    }
+}
+
+/// The `sha256:<hex>` digest of an image reference.
+pub fn image_digest(image: &str) -> Option<String> {
+    image
+        .rsplit_once('@')
+        .map(|(_, digest)| digest.to_string())
+        .filter(|d| d.starts_with("sha256:"))
+}
+
+/// What the run produced, besides the outputs.
+#[derive(Debug, Clone)]
+pub struct RunFacts {
+    /// Result.
+    pub result: AcceptanceResult,
+    /// Reason.
+    pub reason: String,
+    /// Devices.
+    pub devices: DeviceInventory,
+    /// The engine run.
+    pub engine: EngineRecord,
+    /// Phase timings.
+    pub timings: Timings,
+}
+
+/// Assembles the manifest (with `truncated` empty; the evidence writer fills it).
+pub fn build_manifest(
+    identity: &RunIdentity,
+    facts: RunFacts,
+    prompt_ids: &[String],
+    parsed: &ParsedOutputs,
+    verdicts: &[Verdict],
+) -> Manifest {
+    let RunFacts {
+        result,
+        reason,
+        devices,
+        engine,
+        timings,
+    } = facts;
+    let prompts = prompt_records(prompt_ids, parsed, verdicts);
+    let tokens = token_totals(&prompts, timings.measured_seconds);
+    Manifest {
+        deployment: identity.deployment.clone(),
+        revision: identity.revision.clone(),
+        result,
+        reason,
+        runner_version: env!("CARGO_PKG_VERSION").to_string(),
+        started_at: identity.started_at.clone(),
+        runtime: RuntimeRecord {
+            image: identity.image.clone(),
+            image_digest: image_digest(&identity.image),
+            commit: identity.runtime_commit.clone(),
+        },
+        checkpoint: CheckpointRecord {
+            revision: identity.checkpoint_revision.clone(),
+            model_dir: identity.model_dir.clone(),
+        },
+        devices,
+        layout: (&identity.layout).into(),
+        engine,
+        timings,
+        prompt_ids: prompt_ids.to_vec(),
+        prompts,
+        tokens,
+        output_line_errors: parsed
+            .errors
+            .iter()
+            .map(|e| format!("line {}: {}", e.line, e.message))
+            .collect(),
+        outputs_encoding: "utf-8".into(),
+        truncated: Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn summary(failed: usize, reason: &str) -> AcceptanceSummary {
+        AcceptanceSummary {
+            result: AcceptanceResult::Failed,
+            prompts: failed,
+            passed: 0,
+            failed_prompts: (0..failed)
+                .map(|i| format!("prompt-with-a-long-identifier-{i:04}"))
+                .collect(),
+            omitted_failed_prompts: 0,
+            evidence: "did-sample-acceptance-abc123".into(),
+            reason: reason.into(),
+            revision: "abc123".into(),
+        }
+    }
+
+    #[test]
+    fn termination_message_stays_under_the_limit_and_parses() {
+        let small = summary(2, "engine exited with code 3");
+        let text = small.termination_message();
+        assert_eq!(
+            serde_json::from_str::<AcceptanceSummary>(&text).unwrap(),
+            small
+        );
+        assert!(
+            text.starts_with(r#"{"result":"Failed","prompts":2,"passed":0,"failedPrompts":["#),
+            "{text}"
+        );
+
+        let big = summary(256, &"x".repeat(10_000));
+        let text = big.termination_message();
+        assert!(text.len() < TERMINATION_MESSAGE_LIMIT);
+        let back: AcceptanceSummary = serde_json::from_str(&text).unwrap();
+        assert_eq!(back.failed_prompts.len() + back.omitted_failed_prompts, 256);
+        assert!(back.reason.ends_with("[truncated, 10000 bytes in all]"));
+        assert!(back.reason.len() <= SUMMARY_REASON_LIMIT);
+    }
+
+    #[test]
+    fn shorten_respects_char_boundaries() {
+        let s = "é".repeat(100);
+        let cut = shorten(&s, 61);
+        assert!(cut.len() <= 61 && cut.contains("truncated"));
+        assert_eq!(shorten("short", 10), "short");
+    }
+
+    #[test]
+    fn token_totals_need_every_count() {
+        let r = |c: Option<u64>, a: Option<u64>| PromptRecord {
+            completion_tokens: c,
+            accepted_tokens: a,
+            prompt_tokens: Some(5),
+            ..Default::default()
+        };
+        let t = token_totals(&[r(Some(10), Some(4)), r(Some(30), None)], Some(2.0));
+        assert_eq!(
+            (t.prompt_tokens, t.completion_tokens, t.accepted_tokens),
+            (Some(10), Some(40), None)
+        );
+        assert_eq!(t.completion_tokens_per_second, Some(20.0));
+        assert_eq!(
+            token_totals(&[r(None, None)], Some(1.0)).completion_tokens_per_second,
+            None
+        );
+    }
+
+    #[test]
+    fn digest_from_image_reference() {
+        let d = "sha256:".to_string() + &"a".repeat(64);
+        assert_eq!(
+            image_digest(&format!("registry.local:5000/deepinfer@{d}")),
+            Some(d)
+        );
+        assert_eq!(image_digest("deepinfer:latest"), None);
+    }
+}

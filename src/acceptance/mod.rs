@@ -52,7 +52,11 @@ pub struct AcceptArgs {
     #[arg(long, default_value = "/tmp/deepinfer-acceptance")]
     pub work_dir: PathBuf,
     /// Where the JSON summary goes (the container's termination message).
-    #[arg(long, env = "DEEPINFER_TERMINATION_LOG", default_value = "/dev/termination-log")]
+    #[arg(
+        long,
+        env = "DEEPINFER_TERMINATION_LOG",
+        default_value = "/dev/termination-log"
+    )]
     pub termination_log: PathBuf,
 }
 

@@ -25,7 +25,7 @@ pub enum Command {
     /// Job entrypoint: verify a checkpoint directory and report the result.
     VerifyCheckpoint(crate::checkpoint::VerifyArgs),
     /// Job entrypoint: run the acceptance workload and write the evidence.
-    Accept(crate::acceptance::AcceptArgs),
+    Accept(Box<crate::acceptance::AcceptArgs>),
     /// Judge kept engine outputs against an acceptance spec, offline.
     Check(CheckArgs),
     /// Init-container entrypoint: copy this binary into a shared volume (acceptance runner injection).

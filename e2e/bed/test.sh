@@ -24,6 +24,6 @@ export DEEPINFER_TESTBED="$bed"
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --no-fail-fast --failure-output final
 else
-  cargo test --workspace --no-fail-fast
+  cargo test --workspace --no-fail-fast -- --test-threads=1
 fi
 echo "make test: passed in $(( $(date +%s) - t0 ))s"

@@ -1,3 +1,6 @@
 #![forbid(unsafe_code)]
+//! The test bed's tooling: the simulated node agent, test fixtures and the support library the
+//! integration and end-to-end suites use.
 
 pub mod fixture_hub;
+pub mod support;

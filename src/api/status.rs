@@ -165,6 +165,8 @@ pub mod reasons {
     pub const PROGRESSING: &str = "Progressing";
     /// Nothing left to do.
     pub const COMPLETE: &str = "Complete";
+    /// Writing worker pods or Services failed; retried.
+    pub const APPLY_FAILED: &str = "ApplyFailed";
     /// A referenced object (PVC, ConfigMap, Secret) is missing.
     pub const MISSING_DEPENDENCY: &str = "MissingDependency";
 }

@@ -389,11 +389,13 @@ fn engine_pod_spec(did: &DeepInferDeployment, at: &RankOf<'_>, shape: &GroupShap
             k8s_openapi::api::core::v1::ContainerPort {
                 name: Some("serve".into()),
                 container_port: SERVE_PORT,
+                protocol: Some("TCP".into()),
                 ..Default::default()
             },
             k8s_openapi::api::core::v1::ContainerPort {
                 name: Some("rendezvous".into()),
                 container_port: RENDEZVOUS_PORT,
+                protocol: Some("TCP".into()),
                 ..Default::default()
             },
         ]),
@@ -488,6 +490,8 @@ pub fn group_service(did: &DeepInferDeployment, role: &str, group: i32) -> Servi
                 name: Some("rendezvous".into()),
                 port: RENDEZVOUS_PORT,
                 target_port: Some(IntOrString::Int(RENDEZVOUS_PORT)),
+                // Explicit: server-side apply on older API servers needs the list-map key.
+                protocol: Some("TCP".into()),
                 ..ServicePort::default()
             }]),
             ..ServiceSpec::default()
@@ -517,6 +521,8 @@ pub fn role_service(did: &DeepInferDeployment, role: &str) -> Service {
                 name: Some("serve".into()),
                 port: SERVE_PORT,
                 target_port: Some(IntOrString::String("serve".into())),
+                // Explicit: server-side apply on older API servers needs the list-map key.
+                protocol: Some("TCP".into()),
                 ..ServicePort::default()
             }]),
             ..ServiceSpec::default()

@@ -74,10 +74,25 @@ pub async fn run_pipeline(
     let accepted_revision: Option<&str> = None;
 
     // 5. workers
-    let (workers, roles) = workers(did, ctx, &ns, &revision, accepted_revision).await?;
-    outcome.workers = workers;
-    outcome.roles = roles;
-    Ok((outcome, Action::requeue(super::RESYNC)))
+    // An apply failure still leaves the gates' results in status; the pass is retried soon.
+    match workers(did, ctx, &ns, &revision, accepted_revision).await {
+        Ok((workers, roles)) => {
+            outcome.workers = workers;
+            outcome.roles = roles;
+            Ok((outcome, Action::requeue(super::RESYNC)))
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, kind = e.metric_label(), "applying workers failed; retrying");
+            outcome.workers = Gate::Progressing(
+                reasons::APPLY_FAILED,
+                super::truncate(
+                    &format!("applying worker pods and Services failed, retrying: {e}"),
+                    1000,
+                ),
+            );
+            Ok((outcome, Action::requeue(Duration::from_secs(10))))
+        }
+    }
 }
 
 /// How soon to look at a running Job again if no event arrives.

@@ -229,14 +229,9 @@ pub fn api_resource() -> ApiResource {
     ApiResource::erase::<DeepInferDeployment>(&())
 }
 
-/// Runs the controller loop until `shutdown` resolves.
-pub async fn controller(
-    client: Client,
-    settings: Settings,
-    writes: Arc<AtomicU64>,
-    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
-) {
-    let ctx = Arc::new(Context {
+/// The shared context for a controller instance.
+pub fn context(client: Client, settings: &Settings, writes: Arc<AtomicU64>) -> Arc<Context> {
+    Arc::new(Context {
         recorder: Recorder::new(
             client.clone(),
             Reporter {
@@ -244,13 +239,23 @@ pub async fn controller(
                 instance: std::env::var("POD_NAME").ok(),
             },
         ),
-        client: client.clone(),
-        accepted_licenses: settings.accepted_licenses,
-        operator_image: settings.operator_image,
+        client,
+        accepted_licenses: settings.accepted_licenses.clone(),
+        operator_image: settings.operator_image.clone(),
         limits: settings.limits,
         writes,
         reconciles: AtomicU64::new(0),
-    });
+    })
+}
+
+/// Runs the controller loop until `shutdown` resolves.
+pub async fn controller(
+    client: Client,
+    settings: Settings,
+    writes: Arc<AtomicU64>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let ctx = context(client, &settings, writes);
     run_with_context(ctx, settings.namespace, shutdown).await;
 }
 

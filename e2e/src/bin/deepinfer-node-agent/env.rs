@@ -148,9 +148,19 @@ pub fn resolve_env(
     for from in c.env_from.iter().flatten() {
         let prefix = from.prefix.clone().unwrap_or_default();
         let data = if let Some(r) = &from.config_map_ref {
-            lookup("ConfigMap", &objects.config_maps, &r.name, r.optional.unwrap_or(false))?
+            lookup(
+                "ConfigMap",
+                &objects.config_maps,
+                &r.name,
+                r.optional.unwrap_or(false),
+            )?
         } else if let Some(r) = &from.secret_ref {
-            lookup("Secret", &objects.secrets, &r.name, r.optional.unwrap_or(false))?
+            lookup(
+                "Secret",
+                &objects.secrets,
+                &r.name,
+                r.optional.unwrap_or(false),
+            )?
         } else {
             None
         };
@@ -228,22 +238,33 @@ mod tests {
     fn objects() -> Objects {
         Objects {
             config_maps: HashMap::from([
-                ("cm".into(), Some(BTreeMap::from([("K".into(), "cv".into()), ("L".into(), "lv".into())]))),
+                (
+                    "cm".into(),
+                    Some(BTreeMap::from([
+                        ("K".into(), "cv".into()),
+                        ("L".into(), "lv".into()),
+                    ])),
+                ),
                 ("gone".into(), None),
             ]),
-            secrets: HashMap::from([("s".into(), Some(BTreeMap::from([("tok".into(), "sv".into())])))]),
+            secrets: HashMap::from([(
+                "s".into(),
+                Some(BTreeMap::from([("tok".into(), "sv".into())])),
+            )]),
         }
     }
 
     fn container(env: serde_json::Value) -> Container {
-        serde_json::from_value(json!({"name": "c", "resources": {"limits": {"nvidia.com/gpu": "8"}}}))
-            .map(|mut c: Container| {
-                let extra: Container = serde_json::from_value(env).unwrap();
-                c.env = extra.env;
-                c.env_from = extra.env_from;
-                c
-            })
-            .unwrap()
+        serde_json::from_value(
+            json!({"name": "c", "resources": {"limits": {"nvidia.com/gpu": "8"}}}),
+        )
+        .map(|mut c: Container| {
+            let extra: Container = serde_json::from_value(env).unwrap();
+            c.env = extra.env;
+            c.env_from = extra.env_from;
+            c
+        })
+        .unwrap()
     }
 
     #[test]
@@ -251,11 +272,26 @@ mod tests {
         let p = pod();
         assert_eq!(field_value(&p, "metadata.name", "ip").unwrap(), "p");
         assert_eq!(field_value(&p, "metadata.uid", "ip").unwrap(), "u-1");
-        assert_eq!(field_value(&p, "metadata.labels['app']", "ip").unwrap(), "x");
-        assert_eq!(field_value(&p, "metadata.annotations['a/b']", "ip").unwrap(), "c");
-        assert_eq!(field_value(&p, "metadata.labels", "ip").unwrap(), "app=\"x\"\nb=\"y\"\n");
-        assert_eq!(field_value(&p, "status.podIP", "10.244.0.9").unwrap(), "10.244.0.9");
-        assert_eq!(field_value(&p, "spec.serviceAccountName", "").unwrap(), "runner");
+        assert_eq!(
+            field_value(&p, "metadata.labels['app']", "ip").unwrap(),
+            "x"
+        );
+        assert_eq!(
+            field_value(&p, "metadata.annotations['a/b']", "ip").unwrap(),
+            "c"
+        );
+        assert_eq!(
+            field_value(&p, "metadata.labels", "ip").unwrap(),
+            "app=\"x\"\nb=\"y\"\n"
+        );
+        assert_eq!(
+            field_value(&p, "status.podIP", "10.244.0.9").unwrap(),
+            "10.244.0.9"
+        );
+        assert_eq!(
+            field_value(&p, "spec.serviceAccountName", "").unwrap(),
+            "runner"
+        );
         assert!(field_value(&p, "spec.bogus", "").is_err());
     }
 
@@ -273,17 +309,17 @@ mod tests {
     #[test]
     fn env_is_resolved_in_order() {
         let c = container(json!({"name": "c",
-            "envFrom": [{"configMapRef": {"name": "cm"}, "prefix": "CM_"}],
-            "env": [
-                {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-                {"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
-                {"name": "REF", "value": "$(POD)-$(CM_K)-$(LATER)"},
-                {"name": "TOK", "valueFrom": {"secretKeyRef": {"name": "s", "key": "tok"}}},
-                {"name": "OPT", "valueFrom": {"configMapKeyRef": {"name": "gone", "key": "x", "optional": true}}},
-                {"name": "GPUS", "valueFrom": {"resourceFieldRef": {"resource": "limits.nvidia.com/gpu"}}},
-                {"name": "CM_L", "value": "override"},
-                {"name": "LATER", "value": "l"},
-            ]}));
+        "envFrom": [{"configMapRef": {"name": "cm"}, "prefix": "CM_"}],
+        "env": [
+            {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            {"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+            {"name": "REF", "value": "$(POD)-$(CM_K)-$(LATER)"},
+            {"name": "TOK", "valueFrom": {"secretKeyRef": {"name": "s", "key": "tok"}}},
+            {"name": "OPT", "valueFrom": {"configMapKeyRef": {"name": "gone", "key": "x", "optional": true}}},
+            {"name": "GPUS", "valueFrom": {"resourceFieldRef": {"resource": "limits.nvidia.com/gpu"}}},
+            {"name": "CM_L", "value": "override"},
+            {"name": "LATER", "value": "l"},
+        ]}));
         let env = resolve_env(&c, &pod(), "10.244.0.2", &objects()).unwrap();
         let got: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         assert_eq!(

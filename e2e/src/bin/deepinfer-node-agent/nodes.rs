@@ -2,7 +2,7 @@
 //! status heartbeats (so the real node-lifecycle controller keeps them Ready), and applies the
 //! node fault annotation.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -54,7 +54,7 @@ struct NodeState {
 #[derive(Clone)]
 pub struct Nodes {
     client: Client,
-    inner: Arc<Mutex<HashMap<String, NodeState>>>,
+    inner: Arc<Mutex<BTreeMap<String, NodeState>>>,
     /// Names of nodes that came back up; the pod side re-syncs their pods.
     resumed: mpsc::UnboundedSender<String>,
 }
@@ -84,7 +84,7 @@ impl Nodes {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, NodeState>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, NodeState>> {
         // A panic while holding this lock cannot leave the map inconsistent (plain field writes).
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -449,7 +449,10 @@ mod tests {
                 .status
                 .clone()
         };
-        assert_eq!(ready(&node_status(&spec(), true, t.clone(), t.clone())), "True");
+        assert_eq!(
+            ready(&node_status(&spec(), true, t.clone(), t.clone())),
+            "True"
+        );
         assert_eq!(ready(&node_status(&spec(), false, t.clone(), t)), "Unknown");
     }
 

@@ -74,7 +74,10 @@ pub struct PodPlan {
 
 impl PodPlan {
     pub fn executes_any(&self) -> bool {
-        self.init.iter().chain(&self.main).any(|(_, p)| p.is_executed())
+        self.init
+            .iter()
+            .chain(&self.main)
+            .any(|(_, p)| p.is_executed())
     }
 }
 
@@ -199,7 +202,10 @@ pub enum FileSource {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum VolumeSource {
     EmptyDir,
-    HostPath { path: String, create: HostPathCreate },
+    HostPath {
+        path: String,
+        create: HostPathCreate,
+    },
     Claim(String),
     Files(Vec<FileSource>),
 }
@@ -211,7 +217,9 @@ pub enum HostPathCreate {
     File,
 }
 
-fn items(items: Option<&Vec<k8s_openapi::api::core::v1::KeyToPath>>) -> Option<Vec<(String, String)>> {
+fn items(
+    items: Option<&Vec<k8s_openapi::api::core::v1::KeyToPath>>,
+) -> Option<Vec<(String, String)>> {
     items.map(|items| {
         items
             .iter()
@@ -293,10 +301,12 @@ fn downward_files(
 ) -> Result<FileSource> {
     let mut files = Vec::new();
     for item in items.into_iter().flatten() {
-        let field = item
-            .field_ref
-            .as_ref()
-            .ok_or_else(|| anyhow!("downward API file {}: only fieldRef is supported", item.path))?;
+        let field = item.field_ref.as_ref().ok_or_else(|| {
+            anyhow!(
+                "downward API file {}: only fieldRef is supported",
+                item.path
+            )
+        })?;
         files.push((item.path.clone(), field.field_path.clone()));
     }
     Ok(FileSource::DownwardApi(files))
@@ -336,10 +346,7 @@ pub fn plan_binds(c: &Container, volumes: &BTreeMap<String, PathBuf>) -> Result<
 }
 
 /// Names of the volumes the executed containers of a pod mount.
-pub fn volumes_in_use<'a>(
-    pod: &'a Pod,
-    plan: &PodPlan,
-) -> BTreeSet<&'a str> {
+pub fn volumes_in_use<'a>(pod: &'a Pod, plan: &PodPlan) -> BTreeSet<&'a str> {
     let Some(spec) = &pod.spec else {
         return BTreeSet::new();
     };
@@ -424,13 +431,22 @@ mod tests {
     #[test]
     fn image_names_ignore_registry_tag_and_digest() {
         assert_eq!(image_name("deepinfer-operator:dev"), "deepinfer-operator");
-        assert_eq!(image_name("ghcr.io/x/deepinfer-operator:dev"), "deepinfer-operator");
-        assert_eq!(image_name("localhost:5000/deepinfer-operator"), "deepinfer-operator");
+        assert_eq!(
+            image_name("ghcr.io/x/deepinfer-operator:dev"),
+            "deepinfer-operator"
+        );
+        assert_eq!(
+            image_name("localhost:5000/deepinfer-operator"),
+            "deepinfer-operator"
+        );
         assert_eq!(
             image_name("reg.io/deepinfer-operator@sha256:abc"),
             "deepinfer-operator"
         );
-        assert_eq!(image_name("deepinfer-operator:1@sha256:abc"), "deepinfer-operator");
+        assert_eq!(
+            image_name("deepinfer-operator:1@sha256:abc"),
+            "deepinfer-operator"
+        );
         assert_eq!(image_name("nginx"), "nginx");
     }
 
@@ -455,7 +471,10 @@ mod tests {
         let m = &plan.main;
         assert_eq!(argv(&m[0].1), ["/build/deepinfer-operator", "--version"]);
         assert_eq!(argv(&m[1].1), ["/build/deepinfer-operator", "verify"]);
-        assert_eq!(argv(&m[2].1), ["/build/deepinfer-operator", "accept", "--x"]);
+        assert_eq!(
+            argv(&m[2].1),
+            ["/build/deepinfer-operator", "accept", "--x"]
+        );
         assert_eq!(argv(&m[3].1), ["/build/deepinfer-operator", "accept"]);
         assert_eq!(argv(&m[4].1), ["sh", "-c", "true"]);
         // Another image cannot contain the binary unless it was injected into a volume.
@@ -466,21 +485,27 @@ mod tests {
     #[test]
     fn injected_runner_in_another_image_is_executed() {
         let p = pod(json!({
-            "volumes": [{"name": "runner", "emptyDir": {}}, {"name": "other", "emptyDir": {}}],
-            "initContainers": [{"name": "inject", "image": "deepinfer-operator:dev",
-                "command": ["deepinfer-operator", "install-runner", "/runner"],
-                "volumeMounts": [{"name": "runner", "mountPath": "/runner"}]}],
-            "containers": [
-                {"name": "engine", "image": "deepinfer:1.0", "command": ["/runner/deepinfer-operator", "accept"],
-                 "volumeMounts": [{"name": "runner", "mountPath": "/runner"}]},
-                {"name": "other", "image": "deepinfer:1.0", "command": ["/other/x"],
-                 "volumeMounts": [{"name": "other", "mountPath": "/other"}]},
-                {"name": "worker", "image": "deepinfer:1.0"},
-            ]}));
+        "volumes": [{"name": "runner", "emptyDir": {}}, {"name": "other", "emptyDir": {}}],
+        "initContainers": [{"name": "inject", "image": "deepinfer-operator:dev",
+            "command": ["deepinfer-operator", "install-runner", "/runner"],
+            "volumeMounts": [{"name": "runner", "mountPath": "/runner"}]}],
+        "containers": [
+            {"name": "engine", "image": "deepinfer:1.0", "command": ["/runner/deepinfer-operator", "accept"],
+             "volumeMounts": [{"name": "runner", "mountPath": "/runner"}]},
+            {"name": "other", "image": "deepinfer:1.0", "command": ["/other/x"],
+             "volumeMounts": [{"name": "other", "mountPath": "/other"}]},
+            {"name": "worker", "image": "deepinfer:1.0"},
+        ]}));
         let plan = plan_pod(&p, &own());
-        assert_eq!(argv(&plan.init[0].1), ["/build/deepinfer-operator", "install-runner", "/runner"]);
+        assert_eq!(
+            argv(&plan.init[0].1),
+            ["/build/deepinfer-operator", "install-runner", "/runner"]
+        );
         // The runner's path is kept: it resolves inside the container's mount namespace.
-        assert_eq!(argv(&plan.main[0].1), ["/runner/deepinfer-operator", "accept"]);
+        assert_eq!(
+            argv(&plan.main[0].1),
+            ["/runner/deepinfer-operator", "accept"]
+        );
         assert_eq!(plan.main[1].1, ContainerPlan::Simulated);
         assert_eq!(plan.main[2].1, ContainerPlan::Simulated);
         let used = volumes_in_use(&p, &plan);
@@ -489,7 +514,9 @@ mod tests {
 
     #[test]
     fn worker_pods_are_simulated() {
-        let p = pod(json!({"containers": [{"name": "w", "image": "deepinfer:1.0", "command": ["/bin/engine"]}]}));
+        let p = pod(
+            json!({"containers": [{"name": "w", "image": "deepinfer:1.0", "command": ["/bin/engine"]}]}),
+        );
         assert!(!plan_pod(&p, &own()).executes_any());
     }
 
@@ -511,9 +538,15 @@ mod tests {
         assert_eq!(sources[0].as_ref().unwrap(), &VolumeSource::EmptyDir);
         assert_eq!(
             sources[1].as_ref().unwrap(),
-            &VolumeSource::HostPath { path: "/data".into(), create: HostPathCreate::Directory }
+            &VolumeSource::HostPath {
+                path: "/data".into(),
+                create: HostPathCreate::Directory
+            }
         );
-        assert_eq!(sources[2].as_ref().unwrap(), &VolumeSource::Claim("ckpt".into()));
+        assert_eq!(
+            sources[2].as_ref().unwrap(),
+            &VolumeSource::Claim("ckpt".into())
+        );
         assert_eq!(
             sources[3].as_ref().unwrap(),
             &VolumeSource::Files(vec![FileSource::ConfigMap {
@@ -522,10 +555,16 @@ mod tests {
                 optional: false
             }])
         );
-        let VolumeSource::Files(files) = sources[4].as_ref().unwrap() else { panic!() };
+        let VolumeSource::Files(files) = sources[4].as_ref().unwrap() else {
+            panic!()
+        };
         assert_eq!(
             files[0],
-            FileSource::Token { audience: None, expiration_seconds: 7200, path: "token".into() }
+            FileSource::Token {
+                audience: None,
+                expiration_seconds: 7200,
+                path: "token".into()
+            }
         );
         assert_eq!(
             files[2],
@@ -543,27 +582,53 @@ mod tests {
         .unwrap();
         let vols = BTreeMap::from([("a".to_string(), PathBuf::from("/pods/1/a"))]);
         let binds = plan_binds(&c, &vols).unwrap();
-        assert_eq!(binds[0], Bind { source: "/pods/1/a".into(), target: "/data".into(), read_only: false });
+        assert_eq!(
+            binds[0],
+            Bind {
+                source: "/pods/1/a".into(),
+                target: "/data".into(),
+                read_only: false
+            }
+        );
         assert_eq!(
             binds[1],
-            Bind { source: "/pods/1/a/conf/x.conf".into(), target: "/etc/x.conf".into(), read_only: true }
+            Bind {
+                source: "/pods/1/a/conf/x.conf".into(),
+                target: "/etc/x.conf".into(),
+                read_only: true
+            }
         );
         let bad: Container = serde_json::from_value(
             json!({"name": "c", "volumeMounts": [{"name": "a", "mountPath": "/d", "subPath": "../x"}]}),
         )
         .unwrap();
         assert!(plan_binds(&bad, &vols).is_err());
-        let missing: Container =
-            serde_json::from_value(json!({"name": "c", "volumeMounts": [{"name": "z", "mountPath": "/d"}]}))
-                .unwrap();
+        let missing: Container = serde_json::from_value(
+            json!({"name": "c", "volumeMounts": [{"name": "z", "mountPath": "/d"}]}),
+        )
+        .unwrap();
         assert!(plan_binds(&missing, &vols).is_err());
     }
 
     #[test]
     fn mount_script_binds_then_execs() {
         let binds = vec![
-            (Bind { source: "/s/dir".into(), target: "/data".into(), read_only: true }, true),
-            (Bind { source: "/s/it's".into(), target: "/dev/termination-log".into(), read_only: false }, false),
+            (
+                Bind {
+                    source: "/s/dir".into(),
+                    target: "/data".into(),
+                    read_only: true,
+                },
+                true,
+            ),
+            (
+                Bind {
+                    source: "/s/it's".into(),
+                    target: "/dev/termination-log".into(),
+                    read_only: false,
+                },
+                false,
+            ),
         ];
         let script = mount_script(&binds, Some("/data"));
         assert_eq!(

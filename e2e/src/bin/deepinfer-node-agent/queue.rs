@@ -116,7 +116,9 @@ mod tests {
     async fn delayed_adds_arrive() {
         let q = WorkQueue::new();
         q.add_after("k", Duration::from_millis(10));
-        let key = tokio::time::timeout(Duration::from_secs(2), q.next()).await.unwrap();
+        let key = tokio::time::timeout(Duration::from_secs(2), q.next())
+            .await
+            .unwrap();
         assert_eq!(key, "k");
     }
 }

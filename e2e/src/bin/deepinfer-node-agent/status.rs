@@ -93,13 +93,21 @@ fn restart_policy(pod: &Pod) -> &str {
         .unwrap_or("Always")
 }
 
-fn find_status<'a>(statuses: Option<&'a Vec<ContainerStatus>>, name: &str) -> Option<&'a ContainerStatus> {
+fn find_status<'a>(
+    statuses: Option<&'a Vec<ContainerStatus>>,
+    name: &str,
+) -> Option<&'a ContainerStatus> {
     statuses.into_iter().flatten().find(|s| s.name == name)
 }
 
 /// The report of a container that is not executed, honouring the fail annotation; the second
 /// value asks for a re-sync after that long (the next simulated restart).
-pub fn simulated_report(pod: &Pod, name: &str, is_init: bool, now: &Time) -> (Report, Option<Duration>) {
+pub fn simulated_report(
+    pod: &Pod,
+    name: &str,
+    is_init: bool,
+    now: &Time,
+) -> (Report, Option<Duration>) {
     let status = pod.status.as_ref();
     if is_init {
         let report = Report {
@@ -302,9 +310,9 @@ fn phase(
 ) -> &'static str {
     if !initialized {
         let failed_for_good = restart_policy == "Never"
-            && init.iter().any(|(_, r)| {
-                matches!(&r.state, State::Terminated(t) if t.exit_code != 0)
-            });
+            && init
+                .iter()
+                .any(|(_, r)| matches!(&r.state, State::Terminated(t) if t.exit_code != 0));
         return if failed_for_good { "Failed" } else { "Pending" };
     }
     let (mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0);
@@ -399,7 +407,8 @@ pub fn pod_status(
     } else {
         "ContainersNotReady"
     };
-    let unready_message = (!completed).then(|| format!("containers with unready status: [{}]", unready.join(" ")));
+    let unready_message =
+        (!completed).then(|| format!("containers with unready status: [{}]", unready.join(" ")));
 
     let gate_problem = pod
         .spec
@@ -422,9 +431,19 @@ pub fn pod_status(
             }
         });
     let ready = if !containers_ready {
-        condition("Ready", false, Some(not_ready_reason), unready_message.clone())
+        condition(
+            "Ready",
+            false,
+            Some(not_ready_reason),
+            unready_message.clone(),
+        )
     } else if let Some(problem) = gate_problem {
-        condition("Ready", false, Some("ReadinessGatesNotReady"), Some(problem))
+        condition(
+            "Ready",
+            false,
+            Some("ReadinessGatesNotReady"),
+            Some(problem),
+        )
     } else {
         condition("Ready", true, None, None)
     };
@@ -434,9 +453,17 @@ pub fn pod_status(
             "Initialized",
             initialized,
             Some("ContainersNotInitialized"),
-            Some(format!("containers with incomplete status: [{}]", pending_init.join(" "))),
+            Some(format!(
+                "containers with incomplete status: [{}]",
+                pending_init.join(" ")
+            )),
         ),
-        condition("ContainersReady", containers_ready, Some(not_ready_reason), unready_message),
+        condition(
+            "ContainersReady",
+            containers_ready,
+            Some(not_ready_reason),
+            unready_message,
+        ),
         ready,
     ];
     for c in &mut conditions {
@@ -450,21 +477,22 @@ pub fn pod_status(
         c.last_probe_time = previous.and_then(|p| p.last_probe_time.clone());
     }
 
-    let statuses = |reports: &[(String, Report)], existing: Option<&Vec<ContainerStatus>>, init: bool| {
-        (!reports.is_empty()).then(|| {
-            reports
-                .iter()
-                .map(|(n, r)| {
-                    let ready = if init {
-                        matches!(&r.state, State::Terminated(t) if t.exit_code == 0)
-                    } else {
-                        ready_of(r)
-                    };
-                    container_status(pod, n, r, ready, find_status(existing, n))
-                })
-                .collect()
-        })
-    };
+    let statuses =
+        |reports: &[(String, Report)], existing: Option<&Vec<ContainerStatus>>, init: bool| {
+            (!reports.is_empty()).then(|| {
+                reports
+                    .iter()
+                    .map(|(n, r)| {
+                        let ready = if init {
+                            matches!(&r.state, State::Terminated(t) if t.exit_code == 0)
+                        } else {
+                            ready_of(r)
+                        };
+                        container_status(pod, n, r, ready, find_status(existing, n))
+                    })
+                    .collect()
+            })
+        };
     PodStatus {
         phase: Some(phase.to_string()),
         conditions: Some(conditions),
@@ -476,10 +504,33 @@ pub fn pod_status(
         start_time: existing
             .and_then(|s| s.start_time.clone())
             .or_else(|| Some(now.clone())),
-        init_container_statuses: statuses(init, existing.and_then(|s| s.init_container_statuses.as_ref()), true),
-        container_statuses: statuses(&main, existing.and_then(|s| s.container_statuses.as_ref()), false),
+        init_container_statuses: statuses(
+            init,
+            existing.and_then(|s| s.init_container_statuses.as_ref()),
+            true,
+        ),
+        container_statuses: statuses(
+            &main,
+            existing.and_then(|s| s.container_statuses.as_ref()),
+            false,
+        ),
         ..Default::default()
     }
+}
+
+/// The strategic-merge patch that writes `desired`. Conditions are merged by type, so a
+/// reason or message that no longer applies must be removed explicitly with `null`.
+pub fn status_patch(uid: Option<&str>, desired: &PodStatus) -> serde_json::Value {
+    let mut status = serde_json::to_value(desired).unwrap_or_default();
+    if let Some(conditions) = status.get_mut("conditions").and_then(|c| c.as_array_mut()) {
+        for condition in conditions.iter_mut().filter_map(|c| c.as_object_mut()) {
+            for field in ["reason", "message"] {
+                condition.entry(field).or_insert(serde_json::Value::Null);
+            }
+        }
+    }
+    // The uid makes the write fail instead of landing on a new pod of the same name.
+    serde_json::json!({ "metadata": { "uid": uid }, "status": status })
 }
 
 /// Whether `desired` says something the pod's current status does not (only the fields the
@@ -498,7 +549,14 @@ pub fn differs(current: Option<&PodStatus>, desired: &PodStatus) -> bool {
                     .iter()
                     .flatten()
                     .find(|c| c.type_ == d.type_)
-                    .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone(), c.last_transition_time.clone()))
+                    .map(|c| {
+                        (
+                            c.status.clone(),
+                            c.reason.clone(),
+                            c.message.clone(),
+                            c.last_transition_time.clone(),
+                        )
+                    })
             })
             .collect();
         serde_json::json!({
@@ -544,7 +602,12 @@ mod tests {
     }
 
     fn cond<'a>(s: &'a PodStatus, type_: &str) -> &'a PodCondition {
-        s.conditions.as_ref().unwrap().iter().find(|c| c.type_ == type_).unwrap()
+        s.conditions
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|c| c.type_ == type_)
+            .unwrap()
     }
 
     fn simulate(p: &Pod, now: &Time) -> PodStatus {
@@ -565,7 +628,11 @@ mod tests {
 
     /// Applies a status as the API server would store it (strategic merge of conditions).
     fn store(p: &mut Pod, s: PodStatus) {
-        let mut conditions = p.status.as_ref().and_then(|s| s.conditions.clone()).unwrap_or_default();
+        let mut conditions = p
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.clone())
+            .unwrap_or_default();
         for c in s.conditions.clone().unwrap() {
             conditions.retain(|e| e.type_ != c.type_);
             conditions.push(c);
@@ -588,23 +655,36 @@ mod tests {
         assert!(differs(p.status.as_ref(), &s));
         store(&mut p, s);
         let again = simulate(&p, &t(200));
-        assert!(!differs(p.status.as_ref(), &again), "an unchanged pod must not be rewritten");
+        assert!(
+            !differs(p.status.as_ref(), &again),
+            "an unchanged pod must not be rewritten"
+        );
     }
 
     #[test]
     fn readiness_gates_hold_ready_until_true() {
-        let mut p = pod(json!({"spec": {"readinessGates": [{"conditionType": "example.com/gate"}]}}));
+        let mut p =
+            pod(json!({"spec": {"readinessGates": [{"conditionType": "example.com/gate"}]}}));
         let s = simulate(&p, &t(100));
         assert_eq!(cond(&s, "ContainersReady").status, "True");
         assert_eq!(cond(&s, "Ready").status, "False");
-        assert_eq!(cond(&s, "Ready").reason.as_deref(), Some("ReadinessGatesNotReady"));
+        assert_eq!(
+            cond(&s, "Ready").reason.as_deref(),
+            Some("ReadinessGatesNotReady")
+        );
         store(&mut p, s);
         let mut gate = PodCondition {
             type_: "example.com/gate".into(),
             status: "False".into(),
             ..Default::default()
         };
-        p.status.as_mut().unwrap().conditions.as_mut().unwrap().push(gate.clone());
+        p.status
+            .as_mut()
+            .unwrap()
+            .conditions
+            .as_mut()
+            .unwrap()
+            .push(gate.clone());
         assert_eq!(cond(&simulate(&p, &t(110)), "Ready").status, "False");
         gate.status = "True".into();
         let conditions = p.status.as_mut().unwrap().conditions.as_mut().unwrap();
@@ -615,7 +695,10 @@ mod tests {
         assert!(differs(p.status.as_ref(), &s));
         // The Ready transition is stamped now; the unchanged conditions keep their time.
         assert_eq!(cond(&s, "Ready").last_transition_time, Some(t(120)));
-        assert_eq!(cond(&s, "ContainersReady").last_transition_time, Some(t(100)));
+        assert_eq!(
+            cond(&s, "ContainersReady").last_transition_time,
+            Some(t(100))
+        );
     }
 
     #[test]
@@ -624,18 +707,31 @@ mod tests {
         let s = simulate(&p, &t(1));
         assert_eq!(s.phase.as_deref(), Some("Running"));
         assert_eq!(cond(&s, "ContainersReady").status, "False");
-        assert_eq!(cond(&s, "Ready").reason.as_deref(), Some("ContainersNotReady"));
+        assert_eq!(
+            cond(&s, "Ready").reason.as_deref(),
+            Some("ContainersNotReady")
+        );
     }
 
     #[test]
     fn fail_fault_with_restart_never_fails_the_pod() {
-        let p = pod(json!({"metadata": {"annotations": {FAIL_ANNOTATION: "3"}}, "spec": {"restartPolicy": "Never"}}));
+        let p = pod(
+            json!({"metadata": {"annotations": {FAIL_ANNOTATION: "3"}}, "spec": {"restartPolicy": "Never"}}),
+        );
         let s = simulate(&p, &t(1));
         assert_eq!(s.phase.as_deref(), Some("Failed"));
-        let term = s.container_statuses.unwrap()[0].state.clone().unwrap().terminated.unwrap();
+        let term = s.container_statuses.unwrap()[0]
+            .state
+            .clone()
+            .unwrap()
+            .terminated
+            .unwrap();
         assert_eq!(term.exit_code, 3);
         assert_eq!(term.reason.as_deref(), Some("Error"));
-        assert_eq!(cond_of(&simulate(&p, &t(1)), "Ready").reason.as_deref(), Some("PodCompleted"));
+        assert_eq!(
+            cond_of(&simulate(&p, &t(1)), "Ready").reason.as_deref(),
+            Some("PodCompleted")
+        );
     }
 
     fn cond_of(s: &PodStatus, type_: &str) -> PodCondition {
@@ -644,7 +740,9 @@ mod tests {
 
     #[test]
     fn fail_fault_with_restarts_crash_loops() {
-        let mut p = pod(json!({"metadata": {"annotations": {FAIL_ANNOTATION: "2"}}, "spec": {"restartPolicy": "OnFailure"}}));
+        let mut p = pod(
+            json!({"metadata": {"annotations": {FAIL_ANNOTATION: "2"}}, "spec": {"restartPolicy": "OnFailure"}}),
+        );
         let (r, wait) = simulated_report(&p, "a", false, &t(100));
         assert_eq!(r.restart_count, 1);
         assert_eq!(wait, Some(SIMULATED_BACKOFF));
@@ -655,10 +753,29 @@ mod tests {
         let (r, wait) = simulated_report(&p, "a", false, &t(105));
         assert_eq!(r.restart_count, 1);
         assert_eq!(wait, Some(Duration::from_secs(5)));
-        assert!(!differs(p.status.as_ref(), &pod_status(&p, &[], &[("a".into(), r)], "ip", &t(105))));
+        assert!(!differs(
+            p.status.as_ref(),
+            &pod_status(&p, &[], &[("a".into(), r)], "ip", &t(105))
+        ));
         // After it, one more restart.
         let (r, _) = simulated_report(&p, "a", false, &t(111));
         assert_eq!(r.restart_count, 2);
+    }
+
+    #[test]
+    fn patch_clears_stale_condition_fields() {
+        let p = pod(json!({}));
+        let patch = status_patch(Some("u"), &simulate(&p, &t(1)));
+        assert_eq!(patch["metadata"]["uid"], "u");
+        let ready = patch["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "Ready")
+            .unwrap();
+        assert_eq!(ready["status"], "True");
+        assert!(ready.get("message").unwrap().is_null());
+        assert!(ready.get("reason").unwrap().is_null());
     }
 
     #[test]
@@ -681,14 +798,33 @@ mod tests {
             restart_count: 0,
             ready: true,
         };
-        let main = |rs: Vec<Report>| rs.into_iter().map(|r| ("c".to_string(), r)).collect::<Vec<_>>();
-        assert_eq!(phase("Never", &[], &main(vec![term(0), term(0)]), true), "Succeeded");
-        assert_eq!(phase("Never", &[], &main(vec![term(0), term(1)]), true), "Failed");
-        assert_eq!(phase("Never", &[], &main(vec![term(0), running.clone()]), true), "Running");
-        assert_eq!(phase("OnFailure", &[], &main(vec![term(0)]), true), "Succeeded");
+        let main = |rs: Vec<Report>| {
+            rs.into_iter()
+                .map(|r| ("c".to_string(), r))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            phase("Never", &[], &main(vec![term(0), term(0)]), true),
+            "Succeeded"
+        );
+        assert_eq!(
+            phase("Never", &[], &main(vec![term(0), term(1)]), true),
+            "Failed"
+        );
+        assert_eq!(
+            phase("Never", &[], &main(vec![term(0), running.clone()]), true),
+            "Running"
+        );
+        assert_eq!(
+            phase("OnFailure", &[], &main(vec![term(0)]), true),
+            "Succeeded"
+        );
         assert_eq!(phase("Always", &[], &main(vec![term(0)]), true), "Running");
         let waiting = Report::waiting("ContainerCreating", None);
-        assert_eq!(phase("Never", &[], &main(vec![waiting, running]), true), "Pending");
+        assert_eq!(
+            phase("Never", &[], &main(vec![waiting, running]), true),
+            "Pending"
+        );
         let failed_init = main(vec![term(1)]);
         assert_eq!(phase("Never", &failed_init, &[], false), "Failed");
         assert_eq!(phase("OnFailure", &failed_init, &[], false), "Pending");
@@ -702,7 +838,12 @@ mod tests {
         let s = pod_status(&p, &init, &main, "ip", &t(1));
         assert_eq!(s.phase.as_deref(), Some("Pending"));
         assert_eq!(cond(&s, "Initialized").status, "False");
-        let waiting = s.container_statuses.unwrap()[0].state.clone().unwrap().waiting.unwrap();
+        let waiting = s.container_statuses.unwrap()[0]
+            .state
+            .clone()
+            .unwrap()
+            .waiting
+            .unwrap();
         assert_eq!(waiting.reason.as_deref(), Some("PodInitializing"));
     }
 }

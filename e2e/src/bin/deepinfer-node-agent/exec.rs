@@ -1,0 +1,853 @@
+//! Executes the containers of a pod that run the project's own binary: materialises the
+//! volumes they mount, runs each container as a local process group inside a private mount
+//! namespace (`unshare --mount`) where the volumes appear at their mount paths, and records
+//! each container's state for the status computation.
+
+use std::collections::{BTreeMap, HashMap};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Container, PersistentVolume, PersistentVolumeClaim, Pod, Secret, ServiceAccount,
+};
+use kube::api::PostParams;
+use kube::runtime::reflector::ObjectRef;
+use kube::{Api, Client, ResourceExt};
+use tokio::io::{AsyncReadExt, AsyncSeekExt};
+use tokio::process::Command;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tracing::{info, warn};
+
+use crate::env::{self, Objects};
+use crate::now;
+use crate::plan::{self, Bind, ContainerPlan, FileSource, HostPathCreate, PodPlan, VolumeSource};
+use crate::status::{Report, State, Terminated};
+
+/// Called whenever a container's state changes, to re-sync the pod's status.
+pub type Notify = Arc<dyn Fn() + Send + Sync>;
+
+const RETRY_DELAY: Duration = Duration::from_secs(3);
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// Limits of the kubelet for termination messages and the log fallback.
+const MESSAGE_MAX_BYTES: usize = 4096;
+const LOG_TAIL_BYTES: u64 = 2048;
+const LOG_TAIL_LINES: usize = 80;
+const DEFAULT_TERMINATION_MESSAGE_PATH: &str = "/dev/termination-log";
+
+/// Settings shared by all executed pods.
+pub struct ExecConfig {
+    pub client: Client,
+    /// Per-pod directories (volumes, termination-message files) live under `<state>/pods`.
+    pub state_dir: PathBuf,
+    /// Container logs: `<logs>/<namespace>_<pod>_<container>.log`.
+    pub logs_dir: PathBuf,
+    /// Put first on the containers' PATH; holds the own binaries under their image names.
+    pub bin_dir: PathBuf,
+    pub api_host: String,
+    pub api_port: u16,
+    /// Longest wait between SIGTERM and SIGKILL when a pod is deleted.
+    pub kill_grace: Duration,
+}
+
+struct PodRun {
+    uid: String,
+    stop: watch::Sender<bool>,
+    reports: Arc<Mutex<BTreeMap<String, Report>>>,
+    task: JoinHandle<()>,
+    dir: PathBuf,
+}
+
+/// The executed pods of this agent.
+pub struct Runtime {
+    cfg: Arc<ExecConfig>,
+    pods: Mutex<HashMap<ObjectRef<Pod>, PodRun>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Every critical section is a plain map operation; a poisoned lock still holds valid data.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Runtime {
+    pub fn new(cfg: ExecConfig) -> Self {
+        Runtime {
+            cfg: Arc::new(cfg),
+            pods: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The uid of the pod instance running under this key, if any.
+    pub fn uid(&self, key: &ObjectRef<Pod>) -> Option<String> {
+        lock(&self.pods).get(key).map(|r| r.uid.clone())
+    }
+
+    pub fn keys(&self) -> Vec<ObjectRef<Pod>> {
+        lock(&self.pods).keys().cloned().collect()
+    }
+
+    /// The current report of an executed container.
+    pub fn report(&self, key: &ObjectRef<Pod>, container: &str) -> Option<Report> {
+        let pods = lock(&self.pods);
+        let reports = lock(&pods.get(key)?.reports);
+        reports.get(container).cloned()
+    }
+
+    /// Starts executing the pod's containers unless they already run.
+    pub fn ensure_started(
+        &self,
+        key: &ObjectRef<Pod>,
+        pod: &Pod,
+        plan: &PodPlan,
+        pod_ip: &str,
+        notify: Notify,
+    ) {
+        let mut pods = lock(&self.pods);
+        if pods.contains_key(key) {
+            return;
+        }
+        let uid = pod.uid().unwrap_or_default();
+        let dir = self.cfg.state_dir.join("pods").join(format!(
+            "{}_{}_{uid}",
+            pod.namespace().unwrap_or_default(),
+            pod.name_any()
+        ));
+        let reports: BTreeMap<String, Report> = plan
+            .init
+            .iter()
+            .chain(&plan.main)
+            .filter(|(_, p)| p.is_executed())
+            .map(|(n, _)| (n.clone(), Report::waiting("ContainerCreating", None)))
+            .collect();
+        let reports = Arc::new(Mutex::new(reports));
+        let (stop, stop_rx) = watch::channel(false);
+        let ctx = PodCtx {
+            cfg: Arc::clone(&self.cfg),
+            name: crate::pod_name(key),
+            pod: pod.clone(),
+            pod_ip: pod_ip.to_string(),
+            dir: dir.clone(),
+            reports: Arc::clone(&reports),
+            notify,
+            stop: stop_rx,
+        };
+        let plan = plan.clone();
+        info!(pod = %crate::pod_name(key), "executing pod");
+        let task = tokio::spawn(ctx.run(plan));
+        pods.insert(
+            key.clone(),
+            PodRun {
+                uid,
+                stop,
+                reports,
+                task,
+                dir,
+            },
+        );
+    }
+
+    /// Stops the pod's processes (SIGTERM, then SIGKILL after the grace period), waits for them
+    /// to end, and removes the pod's directory. Does nothing for pods that are not executed.
+    pub async fn stop(&self, key: &ObjectRef<Pod>) {
+        let Some(run) = lock(&self.pods).remove(key) else {
+            return;
+        };
+        // A send error means the task already ended, which is what we want.
+        let _ = run.stop.send(true);
+        let deadline = self.cfg.kill_grace + Duration::from_secs(10);
+        if tokio::time::timeout(deadline, run.task).await.is_err() {
+            warn!(pod = %crate::pod_name(key), "pod processes did not stop in time");
+        }
+        if let Err(e) = tokio::fs::remove_dir_all(&run.dir).await {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                warn!(pod = %crate::pod_name(key), error = %e, "removing pod directory failed");
+            }
+        }
+        info!(pod = %crate::pod_name(key), "stopped pod");
+    }
+
+    /// Stops every executed pod, for the agent's own shutdown.
+    pub async fn stop_all(&self) {
+        let keys = self.keys();
+        futures::future::join_all(keys.iter().map(|k| self.stop(k))).await;
+    }
+}
+
+/// Everything a pod's task needs.
+struct PodCtx {
+    cfg: Arc<ExecConfig>,
+    /// `namespace/name`, for logs.
+    name: String,
+    pod: Pod,
+    pod_ip: String,
+    dir: PathBuf,
+    reports: Arc<Mutex<BTreeMap<String, Report>>>,
+    notify: Notify,
+    stop: watch::Receiver<bool>,
+}
+
+enum Outcome {
+    Exited(i32),
+    Stopped,
+}
+
+impl PodCtx {
+    fn set(&self, container: &str, report: Report) {
+        lock(&self.reports).insert(container.to_string(), report);
+        (self.notify)();
+    }
+
+    fn set_all_waiting(&self, reason: &str, message: &str) {
+        let mut reports = lock(&self.reports);
+        for report in reports.values_mut() {
+            if matches!(report.state, State::Waiting { .. }) {
+                report.state = State::Waiting {
+                    reason: reason.to_string(),
+                    message: Some(message.to_string()),
+                };
+            }
+        }
+        drop(reports);
+        (self.notify)();
+    }
+
+    /// Sleeps, or returns `false` at once when the pod is being stopped.
+    async fn sleep(&self, d: Duration) -> bool {
+        tokio::select! {
+            _ = tokio::time::sleep(d) => !*self.stop.borrow(),
+            _ = stopped(self.stop.clone()) => false,
+        }
+    }
+
+    fn restart_policy(&self) -> &str {
+        self.pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.restart_policy.as_deref())
+            .unwrap_or("Always")
+    }
+
+    fn container(&self, name: &str) -> Option<&Container> {
+        let spec = self.pod.spec.as_ref()?;
+        spec.init_containers
+            .iter()
+            .flatten()
+            .chain(&spec.containers)
+            .find(|c| c.name == name)
+    }
+
+    async fn run(self, plan: PodPlan) {
+        let volumes = loop {
+            match self.materialize(&plan).await {
+                Ok(v) => break v,
+                Err(e) => {
+                    let message = format!("{e:#}");
+                    warn!(pod = %self.name, error = %message, "preparing volumes failed; retrying");
+                    self.set_all_waiting("CreateContainerConfigError", &message);
+                    if !self.sleep(RETRY_DELAY).await {
+                        return;
+                    }
+                }
+            }
+        };
+        for (name, p) in &plan.init {
+            let ContainerPlan::Execute { argv } = p else {
+                continue;
+            };
+            match self.run_container(name, argv, true, &volumes).await {
+                Outcome::Exited(0) => {}
+                // Failed for good (restartPolicy Never) or stopped: nothing else runs.
+                Outcome::Exited(_) | Outcome::Stopped => return,
+            }
+        }
+        let mains = plan.main.iter().filter_map(|(name, p)| match p {
+            ContainerPlan::Execute { argv } => {
+                Some(self.run_container(name, argv, false, &volumes))
+            }
+            ContainerPlan::Simulated => None,
+        });
+        futures::future::join_all(mains).await;
+    }
+
+    /// Runs one container until it ends for good under the pod's restart policy.
+    async fn run_container(
+        &self,
+        name: &str,
+        argv: &[String],
+        is_init: bool,
+        volumes: &BTreeMap<String, PathBuf>,
+    ) -> Outcome {
+        let Some(container) = self.container(name).cloned() else {
+            return Outcome::Stopped;
+        };
+        let mut restart_count = 0;
+        let mut last: Option<Terminated> = None;
+        let mut backoff = Duration::from_secs(1);
+        loop {
+            let started = match self.start(&container, argv, volumes).await {
+                Ok(started) => started,
+                Err(e) => {
+                    let message = format!("{e:#}");
+                    warn!(pod = %self.name, container = name, error = %message, "cannot start container; retrying");
+                    let mut report = Report::waiting("CreateContainerConfigError", Some(message));
+                    report.restart_count = restart_count;
+                    report.last = last.clone();
+                    self.set(name, report);
+                    if !self.sleep(RETRY_DELAY).await {
+                        return Outcome::Stopped;
+                    }
+                    continue;
+                }
+            };
+            let started_at = now();
+            self.set(
+                name,
+                Report {
+                    state: State::Running {
+                        started_at: started_at.clone(),
+                    },
+                    last: last.clone(),
+                    restart_count,
+                    ready: true,
+                },
+            );
+            let (exit_code, stopped) = self.wait(started).await;
+            let message = self.termination_message(&container, exit_code).await;
+            let terminated = Terminated {
+                exit_code,
+                reason: Terminated::reason_for(exit_code).into(),
+                message,
+                started_at: Some(started_at),
+                finished_at: now(),
+            };
+            info!(pod = %self.name, container = name, exit_code, "container exited");
+            if stopped {
+                return Outcome::Stopped;
+            }
+            let restart = match (is_init, self.restart_policy()) {
+                (_, "Never") => false,
+                (true, _) | (false, "OnFailure") => exit_code != 0,
+                (false, _) => true,
+            };
+            if !restart {
+                self.set(
+                    name,
+                    Report {
+                        state: State::Terminated(terminated),
+                        last,
+                        restart_count,
+                        ready: false,
+                    },
+                );
+                return Outcome::Exited(exit_code);
+            }
+            restart_count += 1;
+            last = Some(terminated);
+            self.set(
+                name,
+                Report {
+                    state: State::Waiting {
+                        reason: "CrashLoopBackOff".into(),
+                        message: Some(format!(
+                            "back-off {}s restarting failed container={name}",
+                            backoff.as_secs()
+                        )),
+                    },
+                    last: last.clone(),
+                    restart_count,
+                    ready: false,
+                },
+            );
+            if !self.sleep(backoff).await {
+                return Outcome::Stopped;
+            }
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+        }
+    }
+
+    fn log_path(&self, container: &str) -> PathBuf {
+        self.cfg.logs_dir.join(format!(
+            "{}_{}_{container}.log",
+            self.pod.namespace().unwrap_or_default(),
+            self.pod.name_any()
+        ))
+    }
+
+    fn container_dir(&self, name: &str) -> PathBuf {
+        self.dir.join("containers").join(name)
+    }
+
+    /// Resolves the container's environment and mounts and spawns its process group.
+    async fn start(
+        &self,
+        c: &Container,
+        argv: &[String],
+        volumes: &BTreeMap<String, PathBuf>,
+    ) -> Result<Started> {
+        let ns = self.pod.namespace().unwrap_or_default();
+        let (cm_names, secret_names) = env::referenced_objects(c);
+        let mut objects = Objects::default();
+        for name in cm_names {
+            let data = get_config_map(&self.cfg.client, &ns, &name).await?;
+            objects.config_maps.insert(name, data);
+        }
+        for name in secret_names {
+            let data = get_secret(&self.cfg.client, &ns, &name)
+                .await?
+                .map(|d| lossy_strings(&d));
+            objects.secrets.insert(name, data);
+        }
+        let pod_env = env::resolve_env(c, &self.pod, &self.pod_ip, &objects)?;
+
+        let home = self.container_dir(&c.name).join("home");
+        tokio::fs::create_dir_all(&home).await?;
+        let path = format!(
+            "{}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            self.cfg.bin_dir.display()
+        );
+        let mut vars: Vec<(String, String)> = vec![
+            ("PATH".into(), path),
+            ("HOME".into(), home.display().to_string()),
+            ("HOSTNAME".into(), self.pod.name_any()),
+            ("KUBERNETES_SERVICE_HOST".into(), self.cfg.api_host.clone()),
+            (
+                "KUBERNETES_SERVICE_PORT".into(),
+                self.cfg.api_port.to_string(),
+            ),
+            (
+                "KUBERNETES_SERVICE_PORT_HTTPS".into(),
+                self.cfg.api_port.to_string(),
+            ),
+        ];
+        vars.retain(|(k, _)| !pod_env.iter().any(|(p, _)| p == k));
+        vars.extend(pod_env);
+        let lookup: HashMap<String, String> = vars.iter().cloned().collect();
+        let argv: Vec<String> = argv.iter().map(|a| env::expand(a, &lookup)).collect();
+
+        let termination_log = self.container_dir(&c.name).join("termination-log");
+        tokio::fs::write(&termination_log, b"").await?;
+        let mut binds = plan::plan_binds(c, volumes)?;
+        binds.push(Bind {
+            source: termination_log,
+            target: c
+                .termination_message_path
+                .clone()
+                .unwrap_or_else(|| DEFAULT_TERMINATION_MESSAGE_PATH.into()),
+            read_only: false,
+        });
+        let mut typed = Vec::with_capacity(binds.len());
+        for bind in binds {
+            let is_dir = match tokio::fs::metadata(&bind.source).await {
+                Ok(m) => m.is_dir(),
+                // A missing subPath is created as a directory, as the kubelet does.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    tokio::fs::create_dir_all(&bind.source).await?;
+                    true
+                }
+                Err(e) => {
+                    return Err(e)
+                        .with_context(|| format!("volume source {}", bind.source.display()))
+                }
+            };
+            typed.push((bind, is_dir));
+        }
+        let script = plan::mount_script(&typed, c.working_dir.as_deref());
+
+        let log_path = self.log_path(&c.name);
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .with_context(|| format!("opening {}", log_path.display()))?;
+        info!(pod = %self.name, container = %c.name, argv = ?argv, log = %log_path.display(), "starting container");
+        let child = Command::new("unshare")
+            .args([
+                "--mount",
+                "--propagation",
+                "private",
+                "--",
+                "/bin/sh",
+                "-c",
+                &script,
+                "sh",
+            ])
+            .args(&argv)
+            .env_clear()
+            .envs(vars)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .process_group(0)
+            .kill_on_drop(true)
+            .spawn()
+            .context("spawning unshare")?;
+        let pgid = child
+            .id()
+            .ok_or_else(|| anyhow!("the container process vanished at start"))?;
+        Ok(Started { child, pgid })
+    }
+
+    /// Waits for the container's process to end, or ends it when the pod is stopped.
+    /// Returns the exit code (128 + signal when killed) and whether the pod was stopped.
+    async fn wait(&self, mut started: Started) -> (i32, bool) {
+        let (status, stopped) = tokio::select! {
+            status = started.child.wait() => (status, false),
+            _ = stopped(self.stop.clone()) => {
+                signal_group(started.pgid, "TERM").await;
+                let status = match tokio::time::timeout(self.cfg.kill_grace, started.child.wait()).await {
+                    Ok(status) => status,
+                    Err(_) => {
+                        signal_group(started.pgid, "KILL").await;
+                        started.child.wait().await
+                    }
+                };
+                (status, true)
+            }
+        };
+        // Like a container's PID namespace, the group ends with its main process.
+        signal_group(started.pgid, "KILL").await;
+        let code = match status {
+            Ok(s) => s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0)),
+            Err(e) => {
+                warn!(error = %e, "waiting for container process failed");
+                128
+            }
+        };
+        (code, stopped)
+    }
+
+    /// The termination message: the file at terminationMessagePath, or with
+    /// `FallbackToLogsOnError` the log tail of a failed container.
+    async fn termination_message(&self, c: &Container, exit_code: i32) -> Option<String> {
+        let path = self.container_dir(&c.name).join("termination-log");
+        let mut message = match tokio::fs::read(&path).await {
+            Ok(bytes) => {
+                String::from_utf8_lossy(&bytes[..bytes.len().min(MESSAGE_MAX_BYTES)]).into_owned()
+            }
+            Err(_) => String::new(),
+        };
+        let fallback = c.termination_message_policy.as_deref() == Some("FallbackToLogsOnError");
+        if message.is_empty() && fallback && exit_code != 0 {
+            message = log_tail(&self.log_path(&c.name)).await.unwrap_or_default();
+        }
+        Some(message).filter(|m| !m.is_empty())
+    }
+
+    /// Makes the volumes the executed containers mount available on the host.
+    async fn materialize(&self, plan: &PodPlan) -> Result<BTreeMap<String, PathBuf>> {
+        let in_use = plan::volumes_in_use(&self.pod, plan);
+        let mut out = BTreeMap::new();
+        let volumes = self
+            .pod
+            .spec
+            .iter()
+            .flat_map(|s| s.volumes.iter().flatten());
+        for volume in volumes.filter(|v| in_use.contains(v.name.as_str())) {
+            let dir = self.dir.join("volumes").join(&volume.name);
+            let path = match plan::volume_source(volume)? {
+                VolumeSource::EmptyDir => {
+                    tokio::fs::create_dir_all(&dir).await?;
+                    dir
+                }
+                VolumeSource::HostPath { path, create } => {
+                    let path = PathBuf::from(path);
+                    match create {
+                        HostPathCreate::Directory => tokio::fs::create_dir_all(&path).await?,
+                        HostPathCreate::File if !path.exists() => {
+                            if let Some(parent) = path.parent() {
+                                tokio::fs::create_dir_all(parent).await?;
+                            }
+                            tokio::fs::write(&path, b"").await?;
+                        }
+                        _ => {}
+                    }
+                    path
+                }
+                VolumeSource::Claim(claim) => self.claim_path(&claim).await?,
+                VolumeSource::Files(sources) => {
+                    // Re-created from scratch so that a retry does not keep stale files.
+                    if dir.exists() {
+                        tokio::fs::remove_dir_all(&dir).await?;
+                    }
+                    tokio::fs::create_dir_all(&dir).await?;
+                    for source in &sources {
+                        self.write_files(&dir, source)
+                            .await
+                            .with_context(|| format!("volume {}", volume.name))?;
+                    }
+                    dir
+                }
+            };
+            out.insert(volume.name.clone(), path);
+        }
+        Ok(out)
+    }
+
+    /// The host directory of the PersistentVolume bound to a claim.
+    async fn claim_path(&self, claim: &str) -> Result<PathBuf> {
+        let ns = self.pod.namespace().unwrap_or_default();
+        let pvc = Api::<PersistentVolumeClaim>::namespaced(self.cfg.client.clone(), &ns)
+            .get(claim)
+            .await
+            .with_context(|| format!("claim {claim}"))?;
+        let pv_name = pvc
+            .spec
+            .and_then(|s| s.volume_name)
+            .filter(|n| !n.is_empty())
+            .ok_or_else(|| anyhow!("claim {claim} is not bound"))?;
+        let pv = Api::<PersistentVolume>::all(self.cfg.client.clone())
+            .get(&pv_name)
+            .await
+            .with_context(|| format!("volume {pv_name}"))?;
+        let spec = pv.spec.unwrap_or_default();
+        let path = spec
+            .host_path
+            .map(|h| h.path)
+            .or_else(|| spec.local.map(|l| l.path))
+            .ok_or_else(|| anyhow!("volume {pv_name} is neither hostPath nor local"))?;
+        tokio::fs::create_dir_all(&path).await?;
+        Ok(PathBuf::from(path))
+    }
+
+    async fn write_files(&self, dir: &Path, source: &FileSource) -> Result<()> {
+        let ns = self.pod.namespace().unwrap_or_default();
+        let client = &self.cfg.client;
+        let files: Vec<(String, Vec<u8>)> = match source {
+            FileSource::ConfigMap {
+                name,
+                items,
+                optional,
+            } => {
+                let data = get_config_map(client, &ns, name)
+                    .await?
+                    .map(|d| d.into_iter().map(|(k, v)| (k, v.into_bytes())).collect());
+                select_items("ConfigMap", name, data, items.as_deref(), *optional)?
+            }
+            FileSource::Secret {
+                name,
+                items,
+                optional,
+            } => {
+                let data = get_secret(client, &ns, name).await?;
+                select_items("Secret", name, data, items.as_deref(), *optional)?
+            }
+            FileSource::Token {
+                audience,
+                expiration_seconds,
+                path,
+            } => vec![(
+                path.clone(),
+                self.token(audience.as_deref(), *expiration_seconds)
+                    .await?
+                    .into_bytes(),
+            )],
+            FileSource::DownwardApi(items) => items
+                .iter()
+                .map(|(path, field)| {
+                    env::field_value(&self.pod, field, &self.pod_ip)
+                        .map(|v| (path.clone(), v.into_bytes()))
+                })
+                .collect::<Result<_>>()?,
+        };
+        for (rel, content) in files {
+            if rel.starts_with('/') || rel.split('/').any(|p| p == "..") {
+                bail!("invalid file path {rel:?}");
+            }
+            let path = dir.join(&rel);
+            if let Some(parent) = path.parent() {
+                tokio::fs::create_dir_all(parent).await?;
+            }
+            tokio::fs::write(&path, content).await?;
+        }
+        Ok(())
+    }
+
+    /// A token for the pod's service account, bound to the pod, by TokenRequest.
+    async fn token(&self, audience: Option<&str>, expiration_seconds: i64) -> Result<String> {
+        let ns = self.pod.namespace().unwrap_or_default();
+        let sa = self
+            .pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.service_account_name.clone())
+            .unwrap_or_else(|| "default".into());
+        let request = TokenRequest {
+            spec: TokenRequestSpec {
+                audiences: audience.map(str::to_string).into_iter().collect(),
+                expiration_seconds: Some(expiration_seconds),
+                bound_object_ref: Some(BoundObjectReference {
+                    kind: Some("Pod".into()),
+                    api_version: Some("v1".into()),
+                    name: Some(self.pod.name_any()),
+                    uid: self.pod.uid(),
+                }),
+            },
+            ..Default::default()
+        };
+        let response = Api::<ServiceAccount>::namespaced(self.cfg.client.clone(), &ns)
+            .create_token_request(&sa, &PostParams::default(), &request)
+            .await
+            .with_context(|| format!("requesting a token for service account {ns}/{sa}"))?;
+        response
+            .status
+            .map(|s| s.token)
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| anyhow!("empty token for service account {ns}/{sa}"))
+    }
+}
+
+struct Started {
+    child: tokio::process::Child,
+    pgid: u32,
+}
+
+/// Resolves once the pod is being stopped (or its runtime entry is gone).
+async fn stopped(mut stop: watch::Receiver<bool>) {
+    // An error means the sender is gone, which also means stop.
+    let _ = stop.wait_for(|s| *s).await;
+}
+
+/// Sends a signal to a process group; a group that is already gone is fine.
+async fn signal_group(pgid: u32, signal: &str) {
+    let result = Command::new("kill")
+        .args(["-s", signal, "--", &format!("-{pgid}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .await;
+    if let Err(e) = result {
+        warn!(pgid, signal, error = %e, "running kill failed");
+    }
+}
+
+async fn log_tail(path: &Path) -> Result<String> {
+    let mut file = tokio::fs::File::open(path).await?;
+    let len = file.metadata().await?.len();
+    file.seek(std::io::SeekFrom::Start(len.saturating_sub(LOG_TAIL_BYTES)))
+        .await?;
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes).await?;
+    let text = String::from_utf8_lossy(&bytes);
+    let lines: Vec<&str> = text.lines().collect();
+    Ok(lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n"))
+}
+
+async fn get_config_map(
+    client: &Client,
+    ns: &str,
+    name: &str,
+) -> Result<Option<BTreeMap<String, String>>> {
+    let cm = Api::<ConfigMap>::namespaced(client.clone(), ns)
+        .get_opt(name)
+        .await
+        .with_context(|| format!("reading ConfigMap {ns}/{name}"))?;
+    Ok(cm.map(|cm| {
+        let mut data = cm.data.unwrap_or_default();
+        for (k, v) in cm.binary_data.unwrap_or_default() {
+            data.insert(k, String::from_utf8_lossy(&v.0).into_owned());
+        }
+        data
+    }))
+}
+
+async fn get_secret(
+    client: &Client,
+    ns: &str,
+    name: &str,
+) -> Result<Option<BTreeMap<String, Vec<u8>>>> {
+    let secret = Api::<Secret>::namespaced(client.clone(), ns)
+        .get_opt(name)
+        .await
+        .with_context(|| format!("reading Secret {ns}/{name}"))?;
+    Ok(secret.map(|s| {
+        let mut data: BTreeMap<String, Vec<u8>> = s
+            .data
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| (k, v.0))
+            .collect();
+        for (k, v) in s.string_data.unwrap_or_default() {
+            data.insert(k, v.into_bytes());
+        }
+        data
+    }))
+}
+
+fn lossy_strings(data: &BTreeMap<String, Vec<u8>>) -> BTreeMap<String, String> {
+    data.iter()
+        .map(|(k, v)| (k.clone(), String::from_utf8_lossy(v).into_owned()))
+        .collect()
+}
+
+/// The files of a ConfigMap or Secret volume: every key, or the listed items at their paths.
+fn select_items(
+    kind: &str,
+    name: &str,
+    data: Option<BTreeMap<String, Vec<u8>>>,
+    items: Option<&[(String, String)]>,
+    optional: bool,
+) -> Result<Vec<(String, Vec<u8>)>> {
+    let Some(mut data) = data else {
+        if optional {
+            return Ok(Vec::new());
+        }
+        bail!("{kind} {name:?} not found");
+    };
+    match items {
+        None => Ok(data.into_iter().collect()),
+        Some(items) => items
+            .iter()
+            .filter_map(|(key, path)| match data.remove(key) {
+                Some(v) => Some(Ok((path.clone(), v))),
+                None if optional => None,
+                None => Some(Err(anyhow!("key {key:?} not found in {kind} {name:?}"))),
+            })
+            .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn items_select_and_rename_keys() {
+        let data = Some(BTreeMap::from([
+            ("a".to_string(), b"1".to_vec()),
+            ("b".to_string(), b"2".to_vec()),
+        ]));
+        let all = select_items("ConfigMap", "cm", data.clone(), None, false).unwrap();
+        assert_eq!(all.len(), 2);
+        let items = [("b".to_string(), "dir/b.txt".to_string())];
+        let picked = select_items("ConfigMap", "cm", data.clone(), Some(&items), false).unwrap();
+        assert_eq!(picked, [("dir/b.txt".to_string(), b"2".to_vec())]);
+        let missing = [("z".to_string(), "z".to_string())];
+        assert!(select_items("ConfigMap", "cm", data.clone(), Some(&missing), false).is_err());
+        assert!(select_items("ConfigMap", "cm", data, Some(&missing), true)
+            .unwrap()
+            .is_empty());
+        assert!(select_items("Secret", "s", None, None, false).is_err());
+        assert!(select_items("Secret", "s", None, None, true)
+            .unwrap()
+            .is_empty());
+    }
+
+    #[tokio::test]
+    async fn log_tail_keeps_the_last_lines() {
+        let dir = std::env::temp_dir().join(format!("node-agent-tail-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("log");
+        let text: String = (0..200).map(|i| format!("line {i}\n")).collect();
+        std::fs::write(&path, text).unwrap();
+        let tail = log_tail(&path).await.unwrap();
+        assert!(tail.ends_with("line 199"));
+        assert!(tail.len() <= LOG_TAIL_BYTES as usize);
+        assert!(tail.lines().count() <= LOG_TAIL_LINES);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}

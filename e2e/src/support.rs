@@ -1,0 +1,311 @@
+//! Test support for suites that run on the shared test bed (`make cluster-up`): a client for the
+//! bed, one namespace per test (removed when the test ends), the CRD installed once, fixture
+//! checkpoints on real PersistentVolumes, an in-process operator per namespace, and polling.
+//!
+//! Nothing is skipped silently: when the bed cannot be reached, every test fails and says how to
+//! start it.
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kube::api::{Api, PostParams};
+use kube::Client;
+
+/// Root of the repository.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("e2e lives inside the repository")
+        .to_path_buf()
+}
+
+/// Directory of the running bed (`DEEPINFER_TESTBED`, default `<repo>/.testbed`).
+pub fn bed_dir() -> PathBuf {
+    std::env::var_os("DEEPINFER_TESTBED")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join(".testbed"))
+}
+
+/// Admin kubeconfig of the bed.
+pub fn kubeconfig() -> PathBuf {
+    bed_dir().join("kubeconfig")
+}
+
+/// A client for the bed as its admin; panics with instructions when the bed is not running.
+pub async fn client() -> Client {
+    let path = kubeconfig();
+    let kc = kube::config::Kubeconfig::read_from(&path).unwrap_or_else(|e| {
+        panic!("the test bed is not running ({} unreadable: {e}); start it with `make cluster-up` or run `make test`", path.display())
+    });
+    let config =
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await
+            .expect("bed kubeconfig is valid");
+    let client = Client::try_from(config).expect("client for the bed");
+    if let Err(e) = client.apiserver_version().await {
+        panic!("the test bed's API server does not answer ({e}); start it with `make cluster-up` or run `make test`");
+    }
+    client
+}
+
+/// Runs the bed's real kubectl; returns (success, stdout, stderr).
+pub fn kubectl(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(bed_dir().join("bin/kubectl"))
+        .arg("--kubeconfig")
+        .arg(kubeconfig())
+        .args(args)
+        .output()
+        .expect("running the bed's kubectl");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Runs kubectl and panics with its output when it fails.
+pub fn kubectl_ok(args: &[&str]) -> String {
+    let (ok, out, err) = kubectl(args);
+    assert!(ok, "kubectl {} failed: {err}{out}", args.join(" "));
+    out
+}
+
+/// Runs kubectl with `input` on stdin.
+pub fn kubectl_stdin(args: &[&str], input: &str) -> (bool, String) {
+    use std::io::Write;
+    let mut child = Command::new(bed_dir().join("bin/kubectl"))
+        .arg("--kubeconfig")
+        .arg(kubeconfig())
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("running the bed's kubectl");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(input.as_bytes())
+        .expect("writing kubectl input");
+    let out = child.wait_with_output().expect("kubectl output");
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// Installs (or replaces) the committed CRD. The bed's v1.20 API server cannot server-side apply
+/// a CRD carrying CEL rules, so it is created or replaced; modern clusters take the same YAML.
+pub fn ensure_crd() {
+    let crd = repo_root().join("crds/deepinfer.io_deepinferdeployments.yaml");
+    let crd = crd.to_str().expect("utf-8 path");
+    let (ok, _, _) = kubectl(&["get", "crd", "deepinferdeployments.deepinfer.io"]);
+    if ok {
+        kubectl_ok(&["replace", "--validate=false", "-f", crd]);
+    } else {
+        let (ok, _, err) = kubectl(&["create", "--validate=false", "-f", crd]);
+        assert!(
+            ok || err.contains("AlreadyExists"),
+            "installing the CRD failed: {err}"
+        );
+    }
+    kubectl_ok(&[
+        "wait",
+        "--for=condition=Established",
+        "--timeout=30s",
+        "crd/deepinferdeployments.deepinfer.io",
+    ]);
+}
+
+/// A namespace of one test; deleted (with everything in it) when dropped.
+pub struct TestNamespace {
+    /// Its name.
+    pub name: String,
+}
+
+impl TestNamespace {
+    /// Creates a namespace named after the test, unique per run.
+    pub async fn new(client: &Client, prefix: &str) -> Self {
+        static SEQ: AtomicU64 = AtomicU64::new(0);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let name = format!(
+            "{prefix}-{:x}{:x}",
+            nanos % 0xfffff,
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        );
+        let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+        let ns = serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))
+            .expect("namespace");
+        api.create(&PostParams::default(), &ns)
+            .await
+            .unwrap_or_else(|e| panic!("creating namespace {name}: {e}"));
+        // The service-account controller creates `default` shortly after; Jobs need it.
+        let sas: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+            Api::namespaced(client.clone(), &name);
+        eventually(
+            Duration::from_secs(30),
+            "the default ServiceAccount",
+            || {
+                let sas = sas.clone();
+                async move { sas.get_opt("default").await.ok().flatten().map(|_| ()) }
+            },
+        )
+        .await;
+        Self { name }
+    }
+}
+
+impl Drop for TestNamespace {
+    fn drop(&mut self) {
+        if std::env::var_os("KEEP_TEST_NAMESPACES").is_none() {
+            let _ = kubectl(&["delete", "namespace", &self.name, "--wait=false"]);
+        }
+    }
+}
+
+/// Polls `check` until it yields a value or `timeout` passes; then panics naming `what`.
+pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        if start.elapsed() > timeout {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Copies a fixture directory (recursively) to `dest`.
+pub fn copy_dir(src: &Path, dest: &Path) {
+    std::fs::create_dir_all(dest).expect("creating fixture copy");
+    for entry in std::fs::read_dir(src).expect("reading fixture dir") {
+        let entry = entry.expect("fixture entry");
+        let to = dest.join(entry.file_name());
+        if entry.file_type().expect("file type").is_dir() {
+            copy_dir(&entry.path(), &to);
+        } else {
+            std::fs::copy(entry.path(), &to).expect("copying fixture file");
+        }
+    }
+}
+
+/// Creates a hostPath PersistentVolume holding a copy of `fixture` under `subdir`, and a claim
+/// `claim` in `ns` bound to it by the real PV controller. Returns the host directory.
+pub fn checkpoint_claim(ns: &str, claim: &str, fixture: &Path, subdir: &str) -> PathBuf {
+    let pv = format!("{ns}-{claim}");
+    let host = bed_dir().join("volumes").join(&pv);
+    let _ = std::fs::remove_dir_all(&host);
+    copy_dir(fixture, &host.join(subdir));
+    let manifest = format!(
+        r#"apiVersion: v1
+kind: PersistentVolume
+metadata: {{name: {pv}, labels: {{deepinfer.io/test-namespace: {ns}}}}}
+spec:
+  capacity: {{storage: 1Gi}}
+  accessModes: [ReadWriteOnce, ReadOnlyMany]
+  persistentVolumeReclaimPolicy: Retain
+  storageClassName: ""
+  claimRef: {{namespace: {ns}, name: {claim}}}
+  hostPath: {{path: {host}, type: Directory}}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {{name: {claim}, namespace: {ns}}}
+spec:
+  accessModes: [ReadWriteOnce]
+  storageClassName: ""
+  volumeName: {pv}
+  resources: {{requests: {{storage: 1Gi}}}}
+"#,
+        host = host.display()
+    );
+    let (ok, out) = kubectl_stdin(&["apply", "-f", "-"], &manifest);
+    assert!(ok, "creating the fixture checkpoint volume failed: {out}");
+    host
+}
+
+/// The fixture checkpoint committed under `e2e/fixtures/checkpoint`.
+pub fn fixture_checkpoint() -> PathBuf {
+    repo_root().join("e2e/fixtures/checkpoint")
+}
+
+/// An operator running in this process, watching one namespace.
+pub struct Operator {
+    /// Mutating requests it sent.
+    pub writes: Arc<AtomicU64>,
+    /// Its context (counters).
+    pub ctx: Arc<deepinfer_operator::controller::Context>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Operator {
+    /// Starts an operator for `ns` that accepts `licenses`.
+    pub async fn start(ns: &str, licenses: &[&str]) -> Self {
+        use deepinfer_operator::controller as c;
+        let kc = kube::config::Kubeconfig::read_from(kubeconfig()).expect("bed kubeconfig");
+        let config =
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await
+                .expect("config");
+        let writes = Arc::new(AtomicU64::new(0));
+        let client = c::counting_client(config, writes.clone()).expect("counting client");
+        let settings = c::Settings {
+            namespace: Some(ns.to_string()),
+            accepted_licenses: licenses.iter().map(|s| s.to_string()).collect(),
+            operator_image: "deepinfer-operator:dev".into(),
+            limits: Default::default(),
+        };
+        let ctx = c::context(client, &settings, writes.clone());
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(c::run_with_context(
+            ctx.clone(),
+            settings.namespace.clone(),
+            async move {
+                let _ = rx.await;
+            },
+        ));
+        Self {
+            writes,
+            ctx,
+            stop: Some(tx),
+            task: Some(task),
+        }
+    }
+
+    /// Stops the operator and waits for it to finish.
+    pub async fn stop(mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
+        }
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}

@@ -33,6 +33,12 @@ run: cluster-up ## Bed + CRD + operator + a sample deployment, then show it
 .PHONY: crds
 crds: ## Regenerate the committed CRD YAML and API reference
 	$(CARGO) run -q --bin deepinfer-operator -- crd > crds/deepinfer.io_deepinferdeployments.yaml
+	cp crds/deepinfer.io_deepinferdeployments.yaml charts/deepinfer-operator/crds/
+	cp crds/deepinfer.io_deepinferdeployments.yaml config/crd/bases/
+
+.PHONY: docs
+docs: ## Regenerate docs/api-reference.md from the CRD schema
+	$(CARGO) run -q --bin deepinfer-operator -- docs api-reference > docs/api-reference.md.tmp && mv docs/api-reference.md.tmp docs/api-reference.md
 
 .PHONY: lint
 lint: ## rustfmt and clippy (warnings are errors)

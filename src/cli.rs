@@ -20,6 +20,8 @@ pub enum Command {
     Run(crate::controller::RunArgs),
     /// Print the CustomResourceDefinition as YAML.
     Crd,
+    /// Print generated documentation (committed under docs/; `make docs`).
+    Docs(DocsArgs),
     /// Job entrypoint: download a pinned hub revision into a directory.
     FetchCheckpoint(crate::checkpoint::FetchArgs),
     /// Job entrypoint: verify a checkpoint directory and report the result.
@@ -48,4 +50,19 @@ pub struct CheckArgs {
 pub struct InstallRunnerArgs {
     /// Destination path of the copied binary.
     pub destination: PathBuf,
+}
+
+/// `docs` arguments.
+#[derive(Args, Debug)]
+pub struct DocsArgs {
+    /// The page to print.
+    #[command(subcommand)]
+    pub page: DocsPage,
+}
+
+/// Generated documentation pages.
+#[derive(Subcommand, Debug, Clone, Copy)]
+pub enum DocsPage {
+    /// The API reference in Markdown, rendered from the CRD schema (docs/api-reference.md).
+    ApiReference,
 }

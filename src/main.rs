@@ -15,6 +15,12 @@ async fn main() -> ExitCode {
             print!("{}", api::crd_yaml());
             Ok(0)
         }
+        cli::Command::Docs(args) => {
+            match args.page {
+                cli::DocsPage::ApiReference => print!("{}", api::reference::api_reference()),
+            }
+            Ok(0)
+        }
         cli::Command::FetchCheckpoint(args) => checkpoint::fetch(args).await,
         cli::Command::VerifyCheckpoint(args) => checkpoint::verify(args).await,
         cli::Command::Accept(args) => acceptance::accept(*args).await,

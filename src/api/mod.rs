@@ -1,6 +1,8 @@
 //! The `DeepInferDeployment` resource (group `deepinfer.io`, version `v1alpha1`): its spec,
 //! status, condition types and reasons, labels and annotations, and CRD generation.
 
+pub mod kstatus;
+pub mod reference;
 mod spec;
 mod status;
 

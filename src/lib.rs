@@ -9,3 +9,5 @@ pub mod api;
 pub mod checkpoint;
 pub mod cli;
 pub mod controller;
+pub mod metrics;
+pub mod telemetry;

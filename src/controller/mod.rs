@@ -55,6 +55,13 @@ pub struct RunArgs {
     /// Log as JSON lines.
     #[arg(long)]
     pub json_logs: bool,
+    /// Address of the `/metrics`, `/healthz` and `/readyz` endpoints.
+    #[arg(
+        long,
+        env = "DEEPINFER_METRICS_ADDRESS",
+        default_value = "0.0.0.0:8080"
+    )]
+    pub metrics_address: std::net::SocketAddr,
 }
 
 /// Errors of one reconcile pass. Spec problems are not errors: they become conditions.
@@ -98,6 +105,8 @@ pub struct Context {
     pub writes: Arc<AtomicU64>,
     /// Reconcile passes run.
     pub reconciles: AtomicU64,
+    /// Prometheus metrics, served on `/metrics`.
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 /// Settings of a controller instance, for embedding (tests) as well as `run`.
@@ -169,14 +178,34 @@ async fn load_config(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<kub
 
 /// Runs the controller until SIGTERM / Ctrl-C.
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
-    init_logging(args.json_logs);
+    crate::telemetry::init_logging(args.json_logs);
+    let listener = crate::telemetry::bind(args.metrics_address).await?;
     let config = load_config(args.kubeconfig.as_deref()).await?;
     let writes = Arc::new(AtomicU64::new(0));
     let client = counting_client(config, writes.clone())?;
     let settings = Settings::from(&args);
-    check_crd_installed(&client, settings.namespace.as_deref()).await?;
-    info!(namespace = settings.namespace.as_deref().unwrap_or("<all>"), licenses = ?settings.accepted_licenses, "starting controller");
-    controller(client, settings, writes, shutdown_signal()).await;
+    let ctx = context(client, &settings, writes);
+    // Health answers from the start; readiness waits for the CRD check.
+    let endpoints = crate::telemetry::Endpoints::new(ctx.metrics.clone());
+    let (stop_server, server_stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(crate::telemetry::serve(
+        listener,
+        endpoints.clone(),
+        async move {
+            let _ = server_stopped.await;
+        },
+    ));
+    check_crd_installed(&ctx.client, settings.namespace.as_deref()).await?;
+    info!(namespace = settings.namespace.as_deref().unwrap_or("<all>"), licenses = ?settings.accepted_licenses, metrics = %args.metrics_address, "starting controller");
+    endpoints.set_ready(true);
+    let ready = endpoints.clone();
+    run_with_context(ctx, settings.namespace, async move {
+        shutdown_signal().await;
+        ready.set_ready(false);
+    })
+    .await;
+    let _ = stop_server.send(());
+    let _ = server.await;
     Ok(())
 }
 
@@ -193,18 +222,6 @@ async fn shutdown_signal() {
     }
     #[cfg(not(unix))]
     ctrl_c.await.unwrap_or(());
-}
-
-fn init_logging(json: bool) {
-    use tracing_subscriber::EnvFilter;
-    let filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,kube=warn"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
-    let _ = if json {
-        builder.json().try_init()
-    } else {
-        builder.try_init()
-    };
 }
 
 /// Fails with instructions when the CRD is not installed.
@@ -243,6 +260,7 @@ pub fn context(client: Client, settings: &Settings, writes: Arc<AtomicU64>) -> A
         accepted_licenses: settings.accepted_licenses.clone(),
         operator_image: settings.operator_image.clone(),
         limits: settings.limits,
+        metrics: Arc::new(crate::metrics::Metrics::new(writes.clone())),
         writes,
         reconciles: AtomicU64::new(0),
     })
@@ -277,11 +295,14 @@ pub async fn run_with_context(
     let pods: Api<Pod> = scoped(&client, namespace.as_deref());
     let jobs: Api<Job> = scoped(&client, namespace.as_deref());
     let services: Api<Service> = scoped(&client, namespace.as_deref());
-    Controller::new_with(dids, watcher::Config::default(), ar)
+    let controller = Controller::new_with(dids, watcher::Config::default(), ar)
         .owns(pods, owned.clone())
         .owns(jobs, owned.clone())
         .owns(services, owned)
-        .graceful_shutdown_on(shutdown)
+        .graceful_shutdown_on(shutdown);
+    // Deletions are not reconciled; drop deleted objects from the phase gauge once the cache has.
+    let forget_deleted = tokio::spawn(forget_deleted(controller.store(), ctx.metrics.clone()));
+    controller
         .run(reconcile, error_policy, ctx)
         .for_each(|res| async move {
             if let Err(e) = res {
@@ -289,6 +310,31 @@ pub async fn run_with_context(
             }
         })
         .await;
+    forget_deleted.abort();
+}
+
+/// Every few seconds, forgets the phase of objects no longer in the controller's cache.
+///
+/// No `wait_until_ready`: the store wakes only its last waiter, the controller's own. Before the
+/// store is ready nothing has been reconciled, so there is nothing to forget either.
+async fn forget_deleted(
+    store: kube::runtime::reflector::Store<DynamicObject>,
+    metrics: Arc<crate::metrics::Metrics>,
+) {
+    loop {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let live: std::collections::HashSet<String> = store
+            .state()
+            .iter()
+            .map(|o| phase_key(&o.namespace().unwrap_or_default(), &o.name_any()))
+            .collect();
+        metrics.retain(|key| live.contains(key));
+    }
+}
+
+/// Key of an object in the phase gauge.
+fn phase_key(namespace: &str, name: &str) -> String {
+    format!("{namespace}/{name}")
 }
 
 fn scoped<K>(client: &Client, namespace: Option<&str>) -> Api<K>
@@ -301,7 +347,8 @@ where
     }
 }
 
-fn error_policy(obj: Arc<DynamicObject>, err: &Error, _ctx: Arc<Context>) -> Action {
+fn error_policy(obj: Arc<DynamicObject>, err: &Error, ctx: Arc<Context>) -> Action {
+    ctx.metrics.reconcile_failed(err.metric_label());
     warn!(name = %obj.name_any(), namespace = ?obj.namespace(), error = %err, kind = err.metric_label(), "reconcile failed; retrying");
     Action::requeue(Duration::from_secs(10))
 }
@@ -312,6 +359,7 @@ const RESYNC: Duration = Duration::from_secs(300);
 #[tracing::instrument(skip(obj, ctx), fields(name = %obj.name_any(), namespace = obj.namespace().unwrap_or_default()))]
 async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
     ctx.reconciles.fetch_add(1, Ordering::Relaxed);
+    let _timer = ctx.metrics.reconcile_started();
     let ns = obj
         .namespace()
         .ok_or_else(|| Error::NoNamespace(obj.name_any()))?;
@@ -332,6 +380,7 @@ async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action,
         }
     };
     if did.meta().deletion_timestamp.is_some() {
+        ctx.metrics.forget(&phase_key(&ns, &did.name_any()));
         return Ok(Action::await_change());
     }
     let (outcome, action) = gates::run_pipeline(&did, previous.as_ref(), &ctx).await?;
@@ -355,6 +404,8 @@ async fn write_status(
         generation,
         Time(k8s_openapi::jiff::Timestamp::now()),
     );
+    ctx.metrics
+        .observe_phase(&phase_key(ns, &obj.name_any()), next.phase);
     if previous == Some(&next) {
         return Ok(());
     }

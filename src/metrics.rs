@@ -1,0 +1,354 @@
+//! Prometheus metrics of the operator, all in one [`Registry`] under the `deepinfer_` prefix.
+//!
+//! The reconciler records passes, durations, failures and the phase of every resource it has
+//! seen; the acceptance gate records runs; the client's write counter is read at scrape time.
+//! [`crate::telemetry`] serves [`Metrics::encode`] on `/metrics`.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::{Registry, Unit};
+
+use crate::api::Phase;
+
+/// Every phase, so the phase gauge exports zeros rather than missing series.
+const PHASES: [Phase; 6] = [
+    Phase::Pending,
+    Phase::Verifying,
+    Phase::Accepting,
+    Phase::Provisioning,
+    Phase::Ready,
+    Phase::Failed,
+];
+
+/// Label value of a phase, as spelled in `status.phase`.
+pub fn phase_label(phase: Phase) -> &'static str {
+    match phase {
+        Phase::Pending => "Pending",
+        Phase::Verifying => "Verifying",
+        Phase::Accepting => "Accepting",
+        Phase::Provisioning => "Provisioning",
+        Phase::Ready => "Ready",
+        Phase::Failed => "Failed",
+    }
+}
+
+/// `{error="…"}`: the failing error's [`crate::controller::Error::metric_label`].
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ErrorLabels {
+    error: String,
+}
+
+/// `{phase="…"}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PhaseLabels {
+    phase: &'static str,
+}
+
+/// `{result="…"}`: `Passed` or `Failed`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    result: String,
+}
+
+/// The operator's metrics and the registry that exports them.
+#[derive(Debug)]
+pub struct Metrics {
+    /// Registry holding every metric below; encoded on each scrape.
+    registry: Registry,
+    /// `deepinfer_reconciles_total`: reconcile passes started.
+    reconciles: Counter,
+    /// `deepinfer_reconcile_duration_seconds`: wall time of one reconcile pass.
+    reconcile_duration: Histogram,
+    /// `deepinfer_reconcile_failures_total{error}`: passes that returned an error, by kind.
+    failures: Family<ErrorLabels, Counter>,
+    /// `deepinfer_resources{phase}`: DeepInferDeployments last seen in each phase.
+    resources: Family<PhaseLabels, Gauge>,
+    /// Last phase per `namespace/name`, so a phase change moves one count between gauges.
+    phases: Mutex<HashMap<String, Phase>>,
+    /// `deepinfer_acceptance_runs_total{result}`: finished acceptance runs by result.
+    acceptance_runs: Family<ResultLabels, Counter>,
+    /// `deepinfer_acceptance_duration_seconds`: wall time of one acceptance run.
+    acceptance_duration: Histogram,
+}
+
+/// Exports the client's write counter as `deepinfer_api_writes_total` at scrape time.
+#[derive(Debug)]
+struct WritesCollector(Arc<AtomicU64>);
+
+impl Collector for WritesCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let counter = ConstCounter::new(self.0.load(Ordering::Relaxed));
+        let metric = encoder.encode_descriptor(
+            "api_writes",
+            "Mutating Kubernetes API requests (everything but GET) sent by the operator.",
+            None,
+            counter.metric_type(),
+        )?;
+        counter.encode(metric)
+    }
+}
+
+impl Metrics {
+    /// Registers every metric; `writes` is the client's mutating-request counter.
+    /// (Help texts carry no final period: the encoder appends one.)
+    pub fn new(writes: Arc<AtomicU64>) -> Self {
+        let mut registry = Registry::with_prefix("deepinfer");
+        let reconciles = Counter::default();
+        registry.register("reconciles", "Reconcile passes started", reconciles.clone());
+        // 5 ms to ~20 s: a pass is a handful of API calls, a slow API server stretches it.
+        let reconcile_duration = Histogram::new([
+            0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0,
+        ]);
+        registry.register_with_unit(
+            "reconcile_duration",
+            "Wall time of one reconcile pass",
+            Unit::Seconds,
+            reconcile_duration.clone(),
+        );
+        let failures = Family::<ErrorLabels, Counter>::default();
+        registry.register(
+            "reconcile_failures",
+            "Reconcile passes that failed and were retried, by error kind",
+            failures.clone(),
+        );
+        let resources = Family::<PhaseLabels, Gauge>::default();
+        for phase in PHASES {
+            resources.get_or_create_owned(&PhaseLabels {
+                phase: phase_label(phase),
+            });
+        }
+        registry.register(
+            "resources",
+            "DeepInferDeployments by status.phase, as last reconciled",
+            resources.clone(),
+        );
+        let acceptance_runs = Family::<ResultLabels, Counter>::default();
+        for result in ["Passed", "Failed"] {
+            acceptance_runs.get_or_create_owned(&ResultLabels {
+                result: result.to_string(),
+            });
+        }
+        registry.register(
+            "acceptance_runs",
+            "Finished acceptance runs by result (Passed or Failed)",
+            acceptance_runs.clone(),
+        );
+        // 10 s to ~1.5 h: a run loads the model and answers every prompt.
+        let acceptance_duration = Histogram::new([
+            10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 2400.0, 5400.0,
+        ]);
+        registry.register_with_unit(
+            "acceptance_duration",
+            "Wall time of one acceptance run",
+            Unit::Seconds,
+            acceptance_duration.clone(),
+        );
+        registry.register_collector(Box::new(WritesCollector(writes)));
+        Self {
+            registry,
+            reconciles,
+            reconcile_duration,
+            failures,
+            resources,
+            phases: Mutex::new(HashMap::new()),
+            acceptance_runs,
+            acceptance_duration,
+        }
+    }
+
+    /// Counts a reconcile pass; its duration is recorded when the returned guard drops.
+    pub fn reconcile_started(&self) -> ReconcileTimer<'_> {
+        self.reconciles.inc();
+        ReconcileTimer {
+            histogram: &self.reconcile_duration,
+            start: Instant::now(),
+        }
+    }
+
+    /// Counts a failed pass under its error kind.
+    pub fn reconcile_failed(&self, error: &str) {
+        self.failures
+            .get_or_create(&ErrorLabels {
+                error: error.to_string(),
+            })
+            .inc();
+    }
+
+    /// Records the phase of the resource `key` (`namespace/name`); `None` forgets it.
+    pub fn observe_phase(&self, key: &str, phase: Option<Phase>) {
+        let Some(phase) = phase else {
+            return self.forget(key);
+        };
+        let mut phases = self.phases.lock().unwrap_or_else(|e| e.into_inner());
+        let previous = phases.insert(key.to_string(), phase);
+        if previous != Some(phase) {
+            if let Some(old) = previous {
+                self.gauge(old).dec();
+            }
+            self.gauge(phase).inc();
+        }
+    }
+
+    /// Drops a deleted resource from the phase gauge.
+    pub fn forget(&self, key: &str) {
+        let mut phases = self.phases.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(old) = phases.remove(key) {
+            self.gauge(old).dec();
+        }
+    }
+
+    /// Forgets every resource for which `live` is false (objects deleted without a last pass).
+    pub fn retain(&self, live: impl Fn(&str) -> bool) {
+        let mut phases = self.phases.lock().unwrap_or_else(|e| e.into_inner());
+        phases.retain(|key, phase| {
+            let keep = live(key);
+            if !keep {
+                self.gauge(*phase).dec();
+            }
+            keep
+        });
+    }
+
+    /// Records a finished acceptance run: `result` is `Passed` or `Failed`.
+    pub fn acceptance_finished(&self, result: &str, seconds: f64) {
+        self.acceptance_runs
+            .get_or_create(&ResultLabels {
+                result: result.to_string(),
+            })
+            .inc();
+        self.acceptance_duration.observe(seconds);
+    }
+
+    /// The registry in the OpenMetrics text format.
+    pub fn encode(&self) -> Result<String, std::fmt::Error> {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
+        Ok(out)
+    }
+
+    fn gauge(&self, phase: Phase) -> Gauge {
+        self.resources.get_or_create_owned(&PhaseLabels {
+            phase: phase_label(phase),
+        })
+    }
+}
+
+/// Records the duration of one reconcile pass when dropped, whichever way the pass ends.
+pub struct ReconcileTimer<'a> {
+    histogram: &'a Histogram,
+    start: Instant,
+}
+
+impl Drop for ReconcileTimer<'_> {
+    fn drop(&mut self) {
+        self.histogram.observe(self.start.elapsed().as_secs_f64());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line<'a>(text: &'a str, series: &str) -> Option<&'a str> {
+        text.lines()
+            .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
+            .map(|l| &l[series.len() + 1..])
+    }
+
+    #[test]
+    fn reconcile_metrics_count_passes_durations_and_failures() {
+        let m = Metrics::new(Arc::default());
+        drop(m.reconcile_started());
+        drop(m.reconcile_started());
+        m.reconcile_failed("kube");
+        let text = m.encode().unwrap();
+        assert_eq!(line(&text, "deepinfer_reconciles_total"), Some("2"));
+        assert_eq!(
+            line(&text, "deepinfer_reconcile_duration_seconds_count"),
+            Some("2")
+        );
+        assert!(text.contains("# TYPE deepinfer_reconcile_duration_seconds histogram"));
+        assert_eq!(
+            line(&text, r#"deepinfer_reconcile_failures_total{error="kube"}"#),
+            Some("1")
+        );
+        assert!(text.ends_with("# EOF\n"), "OpenMetrics text ends with EOF");
+        assert!(!text.contains(".."), "help texts end in one period: {text}");
+    }
+
+    #[test]
+    fn phase_gauge_moves_with_each_resource_and_forgets_deleted_ones() {
+        let m = Metrics::new(Arc::default());
+        let series = |p: &str| format!(r#"deepinfer_resources{{phase="{p}"}}"#);
+        m.observe_phase("a/one", Some(Phase::Pending));
+        m.observe_phase("a/two", Some(Phase::Pending));
+        m.observe_phase("a/two", Some(Phase::Pending));
+        let text = m.encode().unwrap();
+        assert_eq!(line(&text, &series("Pending")), Some("2"));
+        assert_eq!(line(&text, &series("Ready")), Some("0"), "zeros exported");
+
+        m.observe_phase("a/two", Some(Phase::Verifying));
+        m.forget("a/one");
+        m.forget("a/unknown");
+        let text = m.encode().unwrap();
+        assert_eq!(line(&text, &series("Pending")), Some("0"));
+        assert_eq!(line(&text, &series("Verifying")), Some("1"));
+
+        m.observe_phase("b/three", Some(Phase::Ready));
+        m.retain(|key| key.starts_with("b/"));
+        let text = m.encode().unwrap();
+        assert_eq!(line(&text, &series("Verifying")), Some("0"));
+        assert_eq!(line(&text, &series("Ready")), Some("1"));
+        m.observe_phase("b/three", None);
+        let text = m.encode().unwrap();
+        assert_eq!(line(&text, &series("Ready")), Some("0"));
+    }
+
+    #[test]
+    fn acceptance_runs_by_result_and_duration() {
+        let m = Metrics::new(Arc::default());
+        m.acceptance_finished("Passed", 42.0);
+        m.acceptance_finished("Failed", 7.5);
+        m.acceptance_finished("Passed", 1.0);
+        let text = m.encode().unwrap();
+        assert_eq!(
+            line(&text, r#"deepinfer_acceptance_runs_total{result="Passed"}"#),
+            Some("2")
+        );
+        assert_eq!(
+            line(&text, r#"deepinfer_acceptance_runs_total{result="Failed"}"#),
+            Some("1")
+        );
+        assert_eq!(
+            line(&text, "deepinfer_acceptance_duration_seconds_count"),
+            Some("3")
+        );
+        assert_eq!(
+            line(&text, "deepinfer_acceptance_duration_seconds_sum"),
+            Some("50.5")
+        );
+    }
+
+    #[test]
+    fn api_writes_are_read_from_the_client_counter_at_scrape_time() {
+        let writes = Arc::new(AtomicU64::new(3));
+        let m = Metrics::new(writes.clone());
+        assert_eq!(
+            line(&m.encode().unwrap(), "deepinfer_api_writes_total"),
+            Some("3")
+        );
+        writes.fetch_add(4, Ordering::Relaxed);
+        let text = m.encode().unwrap();
+        assert_eq!(line(&text, "deepinfer_api_writes_total"), Some("7"));
+        assert!(text.contains("# TYPE deepinfer_api_writes counter"));
+    }
+}

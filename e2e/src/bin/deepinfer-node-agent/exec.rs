@@ -27,7 +27,7 @@ use tracing::{info, warn};
 use crate::env::{self, Objects};
 use crate::now;
 use crate::plan::{self, Bind, ContainerPlan, FileSource, HostPathCreate, PodPlan, VolumeSource};
-use crate::status::{Report, State, Terminated};
+use crate::status::{resumed_report, Report, State, Terminated};
 
 /// Called whenever a container's state changes, to re-sync the pod's status.
 pub type Notify = Arc<dyn Fn() + Send + Sync>;
@@ -117,12 +117,16 @@ impl Runtime {
             pod.namespace().unwrap_or_default(),
             pod.name_any()
         ));
-        let reports: BTreeMap<String, Report> = plan
-            .init
-            .iter()
-            .chain(&plan.main)
-            .filter(|(_, p)| p.is_executed())
-            .map(|(n, _)| (n.clone(), Report::waiting("ContainerCreating", None)))
+        let executed = |containers: &[(String, ContainerPlan)], is_init: bool| {
+            containers
+                .iter()
+                .filter(|(_, p)| p.is_executed())
+                .map(move |(n, _)| (n.clone(), resumed_report(pod, n, is_init)))
+                .collect::<Vec<_>>()
+        };
+        let reports: BTreeMap<String, Report> = executed(&plan.init, true)
+            .into_iter()
+            .chain(executed(&plan.main, false))
             .collect();
         let reports = Arc::new(Mutex::new(reports));
         let (stop, stop_rx) = watch::channel(false);
@@ -285,7 +289,16 @@ impl PodCtx {
         let Some(container) = self.container(name).cloned() else {
             return Outcome::Stopped;
         };
-        let mut restart_count = 0;
+        let resumed = lock(&self.reports).get(name).cloned();
+        // Ended for good before the agent restarted: it does not run again.
+        if let Some(Report {
+            state: State::Terminated(t),
+            ..
+        }) = &resumed
+        {
+            return Outcome::Exited(t.exit_code);
+        }
+        let mut restart_count = resumed.map_or(0, |r| r.restart_count);
         let mut last: Option<Terminated> = None;
         let mut backoff = Duration::from_secs(1);
         loop {

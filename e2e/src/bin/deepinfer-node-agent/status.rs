@@ -195,6 +195,40 @@ pub fn simulated_report(
     (report, Some(wait))
 }
 
+/// The starting report of an executed container, from what the pod's status already says
+/// (the agent may have restarted): a container that ended for good under the restart policy
+/// is reported terminated and must not run again (the API server also refuses to move it
+/// back); any other keeps its restart count and waits to be started.
+pub fn resumed_report(pod: &Pod, name: &str, is_init: bool) -> Report {
+    let status = pod.status.as_ref();
+    let statuses = if is_init {
+        status.and_then(|s| s.init_container_statuses.as_ref())
+    } else {
+        status.and_then(|s| s.container_statuses.as_ref())
+    };
+    let existing = find_status(statuses, name);
+    let restart_count = existing.map_or(0, |s| s.restart_count);
+    let ended = existing.and_then(|s| last_terminated(s.state.as_ref()));
+    let final_end = ended.filter(|t| match (is_init, restart_policy(pod)) {
+        (true, _) => t.exit_code == 0,
+        (false, "Never") => true,
+        (false, "OnFailure") => t.exit_code == 0,
+        (false, _) => false,
+    });
+    match final_end {
+        Some(t) => Report {
+            state: State::Terminated(t),
+            last: existing.and_then(|s| last_terminated(s.last_state.as_ref())),
+            restart_count,
+            ready: false,
+        },
+        None => Report {
+            restart_count,
+            ..Report::waiting("ContainerCreating", None)
+        },
+    }
+}
+
 fn last_terminated(state: Option<&ContainerState>) -> Option<Terminated> {
     let t = state?.terminated.as_ref()?;
     Some(Terminated {
@@ -776,6 +810,27 @@ mod tests {
         assert_eq!(ready["status"], "True");
         assert!(ready.get("message").unwrap().is_null());
         assert!(ready.get("reason").unwrap().is_null());
+    }
+
+    #[test]
+    fn finished_containers_are_not_run_again() {
+        let terminated = |code: i32| json!({"terminated": {"exitCode": code, "reason": "x", "finishedAt": "2026-01-01T00:00:00Z"}});
+        let p = |policy: &str, code: i32| {
+            pod(json!({"spec": {"restartPolicy": policy}, "status": {
+                "initContainerStatuses": [{"name": "i", "image": "x", "imageID": "", "ready": true,
+                    "restartCount": 0, "state": terminated(0)}],
+                "containerStatuses": [{"name": "a", "image": "x", "imageID": "", "ready": false,
+                    "restartCount": 2, "state": terminated(code)}]}}))
+        };
+        let ended = |r: &Report| matches!(r.state, State::Terminated(_));
+        assert!(ended(&resumed_report(&p("Always", 0), "i", true)));
+        assert!(ended(&resumed_report(&p("Never", 1), "a", false)));
+        assert!(ended(&resumed_report(&p("OnFailure", 0), "a", false)));
+        let again = resumed_report(&p("OnFailure", 1), "a", false);
+        assert!(!ended(&again));
+        assert_eq!(again.restart_count, 2);
+        assert!(!ended(&resumed_report(&p("Always", 0), "a", false)));
+        assert!(!ended(&resumed_report(&pod(json!({})), "a", false)));
     }
 
     #[test]

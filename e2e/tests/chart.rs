@@ -1,0 +1,432 @@
+//! The operator as admins install it: the Helm chart with the real `helm`, and `kubectl apply -k
+//! config/default`, on the test bed. The operator pod is run by the simulated node under the
+//! ServiceAccount the manifests create (token from the API server), so every RBAC rule the
+//! manifests miss is a real denial. Each install takes a DeepInferDeployment to Ready through all
+//! three gates (licence, checkpoint verification Job, acceptance Job with the stand-in engine),
+//! and neither the operator's log nor the API server's audit log may hold a denial.
+//!
+//! Both tests place an 8-GPU group, so they are named `gpu_*` (one at a time, see
+//! `.config/nextest.toml`). Each operator watches only its own test namespace, so it never
+//! touches the resources of suites running beside it on the shared bed.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use deepinfer_e2e::support::{self, TestNamespace};
+use deepinfer_operator::api::{DeepInferDeployment, DeepInferDeploymentStatus};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::{json, Value};
+
+const IMAGE: &str = "registry.example.com/deepinfer@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+const FAKE_ENGINE: &str = env!("CARGO_BIN_EXE_deepinfer-fake-engine");
+const TIMEOUT: Duration = Duration::from_secs(120);
+
+fn repo() -> PathBuf {
+    support::repo_root()
+}
+
+/// A port nobody listens on now: operator pods share the host's network on the bed.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free loopback port")
+        .port()
+}
+
+/// Status code of `GET http://127.0.0.1:<port><path>`, if anything answers.
+fn http_status(port: u16, path: &str) -> Option<u16> {
+    use std::io::{Read as _, Write as _};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    response.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// The probes the manifests declare answer on the configured port (the bed runs no probes).
+async fn probes_answer(port: u16) {
+    for path in ["/healthz", "/readyz"] {
+        support::eventually(
+            TIMEOUT,
+            &format!("200 from {path} on port {port}"),
+            || async { (http_status(port, path) == Some(200)).then_some(()) },
+        )
+        .await;
+    }
+}
+
+/// Runs the bed's real helm against the bed; returns (success, stdout + stderr).
+fn helm(args: &[&str]) -> (bool, String) {
+    let tmp = std::env::temp_dir();
+    let out = Command::new(support::bed_dir().join("bin/helm"))
+        .arg("--kubeconfig")
+        .arg(support::kubeconfig())
+        .args(args)
+        .env("HELM_CACHE_HOME", tmp.join("deepinfer-helm-cache"))
+        .env("HELM_CONFIG_HOME", tmp.join("deepinfer-helm-config"))
+        .env("HELM_DATA_HOME", tmp.join("deepinfer-helm-data"))
+        .output()
+        .expect("running the bed's helm");
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// One serving group of 8 GPUs over the fixture checkpoint on claim `ckpt`, with the shot
+/// planner as its acceptance workload, the stand-in engine replaying the valid outputs.
+fn deployment(name: &str) -> DeepInferDeployment {
+    let fixtures = repo().join("e2e/fixtures/shot-planner");
+    let text = std::fs::read_to_string(fixtures.join("acceptance.yaml")).expect("fixture spec");
+    let mut acceptance: Value = serde_yaml::from_str(&text).expect("fixture spec is YAML");
+    acceptance["engine"] = json!({"command": [
+        FAKE_ENGINE, "--model_name", "{model_dir}", "--prompts", "{prompts_file}",
+        "--output", "{outputs_file}",
+        "--canned", fixtures.join("valid-2-2-2.jsonl").display().to_string(),
+        "--mode", "replay",
+    ]});
+    serde_json::from_value(json!({
+        "apiVersion": "deepinfer.io/v1alpha1",
+        "kind": "DeepInferDeployment",
+        "metadata": {"name": name, "annotations": {"deepinfer.io/license-accepted": "mit"}},
+        "spec": {
+            "model": {"name": "deepseek-ai/DeepSeek-V4.1-Flash-1017", "license": "mit",
+                      "source": {"volume": {"claimName": "ckpt", "path": "model"}}},
+            "runtime": {"image": IMAGE, "commit": "0123456789abcdef0123456789abcdef01234567"},
+            "accelerator": {"type": "NVIDIA", "devicesPerPod": 8},
+            "roles": [{"name": "worker", "replicas": 1, "parallel": {"tensor": 8}}],
+            "acceptance": acceptance
+        }
+    }))
+    .expect("valid test object")
+}
+
+fn condition<'a>(s: &'a DeepInferDeploymentStatus, type_: &str) -> Option<(&'a str, &'a str)> {
+    s.conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status.as_str(), c.reason.as_str()))
+}
+
+fn running(p: &Pod) -> bool {
+    p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+        && p.metadata.deletion_timestamp.is_none()
+}
+
+fn ready_pod(p: &Pod) -> bool {
+    p.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|c| c.type_ == "Ready" && c.status == "True")
+}
+
+/// Waits for the one operator pod matching `selector` in `ns` to be Running and Ready.
+async fn operator_pod(client: &Client, ns: &str, selector: &str) -> Pod {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    support::eventually(
+        TIMEOUT,
+        &format!("the operator pod ({selector}) in {ns} Running and Ready"),
+        || async {
+            let list = pods
+                .list(&ListParams::default().labels(selector))
+                .await
+                .ok()?;
+            match list.items.as_slice() {
+                [p] if running(p) && ready_pod(p) => Some(p.clone()),
+                _ => None,
+            }
+        },
+    )
+    .await
+}
+
+/// Creates `name` in `ns` and waits until the operator took it through every gate: checkpoint
+/// verified (a Job), acceptance passed (a Job under a ServiceAccount and Role the operator
+/// creates), the serving group's pod running, `Ready=True`.
+/// On a timeout, RBAC denials of `operator` (running as `sa` in `ops`) are reported first.
+async fn take_to_ready(client: &Client, ns: &str, name: &str, operator: (&Pod, &str, &str)) {
+    let api: Api<DeepInferDeployment> = Api::namespaced(client.clone(), ns);
+    api.create(&PostParams::default(), &deployment(name))
+        .await
+        .expect("creating the DeepInferDeployment");
+    // Polled by hand so that a timeout shows where the resource got stuck.
+    let start = std::time::Instant::now();
+    let ready = loop {
+        let status = api.get(name).await.ok().and_then(|d| d.status);
+        if let Some(s) = status.as_ref() {
+            if condition(s, "Ready").map(|c| c.0) == Some("True") {
+                break status.expect("status");
+            }
+        }
+        if start.elapsed() > TIMEOUT {
+            assert_no_denials(operator.0, operator.1, operator.2);
+        }
+        assert!(
+            start.elapsed() < TIMEOUT,
+            "{ns}/{name} not Ready after {TIMEOUT:?}: {:#?}",
+            status.map(|s| s.conditions)
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    for type_ in [
+        "LicenseAccepted",
+        "CheckpointVerified",
+        "AcceptancePassed",
+        "WorkersReady",
+    ] {
+        assert_eq!(
+            condition(&ready, type_).map(|c| c.0),
+            Some("True"),
+            "{type_} in {:?}",
+            ready.conditions
+        );
+    }
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let workers = pods
+        .list(&ListParams::default().labels(&format!(
+            "deepinfer.io/deployment={name},deepinfer.io/component=worker"
+        )))
+        .await
+        .expect("listing workers");
+    assert_eq!(workers.items.len(), 1, "one pod of one 8-GPU group");
+    assert!(workers.items.iter().all(|p| running(p) && ready_pod(p)));
+}
+
+/// The operator's container log, as the simulated node wrote it.
+fn container_log(pod: &Pod, container: &str) -> String {
+    let path = support::bed_dir().join("agent/logs").join(format!(
+        "{}_{}_{container}.log",
+        pod.namespace().unwrap_or_default(),
+        pod.name_any()
+    ));
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("operator log {}: {e}", path.display()))
+}
+
+/// Asserts that the operator, acting as `namespace/service_account`, was never denied: not in
+/// its own log (reads and writes), not in the API server's audit log (writes).
+fn assert_no_denials(pod: &Pod, namespace: &str, service_account: &str) {
+    let log = container_log(pod, "operator");
+    assert!(
+        !log.is_empty(),
+        "the operator logged nothing; is it running?"
+    );
+    let denied: Vec<&str> = log
+        .lines()
+        .filter(|l| l.to_lowercase().contains("forbidden"))
+        .collect();
+    assert!(
+        denied.is_empty(),
+        "the operator was denied by RBAC; add exactly the missing rule to the chart and config/rbac:\n{}",
+        denied.join("\n")
+    );
+    let user = format!("system:serviceaccount:{namespace}:{service_account}");
+    let audit = std::fs::read_to_string(support::bed_dir().join("logs/audit.log"))
+        .expect("the bed's audit log");
+    let denied: Vec<&str> = audit
+        .lines()
+        .filter(|l| l.contains(&format!("\"username\":\"{user}\"")))
+        .filter(|l| l.contains("\"authorization.k8s.io/decision\":\"forbid\""))
+        .collect();
+    assert!(
+        denied.is_empty(),
+        "the API server denied {user}:\n{}",
+        denied.join("\n")
+    );
+}
+
+async fn wait_gone(client: &Client, ns: &str, selector: &str) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    support::eventually(
+        TIMEOUT,
+        &format!("operator pods ({selector}) in {ns} gone"),
+        || async {
+            let list = pods
+                .list(&ListParams::default().labels(selector))
+                .await
+                .ok()?;
+            list.items.is_empty().then_some(())
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn gpu_helm_chart_runs_the_operator_under_its_own_service_account_without_denials() {
+    let client = support::client().await;
+    let ops = TestNamespace::new(&client, "chart-ops").await;
+    let work = TestNamespace::new(&client, "chart-work").await;
+    support::checkpoint_claim(&work.name, "ckpt", &support::fixture_checkpoint(), "model");
+    let release = format!("dio-{}", ops.name.rsplit('-').next().unwrap_or("x"));
+    let chart = repo().join("charts/deepinfer-operator");
+    let port = free_port();
+    let sets = format!(
+        "image.repository=deepinfer-operator,image.tag=dev,watchNamespace={},acceptedLicenses={{mit}},metrics.port={port}",
+        work.name
+    );
+    // Helm 4 installs CRDs by server-side apply, which the v1.20 bed refuses for a CRD with CEL
+    // rules; modern clusters need no flag. The CRD may exist already (shared bed): Helm keeps it.
+    let (ok, out) = helm(&[
+        "install",
+        &release,
+        chart.to_str().unwrap(),
+        "--namespace",
+        &ops.name,
+        "--server-side=false",
+        "--set",
+        &sets,
+    ]);
+    assert!(ok, "helm install failed:\n{out}");
+    support::kubectl_ok(&[
+        "wait",
+        "--for=condition=Established",
+        "--timeout=30s",
+        "crd/deepinferdeployments.deepinfer.io",
+    ]);
+
+    let selector = format!("app.kubernetes.io/instance={release}");
+    let pod = operator_pod(&client, &ops.name, &selector).await;
+    probes_answer(port).await;
+    let sa = format!("{release}-deepinfer-operator");
+    let spec = pod.spec.as_ref().expect("pod spec");
+    assert_eq!(spec.service_account_name.as_deref(), Some(sa.as_str()));
+    let args = spec.containers[0].args.clone().unwrap_or_default();
+    assert!(
+        args.contains(&format!("--namespace={}", work.name)),
+        "{args:?}"
+    );
+    assert!(
+        args.contains(&"--operator-image=deepinfer-operator:dev".to_string()),
+        "{args:?}"
+    );
+    let (ok, _, _) = support::kubectl(&["get", "clusterrole", &sa]);
+    assert!(!ok, "single-namespace mode creates no ClusterRole");
+    support::kubectl_ok(&["-n", &work.name, "get", "role,rolebinding", &sa]);
+
+    take_to_ready(&client, &work.name, "flash", (&pod, &ops.name, &sa)).await;
+    assert_no_denials(&pod, &ops.name, &sa);
+
+    let (ok, out) = helm(&["uninstall", &release, "--namespace", &ops.name, "--wait"]);
+    assert!(ok, "helm uninstall failed:\n{out}");
+    wait_gone(&client, &ops.name, &selector).await;
+    let (ok, _, _) = support::kubectl(&["-n", &work.name, "get", "role", &sa]);
+    assert!(!ok, "helm uninstall removes the Role");
+    support::kubectl_ok(&["get", "crd", "deepinferdeployments.deepinfer.io"]);
+}
+
+/// A test-only overlay of config/default: the operator in `ops` under a unique name prefix (the
+/// ClusterRole and ClusterRoleBinding are cluster-wide), the bed's image, watching `watch` only,
+/// metrics on `port`, the `mit` licence allowed.
+fn overlay(dir: &Path, ops: &str, prefix: &str, watch: &str, port: u16) {
+    std::fs::create_dir_all(dir).expect("overlay dir");
+    let base = relative(dir, &repo().join("config/default"));
+    let kustomization = format!(
+        r#"apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+namespace: {ops}
+namePrefix: {prefix}
+resources:
+  - {base}
+images:
+  - name: ghcr.io/deepinfer/deepinfer-operator
+    newName: deepinfer-operator
+    newTag: dev
+patches:
+  - target: {{kind: Deployment, name: deepinfer-operator}}
+    patch: |
+      - op: replace
+        path: /spec/template/spec/containers/0/args
+        value: [run, --metrics-address=0.0.0.0:{port}, --json-logs, --namespace={watch}]
+      - op: replace
+        path: /spec/template/spec/containers/0/ports/0/containerPort
+        value: {port}
+  - target: {{kind: Deployment, name: deepinfer-operator}}
+    patch: |
+      apiVersion: apps/v1
+      kind: Deployment
+      metadata: {{name: deepinfer-operator}}
+      spec:
+        template:
+          spec:
+            containers:
+              - name: operator
+                env:
+                  - {{name: DEEPINFER_ACCEPTED_LICENSES, value: mit}}
+# As in config/default: the operator's Jobs use the final image.
+replacements:
+  - source:
+      kind: Deployment
+      name: deepinfer-operator
+      fieldPath: spec.template.spec.containers.[name=operator].image
+    targets:
+      - select: {{kind: Deployment, name: deepinfer-operator}}
+        fieldPaths:
+          - spec.template.spec.containers.[name=operator].env.[name=DEEPINFER_OPERATOR_IMAGE].value
+"#
+    );
+    std::fs::write(dir.join("kustomization.yaml"), kustomization).expect("writing the overlay");
+}
+
+/// `to` relative to `from` (kustomize refuses absolute resource paths).
+fn relative(from: &Path, to: &Path) -> String {
+    let from: Vec<_> = from.components().collect();
+    let to: Vec<_> = to.components().collect();
+    let common = from.iter().zip(&to).take_while(|(a, b)| a == b).count();
+    let mut parts: Vec<String> = vec!["..".into(); from.len() - common];
+    parts.extend(
+        to[common..]
+            .iter()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned()),
+    );
+    parts.join("/")
+}
+
+#[tokio::test]
+async fn gpu_kustomize_default_runs_the_operator_under_its_own_service_account_without_denials() {
+    let client = support::client().await;
+    let ops = TestNamespace::new(&client, "kust-ops").await;
+    let work = TestNamespace::new(&client, "kust-work").await;
+    support::checkpoint_claim(&work.name, "ckpt", &support::fixture_checkpoint(), "model");
+    let prefix = format!("{}-", ops.name);
+    let dir = std::env::temp_dir().join(format!("deepinfer-overlay-{}", ops.name));
+    let port = free_port();
+    overlay(&dir, &ops.name, &prefix, &work.name, port);
+
+    // The bed's v1.20 API server does not know the CRD's CEL fields: client-side validation is
+    // off, and the apply is client-side (a server-side apply of this CRD is refused there).
+    let (ok, out, err) =
+        support::kubectl(&["apply", "--validate=false", "-k", dir.to_str().unwrap()]);
+    assert!(ok, "kubectl apply -k failed:\n{out}{err}");
+
+    let sa = format!("{prefix}deepinfer-operator");
+    let selector = "app.kubernetes.io/name=deepinfer-operator,app.kubernetes.io/component=operator";
+    let pod = operator_pod(&client, &ops.name, selector).await;
+    probes_answer(port).await;
+    let spec = pod.spec.as_ref().expect("pod spec");
+    assert_eq!(spec.service_account_name.as_deref(), Some(sa.as_str()));
+    let env = spec.containers[0].env.clone().unwrap_or_default();
+    let operator_image = env
+        .iter()
+        .find(|e| e.name == "DEEPINFER_OPERATOR_IMAGE")
+        .and_then(|e| e.value.as_deref());
+    assert_eq!(operator_image, Some("deepinfer-operator:dev"));
+
+    take_to_ready(&client, &work.name, "flash", (&pod, &ops.name, &sa)).await;
+    assert_no_denials(&pod, &ops.name, &sa);
+
+    // Tear down everything but the CRD (shared by the bed's other suites).
+    support::kubectl_ok(&["-n", &ops.name, "delete", "deployment", &sa, "--wait=true"]);
+    wait_gone(&client, &ops.name, selector).await;
+    support::kubectl_ok(&["delete", "clusterrolebinding,clusterrole", &sa]);
+    let _ = std::fs::remove_dir_all(&dir);
+}

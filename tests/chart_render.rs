@@ -1,0 +1,589 @@
+//! The Helm chart and the kustomize config, rendered by the real `helm` and `kubectl`: lint,
+//! least-privilege RBAC without wildcards in both install modes, an operator pod that meets Pod
+//! Security `restricted` with requests and limits, a values schema that refuses bad values, and
+//! CRD copies that match `crds/`.
+//!
+//! Needs the bed's tools (`make provision` puts them under `~/.cache/deepinfer-operator/`); fails
+//! loudly without them.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde::Deserialize as _;
+use serde_json::{json, Value};
+
+const CRD_FILE: &str = "deepinfer.io_deepinferdeployments.yaml";
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn chart() -> PathBuf {
+    root().join("charts/deepinfer-operator")
+}
+
+/// A tool of the test bed: `.testbed/bin/<name>`, else the provisioned cache.
+fn tool(name: &str) -> PathBuf {
+    let bed = std::env::var_os("DEEPINFER_TESTBED")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join(".testbed"));
+    let in_bed = bed.join("bin").join(name);
+    if in_bed.exists() {
+        return in_bed;
+    }
+    let cache = std::env::var_os("DEEPINFER_CACHE")
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/deepinfer-operator"))
+        })
+        .expect("HOME or DEEPINFER_CACHE is set");
+    let mut found: Vec<PathBuf> = std::fs::read_dir(&cache)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("tools-"))
+        .map(|e| e.path().join(name))
+        .filter(|p| p.exists())
+        .collect();
+    found.sort();
+    found.pop().unwrap_or_else(|| {
+        panic!(
+            "no `{name}` binary in {} or {}/tools-*/; run `make provision`",
+            bed.join("bin").display(),
+            cache.display()
+        )
+    })
+}
+
+/// Runs a tool; returns (success, stdout, stderr).
+fn run(tool_name: &str, args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(tool(tool_name))
+        .args(args)
+        // Keep helm away from the user's repositories and plugins.
+        .env(
+            "HELM_CACHE_HOME",
+            std::env::temp_dir().join("deepinfer-helm-cache"),
+        )
+        .env(
+            "HELM_CONFIG_HOME",
+            std::env::temp_dir().join("deepinfer-helm-config"),
+        )
+        .env(
+            "HELM_DATA_HOME",
+            std::env::temp_dir().join("deepinfer-helm-data"),
+        )
+        .output()
+        .unwrap_or_else(|e| panic!("running {tool_name}: {e}"));
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `helm template` of the chart with `--set` values; panics when it fails.
+fn template(sets: &[&str]) -> Vec<Value> {
+    let chart = chart();
+    let mut args = vec![
+        "template",
+        "rel",
+        chart.to_str().unwrap(),
+        "--namespace",
+        "ops",
+    ];
+    for s in sets {
+        args.extend(["--set", s]);
+    }
+    let (ok, out, err) = run("helm", &args);
+    assert!(ok, "helm template {sets:?} failed: {err}");
+    docs(&out)
+}
+
+/// `helm template` that must fail; returns its error output.
+fn template_err(sets: &[&str]) -> String {
+    let chart = chart();
+    let mut args = vec!["template", "rel", chart.to_str().unwrap()];
+    for s in sets {
+        args.extend(["--set", s]);
+    }
+    let (ok, out, err) = run("helm", &args);
+    assert!(!ok, "helm template {sets:?} should fail, rendered:\n{out}");
+    err
+}
+
+fn kustomize(dir: &str) -> Vec<Value> {
+    let path = root().join(dir);
+    let (ok, out, err) = run("kubectl", &["kustomize", path.to_str().unwrap()]);
+    assert!(ok, "kubectl kustomize {dir} failed: {err}");
+    docs(&out)
+}
+
+fn docs(yaml: &str) -> Vec<Value> {
+    serde_yaml::Deserializer::from_str(yaml)
+        .map(|d| Value::deserialize(d).expect("rendered YAML parses"))
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+fn of_kind<'a>(objs: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    objs.iter().filter(|o| o["kind"] == kind).collect()
+}
+
+fn one<'a>(objs: &'a [Value], kind: &str) -> &'a Value {
+    let found = of_kind(objs, kind);
+    assert_eq!(found.len(), 1, "exactly one {kind}: {found:?}");
+    found[0]
+}
+
+/// The RBAC the operator needs, as shipped: (apiGroup, resource, verbs).
+fn expected_rules() -> Vec<(String, String, Vec<String>)> {
+    let table: &[(&str, &[&str], &[&str])] = &[
+        (
+            "deepinfer.io",
+            &["deepinferdeployments"],
+            &["get", "list", "watch"],
+        ),
+        (
+            "deepinfer.io",
+            &["deepinferdeployments/status"],
+            &["get", "patch", "update"],
+        ),
+        (
+            "",
+            &["pods"],
+            &["get", "list", "watch", "create", "patch", "delete"],
+        ),
+        ("", &["pods/status"], &["patch", "update"]),
+        (
+            "",
+            &["services"],
+            &["get", "list", "watch", "create", "patch", "delete"],
+        ),
+        (
+            "batch",
+            &["jobs"],
+            &["get", "list", "watch", "create", "delete"],
+        ),
+        ("", &["persistentvolumeclaims"], &["get"]),
+        (
+            "",
+            &["configmaps"],
+            &[
+                "get", "list", "watch", "create", "update", "patch", "delete",
+            ],
+        ),
+        ("", &["serviceaccounts"], &["get", "create", "patch"]),
+        (
+            "rbac.authorization.k8s.io",
+            &["roles", "rolebindings"],
+            &["get", "create", "patch"],
+        ),
+        ("events.k8s.io", &["events"], &["create", "patch"]),
+        ("", &["events"], &["create", "patch"]),
+    ];
+    let mut out = Vec::new();
+    for (group, resources, verbs) in table {
+        for r in *resources {
+            let mut v: Vec<String> = verbs.iter().map(|s| s.to_string()).collect();
+            v.sort();
+            out.push((group.to_string(), r.to_string(), v));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The rules of a Role/ClusterRole flattened to (apiGroup, resource, sorted verbs); asserts that
+/// no field holds a wildcard and that no rule names resourceNames or nonResourceURLs.
+fn flat_rules(role: &Value) -> Vec<(String, String, Vec<String>)> {
+    let name = &role["metadata"]["name"];
+    let mut out = Vec::new();
+    for rule in role["rules"].as_array().expect("rules") {
+        for field in ["apiGroups", "resources", "verbs"] {
+            let values = rule[field]
+                .as_array()
+                .unwrap_or_else(|| panic!("{} {name}: rule without {field}: {rule}", role["kind"]));
+            assert!(!values.is_empty(), "{name}: empty {field} in {rule}");
+            for v in values {
+                let s = v.as_str().expect("strings");
+                assert!(
+                    !s.contains('*'),
+                    "{} {name}: wildcard in {field} of {rule}",
+                    role["kind"]
+                );
+            }
+        }
+        assert!(rule.get("nonResourceURLs").is_none(), "{name}: {rule}");
+        let mut verbs: Vec<String> = rule["verbs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap().to_string())
+            .collect();
+        verbs.sort();
+        for g in rule["apiGroups"].as_array().unwrap() {
+            for r in rule["resources"].as_array().unwrap() {
+                out.push((
+                    g.as_str().unwrap().to_string(),
+                    r.as_str().unwrap().to_string(),
+                    verbs.clone(),
+                ));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+fn str_list(v: &Value) -> Vec<&str> {
+    v.as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default()
+}
+
+/// Asserts that a pod template meets Pod Security `restricted` (each control checked on its
+/// own), plus a read-only root filesystem, and that every container sets requests and limits.
+fn assert_restricted(pod: &Value, what: &str) {
+    let spec = &pod["spec"];
+    for host in ["hostNetwork", "hostPID", "hostIPC"] {
+        assert_ne!(spec[host], true, "{what}: {host}");
+    }
+    let psc = &spec["securityContext"];
+    assert_eq!(psc["runAsNonRoot"], true, "{what}: pod runAsNonRoot");
+    assert_eq!(psc["runAsUser"], 65532, "{what}: pod runAsUser");
+    assert_eq!(
+        psc["seccompProfile"]["type"], "RuntimeDefault",
+        "{what}: pod seccompProfile"
+    );
+    for volume in spec["volumes"].as_array().into_iter().flatten() {
+        assert!(volume.get("hostPath").is_none(), "{what}: hostPath volume");
+    }
+    let containers: Vec<&Value> = ["initContainers", "containers"]
+        .iter()
+        .flat_map(|k| spec[*k].as_array().into_iter().flatten())
+        .collect();
+    assert!(!containers.is_empty(), "{what}: no containers");
+    for c in containers {
+        let name = &c["name"];
+        let sc = &c["securityContext"];
+        assert_eq!(sc["runAsNonRoot"], true, "{what}/{name}: runAsNonRoot");
+        assert_ne!(sc["runAsUser"], 0, "{what}/{name}: runAsUser 0");
+        assert_ne!(sc["privileged"], true, "{what}/{name}: privileged");
+        assert_eq!(
+            sc["allowPrivilegeEscalation"], false,
+            "{what}/{name}: allowPrivilegeEscalation"
+        );
+        assert_eq!(
+            sc["readOnlyRootFilesystem"], true,
+            "{what}/{name}: readOnlyRootFilesystem"
+        );
+        assert_eq!(
+            str_list(&sc["capabilities"]["drop"]),
+            ["ALL"],
+            "{what}/{name}: capabilities.drop"
+        );
+        assert!(
+            str_list(&sc["capabilities"]["add"])
+                .iter()
+                .all(|c| *c == "NET_BIND_SERVICE"),
+            "{what}/{name}: capabilities.add"
+        );
+        let seccomp = sc["seccompProfile"]["type"].as_str().unwrap_or("");
+        assert!(
+            seccomp == "RuntimeDefault"
+                || (seccomp.is_empty() && psc["seccompProfile"]["type"] == "RuntimeDefault"),
+            "{what}/{name}: seccompProfile"
+        );
+        for port in c["ports"].as_array().into_iter().flatten() {
+            assert!(port.get("hostPort").is_none(), "{what}/{name}: hostPort");
+        }
+        for (kind, keys) in [
+            ("requests", &["cpu", "memory"][..]),
+            ("limits", &["cpu", "memory"][..]),
+        ] {
+            for key in keys {
+                assert!(
+                    c["resources"][kind][*key].is_string()
+                        || c["resources"][kind][*key].is_number(),
+                    "{what}/{name}: resources.{kind}.{key} unset"
+                );
+            }
+        }
+    }
+}
+
+fn operator_container(deploy: &Value) -> &Value {
+    &deploy["spec"]["template"]["spec"]["containers"][0]
+}
+
+fn args(container: &Value) -> Vec<&str> {
+    str_list(&container["args"])
+}
+
+fn env_value<'a>(container: &'a Value, name: &str) -> Option<&'a Value> {
+    container["env"]
+        .as_array()?
+        .iter()
+        .find(|e| e["name"] == name)
+}
+
+#[test]
+fn chart_lints_clean() {
+    let chart = chart();
+    let (ok, out, err) = run("helm", &["lint", "--strict", chart.to_str().unwrap()]);
+    assert!(ok, "helm lint --strict failed:\n{out}{err}");
+    let (ok, out, err) = run(
+        "helm",
+        &[
+            "lint",
+            "--strict",
+            chart.to_str().unwrap(),
+            "--set",
+            "watchNamespace=team-a,acceptedLicenses={mit},metrics.serviceMonitor.enabled=true",
+        ],
+    );
+    assert!(ok, "helm lint --strict (namespaced) failed:\n{out}{err}");
+}
+
+#[test]
+fn chart_and_config_ship_the_generated_crd() {
+    let generated = std::fs::read_to_string(root().join("crds").join(CRD_FILE)).expect("crds/");
+    for copy in ["charts/deepinfer-operator/crds", "config/crd/bases"] {
+        let path = root().join(copy).join(CRD_FILE);
+        let text = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{} missing ({e}); run `make crds`", path.display()));
+        assert!(
+            text == generated,
+            "{} differs from crds/{CRD_FILE}; run `make crds` and commit the result",
+            path.display()
+        );
+    }
+}
+
+#[test]
+fn cluster_wide_mode_binds_a_cluster_role_with_exact_rules() {
+    let objs = template(&["acceptedLicenses={mit,apache-2.0}"]);
+    assert!(of_kind(&objs, "Role").is_empty());
+    assert!(of_kind(&objs, "RoleBinding").is_empty());
+    let role = one(&objs, "ClusterRole");
+    assert_eq!(flat_rules(role), expected_rules());
+    let binding = one(&objs, "ClusterRoleBinding");
+    let sa = one(&objs, "ServiceAccount");
+    assert_eq!(binding["roleRef"]["kind"], "ClusterRole");
+    assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
+    assert_eq!(
+        binding["subjects"],
+        json!([{"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": "ops"}])
+    );
+    let deploy = one(&objs, "Deployment");
+    assert_eq!(
+        deploy["spec"]["template"]["spec"]["serviceAccountName"],
+        sa["metadata"]["name"]
+    );
+    let a = args(operator_container(deploy));
+    assert!(
+        !a.iter().any(|a| a.starts_with("--namespace")),
+        "all namespaces: {a:?}"
+    );
+    assert!(a.contains(&"--accepted-licenses=mit,apache-2.0"), "{a:?}");
+}
+
+#[test]
+fn single_namespace_mode_uses_a_role_in_the_watched_namespace_only() {
+    let objs = template(&["watchNamespace=team-a", "acceptedLicenses={mit}"]);
+    assert!(of_kind(&objs, "ClusterRole").is_empty(), "no ClusterRole");
+    assert!(
+        of_kind(&objs, "ClusterRoleBinding").is_empty(),
+        "no ClusterRoleBinding"
+    );
+    let role = one(&objs, "Role");
+    assert_eq!(role["metadata"]["namespace"], "team-a");
+    assert_eq!(flat_rules(role), expected_rules());
+    let binding = one(&objs, "RoleBinding");
+    assert_eq!(binding["metadata"]["namespace"], "team-a");
+    assert_eq!(binding["roleRef"]["kind"], "Role");
+    assert_eq!(binding["subjects"][0]["namespace"], "ops");
+    let a = args(operator_container(one(&objs, "Deployment")));
+    assert!(a.contains(&"--namespace=team-a"), "{a:?}");
+    // The operator itself still lives in the release namespace.
+    for kind in ["Deployment", "ServiceAccount", "Service"] {
+        assert_eq!(one(&objs, kind)["metadata"]["namespace"], "ops", "{kind}");
+    }
+}
+
+#[test]
+fn operator_pod_is_restricted_bounded_and_probed_on_the_metrics_port() {
+    let objs = template(&["metrics.port=9443"]);
+    let deploy = one(&objs, "Deployment");
+    assert_eq!(deploy["spec"]["replicas"], 1);
+    assert_eq!(deploy["spec"]["strategy"]["type"], "Recreate");
+    let pod = &deploy["spec"]["template"];
+    assert_restricted(pod, "chart Deployment");
+    let c = operator_container(deploy);
+    assert_eq!(c["image"], "ghcr.io/deepinfer/deepinfer-operator:0.1.0");
+    let a = args(c);
+    assert_eq!(a[0], "run");
+    for expected in [
+        "--operator-image=ghcr.io/deepinfer/deepinfer-operator:0.1.0",
+        "--metrics-address=0.0.0.0:9443",
+        "--max-devices-nvidia=8",
+        "--max-devices-ascend=16",
+        "--json-logs",
+    ] {
+        assert!(a.contains(&expected), "{expected} in {a:?}");
+    }
+    assert!(
+        !a.iter().any(|a| a.starts_with("--accepted-licenses")),
+        "no allow-list by default: {a:?}"
+    );
+    assert_eq!(
+        c["ports"],
+        json!([{"name": "metrics", "containerPort": 9443, "protocol": "TCP"}])
+    );
+    assert_eq!(
+        c["livenessProbe"]["httpGet"],
+        json!({"path": "/healthz", "port": "metrics"})
+    );
+    assert_eq!(
+        c["readinessProbe"]["httpGet"],
+        json!({"path": "/readyz", "port": "metrics"})
+    );
+    for (name, field) in [
+        ("POD_NAME", "metadata.name"),
+        ("POD_NAMESPACE", "metadata.namespace"),
+    ] {
+        let e = env_value(c, name).unwrap_or_else(|| panic!("env {name}"));
+        assert_eq!(e["valueFrom"]["fieldRef"]["fieldPath"], field, "{name}");
+    }
+    let svc = one(&objs, "Service");
+    assert_eq!(svc["spec"]["ports"][0]["port"], 9443);
+    assert_eq!(svc["spec"]["ports"][0]["targetPort"], "metrics");
+    assert_eq!(
+        svc["spec"]["selector"], deploy["spec"]["selector"]["matchLabels"],
+        "the metrics Service selects the operator pod"
+    );
+    assert!(
+        of_kind(&objs, "ServiceMonitor").is_empty(),
+        "ServiceMonitor is opt-in"
+    );
+}
+
+#[test]
+fn values_select_image_logs_devices_and_scheduling() {
+    let digest = format!("sha256:{}", "ab".repeat(32));
+    let objs = template(&[
+        "image.repository=registry.example.com/ops/deepinfer-operator",
+        &format!("image.digest={digest}"),
+        "logFormat=text",
+        "maxDevices.nvidia=4",
+        "nodeSelector.kubernetes\\.io/os=linux",
+        "podAnnotations.team=ml",
+        "metrics.serviceMonitor.enabled=true",
+        "metrics.serviceMonitor.labels.release=prom",
+    ]);
+    let deploy = one(&objs, "Deployment");
+    let c = operator_container(deploy);
+    let image = format!("registry.example.com/ops/deepinfer-operator@{digest}");
+    assert_eq!(c["image"], image.as_str());
+    let a = args(c);
+    assert!(
+        a.contains(&format!("--operator-image={image}").as_str()),
+        "{a:?}"
+    );
+    assert!(a.contains(&"--max-devices-nvidia=4"), "{a:?}");
+    assert!(!a.contains(&"--json-logs"), "{a:?}");
+    let pod = &deploy["spec"]["template"];
+    assert_eq!(pod["spec"]["nodeSelector"]["kubernetes.io/os"], "linux");
+    assert_eq!(pod["metadata"]["annotations"]["team"], "ml");
+    let sm = one(&objs, "ServiceMonitor");
+    assert_eq!(sm["metadata"]["labels"]["release"], "prom");
+    assert_eq!(sm["spec"]["endpoints"][0]["port"], "metrics");
+    assert_eq!(
+        sm["spec"]["selector"]["matchLabels"],
+        one(&objs, "Service")["spec"]["selector"]
+    );
+}
+
+#[test]
+fn values_schema_refuses_bad_values() {
+    for (set, says) in [
+        ("metrics.port=abc", "port"),
+        ("metrics.port=70000", "port"),
+        ("bogus=1", "bogus"),
+        ("image.pullPolicy=Sometimes", "pullPolicy"),
+        ("watchNamespace=Team_A", "watchNamespace"),
+        ("logFormat=xml", "logFormat"),
+        ("maxDevices.nvidia=0", "nvidia"),
+        ("acceptedLicenses={mit\\,apache}", "acceptedLicenses"),
+        ("resources.limits.memory=lots", "memory"),
+        ("image.digest=latest", "digest"),
+    ] {
+        let err = template_err(&[set]);
+        assert!(err.contains(says), "--set {set}: error names {says}: {err}");
+    }
+}
+
+#[test]
+fn kustomize_default_ships_the_same_rules_and_a_restricted_operator() {
+    let objs = kustomize("config/default");
+    let ns = one(&objs, "Namespace");
+    assert_eq!(ns["metadata"]["name"], "deepinfer-system");
+    let crd = one(&objs, "CustomResourceDefinition");
+    assert_eq!(crd["metadata"]["name"], "deepinferdeployments.deepinfer.io");
+    let role = one(&objs, "ClusterRole");
+    assert_eq!(
+        flat_rules(role),
+        expected_rules(),
+        "config/rbac matches the chart"
+    );
+    let binding = one(&objs, "ClusterRoleBinding");
+    assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
+    assert_eq!(
+        binding["subjects"],
+        json!([{"kind": "ServiceAccount", "name": "deepinfer-operator", "namespace": "deepinfer-system"}])
+    );
+    let deploy = one(&objs, "Deployment");
+    assert_eq!(deploy["metadata"]["namespace"], "deepinfer-system");
+    assert_eq!(deploy["spec"]["replicas"], 1);
+    assert_eq!(deploy["spec"]["strategy"]["type"], "Recreate");
+    assert_restricted(&deploy["spec"]["template"], "config/default Deployment");
+    let c = operator_container(deploy);
+    assert_eq!(c["image"], "ghcr.io/deepinfer/deepinfer-operator:0.1.0");
+    assert_eq!(
+        env_value(c, "DEEPINFER_OPERATOR_IMAGE").expect("operator image env")["value"],
+        "ghcr.io/deepinfer/deepinfer-operator:0.1.0",
+        "the operator's Jobs use its own image"
+    );
+    assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
+    assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
+    let svc = one(&objs, "Service");
+    assert_eq!(
+        svc["spec"]["selector"],
+        deploy["spec"]["selector"]["matchLabels"]
+    );
+}
+
+#[test]
+fn kustomize_samples_list_every_sample() {
+    let objs = kustomize("config/samples");
+    let listed: Vec<&str> = objs
+        .iter()
+        .filter(|o| o["kind"] == "DeepInferDeployment")
+        .map(|o| o["metadata"]["name"].as_str().unwrap())
+        .collect();
+    let on_disk = std::fs::read_dir(root().join("config/samples"))
+        .expect("config/samples")
+        .flatten()
+        .filter(|e| {
+            std::fs::read_to_string(e.path())
+                .map(|t| t.contains("kind: DeepInferDeployment"))
+                .unwrap_or(false)
+        })
+        .count();
+    assert_eq!(
+        listed.len(),
+        on_disk,
+        "config/samples/kustomization.yaml lists {listed:?}"
+    );
+    assert_eq!(of_kind(&objs, "PersistentVolumeClaim").len(), 1);
+}

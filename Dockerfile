@@ -17,6 +17,9 @@ RUN case "${TARGETARCH:-amd64}" in \
       *) echo "unsupported TARGETARCH ${TARGETARCH}" >&2; exit 1 ;; \
     esac > /rust-target \
     && rustup target add "$(cat /rust-target)"
+# ring's C and assembly parts are built with musl-gcc for either musl target.
+ENV CC_x86_64_unknown_linux_musl=musl-gcc \
+    CC_aarch64_unknown_linux_musl=musl-gcc
 WORKDIR /src
 COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry \

@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use deepinfer_e2e::support::{self, TestNamespace};
 use deepinfer_operator::api::{DeepInferDeployment, DeepInferDeploymentStatus};
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, PostParams};
 use kube::{Client, ResourceExt};
@@ -153,6 +154,7 @@ async fn operator_pod(client: &Client, ns: &str, selector: &str) -> Pod {
 /// Creates `name` in `ns` and waits until the operator took it through every gate: checkpoint
 /// verified (a Job), acceptance passed (a Job under a ServiceAccount and Role the operator
 /// creates), the serving group's pod running, `Ready=True`.
+///
 /// On a timeout, RBAC denials of `operator` (running as `sa` in `ops`) are reported first.
 async fn take_to_ready(client: &Client, ns: &str, name: &str, operator: (&Pod, &str, &str)) {
     let api: Api<DeepInferDeployment> = Api::namespaced(client.clone(), ns);
@@ -200,6 +202,26 @@ async fn take_to_ready(client: &Client, ns: &str, name: &str, operator: (&Pod, &
         .expect("listing workers");
     assert_eq!(workers.items.len(), 1, "one pod of one 8-GPU group");
     assert!(workers.items.iter().all(|p| running(p) && ready_pod(p)));
+}
+
+/// Every Job the operator ran in `ns` used the operator image it was installed with (or the
+/// engine image, for the acceptance run's engine container).
+async fn assert_jobs_use_operator_image(client: &Client, ns: &str, operator_image: &str) {
+    let jobs: Api<Job> = Api::namespaced(client.clone(), ns);
+    let mut images = std::collections::BTreeSet::new();
+    for job in jobs.list(&ListParams::default()).await.expect("jobs").items {
+        let spec = job
+            .spec
+            .and_then(|s| s.template.spec)
+            .expect("job pod spec");
+        let containers = spec.init_containers.into_iter().flatten();
+        images.extend(containers.chain(spec.containers).filter_map(|c| c.image));
+    }
+    assert!(images.contains(operator_image), "Job images {images:?}");
+    assert!(
+        images.iter().all(|i| i == operator_image || i == IMAGE),
+        "Job images {images:?}: only {operator_image} and the engine image"
+    );
 }
 
 /// The operator's container log, as the simulated node wrote it.
@@ -314,6 +336,7 @@ async fn gpu_helm_chart_runs_the_operator_under_its_own_service_account_without_
     support::kubectl_ok(&["-n", &work.name, "get", "role,rolebinding", &sa]);
 
     take_to_ready(&client, &work.name, "flash", (&pod, &ops.name, &sa)).await;
+    assert_jobs_use_operator_image(&client, &work.name, "deepinfer-operator:dev").await;
     assert_no_denials(&pod, &ops.name, &sa);
 
     let (ok, out) = helm(&["uninstall", &release, "--namespace", &ops.name, "--wait"]);
@@ -422,6 +445,7 @@ async fn gpu_kustomize_default_runs_the_operator_under_its_own_service_account_w
     assert_eq!(operator_image, Some("deepinfer-operator:dev"));
 
     take_to_ready(&client, &work.name, "flash", (&pod, &ops.name, &sa)).await;
+    assert_jobs_use_operator_image(&client, &work.name, "deepinfer-operator:dev").await;
     assert_no_denials(&pod, &ops.name, &sa);
 
     // Tear down everything but the CRD (shared by the bed's other suites).

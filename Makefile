@@ -31,10 +31,11 @@ run: cluster-up ## Bed + CRD + operator + a sample deployment, then show it
 	@e2e/bed/run-sample.sh
 
 .PHONY: crds
-crds: ## Regenerate the committed CRD YAML and API reference
+crds: ## Regenerate the committed CRD YAML (crds/, the chart, kustomize) and the API reference
 	$(CARGO) run -q --bin deepinfer-operator -- crd > crds/deepinfer.io_deepinferdeployments.yaml
 	cp crds/deepinfer.io_deepinferdeployments.yaml charts/deepinfer-operator/crds/
 	cp crds/deepinfer.io_deepinferdeployments.yaml config/crd/bases/
+	$(MAKE) --no-print-directory docs
 
 .PHONY: docs
 docs: ## Regenerate docs/api-reference.md from the CRD schema

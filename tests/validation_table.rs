@@ -181,7 +181,8 @@ fn cases() -> Vec<Case> {
             "two sources",
             nvidia,
             |s| {
-                s["model"]["source"]["volume"] = json!({"claimName": "checkpoints"});
+                s["model"]["source"]["volume"] =
+                    json!({"claimName": "checkpoints", "path": "model"});
             },
             Invalid("spec.model.source")
         ),

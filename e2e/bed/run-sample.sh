@@ -46,19 +46,27 @@ spec:
   volumeName: sample-checkpoint
   resources: {requests: {storage: 1Gi}}
 PVC
-k apply -f "$root/config/samples/nvidia-colocated.yaml"
+# The sample as users write it, except that its acceptance engine is the stand-in engine
+# (no GPU, no DeepInfer weights here) replaying valid shot-planner outputs.
+fixtures="$root/e2e/fixtures/shot-planner"
+engine=$(jq -cn --arg bin "$root/target/debug/deepinfer-fake-engine" --arg canned "$fixtures/valid-2-2-2.jsonl" \
+  '{command: [$bin, "--model_name", "{model_dir}", "--prompts", "{prompts_file}", "--output", "{outputs_file}",
+              "--check_structured_output", "--canned", $canned]}')
+k create --dry-run=client -o json -f "$root/config/samples/nvidia-colocated.yaml" \
+  | jq --argjson engine "$engine" '.spec.acceptance.engine = $engine' | k apply -f -
 
-echo "Waiting for the checkpoint to be verified and the worker pods to be placed…"
-for _ in $(seq 120); do
-  phase=$(k get did flash -o jsonpath='{.status.phase}' 2>/dev/null || true)
-  running=$(k get pods -l deepinfer.io/deployment=flash,deepinfer.io/component=worker --no-headers 2>/dev/null | grep -c Running || true)
-  [ "$phase" = Ready ] && break
-  [ "$phase" = Provisioning ] && [ "$running" -ge 4 ] && break
-  sleep 1
-done
+echo "Waiting for the checkpoint to be verified, the acceptance workload to pass and the workers to be ready…"
+if ! k wait --for=condition=Ready --timeout=180s did/flash >/dev/null; then
+  echo "flash did not become Ready; its conditions:" >&2
+  k get did flash -o jsonpath='{range .status.conditions[*]}{.type}{"\t"}{.status}{"\t"}{.reason}{"\t"}{.message}{"\n"}{end}' >&2
+  exit 1
+fi
 echo; k get nodes -L nvidia.com/gpu.clique,accelerator
 echo; k get did
-echo; k get pods -o wide -l deepinfer.io/deployment=flash
+echo; k get jobs,pods -o wide -l deepinfer.io/deployment=flash
 echo; k get did flash -o jsonpath='{range .status.conditions[*]}{.type}{"\t"}{.status}{"\t"}{.reason}{"\t"}{.message}{"\n"}{end}'
+evidence=$(k get did flash -o jsonpath='{.status.acceptance.evidence}')
+echo; echo "Acceptance manifest (ConfigMap $evidence, key manifest.json):"
+k get configmap "$evidence" -o jsonpath='{.data.manifest\.json}' | jq .
 echo
 echo "Operator log: $bed/logs/operator.log — stop everything with: make cluster-down"

@@ -151,20 +151,28 @@ impl TestNamespace {
         api.create(&PostParams::default(), &ns)
             .await
             .unwrap_or_else(|e| panic!("creating namespace {name}: {e}"));
-        // The service-account controller creates `default` shortly after; Jobs need it.
-        let sas: Api<k8s_openapi::api::core::v1::ServiceAccount> =
-            Api::namespaced(client.clone(), &name);
-        eventually(
-            Duration::from_secs(30),
-            "the default ServiceAccount",
-            || {
-                let sas = sas.clone();
-                async move { sas.get_opt("default").await.ok().flatten().map(|_| ()) }
-            },
-        )
-        .await;
+        // The service-account controller creates `default` shortly after; pods need it.
+        wait_for_service_account(client, &name, "default").await;
         Self { name }
     }
+}
+
+/// Waits until a ServiceAccount exists and has its token: on v1.20 the ServiceAccount
+/// admission plugin refuses pods of an account whose token Secret is not minted yet.
+pub async fn wait_for_service_account(client: &Client, ns: &str, name: &str) {
+    let sas: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(client.clone(), ns);
+    eventually(
+        Duration::from_secs(30),
+        &format!("ServiceAccount {ns}/{name} with its token"),
+        || {
+            let sas = sas.clone();
+            async move {
+                let sa = sas.get_opt(name).await.ok().flatten()?;
+                (!sa.secrets.unwrap_or_default().is_empty()).then_some(())
+            }
+        },
+    )
+    .await;
 }
 
 impl Drop for TestNamespace {
@@ -308,4 +316,28 @@ impl Drop for Operator {
             task.abort();
         }
     }
+}
+
+/// The stand-in engine built from `e2e/src/bin/deepinfer-fake-engine.rs` (no GPU, no weights).
+pub fn fake_engine() -> PathBuf {
+    repo_root().join("target/debug/deepinfer-fake-engine")
+}
+
+/// The shot-planner acceptance section (`e2e/fixtures/shot-planner/acceptance.yaml`) with its
+/// engine replaced by the stand-in engine replaying `canned` (a file under that fixture
+/// directory) in `mode` (replay, truncate, crash, hang).
+pub fn shot_planner_acceptance(canned: &str, mode: &str) -> serde_json::Value {
+    let dir = repo_root().join("e2e/fixtures/shot-planner");
+    let text = std::fs::read_to_string(dir.join("acceptance.yaml")).expect("shot-planner fixture");
+    let mut acceptance: serde_json::Value = serde_yaml::from_str(&text).expect("fixture is YAML");
+    acceptance["engine"] = serde_json::json!({"command": [
+        fake_engine().display().to_string(),
+        "--model_name", "{model_dir}",
+        "--prompts", "{prompts_file}",
+        "--output", "{outputs_file}",
+        "--check_structured_output",
+        "--canned", dir.join(canned).display().to_string(),
+        "--mode", mode,
+    ]});
+    acceptance
 }

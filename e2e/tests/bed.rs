@@ -201,6 +201,7 @@ async fn rbac_is_real_a_process_under_a_service_account_without_rights_is_denied
     let (ok, out) =
         support::kubectl_stdin(&["-n", &ns.name, "create", "serviceaccount", "nobody"], "");
     assert!(ok, "{out}");
+    support::wait_for_service_account(&client, &ns.name, "nobody").await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
     let p = pod(json!({
         "metadata": {"name": "denied"},

@@ -29,7 +29,7 @@ fn nvidia(name: &str, replicas: i32, tensor: i32) -> Value {
             "runtime": {"image": IMAGE, "commit": "0123456789abcdef0123456789abcdef01234567"},
             "accelerator": {"type": "NVIDIA", "devicesPerPod": 8},
             "roles": [{"name": "worker", "replicas": replicas, "parallel": {"tensor": tensor}}],
-            "acceptance": {"prompts": [{"id": "p1", "prompt": "hi", "structuredOutput": {"regex": "a+"}}]}
+            "acceptance": support::shot_planner_acceptance("valid-2-2-2.jsonl", "replay")
         }
     })
 }
@@ -116,7 +116,7 @@ fn label<'a>(p: &'a Pod, key: &str) -> &'a str {
 }
 
 #[tokio::test]
-async fn gpu_nvidia_groups_land_each_inside_one_clique_and_wait_for_acceptance() {
+async fn gpu_nvidia_groups_land_each_inside_one_clique_and_go_ready_once_accepted() {
     let (client, ns, api) = setup("nvidia").await;
     let op = Operator::start(&ns.name, &["mit"]).await;
     create(&api, nvidia("flash", 2, 16)).await;
@@ -198,23 +198,26 @@ async fn gpu_nvidia_groups_land_each_inside_one_clique_and_wait_for_acceptance()
             .await
             .unwrap_or_else(|e| panic!("Service {name}: {e}"));
     }
-    // Not accepted: the pods stay unready and the resource is not Ready.
-    let st = status_where(&api, "flash", "Ready=False awaiting acceptance", |s| {
-        condition(s, "Ready")
-            .is_some_and(|c| c.status == "False" && c.reason == "AwaitingAcceptance")
+    // Accepted: every pod becomes Ready, the role Service routes to the group leaders.
+    let st = status_where(&api, "flash", "Ready=True", |s| {
+        condition(s, "Ready").is_some_and(|c| c.status == "True")
     })
     .await;
     assert_eq!(st.roles[0].desired_groups, 2);
-    assert_eq!(st.roles[0].ready_groups, 0);
+    assert_eq!(st.roles[0].ready_groups, 2);
+    assert_eq!(
+        st.acceptance.as_ref().map(|a| a.result.as_str()),
+        Some("Passed")
+    );
     assert!(pods_of(&client, &ns.name, "flash")
         .await
         .iter()
-        .all(|p| !deepinfer_operator::controller::apply::pod_ready(p)));
+        .all(deepinfer_operator::controller::apply::pod_ready));
     op.stop().await;
 }
 
 #[tokio::test]
-async fn ascend_groups_request_npus_on_ascend_nodes() {
+async fn gpu_ascend_groups_request_npus_on_ascend_nodes() {
     let (client, ns, api) = setup("ascend").await;
     let op = Operator::start(&ns.name, &["mit"]).await;
     let mut obj = nvidia("pangu", 2, 16);
@@ -502,7 +505,7 @@ async fn a_corrupt_shard_fails_verification_naming_the_shard() {
 }
 
 #[tokio::test]
-async fn a_hub_source_is_fetched_by_a_job_then_verified() {
+async fn gpu_a_hub_source_is_fetched_by_a_job_then_verified() {
     use deepinfer_e2e::fixture_hub::{self, HubConfig};
     let client = support::client().await;
     support::ensure_crd();

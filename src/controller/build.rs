@@ -7,12 +7,13 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
-    Affinity, Capabilities, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource,
-    ObjectFieldSelector, PersistentVolumeClaimVolumeSource, Pod, PodAffinity, PodAffinityTerm,
-    PodReadinessGate, PodSecurityContext, PodSpec, PodTemplateSpec, ResourceRequirements,
-    SeccompProfile, SecurityContext, Service, ServicePort, ServiceSpec, Toleration, Volume,
-    VolumeMount,
+    Affinity, Capabilities, ConfigMap, ConfigMapVolumeSource, Container, EmptyDirVolumeSource,
+    EnvVar, EnvVarSource, ObjectFieldSelector, PersistentVolumeClaimVolumeSource, Pod, PodAffinity,
+    PodAffinityTerm, PodReadinessGate, PodSecurityContext, PodSpec, PodTemplateSpec,
+    ResourceRequirements, SeccompProfile, SecurityContext, Service, ServiceAccount, ServicePort,
+    ServiceSpec, Toleration, Volume, VolumeMount,
 };
+use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -412,7 +413,9 @@ fn engine_pod_spec(did: &DeepInferDeployment, at: &RankOf<'_>, shape: &GroupShap
         volumes: Some(vec![checkpoint_volume(&claim, true), shm_volume()]),
         node_selector: Some(spec.accelerator.node_selector()),
         tolerations: Some(tolerations(spec.accelerator.kind)),
-        affinity: Some(Affinity {
+        // One pod is inside one domain by definition; requiring the label would also keep
+        // single-node groups off nodes that carry no domain label (e.g. plain 8-GPU boards).
+        affinity: (shape.pods > 1).then(|| Affinity {
             pod_affinity: Some(PodAffinity {
                 required_during_scheduling_ignored_during_execution: Some(vec![PodAffinityTerm {
                     label_selector: Some(LabelSelector {
@@ -697,4 +700,588 @@ pub fn verify_job(did: &DeepInferDeployment, operator_image: &str) -> Job {
     args.extend(layout_args(spec));
     let name = format!("{}-verify-{}", did.name_any(), checkpoint_key(spec));
     operator_job(did, name, "verify", operator_image, args, Vec::new(), true)
+}
+
+/// Where the injected runner lives inside the engine container of an acceptance pod.
+pub const RUNNER_DIR: &str = "/deepinfer/bin";
+/// Where the acceptance spec ConfigMap is mounted.
+pub const ACCEPTANCE_SPEC_DIR: &str = "/deepinfer/spec";
+/// Key of the resolved acceptance spec inside its ConfigMap.
+pub const ACCEPTANCE_SPEC_KEY: &str = "acceptance.yaml";
+/// Scratch space of the runner (prompts and outputs files).
+pub const ACCEPTANCE_WORK_DIR: &str = "/deepinfer/work";
+
+/// The role whose group shape the acceptance workload runs on: `worker` (colocated) if present,
+/// else `decode`, else the first role.
+pub fn acceptance_role(spec: &DeepInferDeploymentSpec) -> Option<&RoleSpec> {
+    ["worker", "decode"]
+        .iter()
+        .find_map(|n| spec.roles.iter().find(|r| r.name == *n))
+        .or_else(|| spec.roles.first())
+}
+
+/// Names of one acceptance run of `revision` (a new rerun token gives new names).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AcceptanceNames {
+    /// Prefix shared by the run's objects: `<name>-accept-<revision>-<token hash>`.
+    pub run: String,
+    /// ConfigMap holding the resolved acceptance spec.
+    pub spec_configmap: String,
+    /// ConfigMap the runner writes the manifest and outputs into.
+    pub evidence_configmap: String,
+    /// ServiceAccount (and Role, RoleBinding) the runner acts as.
+    pub service_account: String,
+}
+
+impl AcceptanceNames {
+    /// Names for `did` at `revision` with rerun token `token`.
+    pub fn new(did: &str, revision: &str, token: &str) -> Self {
+        let run = format!("{did}-accept-{revision}-{}", short_hash(&token, 4));
+        Self {
+            spec_configmap: format!("{run}-spec"),
+            evidence_configmap: format!("{did}-evidence-{revision}-{}", short_hash(&token, 4)),
+            service_account: format!("{did}-acceptance"),
+            run,
+        }
+    }
+
+    /// Job of one rank.
+    pub fn job(&self, rank: i32) -> String {
+        format!("{}-r{rank}", self.run)
+    }
+}
+
+/// The ServiceAccount, Role and RoleBinding that let the acceptance runner write its evidence
+/// ConfigMap (and nothing else).
+pub fn acceptance_rbac(
+    did: &DeepInferDeployment,
+    names: &AcceptanceNames,
+) -> (ServiceAccount, Role, RoleBinding) {
+    let extra = BTreeMap::from([(labels::COMPONENT.to_string(), "acceptance".to_string())]);
+    let sa = stamp(ServiceAccount {
+        metadata: owned_meta(did, names.service_account.clone(), extra.clone()),
+        ..ServiceAccount::default()
+    });
+    let role = stamp(Role {
+        metadata: owned_meta(did, names.service_account.clone(), extra.clone()),
+        rules: Some(vec![PolicyRule {
+            api_groups: Some(vec![String::new()]),
+            resources: Some(vec!["configmaps".into()]),
+            verbs: vec!["create".into(), "get".into(), "update".into()],
+            ..PolicyRule::default()
+        }]),
+    });
+    let binding = stamp(RoleBinding {
+        metadata: owned_meta(did, names.service_account.clone(), extra),
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".into(),
+            kind: "Role".into(),
+            name: names.service_account.clone(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".into(),
+            name: names.service_account.clone(),
+            namespace: did.namespace(),
+            ..Subject::default()
+        }]),
+    });
+    (sa, role, binding)
+}
+
+/// The ConfigMap carrying the resolved acceptance spec (prompts inline) for the runner.
+pub fn acceptance_spec_configmap(
+    did: &DeepInferDeployment,
+    names: &AcceptanceNames,
+    revision: &str,
+    spec_yaml: String,
+) -> ConfigMap {
+    let extra = BTreeMap::from([
+        (labels::COMPONENT.to_string(), "acceptance".to_string()),
+        (labels::REVISION.to_string(), revision.to_string()),
+    ]);
+    stamp(ConfigMap {
+        metadata: owned_meta(did, names.spec_configmap.clone(), extra),
+        data: Some(BTreeMap::from([(
+            ACCEPTANCE_SPEC_KEY.to_string(),
+            spec_yaml,
+        )])),
+        ..ConfigMap::default()
+    })
+}
+
+fn acceptance_labels(names: &AcceptanceNames, revision: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (labels::COMPONENT.to_string(), "acceptance".to_string()),
+        (labels::REVISION.to_string(), revision.to_string()),
+        (labels::GROUP.to_string(), names.run.clone()),
+    ])
+}
+
+/// Headless Service for the rendezvous of a multi-pod acceptance group.
+pub fn acceptance_service(
+    did: &DeepInferDeployment,
+    names: &AcceptanceNames,
+    revision: &str,
+) -> Service {
+    let mut selector = deployment_labels(&did.name_any());
+    selector.extend(acceptance_labels(names, revision));
+    stamp(Service {
+        metadata: owned_meta(did, names.run.clone(), acceptance_labels(names, revision)),
+        spec: Some(ServiceSpec {
+            cluster_ip: Some("None".into()),
+            selector: Some(selector),
+            publish_not_ready_addresses: Some(true),
+            ports: Some(vec![ServicePort {
+                name: Some("rendezvous".into()),
+                port: RENDEZVOUS_PORT,
+                target_port: Some(IntOrString::Int(RENDEZVOUS_PORT)),
+                protocol: Some("TCP".into()),
+                ..ServicePort::default()
+            }]),
+            ..ServiceSpec::default()
+        }),
+        status: None,
+    })
+}
+
+/// The Job of one rank of the acceptance group: the same image, checkpoint, devices, placement
+/// and layout as a serving group of the acceptance role. Rank 0 runs the injected runner
+/// (`deepinfer-operator accept`), which starts the engine; other ranks run the engine alone.
+pub fn acceptance_job(
+    did: &DeepInferDeployment,
+    names: &AcceptanceNames,
+    rank: i32,
+    revision: &str,
+    operator_image: &str,
+) -> Option<Job> {
+    let role = acceptance_role(&did.spec)?;
+    let spec = &did.spec;
+    let shape = group_shape(spec, role);
+    let at = RankOf {
+        role,
+        group: 0,
+        rank,
+    };
+    let mut pod = engine_pod_spec(did, &at, &shape);
+    pod.subdomain = (shape.pods > 1).then(|| names.run.clone());
+    let mut group_labels = deployment_labels(&did.name_any());
+    group_labels.extend(acceptance_labels(names, revision));
+    if let Some(term) = pod
+        .affinity
+        .as_mut()
+        .and_then(|a| a.pod_affinity.as_mut())
+        .and_then(|p| {
+            p.required_during_scheduling_ignored_during_execution
+                .as_mut()
+        })
+        .and_then(|terms| terms.first_mut())
+    {
+        term.label_selector = Some(LabelSelector {
+            match_labels: Some(group_labels.clone()),
+            match_expressions: None,
+        });
+    }
+    let engine = pod.containers.first_mut()?;
+    if let Some(env) = engine.env.as_mut() {
+        let leader = format!(
+            "rank-0.{}.{}.svc",
+            names.run,
+            did.namespace().unwrap_or_default()
+        );
+        for e in env
+            .iter_mut()
+            .filter(|e| e.name == "DEEPINFER_LEADER_ADDRESS" || e.name == "MASTER_ADDR")
+        {
+            e.value = Some(leader.clone());
+        }
+    }
+    if rank == 0 {
+        let p = &role.parallel;
+        let checkpoint_revision = spec
+            .model
+            .source
+            .hub
+            .as_ref()
+            .map_or_else(|| "volume".to_string(), |h| h.revision.clone());
+        engine.command = Some(vec![
+            format!("{RUNNER_DIR}/deepinfer-operator"),
+            "accept".into(),
+        ]);
+        engine.args = Some(vec![
+            "--spec-file".into(),
+            format!("{ACCEPTANCE_SPEC_DIR}/{ACCEPTANCE_SPEC_KEY}"),
+            "--model-dir".into(),
+            model_dir(spec),
+            "--revision".into(),
+            revision.to_string(),
+            "--image".into(),
+            spec.runtime.image.clone(),
+            "--runtime-commit".into(),
+            spec.runtime.commit.clone(),
+            "--checkpoint-revision".into(),
+            checkpoint_revision,
+            "--layout".into(),
+            format!(
+                "tensor={},pipeline={},data={},expert={}",
+                p.tensor, p.pipeline, p.data, p.expert
+            ),
+            "--evidence-configmap".into(),
+            names.evidence_configmap.clone(),
+            "--owner-name".into(),
+            did.name_any(),
+            "--owner-uid".into(),
+            did.uid().unwrap_or_default(),
+            "--work-dir".into(),
+            ACCEPTANCE_WORK_DIR.into(),
+        ]);
+        engine
+            .env
+            .get_or_insert_with(Vec::new)
+            .push(env_field("POD_NAMESPACE", "metadata.namespace"));
+        engine.termination_message_policy = Some("File".into());
+        engine.volume_mounts.get_or_insert_with(Vec::new).extend([
+            mount("runner", RUNNER_DIR, true),
+            mount("acceptance-spec", ACCEPTANCE_SPEC_DIR, true),
+            mount("work", ACCEPTANCE_WORK_DIR, false),
+        ]);
+        pod.init_containers = Some(vec![Container {
+            name: "install-runner".into(),
+            image: Some(operator_image.into()),
+            command: Some(vec!["deepinfer-operator".into()]),
+            args: Some(vec![
+                "install-runner".into(),
+                format!("{RUNNER_DIR}/deepinfer-operator"),
+            ]),
+            volume_mounts: Some(vec![mount("runner", RUNNER_DIR, false)]),
+            security_context: Some(SecurityContext {
+                read_only_root_filesystem: Some(true),
+                ..restricted_container()
+            }),
+            ..Container::default()
+        }]);
+        let volumes = pod.volumes.get_or_insert_with(Vec::new);
+        volumes.push(Volume {
+            name: "runner".into(),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Volume::default()
+        });
+        volumes.push(Volume {
+            name: "work".into(),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Volume::default()
+        });
+        volumes.push(Volume {
+            name: "acceptance-spec".into(),
+            config_map: Some(ConfigMapVolumeSource {
+                name: names.spec_configmap.clone(),
+                ..ConfigMapVolumeSource::default()
+            }),
+            ..Volume::default()
+        });
+        pod.service_account_name = Some(names.service_account.clone());
+        pod.automount_service_account_token = Some(true);
+    }
+    let mut job_labels = acceptance_labels(names, revision);
+    job_labels.insert(labels::RANK.to_string(), rank.to_string());
+    let mut pod_labels = group_labels;
+    pod_labels.insert(labels::RANK.to_string(), rank.to_string());
+    // The runner's own timeout fires first; the deadline only ends a stuck pod.
+    let deadline = i64::from(spec.acceptance.timeout_seconds) + 300;
+    Some(stamp(Job {
+        metadata: owned_meta(did, names.job(rank), job_labels),
+        spec: Some(JobSpec {
+            backoff_limit: Some(0),
+            active_deadline_seconds: Some(deadline),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(pod_labels),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(pod),
+            },
+            ..JobSpec::default()
+        }),
+        status: None,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const IMAGE: &str = "registry.example.com/deepinfer@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+    fn did(accelerator: serde_json::Value, roles: serde_json::Value) -> DeepInferDeployment {
+        serde_json::from_value(json!({
+            "apiVersion": "deepinfer.io/v1alpha1",
+            "kind": "DeepInferDeployment",
+            "metadata": {"name": "flash", "namespace": "serving", "uid": "u-1"},
+            "spec": {
+                "model": {"name": "deepseek-ai/DeepSeek-V4.1-Flash-1017", "license": "mit",
+                          "source": {"volume": {"claimName": "ckpt", "path": "/model/"}}},
+                "runtime": {"image": IMAGE, "commit": "0123456789abcdef0123456789abcdef01234567",
+                            "args": ["--max_batch_size", "8"]},
+                "accelerator": accelerator,
+                "roles": roles,
+                "acceptance": {"prompts": [{"id": "p", "prompt": "x", "structuredOutput": {"regex": "a"}}]}
+            }
+        }))
+        .expect("valid test resource")
+    }
+
+    fn env_of(c: &Container) -> BTreeMap<String, String> {
+        c.env
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|e| (e.name, e.value.unwrap_or_default()))
+            .collect()
+    }
+
+    #[test]
+    fn nvidia_pods_are_pinned_placed_gated_and_labelled() {
+        let d = did(
+            json!({"type": "NVIDIA", "product": "NVIDIA-H200"}),
+            json!([{"name": "worker", "replicas": 2, "parallel": {"tensor": 16}}]),
+        );
+        let rev = revision(&d.spec);
+        let pods = group_pods(&d, &d.spec.roles[0], 1, &rev);
+        assert_eq!(
+            pods.iter().map(ResourceExt::name_any).collect::<Vec<_>>(),
+            ["flash-worker-1-0", "flash-worker-1-1"]
+        );
+        let pod = &pods[1];
+        let labels = pod.labels();
+        for (k, v) in [
+            (labels::DEPLOYMENT, "flash"),
+            (labels::ROLE, "worker"),
+            (labels::GROUP, "1"),
+            (labels::RANK, "1"),
+            (labels::REVISION, rev.as_str()),
+        ] {
+            assert_eq!(labels.get(k).map(String::as_str), Some(v), "label {k}");
+        }
+        assert_eq!(pod.owner_references()[0].uid, "u-1");
+        assert_eq!(pod.owner_references()[0].controller, Some(true));
+        let spec = pod.spec.as_ref().expect("spec");
+        let c = &spec.containers[0];
+        assert_eq!(c.image.as_deref(), Some(IMAGE));
+        assert!(
+            c.command.is_none(),
+            "the image's own entrypoint runs the engine"
+        );
+        assert_eq!(
+            c.args.clone().expect("args"),
+            ["--model_name", "/models/model", "--max_batch_size", "8"]
+        );
+        let res = c.resources.as_ref().expect("resources");
+        assert_eq!(res.requests, res.limits, "device requests equal limits");
+        assert_eq!(
+            res.limits.as_ref().expect("limits")["nvidia.com/gpu"].0,
+            "8"
+        );
+        let env = env_of(c);
+        assert_eq!(env["HF_HUB_OFFLINE"], "1");
+        assert_eq!(env["DEEPINFER_HF_MODEL_DIR"], MODEL_MOUNT);
+        assert_eq!(env["DEEPINFER_RANK"], "1");
+        assert_eq!(env["DEEPINFER_NUM_PODS"], "2");
+        assert_eq!(env["DEEPINFER_WORLD_SIZE"], "16");
+        assert_eq!(
+            env["DEEPINFER_LEADER_ADDRESS"],
+            "rank-0.flash-worker-1.serving.svc"
+        );
+        let selector = spec.node_selector.clone().expect("selector");
+        assert_eq!(selector["nvidia.com/gpu.present"], "true");
+        assert_eq!(selector["nvidia.com/gpu.product"], "NVIDIA-H200");
+        let term = &spec
+            .affinity
+            .as_ref()
+            .and_then(|a| a.pod_affinity.as_ref())
+            .and_then(|p| {
+                p.required_during_scheduling_ignored_during_execution
+                    .as_ref()
+            })
+            .expect("required affinity")[0];
+        assert_eq!(term.topology_key, "nvidia.com/gpu.clique");
+        assert_eq!(
+            term.label_selector
+                .as_ref()
+                .and_then(|l| l.match_labels.clone())
+                .expect("group selector")[labels::GROUP],
+            "1"
+        );
+        assert_eq!(
+            spec.readiness_gates.as_ref().expect("gates")[0].condition_type,
+            ACCEPTED_POD_CONDITION
+        );
+        assert_eq!(
+            spec.restart_policy.as_deref(),
+            Some("Never"),
+            "a failed rank fails its pod, so the group is replaced"
+        );
+        assert_eq!(spec.subdomain.as_deref(), Some("flash-worker-1"));
+        let sc = c.security_context.as_ref().expect("security context");
+        assert_eq!(sc.allow_privilege_escalation, Some(false));
+        assert_eq!(sc.run_as_non_root, Some(true));
+        assert_eq!(spec.automount_service_account_token, Some(false));
+    }
+
+    #[test]
+    fn ascend_pods_request_npus_and_stay_in_one_super_pod() {
+        let d = did(
+            json!({"type": "Ascend", "devicesPerPod": 8}),
+            json!([{"name": "decode", "replicas": 1, "parallel": {"tensor": 8, "data": 2, "expert": 16}}]),
+        );
+        let pods = group_pods(&d, &d.spec.roles[0], 0, "r");
+        assert_eq!(pods.len(), 2);
+        let spec = pods[0].spec.as_ref().expect("spec");
+        let limits = spec.containers[0]
+            .resources
+            .as_ref()
+            .and_then(|r| r.limits.clone())
+            .expect("limits");
+        assert_eq!(limits["huawei.com/Ascend910"].0, "8");
+        assert!(!limits.contains_key("nvidia.com/gpu"));
+        assert_eq!(
+            spec.node_selector.clone().expect("selector")["accelerator"],
+            "huawei-Ascend910"
+        );
+        let term = &spec
+            .affinity
+            .as_ref()
+            .and_then(|a| a.pod_affinity.as_ref())
+            .and_then(|p| {
+                p.required_during_scheduling_ignored_during_execution
+                    .as_ref()
+            })
+            .expect("affinity")[0];
+        assert_eq!(term.topology_key, "huawei.com/super-pod-id");
+        assert!(spec
+            .tolerations
+            .clone()
+            .expect("tolerations")
+            .iter()
+            .any(|t| t.key.as_deref() == Some("huawei.com/Ascend910")));
+    }
+
+    #[test]
+    fn a_single_pod_group_needs_no_domain_label() {
+        let d = did(
+            json!({"type": "NVIDIA"}),
+            json!([{"name": "worker", "replicas": 1, "parallel": {"tensor": 8}}]),
+        );
+        let pods = group_pods(&d, &d.spec.roles[0], 0, "r");
+        assert_eq!(pods.len(), 1);
+        assert!(pods[0].spec.as_ref().expect("spec").affinity.is_none());
+    }
+
+    #[test]
+    fn the_revision_tracks_running_bits_but_not_replicas_or_prompts() {
+        let a = did(
+            json!({"type": "NVIDIA"}),
+            json!([{"name": "worker", "replicas": 1, "parallel": {"tensor": 8}}]),
+        );
+        let mut b = a.clone();
+        b.spec.roles[0].replicas = 5;
+        b.spec.acceptance.prompts[0].prompt = "other".into();
+        assert_eq!(revision(&a.spec), revision(&b.spec));
+        let mut c = a.clone();
+        c.spec.runtime.image = IMAGE.replace("0123", "fedc");
+        assert_ne!(revision(&a.spec), revision(&c.spec));
+        let mut d = a.clone();
+        d.spec.roles[0].parallel.expert = 8;
+        assert_ne!(revision(&a.spec), revision(&d.spec));
+    }
+
+    #[test]
+    fn services_route_to_leaders_and_rendezvous_per_group() {
+        let d = did(
+            json!({"type": "NVIDIA"}),
+            json!([{"name": "prefill", "replicas": 2, "parallel": {"tensor": 8}}]),
+        );
+        let svcs = services(&d);
+        let names: Vec<_> = svcs.iter().map(ResourceExt::name_any).collect();
+        assert_eq!(
+            names,
+            ["flash-prefill", "flash-prefill-0", "flash-prefill-1"]
+        );
+        let role = svcs[0].spec.as_ref().expect("spec");
+        assert_eq!(role.selector.clone().expect("selector")[labels::RANK], "0");
+        let group = svcs[1].spec.as_ref().expect("spec");
+        assert_eq!(group.cluster_ip.as_deref(), Some("None"));
+        assert_eq!(group.publish_not_ready_addresses, Some(true));
+    }
+
+    #[test]
+    fn the_acceptance_leader_runs_the_injected_runner_in_the_engine_image() {
+        let d = did(
+            json!({"type": "NVIDIA"}),
+            json!([{"name": "worker", "replicas": 3, "parallel": {"tensor": 16}}]),
+        );
+        let names = AcceptanceNames::new("flash", "rev1", "");
+        let job = acceptance_job(
+            &d,
+            &names,
+            0,
+            "rev1",
+            "ghcr.io/deepinfer/deepinfer-operator:0.1.0",
+        )
+        .expect("job");
+        let pod = job
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.spec.clone())
+            .expect("pod");
+        let init = &pod.init_containers.as_ref().expect("init")[0];
+        assert_eq!(
+            init.image.as_deref(),
+            Some("ghcr.io/deepinfer/deepinfer-operator:0.1.0")
+        );
+        assert_eq!(init.args.clone().expect("args")[0], "install-runner");
+        let engine = &pod.containers[0];
+        assert_eq!(
+            engine.image.as_deref(),
+            Some(IMAGE),
+            "acceptance runs the very image under test"
+        );
+        assert_eq!(
+            engine.command.clone().expect("command"),
+            [
+                format!("{RUNNER_DIR}/deepinfer-operator"),
+                "accept".to_string()
+            ]
+        );
+        let args = engine.args.clone().expect("args");
+        assert!(args
+            .windows(2)
+            .any(|w| w == ["--layout", "tensor=16,pipeline=1,data=1,expert=1"]));
+        assert!(args
+            .windows(2)
+            .any(|w| w[0] == "--evidence-configmap" && w[1] == names.evidence_configmap));
+        assert_eq!(
+            engine
+                .resources
+                .as_ref()
+                .and_then(|r| r.limits.clone())
+                .expect("limits")["nvidia.com/gpu"]
+                .0,
+            "8"
+        );
+        assert_eq!(
+            pod.service_account_name.as_deref(),
+            Some("flash-acceptance")
+        );
+        assert_eq!(
+            job.spec.as_ref().and_then(|s| s.backoff_limit),
+            Some(0),
+            "no retry storm"
+        );
+        let follower = acceptance_job(&d, &names, 1, "rev1", "op").expect("follower");
+        let fpod = follower.spec.and_then(|s| s.template.spec).expect("pod");
+        assert!(
+            fpod.init_containers.is_none() && fpod.containers[0].command.is_none(),
+            "followers run the engine alone"
+        );
+    }
 }

@@ -16,7 +16,8 @@ use super::status::{Gate, Outcome};
 use super::validate::{license_gate, summarize, validate_spec};
 use super::{Context, Error};
 use crate::api::{
-    labels, reasons, CheckpointStatus, DeepInferDeployment, DeepInferDeploymentStatus, RoleStatus,
+    labels, reasons, AcceptanceSpec, AcceptanceStatus, CheckpointStatus, DeepInferDeployment,
+    DeepInferDeploymentStatus, RoleStatus, RERUN_ACCEPTANCE_ANNOTATION,
 };
 
 /// Runs the pipeline for one resource; returns what was found and when to look again.
@@ -66,12 +67,19 @@ pub async fn run_pipeline(
         _ => return Ok((outcome, Action::requeue(RECHECK))),
     }
 
-    // 4. acceptance gate: the runner and its Job land separately; until then Ready waits.
-    outcome.acceptance = Gate::Progressing(
-        reasons::AWAITING_ACCEPTANCE,
-        format!("revision {revision} has no recorded acceptance pass; Ready stays False until one passes"),
-    );
-    let accepted_revision: Option<&str> = None;
+    // 4. acceptance gate: one run per revision (and rerun token); a recorded result is final.
+    let (acceptance, acceptance_status) =
+        acceptance_gate(did, previous, ctx, &ns, &revision).await?;
+    outcome.acceptance = acceptance;
+    outcome.acceptance_status = acceptance_status;
+    let accepted_revision = match &outcome.acceptance {
+        Gate::Passed(..) => Some(revision.as_str()),
+        Gate::Failed(reason, _) if *reason == reasons::MISSING_DEPENDENCY => {
+            return Ok((outcome, Action::requeue(Duration::from_secs(15))));
+        }
+        Gate::Failed(..) => return Ok((outcome, Action::await_change())),
+        _ => return Ok((outcome, Action::requeue(RECHECK))),
+    };
 
     // 5. workers
     // An apply failure still leaves the gates' results in status; the pass is retried soon.
@@ -394,4 +402,243 @@ async fn workers(
         )
     };
     Ok((gate, roles))
+}
+
+/// Resolves `promptsFrom` into inline prompts, so the runner needs no read access to ConfigMaps.
+async fn resolve_acceptance(
+    did: &DeepInferDeployment,
+    ctx: &Context,
+    ns: &str,
+) -> Result<Result<AcceptanceSpec, String>, Error> {
+    let mut spec = did.spec.acceptance.clone();
+    let Some(from) = spec.prompts_from.take() else {
+        return Ok(Ok(spec));
+    };
+    let api: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
+    let Some(cm) = api.get_opt(&from.name).await.map_err(Error::Kube)? else {
+        return Ok(Err(format!(
+            "ConfigMap {ns}/{} named by spec.acceptance.promptsFrom does not exist; create it with the prompts under key {}",
+            from.name, from.key
+        )));
+    };
+    let Some(text) = cm.data.as_ref().and_then(|d| d.get(&from.key)) else {
+        return Ok(Err(format!(
+            "ConfigMap {ns}/{} has no key {} (spec.acceptance.promptsFrom.key); add the prompts there",
+            from.name, from.key
+        )));
+    };
+    match serde_yaml::from_str::<Vec<crate::api::AcceptancePrompt>>(text) {
+        Ok(prompts) => {
+            spec.prompts.extend(prompts);
+            Ok(Ok(spec))
+        }
+        Err(e) => Ok(Err(format!(
+            "ConfigMap {ns}/{} key {} is not a YAML list of prompts (spec.acceptance.promptsFrom): {e}",
+            from.name, from.key
+        ))),
+    }
+}
+
+fn acceptance_message(a: &AcceptanceStatus) -> String {
+    let evidence = a.evidence.as_deref().unwrap_or("none");
+    if a.result == "Passed" {
+        format!(
+            "revision {} passed acceptance: {}/{} prompts; evidence in ConfigMap {evidence}",
+            a.revision, a.passed, a.prompts
+        )
+    } else {
+        let failed = if a.failed_prompts.is_empty() {
+            "none recorded".to_string()
+        } else {
+            a.failed_prompts.join(", ")
+        };
+        let why = a
+            .reason
+            .as_deref()
+            .map(|r| format!(" ({r})"))
+            .unwrap_or_default();
+        format!(
+            "revision {} failed acceptance: {}/{} prompts passed; failing prompts: {failed}{why}; evidence in ConfigMap {evidence}. \
+             No worker of this revision is created. Fix the image, checkpoint or layout (a spec change re-runs acceptance), \
+             or set annotation {RERUN_ACCEPTANCE_ANNOTATION} to a new value to run it again",
+            a.revision, a.passed, a.prompts
+        )
+    }
+}
+
+/// Runs (once) and judges the acceptance workload of `revision`.
+async fn acceptance_gate(
+    did: &DeepInferDeployment,
+    previous: Option<&DeepInferDeploymentStatus>,
+    ctx: &Context,
+    ns: &str,
+    revision: &str,
+) -> Result<(Gate, Option<AcceptanceStatus>), Error> {
+    let token = did
+        .annotations()
+        .get(RERUN_ACCEPTANCE_ANNOTATION)
+        .cloned()
+        .unwrap_or_default();
+    // The prompts and expectations are part of what was judged: a change re-runs acceptance
+    // (without touching running workers, whose revision is unchanged).
+    let spec_hash = build::short_hash(&did.spec.acceptance, 10);
+    let recorded = previous.and_then(|p| p.acceptance.clone());
+    if let Some(a) = recorded.as_ref().filter(|a| {
+        a.revision == revision
+            && a.rerun_token.clone().unwrap_or_default() == token
+            && a.spec_hash.as_deref() == Some(spec_hash.as_str())
+    }) {
+        let message = acceptance_message(a);
+        let gate = if a.result == "Passed" {
+            Gate::Passed(reasons::ACCEPTANCE_SUCCEEDED, message)
+        } else {
+            Gate::Failed(reasons::ACCEPTANCE_FAILED, super::truncate(&message, 2000))
+        };
+        return Ok((gate, Some(a.clone())));
+    }
+    let names =
+        build::AcceptanceNames::new(&did.name_any(), revision, &format!("{token}/{spec_hash}"));
+    let Some(role) = build::acceptance_role(&did.spec) else {
+        return Ok((
+            Gate::Failed(
+                reasons::INVALID_SPEC,
+                "spec.roles: at least one role is required".into(),
+            ),
+            recorded,
+        ));
+    };
+    let shape = build::group_shape(&did.spec, role);
+    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), ns);
+    let leader = names.job(0);
+    let state = job_state(ctx, ns, &leader).await?;
+    if matches!(state, JobState::Missing) {
+        let spec = match resolve_acceptance(did, ctx, ns).await? {
+            Ok(spec) => spec,
+            Err(message) => {
+                return Ok((Gate::Failed(reasons::MISSING_DEPENDENCY, message), recorded))
+            }
+        };
+        let spec_yaml = serde_yaml::to_string(&spec).unwrap_or_default();
+        let (sa, role_obj, binding) = build::acceptance_rbac(did, &names);
+        let sa_api: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+            Api::namespaced(ctx.client.clone(), ns);
+        let role_api: Api<k8s_openapi::api::rbac::v1::Role> =
+            Api::namespaced(ctx.client.clone(), ns);
+        let rb_api: Api<k8s_openapi::api::rbac::v1::RoleBinding> =
+            Api::namespaced(ctx.client.clone(), ns);
+        let cm_api: Api<k8s_openapi::api::core::v1::ConfigMap> =
+            Api::namespaced(ctx.client.clone(), ns);
+        let svc_api: Api<Service> = Api::namespaced(ctx.client.clone(), ns);
+        let existing_sa = sa_api.get_opt(&sa.name_any()).await.map_err(Error::Kube)?;
+        apply::apply_if_changed(&sa_api, &sa, existing_sa.as_ref()).await?;
+        let existing_role = role_api
+            .get_opt(&role_obj.name_any())
+            .await
+            .map_err(Error::Kube)?;
+        apply::apply_if_changed(&role_api, &role_obj, existing_role.as_ref()).await?;
+        let existing_rb = rb_api
+            .get_opt(&binding.name_any())
+            .await
+            .map_err(Error::Kube)?;
+        apply::apply_if_changed(&rb_api, &binding, existing_rb.as_ref()).await?;
+        let cm = build::acceptance_spec_configmap(did, &names, revision, spec_yaml);
+        apply::apply_if_changed(&cm_api, &cm, None).await?;
+        if shape.pods > 1 {
+            apply::apply_if_changed(
+                &svc_api,
+                &build::acceptance_service(did, &names, revision),
+                None,
+            )
+            .await?;
+        }
+        // Followers first, so the leader's engine finds them when it starts.
+        for rank in (0..shape.pods).rev() {
+            if let Some(job) =
+                build::acceptance_job(did, &names, rank, revision, &ctx.operator_image)
+            {
+                apply::create_once(&jobs, &job).await?;
+            }
+        }
+        let msg = format!("Job {leader} is running the acceptance workload for revision {revision} on one {} group ({} pod(s))", role.name, shape.pods);
+        return Ok((
+            Gate::Progressing(reasons::ACCEPTANCE_RUNNING, msg),
+            recorded,
+        ));
+    }
+    let message = match state {
+        JobState::Missing | JobState::Running => {
+            let msg = format!("Job {leader} is running the acceptance workload for revision {revision} on one {} group ({} pod(s))", role.name, shape.pods);
+            return Ok((
+                Gate::Progressing(reasons::ACCEPTANCE_RUNNING, msg),
+                recorded,
+            ));
+        }
+        JobState::Succeeded(m) | JobState::Failed(m) => m,
+    };
+    let summary: Option<crate::acceptance::AcceptanceSummary> = message
+        .as_deref()
+        .and_then(|m| serde_json::from_str(m.trim()).ok());
+    let status = match summary {
+        Some(s) => AcceptanceStatus {
+            revision: revision.to_string(),
+            result: if s.result == crate::acceptance::AcceptanceResult::Passed {
+                "Passed".into()
+            } else {
+                "Failed".into()
+            },
+            prompts: i32::try_from(s.prompts).unwrap_or(i32::MAX),
+            passed: i32::try_from(s.passed).unwrap_or(i32::MAX),
+            failed_prompts: s.failed_prompts,
+            evidence: (!s.evidence.is_empty()).then_some(s.evidence),
+            rerun_token: (!token.is_empty()).then(|| token.clone()),
+            spec_hash: Some(spec_hash.clone()),
+            reason: Some(super::truncate(&s.reason, 1000)),
+        },
+        None => AcceptanceStatus {
+            revision: revision.to_string(),
+            result: "Failed".into(),
+            prompts: i32::try_from(did.spec.acceptance.prompts.len()).unwrap_or(i32::MAX),
+            passed: 0,
+            failed_prompts: Vec::new(),
+            evidence: None,
+            rerun_token: (!token.is_empty()).then(|| token.clone()),
+            spec_hash: Some(spec_hash.clone()),
+            reason: Some(super::truncate(
+                &format!(
+                    "the acceptance Job {leader} ended without a summary: {}",
+                    message
+                        .as_deref()
+                        .map_or("no termination message", |m| m.trim())
+                ),
+                1000,
+            )),
+        },
+    };
+    // The followers' engines have nothing left to serve.
+    for rank in 1..shape.pods {
+        apply::delete_ignoring_missing(&jobs, &names.job(rank)).await?;
+    }
+    if shape.pods > 1 {
+        let svc_api: Api<Service> = Api::namespaced(ctx.client.clone(), ns);
+        apply::delete_ignoring_missing(&svc_api, &names.run).await?;
+    }
+    let duration = jobs
+        .get_opt(&leader)
+        .await
+        .map_err(Error::Kube)?
+        .and_then(|j| j.status)
+        .and_then(|s| Some((s.start_time?.0, s.completion_time.map(|c| c.0))))
+        .map(|(start, end)| {
+            let end = end.unwrap_or_else(k8s_openapi::jiff::Timestamp::now);
+            end.duration_since(start).as_secs_f64().max(0.0)
+        })
+        .unwrap_or(0.0);
+    ctx.metrics.acceptance_finished(&status.result, duration);
+    let text = acceptance_message(&status);
+    let gate = if status.result == "Passed" {
+        Gate::Passed(reasons::ACCEPTANCE_SUCCEEDED, text)
+    } else {
+        Gate::Failed(reasons::ACCEPTANCE_FAILED, super::truncate(&text, 2000))
+    };
+    Ok((gate, Some(status)))
 }

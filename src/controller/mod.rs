@@ -421,7 +421,9 @@ async fn write_status(
     let reference = obj.object_ref(&api_resource());
     for c in status::transitions(previous, &next) {
         // Only conditions that carry news; Reconciling/Stalled flips mirror the gates.
-        if c.type_ == crate::api::conditions::RECONCILING {
+        let quiet_stalled = c.type_ == crate::api::conditions::STALLED && c.status == "False";
+        if c.type_ == crate::api::conditions::RECONCILING || c.status == "Unknown" || quiet_stalled
+        {
             continue;
         }
         // A failed gate (and the Stalled flip it causes) warns; everything else is news.

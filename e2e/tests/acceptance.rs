@@ -1,0 +1,397 @@
+//! The acceptance gate on the test bed: Ready means this exact configuration produced valid
+//! structured output, with the evidence kept. The engine is the stand-in replaying canned
+//! outputs (no GPU, no weights here); everything else — Jobs, scheduling, RBAC, the runner
+//! injected into the engine image, the evidence ConfigMap — is real.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use deepinfer_e2e::support::{self, Operator, TestNamespace};
+use deepinfer_operator::api::{DeepInferDeployment, DeepInferDeploymentStatus};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, Endpoints, Pod};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::{json, Value};
+
+const IMAGE: &str = "registry.example.com/deepinfer@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+const IMAGE2: &str = "registry.example.com/deepinfer@sha256:fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210";
+const TIMEOUT: Duration = Duration::from_secs(90);
+
+/// One group of one 8-GPU pod, judged by the shot planner with `canned` outputs.
+fn planner(name: &str, canned: &str, mode: &str) -> Value {
+    json!({
+        "apiVersion": "deepinfer.io/v1alpha1",
+        "kind": "DeepInferDeployment",
+        "metadata": {"name": name, "annotations": {"deepinfer.io/license-accepted": "mit"}},
+        "spec": {
+            "model": {"name": "deepseek-ai/DeepSeek-V4.1-Flash-1017", "license": "mit",
+                      "source": {"volume": {"claimName": "ckpt", "path": "model"}}},
+            "runtime": {"image": IMAGE, "commit": "0123456789abcdef0123456789abcdef01234567"},
+            "accelerator": {"type": "NVIDIA", "devicesPerPod": 8},
+            "roles": [{"name": "worker", "replicas": 1, "parallel": {"tensor": 8}}],
+            "acceptance": support::shot_planner_acceptance(canned, mode)
+        }
+    })
+}
+
+async fn setup(prefix: &str) -> (Client, TestNamespace, Api<DeepInferDeployment>) {
+    let client = support::client().await;
+    support::ensure_crd();
+    let ns = TestNamespace::new(&client, prefix).await;
+    support::checkpoint_claim(&ns.name, "ckpt", &support::fixture_checkpoint(), "model");
+    let api = Api::namespaced(client.clone(), &ns.name);
+    (client, ns, api)
+}
+
+async fn create(api: &Api<DeepInferDeployment>, obj: Value) {
+    let did: DeepInferDeployment = serde_json::from_value(obj).expect("valid object");
+    api.create(&PostParams::default(), &did)
+        .await
+        .expect("create");
+}
+
+fn cond<'a>(
+    s: &'a DeepInferDeploymentStatus,
+    t: &str,
+) -> Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    s.conditions.iter().find(|c| c.type_ == t)
+}
+
+async fn status_where(
+    api: &Api<DeepInferDeployment>,
+    name: &str,
+    what: &str,
+    pred: impl Fn(&DeepInferDeploymentStatus) -> bool,
+) -> DeepInferDeploymentStatus {
+    support::eventually(TIMEOUT, what, || async {
+        api.get(name).await.ok()?.status.filter(|s| pred(s))
+    })
+    .await
+}
+
+async fn workers(client: &Client, ns: &str, did: &str) -> Vec<Pod> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    api.list(&ListParams::default().labels(&format!(
+        "deepinfer.io/deployment={did},deepinfer.io/component=worker"
+    )))
+    .await
+    .expect("pods")
+    .items
+}
+
+async fn acceptance_jobs(client: &Client, ns: &str, did: &str) -> Vec<Job> {
+    let api: Api<Job> = Api::namespaced(client.clone(), ns);
+    api.list(&ListParams::default().labels(&format!(
+        "deepinfer.io/deployment={did},deepinfer.io/component=acceptance"
+    )))
+    .await
+    .expect("jobs")
+    .items
+}
+
+#[tokio::test]
+async fn gpu_a_passing_revision_goes_ready_and_only_then_gets_workers_and_traffic() {
+    let (client, ns, api) = setup("accept-pass").await;
+    let op = Operator::start(&ns.name, &["mit"]).await;
+    create(&api, planner("plan", "valid-2-2-2.jsonl", "replay")).await;
+    let st = status_where(&api, "plan", "Ready=True", |s| {
+        cond(s, "Ready").is_some_and(|c| c.status == "True")
+    })
+    .await;
+    assert_eq!(
+        cond(&st, "AcceptancePassed")
+            .expect("AcceptancePassed")
+            .status,
+        "True"
+    );
+    let acc = st.acceptance.clone().expect("acceptance recorded");
+    assert_eq!(
+        (acc.result.as_str(), acc.prompts, acc.passed),
+        ("Passed", 4, 4)
+    );
+    assert_eq!(
+        Some(acc.revision.as_str()),
+        st.revision.as_deref(),
+        "the pass is recorded for this revision"
+    );
+
+    // Workers were created only after the acceptance Job had finished.
+    let jobs = acceptance_jobs(&client, &ns.name, "plan").await;
+    assert_eq!(jobs.len(), 1, "one acceptance Job for a one-pod group");
+    let finished = jobs[0]
+        .status
+        .as_ref()
+        .and_then(|s| s.completion_time.clone())
+        .expect("acceptance Job completed")
+        .0;
+    let pods = workers(&client, &ns.name, "plan").await;
+    assert_eq!(pods.len(), 1);
+    for p in &pods {
+        let created = p.metadata.creation_timestamp.clone().expect("created").0;
+        assert!(
+            created >= finished,
+            "worker {} created at {created} before acceptance finished at {finished}",
+            p.name_any()
+        );
+        assert!(
+            deepinfer_operator::controller::apply::is_accepted(p),
+            "the accepted condition is set"
+        );
+    }
+    // The role Service sends traffic to the accepted leader.
+    let eps: Api<Endpoints> = Api::namespaced(client.clone(), &ns.name);
+    let ready_ips = support::eventually(TIMEOUT, "the role Service's ready endpoints", || async {
+        let e = eps.get("plan-worker").await.ok()?;
+        let ips: Vec<String> = e
+            .subsets
+            .unwrap_or_default()
+            .into_iter()
+            .flat_map(|s| s.addresses.unwrap_or_default())
+            .map(|a| a.ip)
+            .collect();
+        (!ips.is_empty()).then_some(ips)
+    })
+    .await;
+    let leader_ip = pods[0]
+        .status
+        .as_ref()
+        .and_then(|s| s.pod_ip.clone())
+        .expect("pod IP");
+    assert_eq!(ready_ips, vec![leader_ip]);
+
+    // The evidence holds the manifest and the outputs.
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    let evidence = cms
+        .get(acc.evidence.as_deref().expect("evidence named"))
+        .await
+        .expect("evidence ConfigMap");
+    let data = evidence.data.clone().unwrap_or_default();
+    let manifest: Value = serde_json::from_str(&data["manifest.json"]).expect("manifest JSON");
+    assert!(
+        manifest
+            .to_string()
+            .contains("0123456789abcdef0123456789abcdef01234567"),
+        "manifest records the runtime commit"
+    );
+    assert!(
+        manifest
+            .to_string()
+            .contains(IMAGE.split('@').nth(1).expect("digest")),
+        "manifest records the image digest"
+    );
+    assert_eq!(evidence.owner_references()[0].name, "plan");
+    op.stop().await;
+}
+
+#[tokio::test]
+async fn gpu_a_failing_revision_never_goes_ready_creates_no_worker_and_keeps_its_evidence_verbatim()
+{
+    let (client, ns, api) = setup("accept-fail").await;
+    let op = Operator::start(&ns.name, &["mit"]).await;
+    create(&api, planner("plan", "invalid-2-2-3.jsonl", "replay")).await;
+    let st = status_where(&api, "plan", "AcceptanceFailed", |s| {
+        cond(s, "Ready").is_some_and(|c| c.reason == "AcceptanceFailed")
+    })
+    .await;
+    let ready = cond(&st, "Ready").expect("Ready");
+    assert_eq!(ready.status, "False");
+    let acc = st.acceptance.clone().expect("recorded");
+    let evidence_name = acc.evidence.clone().expect("evidence");
+    assert!(
+        ready.message.contains("shot-plan") && ready.message.contains(&evidence_name),
+        "names the failing prompt and the evidence: {}",
+        ready.message
+    );
+    assert_eq!(cond(&st, "Stalled").expect("Stalled").status, "True");
+    assert_eq!(acc.failed_prompts, vec!["shot-plan".to_string()]);
+
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    let evidence = cms.get(&evidence_name).await.expect("evidence ConfigMap");
+    let canned =
+        std::fs::read(support::repo_root().join("e2e/fixtures/shot-planner/invalid-2-2-3.jsonl"))
+            .expect("canned");
+    let kept = evidence
+        .data
+        .clone()
+        .unwrap_or_default()
+        .get("outputs.jsonl")
+        .cloned()
+        .expect("outputs kept");
+    assert_eq!(
+        kept.as_bytes(),
+        canned.as_slice(),
+        "the failing output is kept byte for byte"
+    );
+
+    // A pod labelled like a worker of this unaccepted revision never becomes Ready.
+    let revision = st.revision.clone().expect("revision");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let impostor: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "plan-worker-0-0", "labels": {
+            "deepinfer.io/deployment": "plan", "deepinfer.io/component": "worker", "deepinfer.io/role": "worker",
+            "deepinfer.io/group": "0", "deepinfer.io/rank": "0", "deepinfer.io/revision": revision,
+            "app.kubernetes.io/managed-by": "deepinfer-operator"}},
+        "spec": {"readinessGates": [{"conditionType": "deepinfer.io/accepted"}],
+                 "containers": [{"name": "engine", "image": IMAGE}]}
+    }))
+    .expect("pod");
+    pods.create(&PostParams::default(), &impostor)
+        .await
+        .expect("create impostor");
+    support::eventually(TIMEOUT, "the impostor running", || async {
+        (pods
+            .get("plan-worker-0-0")
+            .await
+            .ok()?
+            .status?
+            .phase
+            .as_deref()
+            == Some("Running"))
+        .then_some(())
+    })
+    .await;
+    // Poke the resource so the operator reconciles with the impostor present.
+    api.patch(
+        "plan",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"annotations": {"test/poke": "1"}}})),
+    )
+    .await
+    .expect("poke");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let p = pods.get("plan-worker-0-0").await.expect("impostor");
+    assert!(
+        !deepinfer_operator::controller::apply::pod_ready(&p),
+        "an unaccepted revision's pod is never Ready"
+    );
+    assert!(!deepinfer_operator::controller::apply::is_accepted(&p));
+    let real_workers = workers(&client, &ns.name, "plan").await;
+    assert_eq!(
+        real_workers.len(),
+        1,
+        "only the impostor; the operator created no worker"
+    );
+    assert_eq!(
+        acceptance_jobs(&client, &ns.name, "plan").await.len(),
+        1,
+        "no retry storm"
+    );
+    op.stop().await;
+}
+
+#[tokio::test]
+async fn gpu_engine_crash_and_timeout_end_as_acceptance_failed_with_the_reason() {
+    let (_client, ns, api) = setup("accept-crash").await;
+    let op = Operator::start(&ns.name, &["mit"]).await;
+    let mut crash = planner("crash", "valid-2-2-2.jsonl", "crash");
+    crash["spec"]["accelerator"] = json!({"type": "Ascend", "devicesPerPod": 8});
+    let mut hang = planner("hang", "valid-2-2-2.jsonl", "hang");
+    hang["spec"]["accelerator"] = json!({"type": "Ascend", "devicesPerPod": 8});
+    hang["spec"]["acceptance"]["timeoutSeconds"] = json!(3);
+    create(&api, crash).await;
+    create(&api, hang).await;
+    for (name, needle) in [
+        ("crash", "exited with code 70"),
+        ("hang", "timed out after 3s"),
+    ] {
+        let st = status_where(&api, name, "AcceptanceFailed", |s| {
+            cond(s, "AcceptancePassed").is_some_and(|c| c.reason == "AcceptanceFailed")
+        })
+        .await;
+        let c = cond(&st, "AcceptancePassed").expect("condition");
+        assert!(
+            c.message.contains(needle),
+            "{name}: the reason is given: {}",
+            c.message
+        );
+        assert_eq!(cond(&st, "Ready").expect("Ready").status, "False");
+    }
+    op.stop().await;
+}
+
+#[tokio::test]
+async fn gpu_a_new_image_digest_reruns_acceptance_and_a_restart_does_not() {
+    let (client, ns, api) = setup("accept-rerun").await;
+    let op = Operator::start(&ns.name, &["mit"]).await;
+    create(&api, planner("plan", "valid-2-2-2.jsonl", "replay")).await;
+    let first = status_where(&api, "plan", "Ready=True", |s| {
+        cond(s, "Ready").is_some_and(|c| c.status == "True")
+    })
+    .await;
+    let first_rev = first.revision.clone().expect("revision");
+
+    // Restarting the operator does not re-run a recorded pass.
+    op.stop().await;
+    let op = Operator::start(&ns.name, &["mit"]).await;
+    api.patch(
+        "plan",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"annotations": {"test/poke": "1"}}})),
+    )
+    .await
+    .expect("poke");
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(
+        op.ctx.reconciles.load(std::sync::atomic::Ordering::Relaxed) > 0,
+        "the new operator reconciled"
+    );
+    assert_eq!(
+        acceptance_jobs(&client, &ns.name, "plan").await.len(),
+        1,
+        "no second acceptance run after a restart"
+    );
+    let st = api.get("plan").await.expect("get").status.expect("status");
+    assert_eq!(cond(&st, "Ready").expect("Ready").status, "True");
+
+    // A new image digest is a new revision: Ready drops, acceptance runs again, then Ready.
+    api.patch(
+        "plan",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"runtime": {"image": IMAGE2}}})),
+    )
+    .await
+    .expect("new image");
+    let second = status_where(&api, "plan", "Ready=True for the new revision", |s| {
+        s.revision.as_deref() != Some(first_rev.as_str())
+            && s.acceptance.as_ref().is_some_and(|a| {
+                Some(a.revision.as_str()) == s.revision.as_deref() && a.result == "Passed"
+            })
+            && cond(s, "Ready").is_some_and(|c| c.status == "True")
+    })
+    .await;
+    let revs: BTreeSet<String> = acceptance_jobs(&client, &ns.name, "plan")
+        .await
+        .iter()
+        .filter_map(|j| j.labels().get("deepinfer.io/revision").cloned())
+        .collect();
+    assert_eq!(
+        revs,
+        BTreeSet::from([first_rev.clone(), second.revision.clone().expect("rev")]),
+        "one acceptance run per revision"
+    );
+    let events = support::kubectl_ok(&[
+        "-n",
+        &ns.name,
+        "get",
+        "events",
+        "--field-selector",
+        "involvedObject.name=plan",
+        "-o",
+        "json",
+    ]);
+    assert!(
+        events.contains("AcceptanceRunning"),
+        "Ready dropped while the new revision was judged"
+    );
+    let pods = workers(&client, &ns.name, "plan").await;
+    assert!(
+        pods.iter()
+            .all(|p| p.spec.as_ref().expect("spec").containers[0]
+                .image
+                .as_deref()
+                == Some(IMAGE2)),
+        "workers run the new image"
+    );
+    op.stop().await;
+}

@@ -305,6 +305,9 @@ async fn gpu_helm_chart_runs_the_operator_under_its_own_service_account_without_
         "--namespace",
         &ops.name,
         "--server-side=false",
+        // What GitOps pipelines do: the install returns once the operator Deployment is ready.
+        "--wait",
+        "--timeout=2m",
         "--set",
         &sets,
     ]);

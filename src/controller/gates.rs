@@ -55,7 +55,10 @@ pub async fn run_pipeline(
     outcome.revision = Some(revision.clone());
 
     // 3. checkpoint gate
-    let (checkpoint, checkpoint_status) = checkpoint_gate(did, previous, ctx, &ns).await?;
+    let (checkpoint, checkpoint_status) = match checkpoint_gate(did, previous, ctx, &ns).await {
+        Ok(found) => found,
+        Err(e) => return Ok(api_failure(ctx, outcome, &e, |o, g| o.checkpoint = g)),
+    };
     outcome.checkpoint = checkpoint;
     outcome.checkpoint_status = checkpoint_status;
     match &outcome.checkpoint {
@@ -69,7 +72,13 @@ pub async fn run_pipeline(
 
     // 4. acceptance gate: one run per revision (and rerun token); a recorded result is final.
     let (acceptance, acceptance_status) =
-        acceptance_gate(did, previous, ctx, &ns, &revision).await?;
+        match acceptance_gate(did, previous, ctx, &ns, &revision).await {
+            Ok(found) => found,
+            Err(e) => {
+                outcome.acceptance_status = previous.and_then(|p| p.acceptance.clone());
+                return Ok(api_failure(ctx, outcome, &e, |o, g| o.acceptance = g));
+            }
+        };
     outcome.acceptance = acceptance;
     outcome.acceptance_status = acceptance_status;
     let accepted_revision = match &outcome.acceptance {
@@ -91,6 +100,7 @@ pub async fn run_pipeline(
         }
         Err(e) => {
             tracing::warn!(error = %e, kind = e.metric_label(), "applying workers failed; retrying");
+            ctx.metrics.reconcile_failed(e.metric_label());
             outcome.workers = Gate::Progressing(
                 reasons::APPLY_FAILED,
                 super::truncate(
@@ -101,6 +111,32 @@ pub async fn run_pipeline(
             Ok((outcome, Action::requeue(Duration::from_secs(10))))
         }
     }
+}
+
+/// Records an API failure inside a gate on that gate's condition (so status shows it, not only
+/// the log), counts it, and retries soon.
+fn api_failure(
+    ctx: &Context,
+    mut outcome: Outcome,
+    error: &Error,
+    set: impl FnOnce(&mut Outcome, Gate),
+) -> (Outcome, Action) {
+    tracing::warn!(error = %error, kind = error.metric_label(), "a gate failed to talk to the API; retrying");
+    ctx.metrics.reconcile_failed(error.metric_label());
+    let hint = if error.to_string().contains("forbidden") {
+        "; the operator's RBAC lacks a rule: compare its ClusterRole/Role with the chart's"
+    } else {
+        ""
+    };
+    let message = super::truncate(
+        &format!("a Kubernetes API request failed, retrying: {error}{hint}"),
+        1000,
+    );
+    set(
+        &mut outcome,
+        Gate::Progressing(reasons::APPLY_FAILED, message),
+    );
+    (outcome, Action::requeue(Duration::from_secs(10)))
 }
 
 /// How soon to look at a running Job again if no event arrives.

@@ -1,0 +1,134 @@
+//! GitOps health on real resources: the kstatus reading of a DeepInferDeployment (the rules
+//! Flux, `helm --wait` and the Argo CD health check share) follows the resource through its life,
+//! and `kubectl wait --for=condition=Ready` works.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use deepinfer_e2e::support::{self, Operator, TestNamespace};
+use deepinfer_operator::api::kstatus::{self, Status};
+use deepinfer_operator::api::DeepInferDeployment;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+const IMAGE: &str = "registry.example.com/deepinfer@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+fn did(name: &str) -> DeepInferDeployment {
+    serde_json::from_value(json!({
+        "apiVersion": "deepinfer.io/v1alpha1",
+        "kind": "DeepInferDeployment",
+        "metadata": {"name": name, "annotations": {"deepinfer.io/license-accepted": "mit"}},
+        "spec": {
+            "model": {"name": "deepseek-ai/DeepSeek-V4.1-Flash-1017", "license": "mit",
+                      "source": {"volume": {"claimName": "ckpt", "path": "model"}}},
+            "runtime": {"image": IMAGE, "commit": "0123456789abcdef0123456789abcdef01234567"},
+            "accelerator": {"type": "NVIDIA", "devicesPerPod": 8},
+            "roles": [{"name": "worker", "replicas": 1, "parallel": {"tensor": 8}}],
+            "acceptance": support::shot_planner_acceptance("valid-2-2-2.jsonl", "replay")
+        }
+    }))
+    .expect("valid object")
+}
+
+#[tokio::test]
+async fn gpu_kstatus_follows_a_resource_from_in_progress_to_current_to_failed_and_back() {
+    let client = support::client().await;
+    support::ensure_crd();
+    let ns = TestNamespace::new(&client, "gitops").await;
+    support::checkpoint_claim(&ns.name, "ckpt", &support::fixture_checkpoint(), "model");
+    let api: Api<DeepInferDeployment> = Api::namespaced(client.clone(), &ns.name);
+    api.create(&PostParams::default(), &did("svc"))
+        .await
+        .expect("create");
+    // Before any operator has looked at it, the resource is in progress, never Current.
+    let fresh = api.get("svc").await.expect("get");
+    assert_eq!(kstatus::compute(&fresh).status, Status::InProgress);
+
+    let op = Operator::start(&ns.name, &["mit"]).await;
+    // Record every kstatus reading until Current.
+    let seen = std::sync::Mutex::new(BTreeSet::new());
+    let current = support::eventually(Duration::from_secs(90), "kstatus Current", || {
+        let api = api.clone();
+        let seen = &seen;
+        async move {
+            let d = api.get("svc").await.ok()?;
+            let v = kstatus::compute(&d);
+            seen.lock().expect("lock").insert(format!("{:?}", v.status));
+            (v.status == Status::Current).then_some(d)
+        }
+    })
+    .await;
+    let seen = seen.into_inner().expect("lock");
+    assert!(
+        seen.contains("InProgress"),
+        "in progress before Ready: {seen:?}"
+    );
+    assert!(
+        !seen.contains("Failed"),
+        "never Failed on the way: {seen:?}"
+    );
+    let status = current.status.clone().expect("status");
+    assert_eq!(status.observed_generation, current.metadata.generation);
+
+    // kubectl wait works on the Ready condition.
+    let out = support::kubectl_ok(&[
+        "-n",
+        &ns.name,
+        "wait",
+        "--for=condition=Ready",
+        "--timeout=30s",
+        "did/svc",
+    ]);
+    assert!(out.contains("condition met"), "{out}");
+
+    // A change makes it InProgress until observed; removing the licence acceptance stalls it.
+    api.patch(
+        "svc",
+        &PatchParams::default(),
+        &Patch::Merge(
+            json!({"metadata": {"annotations": {"deepinfer.io/license-accepted": null}}}),
+        ),
+    )
+    .await
+    .expect("drop the licence annotation");
+    let failed = support::eventually(Duration::from_secs(60), "kstatus Failed", || async {
+        let d = api.get("svc").await.ok()?;
+        let v = kstatus::compute(&d);
+        (v.status == Status::Failed).then_some(v)
+    })
+    .await;
+    assert!(
+        failed.message.contains("LicenseAnnotationMissing"),
+        "{}",
+        failed.message
+    );
+    let spec_change = api
+        .patch("svc", &PatchParams::default(), &Patch::Merge(json!({"spec": {"roles": [{"name": "worker", "replicas": 1, "parallel": {"tensor": 8}}], "runtime": {"args": ["--x"]}}})))
+        .await
+        .expect("spec change");
+    // Right after a spec change the observed generation lags: never Current, never stale Failed.
+    let immediately = kstatus::compute(&spec_change);
+    assert_eq!(
+        immediately.status,
+        Status::InProgress,
+        "{}",
+        immediately.message
+    );
+
+    // Accepting the licence again brings it back to Current.
+    api.patch(
+        "svc",
+        &PatchParams::default(),
+        &Patch::Merge(
+            json!({"metadata": {"annotations": {"deepinfer.io/license-accepted": "mit"}}}),
+        ),
+    )
+    .await
+    .expect("accept again");
+    support::eventually(Duration::from_secs(90), "kstatus Current again", || async {
+        let d = api.get("svc").await.ok()?;
+        (kstatus::compute(&d).status == Status::Current).then_some(())
+    })
+    .await;
+    op.stop().await;
+}

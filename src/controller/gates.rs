@@ -13,7 +13,7 @@ use kube::{Resource, ResourceExt};
 use super::apply::{self, list_owned};
 use super::build;
 use super::status::{Gate, Outcome};
-use super::validate::{license_gate, summarize, validate_spec};
+use super::validate::{license_gate, summarize, validate_name, validate_spec};
 use super::{Context, Error};
 use crate::api::{
     labels, reasons, AcceptanceSpec, AcceptanceStatus, CheckpointStatus, DeepInferDeployment,
@@ -33,7 +33,13 @@ pub async fn run_pipeline(
     let name = did.name_any();
 
     // 1. validate (the CRD's CEL rules, for API servers that do not enforce them)
-    if let Err(errors) = validate_spec(&did.spec, &ctx.limits) {
+    let mut errors = validate_spec(&did.spec, &ctx.limits)
+        .err()
+        .unwrap_or_default();
+    if let Err(e) = validate_name(&name) {
+        errors.insert(0, e);
+    }
+    if !errors.is_empty() {
         outcome.spec = Gate::Failed(reasons::INVALID_SPEC, summarize(&errors));
         return Ok((outcome, Action::await_change()));
     }

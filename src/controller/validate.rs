@@ -77,6 +77,24 @@ pub fn summarize(errors: &[FieldError]) -> String {
         .join("; ")
 }
 
+/// Longest `metadata.name` whose child names (`<name>-accept-<revision>-<run>-r<rank>`, used as a
+/// Job and in the `job-name` label) stay within Kubernetes' 63-character limit.
+pub const MAX_NAME_LENGTH: usize = 36;
+
+/// Checks the resource's own name: its children are named after it.
+pub fn validate_name(name: &str) -> Result<(), FieldError> {
+    if name.len() > MAX_NAME_LENGTH {
+        return Err(FieldError::new(
+            "metadata.name",
+            format!(
+                "is {} characters long; at most {MAX_NAME_LENGTH} are allowed because the operator names its Jobs, pods and Services after it (a label value holds 63); recreate the resource under a shorter name",
+                name.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Checks `spec` against every rule of the CRD (CEL rules and schema bounds). Returns every
 /// violation, not just the first.
 pub fn validate_spec(
@@ -477,6 +495,19 @@ impl LicenseVerdict {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_name_too_long_for_child_names_is_refused_naming_the_field() {
+        assert!(validate_name(&"a".repeat(MAX_NAME_LENGTH)).is_ok());
+        let err = validate_name(&"a".repeat(MAX_NAME_LENGTH + 1)).expect_err("too long");
+        assert_eq!(err.field, "metadata.name");
+        assert!(
+            err.message
+                .starts_with("metadata.name is 37 characters long"),
+            "{}",
+            err.message
+        );
+    }
     use super::*;
 
     fn annotated(value: &str) -> BTreeMap<String, String> {

@@ -6,7 +6,9 @@
 use std::collections::BTreeSet;
 
 use deepinfer_operator::api::DeepInferDeploymentSpec;
-use deepinfer_operator::controller::validate::{validate_spec, DeviceLimits};
+use deepinfer_operator::controller::validate::{
+    validate_name, validate_spec, DeviceLimits, MAX_NAME_LENGTH,
+};
 use kube::core::cel::{self, Validator};
 use serde_json::{json, Value};
 
@@ -377,12 +379,29 @@ fn object_schema(crd: &Value) -> Value {
 }
 
 fn object(spec: Value) -> Value {
+    named_object("flash", spec)
+}
+
+fn named_object(name: &str, spec: Value) -> Value {
     json!({
         "apiVersion": "deepinfer.io/v1alpha1",
         "kind": "DeepInferDeployment",
-        "metadata": {"name": "flash", "namespace": "serving"},
+        "metadata": {"name": name, "namespace": "serving"},
         "spec": spec,
     })
+}
+
+/// Names at and around the bound, with whether both validators must accept them.
+fn name_cases() -> Vec<(String, bool)> {
+    vec![
+        ("a".repeat(MAX_NAME_LENGTH), true),
+        ("a".repeat(MAX_NAME_LENGTH + 1), false),
+        (
+            "flash-h200-prefill-decode-long-name-over-the-bound".into(),
+            false,
+        ),
+        ("flash".into(), true),
+    ]
 }
 
 /// What a modern API server reports: structural schema errors first (it stops there, as the
@@ -635,6 +654,33 @@ fn validation_table_cel_and_operator_agree() {
 }
 
 #[test]
+fn name_length_cel_and_operator_agree() {
+    let schema = object_schema(&crd());
+    for (name, valid) in name_cases() {
+        let api = api_server_errors(&schema, &named_object(&name, nvidia()));
+        let operator = validate_name(&name);
+        assert_eq!(
+            api.is_empty(),
+            valid,
+            "API server on a {}-character name: {api:?}",
+            name.len()
+        );
+        assert_eq!(
+            operator.is_ok(),
+            valid,
+            "operator on a {}-character name: {operator:?}",
+            name.len()
+        );
+        if !valid {
+            assert!(api.iter().all(|e| e.contains("metadata.name")), "{api:?}");
+            let err = operator.unwrap_err();
+            assert_eq!(err.field, "metadata.name");
+            assert!(err.message.contains("metadata.name"), "{err}");
+        }
+    }
+}
+
+#[test]
 fn validation_table_covers_every_cel_rule() {
     // Each rule in the CRD must be violated by at least one case, so none is untested.
     let schema = object_schema(&crd());
@@ -645,6 +691,12 @@ fn validation_table_covers_every_cel_rule() {
         let mut spec = (case.base)();
         (case.mutate)(&mut spec);
         if let Err(failures) = Validator::new().validate(&schema, &object(spec), None) {
+            violated.extend(failures.iter().map(|f| f.rule.clone()));
+        }
+    }
+    for (name, _) in name_cases() {
+        let object = named_object(&name, nvidia());
+        if let Err(failures) = Validator::new().validate(&schema, &object, None) {
             violated.extend(failures.iter().map(|f| f.rule.clone()));
         }
     }
@@ -688,7 +740,7 @@ fn children(schema: &Value) -> Vec<&Value> {
 }
 
 /// Every rule must compile, carry a message that names a
-/// `spec.` field, and have the bounds the Kubernetes cost estimator needs: `maxLength` on a string
+/// `spec.` field (or `metadata.name`, the one metadata field a rule may read), and have the bounds the Kubernetes cost estimator needs: `maxLength` on a string
 /// it matches, `maxItems` on a list it iterates (itself or a direct property).
 fn check_rule_nodes(schema: &Value, path: &str, problems: &mut Vec<String>) {
     let compiled = cel::compile_schema(schema);
@@ -710,7 +762,7 @@ fn check_rule_nodes(schema: &Value, path: &str, problems: &mut Vec<String>) {
         }
         if !rule["message"]
             .as_str()
-            .is_some_and(|m| m.starts_with("spec."))
+            .is_some_and(|m| m.starts_with("spec.") || m.starts_with("metadata.name "))
         {
             problems.push(format!(
                 "{at}: message does not start with the field it is about"

@@ -44,6 +44,20 @@ pub fn render(crd: &Value) -> String {
         let _ = writeln!(out, "## Version `{name}`\n");
         printer_columns(&mut out, version);
         let schema = &version["schema"]["openAPIV3Schema"];
+        // Rules on the whole object (they may read `metadata.name`).
+        let mut rules = Vec::new();
+        for rule in schema["x-kubernetes-validations"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            rules.push((
+                "the resource".to_string(),
+                text(&rule["rule"]),
+                text(&rule["message"]),
+            ));
+        }
+        rule_list(&mut out, &rules);
         for (field, node) in sorted(&schema["properties"]) {
             objects(&mut out, field, node);
         }
@@ -166,22 +180,27 @@ fn objects(out: &mut String, path: &str, node: &Value) {
     out.push('\n');
     let mut rules = Vec::new();
     collect_rules(&mut rules, path, node, true);
-    if !rules.is_empty() {
-        out.push_str("Validation rules (CEL):\n\n");
-        for (at, rule, message) in rules {
-            let _ = writeln!(
-                out,
-                "- on {}: {}  \n  {}",
-                code(&at),
-                code(&rule),
-                prose(&message)
-            );
-        }
-        out.push('\n');
-    }
+    let rules: Vec<_> = rules
+        .into_iter()
+        .map(|(at, rule, message)| (code(&at), rule, message))
+        .collect();
+    rule_list(out, &rules);
     for (field, child) in sorted(properties) {
         objects(out, &format!("{path}.{field}"), child);
     }
+}
+
+/// The list of validation rules, each with where it applies (already Markdown) and the message it
+/// prints.
+fn rule_list(out: &mut String, rules: &[(String, String, String)]) {
+    if rules.is_empty() {
+        return;
+    }
+    out.push_str("Validation rules (CEL):\n\n");
+    for (at, rule, message) in rules {
+        let _ = writeln!(out, "- on {}: {}  \n  {}", at, code(rule), prose(message));
+    }
+    out.push('\n');
 }
 
 /// Rules on this object and on its fields that get no section of their own (scalars, lists of
@@ -398,6 +417,7 @@ mod tests {
         );
         assert!(doc.contains("spec.runtime.image must be pinned by digest"));
         assert!(doc.contains("list-map keyed by `type`"));
+        assert!(doc.contains("- on the resource: `size(self.metadata.name) <= 36`"));
         assert!(
             doc.contains("- on `spec.model.source.hub.revision`: `self.matches('^[0-9a-f]{40}$')`")
         );

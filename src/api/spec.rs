@@ -43,7 +43,10 @@ macro_rules! cel_devices_per_pod {
     printcolumn = r#"{"name":"Accelerator","type":"string","jsonPath":".spec.accelerator.type"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
-    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    // Same bound as `controller::validate::MAX_NAME_LENGTH`; the validation table checks both.
+    validation = Rule::new("size(self.metadata.name) <= 36")
+        .message("metadata.name is longer than 36 characters, the most that leaves room for the names of the Jobs, pods and Services the operator derives from it; recreate the resource under a shorter name")
 )]
 #[serde(rename_all = "camelCase")]
 #[x_kube(

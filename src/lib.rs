@@ -9,5 +9,6 @@ pub mod api;
 pub mod checkpoint;
 pub mod cli;
 pub mod controller;
+pub mod leader;
 pub mod metrics;
 pub mod telemetry;

@@ -78,6 +78,9 @@ pub struct Metrics {
     acceptance_runs: Family<ResultLabels, Counter>,
     /// `deepinfer_acceptance_duration_seconds`: wall time of one acceptance run.
     acceptance_duration: Histogram,
+    /// `deepinfer_leader`: 1 while this instance reconciles (holds the leader Lease, or runs
+    /// without leader election), else 0.
+    leader: Gauge,
 }
 
 /// Exports the client's write counter as `deepinfer_api_writes_total` at scrape time.
@@ -152,6 +155,12 @@ impl Metrics {
             Unit::Seconds,
             acceptance_duration.clone(),
         );
+        let leader = Gauge::default();
+        registry.register(
+            "leader",
+            "1 while this instance reconciles (holds the leader Lease, or runs without leader election), else 0",
+            leader.clone(),
+        );
         registry.register_collector(Box::new(WritesCollector(writes)));
         Self {
             registry,
@@ -162,7 +171,13 @@ impl Metrics {
             phases: Mutex::new(HashMap::new()),
             acceptance_runs,
             acceptance_duration,
+            leader,
         }
+    }
+
+    /// Records whether this instance reconciles now.
+    pub fn set_leader(&self, leading: bool) {
+        self.leader.set(i64::from(leading));
     }
 
     /// Counts a reconcile pass; its duration is recorded when the returned guard drops.

@@ -135,6 +135,56 @@ fn one<'a>(objs: &'a [Value], kind: &str) -> &'a Value {
     found[0]
 }
 
+/// Roles and ClusterRoles other than the leader-election Role.
+fn watch_roles<'a>(objs: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    of_kind(objs, kind)
+        .into_iter()
+        .filter(|r| {
+            !r["metadata"]["name"]
+                .as_str()
+                .is_some_and(|n| n.ends_with("-leader-election"))
+        })
+        .collect()
+}
+
+/// The leader-election Role and RoleBinding: in `namespace`, exactly get/create/update on
+/// leases, bound to `service_account` there.
+fn assert_leader_election_rbac(objs: &[Value], namespace: &str, service_account: &Value) {
+    let roles: Vec<_> = of_kind(objs, "Role")
+        .into_iter()
+        .filter(|r| r["metadata"]["namespace"] == namespace)
+        .filter(|r| {
+            r["metadata"]["name"]
+                .as_str()
+                .is_some_and(|n| n.ends_with("-leader-election"))
+        })
+        .collect();
+    assert_eq!(roles.len(), 1, "one leader-election Role in {namespace}");
+    let role = roles[0];
+    assert_eq!(
+        flat_rules(role),
+        vec![(
+            "coordination.k8s.io".to_string(),
+            "leases".to_string(),
+            vec![
+                "create".to_string(),
+                "get".to_string(),
+                "update".to_string()
+            ]
+        )]
+    );
+    let binding = of_kind(objs, "RoleBinding")
+        .into_iter()
+        .find(|b| b["roleRef"]["name"] == role["metadata"]["name"])
+        .expect("a RoleBinding of the leader-election Role");
+    assert_eq!(binding["metadata"]["namespace"], namespace);
+    assert_eq!(binding["roleRef"]["kind"], "Role");
+    assert_eq!(
+        binding["subjects"],
+        json!([{"kind": "ServiceAccount", "name": service_account, "namespace": namespace}])
+    );
+}
+
 /// The RBAC the operator needs, as shipped: (apiGroup, resource, verbs).
 fn expected_rules() -> Vec<(String, String, Vec<String>)> {
     let table: &[(&str, &[&str], &[&str])] = &[
@@ -363,8 +413,15 @@ fn chart_and_config_ship_the_generated_crd() {
 #[test]
 fn cluster_wide_mode_binds_a_cluster_role_with_exact_rules() {
     let objs = template(&["acceptedLicenses={mit,apache-2.0}"]);
-    assert!(of_kind(&objs, "Role").is_empty());
-    assert!(of_kind(&objs, "RoleBinding").is_empty());
+    assert!(
+        watch_roles(&objs, "Role").is_empty(),
+        "no namespaced watch Role"
+    );
+    assert_leader_election_rbac(
+        &objs,
+        "ops",
+        &one(&objs, "ServiceAccount")["metadata"]["name"],
+    );
     let role = one(&objs, "ClusterRole");
     assert_eq!(flat_rules(role), expected_rules());
     let binding = one(&objs, "ClusterRoleBinding");
@@ -396,10 +453,15 @@ fn single_namespace_mode_uses_a_role_in_the_watched_namespace_only() {
         of_kind(&objs, "ClusterRoleBinding").is_empty(),
         "no ClusterRoleBinding"
     );
-    let role = one(&objs, "Role");
+    let roles = watch_roles(&objs, "Role");
+    assert_eq!(roles.len(), 1, "one watch Role: {roles:?}");
+    let role = roles[0];
     assert_eq!(role["metadata"]["namespace"], "team-a");
     assert_eq!(flat_rules(role), expected_rules());
-    let binding = one(&objs, "RoleBinding");
+    let binding = of_kind(&objs, "RoleBinding")
+        .into_iter()
+        .find(|b| b["roleRef"]["name"] == role["metadata"]["name"])
+        .expect("a RoleBinding of the watch Role");
     assert_eq!(binding["metadata"]["namespace"], "team-a");
     assert_eq!(binding["roleRef"]["kind"], "Role");
     assert_eq!(binding["subjects"][0]["namespace"], "ops");
@@ -416,7 +478,11 @@ fn operator_pod_is_restricted_bounded_and_probed_on_the_metrics_port() {
     let objs = template(&["metrics.port=9443"]);
     let deploy = one(&objs, "Deployment");
     assert_eq!(deploy["spec"]["replicas"], 1);
-    assert_eq!(deploy["spec"]["strategy"]["type"], "Recreate");
+    assert_eq!(
+        deploy["spec"]["strategy"],
+        json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}),
+        "leader-elected replicas hand over through the Lease"
+    );
     let pod = &deploy["spec"]["template"];
     assert_restricted(pod, "chart Deployment");
     let c = operator_container(deploy);
@@ -429,6 +495,8 @@ fn operator_pod_is_restricted_bounded_and_probed_on_the_metrics_port() {
         "--max-devices-nvidia=8",
         "--max-devices-ascend=16",
         "--json-logs",
+        "--leader-elect",
+        "--leader-election-id=rel-deepinfer-operator",
     ] {
         assert!(a.contains(&expected), "{expected} in {a:?}");
     }
@@ -505,6 +573,24 @@ fn values_select_image_logs_devices_and_scheduling() {
 }
 
 #[test]
+fn leader_election_off_runs_one_replica_recreated_without_lease_rights() {
+    let objs = template(&["leaderElection.enabled=false"]);
+    let deploy = one(&objs, "Deployment");
+    assert_eq!(deploy["spec"]["replicas"], 1);
+    assert_eq!(deploy["spec"]["strategy"], json!({"type": "Recreate"}));
+    let a = args(operator_container(deploy));
+    assert!(!a.iter().any(|a| a.starts_with("--leader-elect")), "{a:?}");
+    assert!(of_kind(&objs, "Role").is_empty(), "no Lease rights");
+    let err = template_err(&["leaderElection.enabled=false", "replicas=2"]);
+    assert!(
+        err.contains("replicas above 1 need leaderElection.enabled=true"),
+        "{err}"
+    );
+    let objs = template(&["replicas=3"]);
+    assert_eq!(one(&objs, "Deployment")["spec"]["replicas"], 3);
+}
+
+#[test]
 fn values_schema_refuses_bad_values() {
     for (set, says) in [
         ("metrics.port=abc", "port"),
@@ -517,6 +603,8 @@ fn values_schema_refuses_bad_values() {
         ("acceptedLicenses={mit\\,apache}", "acceptedLicenses"),
         ("resources.limits.memory=lots", "memory"),
         ("image.digest=latest", "digest"),
+        ("replicas=0", "replicas"),
+        ("leaderElection.enabled=maybe", "enabled"),
     ] {
         let err = template_err(&[set]);
         assert!(err.contains(says), "--set {set}: error names {says}: {err}");
@@ -542,10 +630,13 @@ fn kustomize_default_ships_the_same_rules_and_a_restricted_operator() {
         binding["subjects"],
         json!([{"kind": "ServiceAccount", "name": "deepinfer-operator", "namespace": "deepinfer-system"}])
     );
+    assert_leader_election_rbac(&objs, "deepinfer-system", &json!("deepinfer-operator"));
     let deploy = one(&objs, "Deployment");
     assert_eq!(deploy["metadata"]["namespace"], "deepinfer-system");
     assert_eq!(deploy["spec"]["replicas"], 1);
-    assert_eq!(deploy["spec"]["strategy"]["type"], "Recreate");
+    assert_eq!(deploy["spec"]["strategy"]["type"], "RollingUpdate");
+    let a = args(operator_container(deploy));
+    assert!(a.contains(&"--leader-elect"), "{a:?}");
     assert_restricted(&deploy["spec"]["template"], "config/default Deployment");
     let c = operator_container(deploy);
     assert_eq!(c["image"], "ghcr.io/deepinfer/deepinfer-operator:0.1.0");

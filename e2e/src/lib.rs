@@ -3,4 +3,5 @@
 //! integration and end-to-end suites use.
 
 pub mod fixture_hub;
+pub mod operator_process;
 pub mod support;

@@ -341,3 +341,36 @@ pub fn shot_planner_acceptance(canned: &str, mode: &str) -> serde_json::Value {
     ]});
     acceptance
 }
+
+/// A `DeepInferDeployment` named `name` without the licence annotation: the licence gate holds
+/// it in Pending, so reconciling it takes one status write and no accelerator.
+pub fn unlicensed_deployment(name: &str) -> deepinfer_operator::api::DeepInferDeployment {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "deepinfer.io/v1alpha1",
+        "kind": "DeepInferDeployment",
+        "metadata": {"name": name},
+        "spec": {
+            "model": {"name": "deepseek-ai/DeepSeek-V4.1-Flash-1017", "license": "mit",
+                      "source": {"volume": {"claimName": "ckpt", "path": "model"}}},
+            "runtime": {"image": "registry.example.com/deepinfer@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+                        "commit": "0123456789abcdef0123456789abcdef01234567"},
+            "accelerator": {"type": "NVIDIA", "devicesPerPod": 8},
+            "roles": [{"name": "worker", "replicas": 1, "parallel": {"tensor": 8}}],
+            "acceptance": {"prompts": [{"id": "p1", "prompt": "hi", "structuredOutput": {"regex": "a+"}}]}
+        }
+    }))
+    .expect("valid test object")
+}
+
+/// Writes `identity` as the holder of the Lease `ns/name`, as another replica that took it over
+/// would.
+pub async fn take_lease(client: &Client, ns: &str, name: &str, identity: &str) {
+    let api: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(client.clone(), ns);
+    let mut taken = api.get(name).await.expect("the Lease exists");
+    if let Some(spec) = taken.spec.as_mut() {
+        spec.holder_identity = Some(identity.to_string());
+    }
+    api.replace(name, &PostParams::default(), &taken)
+        .await
+        .expect("taking the Lease");
+}

@@ -62,6 +62,15 @@ pub struct RunArgs {
         default_value = "0.0.0.0:8080"
     )]
     pub metrics_address: std::net::SocketAddr,
+    /// Reconcile only while holding a leader Lease, so several replicas can run and one works.
+    #[arg(long, env = "DEEPINFER_LEADER_ELECT")]
+    pub leader_elect: bool,
+    /// Name of the leader Lease; every replica of one installation must use the same.
+    #[arg(long, default_value = "deepinfer-operator")]
+    pub leader_election_id: String,
+    /// Namespace of the leader Lease; default: `$POD_NAMESPACE`, else the client's namespace.
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub leader_election_namespace: Option<String>,
 }
 
 /// Errors of one reconcile pass. Spec problems are not errors: they become conditions.
@@ -196,16 +205,64 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         },
     ));
     check_crd_installed(&ctx.client, settings.namespace.as_deref()).await?;
-    info!(namespace = settings.namespace.as_deref().unwrap_or("<all>"), licenses = ?settings.accepted_licenses, metrics = %args.metrics_address, "starting controller");
+    // A standby is ready too: it is healthy, and serves as soon as the leader goes.
     endpoints.set_ready(true);
+    let stop_endpoints = || async {
+        let _ = stop_server.send(());
+        let _ = server.await;
+    };
+    let leadership = if args.leader_elect {
+        let namespace = args
+            .leader_election_namespace
+            .clone()
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| ctx.client.default_namespace().to_string());
+        let elector = crate::leader::Elector::new(
+            ctx.client.clone(),
+            crate::leader::Config {
+                namespace,
+                name: args.leader_election_id.clone(),
+                identity: crate::leader::default_identity(),
+                timing: crate::leader::Timing::default(),
+            },
+        );
+        tokio::select! {
+            leadership = elector.acquire() => Some(leadership),
+            () = shutdown_signal() => {
+                info!("stopping before leading");
+                stop_endpoints().await;
+                return Ok(());
+            }
+        }
+    } else {
+        None
+    };
+    info!(namespace = settings.namespace.as_deref().unwrap_or("<all>"), licenses = ?settings.accepted_licenses, metrics = %args.metrics_address, "starting controller");
+    ctx.metrics.set_leader(true);
+    let metrics = ctx.metrics.clone();
     let ready = endpoints.clone();
-    run_with_context(ctx, settings.namespace, async move {
+    let controller = run_with_context(ctx, settings.namespace, async move {
         shutdown_signal().await;
         ready.set_ready(false);
-    })
-    .await;
-    let _ = stop_server.send(());
-    let _ = server.await;
+    });
+    match leadership {
+        None => controller.await,
+        Some(mut leadership) => {
+            tokio::select! {
+                () = controller => leadership.release().await,
+                reason = leadership.lost() => {
+                    // Stop at once: in-flight reconciles are dropped, not finished, because
+                    // another replica may be leading already.
+                    metrics.set_leader(false);
+                    let lease = leadership.lease().to_string();
+                    stop_endpoints().await;
+                    anyhow::bail!("lost the leader Lease {lease}: {reason}; exiting so that two replicas never reconcile at once (the pod restarts as a standby)");
+                }
+            }
+        }
+    }
+    metrics.set_leader(false);
+    stop_endpoints().await;
     Ok(())
 }
 

@@ -30,6 +30,11 @@ cluster-down: ## Stop the test bed and remove its state
 run: cluster-up ## Bed + CRD + operator + a sample deployment, then show it
 	@e2e/bed/run-sample.sh
 
+.PHONY: bench
+bench: cluster-up ## Reconcile 1000 resources with a release-built operator and print figures (BENCH_ARGS="--resources N")
+	$(CARGO) build --release --bin deepinfer-operator
+	$(CARGO) run -q -p deepinfer-e2e --bin deepinfer-bench -- --operator target/release/deepinfer-operator $(BENCH_ARGS)
+
 .PHONY: crds
 crds: ## Regenerate the committed CRD YAML (crds/, the chart, kustomize) and the API reference
 	$(CARGO) run -q --bin deepinfer-operator -- crd > crds/deepinfer.io_deepinferdeployments.yaml

@@ -4,7 +4,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::{Child, Command};
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -18,13 +18,36 @@ impl OperatorProcess {
     /// Starts `deepinfer-operator run` watching `ns`, allowing the `mit` licence, serving its
     /// endpoints on `address`, with `extra` arguments and `env` set.
     pub fn start(ns: &str, address: SocketAddr, extra: &[&str], env: &[(&str, &str)]) -> Self {
-        let binary = binary();
+        Self::start_binary(&binary(), ns, address, extra, env, None)
+    }
+
+    /// As [`OperatorProcess::start`], running `binary`, its output appended to `log` if given.
+    pub fn start_binary(
+        binary: &std::path::Path,
+        ns: &str,
+        address: SocketAddr,
+        extra: &[&str],
+        env: &[(&str, &str)],
+        log: Option<&std::path::Path>,
+    ) -> Self {
         assert!(
             binary.exists(),
             "{} is missing; build it with `cargo build --workspace --bins` (make test does)",
             binary.display()
         );
-        let child = Command::new(&binary)
+        let (stdout, stderr) = match log {
+            Some(path) => {
+                let file = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)
+                    .unwrap_or_else(|e| panic!("opening {}: {e}", path.display()));
+                let copy = file.try_clone().expect("duplicating the log file");
+                (Stdio::from(file), Stdio::from(copy))
+            }
+            None => (Stdio::inherit(), Stdio::inherit()),
+        };
+        let child = Command::new(binary)
             .args(["run", "--kubeconfig"])
             .arg(support::kubeconfig())
             .args(["--namespace", ns])
@@ -37,9 +60,16 @@ impl OperatorProcess {
             .env_remove("POD_NAME")
             .env_remove("POD_NAMESPACE")
             .envs(env.iter().copied())
+            .stdout(stdout)
+            .stderr(stderr)
             .spawn()
             .unwrap_or_else(|e| panic!("starting {}: {e}", binary.display()));
         Self(child)
+    }
+
+    /// The process id.
+    pub fn id(&self) -> u32 {
+        self.0.id()
     }
 
     /// Sends SIGTERM and waits up to `timeout` for the exit.

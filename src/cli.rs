@@ -65,4 +65,6 @@ pub struct DocsArgs {
 pub enum DocsPage {
     /// The API reference in Markdown, rendered from the CRD schema (docs/api-reference.md).
     ApiReference,
+    /// The metrics reference in Markdown, rendered from the metric registry (docs/metrics.md).
+    Metrics,
 }

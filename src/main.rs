@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use deepinfer_operator::{acceptance, api, checkpoint, cli, controller};
+use deepinfer_operator::{acceptance, api, checkpoint, cli, controller, metrics};
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -18,6 +18,7 @@ async fn main() -> ExitCode {
         cli::Command::Docs(args) => {
             match args.page {
                 cli::DocsPage::ApiReference => print!("{}", api::reference::api_reference()),
+                cli::DocsPage::Metrics => print!("{}", metrics::reference()),
             }
             Ok(0)
         }

@@ -257,6 +257,116 @@ impl Metrics {
     }
 }
 
+/// Path of the committed metrics reference, relative to the repository root.
+pub const METRICS_REFERENCE_PATH: &str = "docs/metrics.md";
+
+/// One metric family as the exposition declares it.
+#[derive(Default)]
+struct FamilyDoc {
+    kind: String,
+    help: String,
+    series: std::collections::BTreeSet<String>,
+    labels: std::collections::BTreeSet<String>,
+}
+
+/// A registry with every family touched once: a labelled family without series is not encoded,
+/// so its label names would not show.
+fn exercised() -> Metrics {
+    let metrics = Metrics::new(Arc::new(AtomicU64::new(0)));
+    drop(metrics.reconcile_started());
+    metrics.reconcile_failed("kube");
+    metrics.observe_phase("ns/name", Some(Phase::Ready));
+    metrics.acceptance_finished("Passed", 1.0);
+    metrics
+}
+
+/// The metrics reference in Markdown, generated from the registry itself (every metric family,
+/// its series, type, labels and help), so that it cannot drift from what `/metrics` serves.
+/// Printed by `deepinfer-operator docs metrics`, committed as `docs/metrics.md` (`make docs`).
+pub fn reference() -> String {
+    use std::fmt::Write as _;
+    let text = exercised().encode().unwrap_or_default();
+
+    let mut order: Vec<String> = Vec::new();
+    let mut families: HashMap<String, FamilyDoc> = HashMap::new();
+    for line in text.lines() {
+        let mut words = line.splitn(4, ' ');
+        match (words.next(), words.next(), words.next(), words.next()) {
+            (Some("#"), Some("HELP"), Some(name), help) => {
+                if !families.contains_key(name) {
+                    order.push(name.to_string());
+                }
+                families.entry(name.to_string()).or_default().help =
+                    help.unwrap_or_default().to_string();
+            }
+            (Some("#"), Some("TYPE"), Some(name), kind) => {
+                families.entry(name.to_string()).or_default().kind =
+                    kind.unwrap_or_default().to_string();
+            }
+            (Some(first), ..) if !first.starts_with('#') => {
+                let series = first.split('{').next().unwrap_or(first);
+                let Some(family) = order.iter().rev().find(|f| series.starts_with(f.as_str()))
+                else {
+                    continue;
+                };
+                let doc = families.entry(family.clone()).or_default();
+                doc.series.insert(series.to_string());
+                if let Some(labels) = first.split_once('{').map(|(_, l)| l.trim_end_matches('}')) {
+                    for pair in labels.split(',') {
+                        if let Some((label, _)) = pair.split_once('=') {
+                            if label != "le" {
+                                doc.labels.insert(label.to_string());
+                            }
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    let mut out = String::new();
+    out.push_str("# Metrics\n\n");
+    out.push_str(
+        "<!-- Generated from the operator's metric registry by `deepinfer-operator docs metrics` (`make docs`); do not edit. -->\n\n",
+    );
+    out.push_str(
+        "The operator serves these on `/metrics` (OpenMetrics text) at `--metrics-address`; the Helm \
+         chart exposes them through the metrics Service and, if enabled, a ServiceMonitor. Every \
+         replica serves its own: with leader election, only the leader's counters move.\n\n",
+    );
+    out.push_str("| Series | Type | Labels | Meaning |\n|---|---|---|---|\n");
+    for name in &order {
+        let doc = &families[name];
+        let series: Vec<String> = doc.series.iter().map(|s| format!("`{s}`")).collect();
+        let labels: Vec<String> = doc.labels.iter().map(|l| format!("`{l}`")).collect();
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} |",
+            series.join("<br>"),
+            doc.kind,
+            labels.join(", "),
+            doc.help.trim_end_matches('.')
+        );
+    }
+    out.push_str(ALERTS);
+    out
+}
+
+/// Alerts worth having, with what each means; part of the generated page.
+const ALERTS: &str = "
+## Alerts worth having
+
+| Alert | Expression | What it means, where to look |
+|---|---|---|
+| No leader | `sum(deepinfer_leader) < 1` for 2m | No replica reconciles: nothing converges and no status changes. Check the operator pods and their log (a replica that cannot read or renew the Lease says why). |
+| Two leaders | `sum(deepinfer_leader) > 1` | Two replicas reconcile at once; should not happen with leader election on. Check that every replica runs with `--leader-elect` and the same `--leader-election-id`. |
+| Reconciles failing | `sum(rate(deepinfer_reconcile_failures_total[5m])) > 0` for 15m | The operator retries API calls that keep failing; the `error` label says which kind, the log names the call. Often RBAC: see the [ApplyFailed](runbooks.md#applyfailed) runbook. |
+| Resources failed | `deepinfer_resources{phase=\"Failed\"} > 0` for 10m | A resource is `Stalled=True` and needs a person: `kubectl get did -A` and the [runbook](runbooks.md) of its reason. |
+| Acceptance failing | `increase(deepinfer_acceptance_runs_total{result=\"Failed\"}[1h]) > 0` | A revision failed its acceptance workload and was not rolled out; the evidence ConfigMap holds the outputs ([AcceptanceFailed](runbooks.md#acceptancefailed) runbook). |
+| Write storm | `rate(deepinfer_api_writes_total[10m]) > 1` while no resource changes | A converged operator writes nothing; steady writes mean something keeps undoing its objects (another controller, an admission webhook) or a resource flaps. |
+";
+
 /// Records the duration of one reconcile pass when dropped, whichever way the pass ends.
 pub struct ReconcileTimer<'a> {
     histogram: &'a Histogram,
@@ -272,6 +382,30 @@ impl Drop for ReconcileTimer<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_reference_documents_every_family_with_its_labels() {
+        let doc = reference();
+        for row in [
+            "| `deepinfer_reconciles_total` | counter |  | Reconcile passes started |",
+            "| `deepinfer_reconcile_failures_total` | counter | `error` |",
+            "| `deepinfer_resources` | gauge | `phase` |",
+            "| `deepinfer_acceptance_runs_total` | counter | `result` |",
+            "| `deepinfer_leader` | gauge |  |",
+            "| `deepinfer_api_writes_total` | counter |  |",
+            "`deepinfer_reconcile_duration_seconds_bucket`<br>`deepinfer_reconcile_duration_seconds_count`<br>`deepinfer_reconcile_duration_seconds_sum` | histogram |",
+        ] {
+            assert!(doc.contains(row), "missing {row} in:\n{doc}");
+        }
+        // One row per family of the exposition.
+        let live = exercised().encode().expect("encodes");
+        let families = live.lines().filter(|l| l.starts_with("# HELP ")).count();
+        let rows = doc
+            .lines()
+            .filter(|l| l.starts_with("| `deepinfer_"))
+            .count();
+        assert_eq!(rows, families, "{doc}");
+    }
 
     fn line<'a>(text: &'a str, series: &str) -> Option<&'a str> {
         text.lines()

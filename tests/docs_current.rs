@@ -3,22 +3,37 @@
 use std::path::{Path, PathBuf};
 
 use deepinfer_operator::api::reference::{api_reference, API_REFERENCE_PATH};
+use deepinfer_operator::metrics::{reference as metrics_reference, METRICS_REFERENCE_PATH};
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-#[test]
-fn api_reference_is_current() {
-    let path = root().join(API_REFERENCE_PATH);
+/// Fails unless the committed page at `rel` equals `generated`.
+fn assert_current(rel: &str, generated: &str, source: &str) {
+    let path = root().join(rel);
     let committed = std::fs::read_to_string(&path)
         .unwrap_or_else(|err| panic!("{} cannot be read ({err}); run `make docs`", path.display()));
     // A plain assert: a diff of the whole page would bury the one line that says what to do.
-    let current = committed == api_reference();
+    let current = committed == generated;
     assert!(
         current,
-        "{} differs from what the CRD schema generates; run `make docs` and commit the result",
+        "{} differs from what {source} generates; run `make docs` and commit the result",
         path.display()
+    );
+}
+
+#[test]
+fn api_reference_is_current() {
+    assert_current(API_REFERENCE_PATH, &api_reference(), "the CRD schema");
+}
+
+#[test]
+fn metrics_reference_is_current() {
+    assert_current(
+        METRICS_REFERENCE_PATH,
+        &metrics_reference(),
+        "the metric registry",
     );
 }
 
@@ -78,6 +93,7 @@ fn readme_links_every_doc() {
     for doc in [
         "docs/architecture.md",
         "docs/api-reference.md",
+        "docs/metrics.md",
         "docs/runbooks.md",
         "docs/gitops.md",
         "docs/accelerators.md",

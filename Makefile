@@ -43,9 +43,10 @@ crds: ## Regenerate the committed CRD YAML (crds/, the chart, kustomize) and the
 	$(MAKE) --no-print-directory docs
 
 .PHONY: docs
-docs: ## Regenerate docs/api-reference.md (from the CRD schema) and docs/metrics.md (from the metric registry)
+docs: ## Regenerate docs/api-reference.md (CRD schema), docs/metrics.md and the chart's Prometheus rules (metric registry)
 	$(CARGO) run -q --bin deepinfer-operator -- docs api-reference > docs/api-reference.md.tmp && mv docs/api-reference.md.tmp docs/api-reference.md
 	$(CARGO) run -q --bin deepinfer-operator -- docs metrics > docs/metrics.md.tmp && mv docs/metrics.md.tmp docs/metrics.md
+	$(CARGO) run -q --bin deepinfer-operator -- docs prometheus-rules > charts/deepinfer-operator/files/prometheus-rules.yaml.tmp && mv charts/deepinfer-operator/files/prometheus-rules.yaml.tmp charts/deepinfer-operator/files/prometheus-rules.yaml
 
 .PHONY: lint
 lint: ## rustfmt and clippy (warnings are errors)

@@ -67,4 +67,6 @@ pub enum DocsPage {
     ApiReference,
     /// The metrics reference in Markdown, rendered from the metric registry (docs/metrics.md).
     Metrics,
+    /// The alerts as a Prometheus rule file (charts/deepinfer-operator/files/prometheus-rules.yaml).
+    PrometheusRules,
 }

@@ -19,6 +19,7 @@ async fn main() -> ExitCode {
             match args.page {
                 cli::DocsPage::ApiReference => print!("{}", api::reference::api_reference()),
                 cli::DocsPage::Metrics => print!("{}", metrics::reference()),
+                cli::DocsPage::PrometheusRules => print!("{}", metrics::prometheus_rules()),
             }
             Ok(0)
         }

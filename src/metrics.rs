@@ -349,23 +349,163 @@ pub fn reference() -> String {
             doc.help.trim_end_matches('.')
         );
     }
-    out.push_str(ALERTS);
+    out.push_str(&alerts_section());
     out
 }
 
-/// Alerts worth having, with what each means; part of the generated page.
-const ALERTS: &str = "
-## Alerts worth having
+/// An alert on the operator's metrics, rendered into `docs/metrics.md` and into the Prometheus
+/// rule file the chart ships (`metrics.prometheusRule.enabled`). Every expression aggregates
+/// `by (namespace, job)`: one installation's replicas together, installations apart.
+pub struct Alert {
+    /// Alert name.
+    pub name: &'static str,
+    /// Short title for the docs table.
+    pub title: &'static str,
+    /// PromQL; fires while it returns series.
+    pub expr: &'static str,
+    /// How long the expression must hold before the alert fires (Prometheus `for`).
+    pub for_: Option<&'static str>,
+    /// `severity` label.
+    pub severity: &'static str,
+    /// One line for the notification.
+    pub summary: &'static str,
+    /// What it means and where to look (Markdown; links are relative to docs/).
+    pub meaning: &'static str,
+}
 
-| Alert | Expression | What it means, where to look |
-|---|---|---|
-| No leader | `sum(deepinfer_leader) < 1` for 2m | No replica reconciles: nothing converges and no status changes. Check the operator pods and their log (a replica that cannot read or renew the Lease says why). |
-| Two leaders | `sum(deepinfer_leader) > 1` | Two replicas reconcile at once; should not happen with leader election on. Check that every replica runs with `--leader-elect` and the same `--leader-election-id`. |
-| Reconciles failing | `sum(rate(deepinfer_reconcile_failures_total[5m])) > 0` for 15m | The operator retries API calls that keep failing; the `error` label says which kind, the log names the call. Often RBAC: see the [ApplyFailed](runbooks.md#applyfailed) runbook. |
-| Resources failed | `deepinfer_resources{phase=\"Failed\"} > 0` for 10m | A resource is `Stalled=True` and needs a person: `kubectl get did -A` and the [runbook](runbooks.md) of its reason. |
-| Acceptance failing | `increase(deepinfer_acceptance_runs_total{result=\"Failed\"}[1h]) > 0` | A revision failed its acceptance workload and was not rolled out; the evidence ConfigMap holds the outputs ([AcceptanceFailed](runbooks.md#acceptancefailed) runbook). |
-| Write storm | `rate(deepinfer_api_writes_total[10m]) > 1` while no resource changes | A converged operator writes nothing; steady writes mean something keeps undoing its objects (another controller, an admission webhook) or a resource flaps. |
-";
+/// The alerts worth having.
+pub const ALERTS: &[Alert] = &[
+    Alert {
+        name: "DeepInferOperatorNoLeader",
+        title: "No leader",
+        expr: "sum by (namespace, job) (deepinfer_leader) < 1",
+        for_: Some("2m"),
+        severity: "critical",
+        summary: "No deepinfer-operator replica is reconciling",
+        meaning: "Replicas run but none holds the leader Lease: nothing converges and no status changes. Each replica's log says why it does not lead (usually it cannot read or renew the Lease: the `leases` rule of its Role).",
+    },
+    Alert {
+        name: "DeepInferOperatorTwoLeaders",
+        title: "Two leaders",
+        expr: "sum by (namespace, job) (deepinfer_leader) > 1",
+        for_: Some("1m"),
+        severity: "critical",
+        summary: "More than one deepinfer-operator replica is reconciling",
+        meaning: "Two replicas reconcile the same resources at once, which leader election prevents: check that every replica runs with `--leader-elect` and the same `--leader-election-id`.",
+    },
+    Alert {
+        name: "DeepInferReconcileFailing",
+        title: "Reconciles failing",
+        expr: "sum by (namespace, job, error) (rate(deepinfer_reconcile_failures_total[5m])) > 0",
+        for_: Some("15m"),
+        severity: "warning",
+        summary: "deepinfer-operator reconciles keep failing ({{ $labels.error }})",
+        meaning: "The operator keeps retrying API calls that fail; the `error` label says which kind and the log names the call. Often RBAC: see the [ApplyFailed](runbooks.md#applyfailed) runbook.",
+    },
+    Alert {
+        name: "DeepInferDeploymentFailed",
+        title: "Resources failed",
+        expr: "max by (namespace, job) (deepinfer_resources{phase=\"Failed\"}) > 0",
+        for_: Some("10m"),
+        severity: "warning",
+        summary: "{{ $value }} DeepInferDeployment(s) are Stalled and need a person",
+        meaning: "A resource is `Stalled=True`: it will not make progress until someone changes it or the cluster. `kubectl get did -A`, then the [runbook](runbooks.md) of its reason.",
+    },
+    Alert {
+        name: "DeepInferAcceptanceFailed",
+        title: "Acceptance failing",
+        expr: "sum by (namespace, job) (increase(deepinfer_acceptance_runs_total{result=\"Failed\"}[1h])) > 0",
+        for_: None,
+        severity: "warning",
+        summary: "A DeepInfer revision failed its acceptance workload",
+        meaning: "A revision failed acceptance and was not rolled out (the accepted one keeps serving); the evidence ConfigMap holds every output ([AcceptanceFailed](runbooks.md#acceptancefailed) runbook).",
+    },
+    Alert {
+        name: "DeepInferOperatorWriteStorm",
+        title: "Write storm",
+        expr: "sum by (namespace, job) (rate(deepinfer_api_writes_total[10m])) > 1",
+        for_: Some("30m"),
+        severity: "warning",
+        summary: "deepinfer-operator keeps writing to the API server",
+        meaning: "A converged operator writes nothing; more than one write a second for half an hour means something keeps undoing its objects (another controller, a mutating webhook) or resources keep changing.",
+    },
+];
+
+/// Path of the committed rule file the chart ships, relative to the repository root.
+pub const PROMETHEUS_RULES_PATH: &str = "charts/deepinfer-operator/files/prometheus-rules.yaml";
+
+/// [`ALERTS`] as a Prometheus rule file (`groups:`), also the `spec` of the chart's
+/// PrometheusRule. Printed by `deepinfer-operator docs prometheus-rules` (`make docs`).
+pub fn prometheus_rules() -> String {
+    let rules: Vec<serde_json::Value> = ALERTS
+        .iter()
+        .map(|a| {
+            let mut rule = serde_json::json!({
+                "alert": a.name,
+                "expr": a.expr,
+                "labels": {"severity": a.severity},
+                "annotations": {
+                    "summary": a.summary,
+                    "description": strip_links(a.meaning),
+                },
+            });
+            if let Some(duration) = a.for_ {
+                rule["for"] = duration.into();
+            }
+            rule
+        })
+        .collect();
+    let groups = serde_json::json!({"groups": [{"name": "deepinfer-operator", "rules": rules}]});
+    let body = serde_yaml::to_string(&groups).expect("rules always serialise to YAML");
+    format!(
+        "# Generated from src/metrics.rs by `deepinfer-operator docs prometheus-rules` (`make docs`); do not edit.\n{body}"
+    )
+}
+
+/// Markdown links `[text](target)` as `text (docs/target)`, for plain-text annotations.
+fn strip_links(markdown: &str) -> String {
+    let mut out = String::new();
+    let mut rest = markdown;
+    while let Some(open) = rest.find('[') {
+        let Some(mid) = rest[open..].find("](").map(|m| open + m) else {
+            break;
+        };
+        let Some(close) = rest[mid..].find(')').map(|c| mid + c) else {
+            break;
+        };
+        out.push_str(&rest[..open]);
+        out.push_str(&rest[open + 1..mid]);
+        out.push_str(&format!(" (docs/{})", &rest[mid + 2..close]));
+        rest = &rest[close + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The alerts section of the metrics reference.
+fn alerts_section() -> String {
+    use std::fmt::Write as _;
+    let mut out = String::from(
+        "\n## Alerts worth having\n\nThe Helm chart ships these as a PrometheusRule with \
+         `--set metrics.prometheusRule.enabled=true` (rule file: \
+         `charts/deepinfer-operator/files/prometheus-rules.yaml`); each aggregates \
+         `by (namespace, job)`, so installations are judged apart.\n\n\
+         | Alert | Expression | For | Severity | What it means, where to look |\n|---|---|---|---|---|\n",
+    );
+    for a in ALERTS {
+        let _ = writeln!(
+            out,
+            "| {} (`{}`) | `{}` | {} | {} | {} |",
+            a.title,
+            a.name,
+            a.expr,
+            a.for_.unwrap_or("—"),
+            a.severity,
+            a.meaning
+        );
+    }
+    out
+}
 
 /// Records the duration of one reconcile pass when dropped, whichever way the pass ends.
 pub struct ReconcileTimer<'a> {

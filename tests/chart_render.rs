@@ -591,6 +591,44 @@ fn leader_election_off_runs_one_replica_recreated_without_lease_rights() {
 }
 
 #[test]
+fn prometheus_rule_is_opt_in_and_ships_the_generated_alerts() {
+    assert!(
+        of_kind(&template(&[]), "PrometheusRule").is_empty(),
+        "opt-in"
+    );
+    let objs = template(&[
+        "metrics.prometheusRule.enabled=true",
+        "metrics.prometheusRule.labels.release=prom",
+    ]);
+    let rule = one(&objs, "PrometheusRule");
+    assert_eq!(rule["metadata"]["namespace"], "ops");
+    assert_eq!(rule["metadata"]["labels"]["release"], "prom");
+    let file =
+        std::fs::read_to_string(root().join(deepinfer_operator::metrics::PROMETHEUS_RULES_PATH))
+            .expect("the generated rule file");
+    let shipped: Value = serde_yaml::from_str(&file).expect("rule file is YAML");
+    assert_eq!(
+        rule["spec"], shipped,
+        "the PrometheusRule carries the rule file as is"
+    );
+    let alerts: Vec<&str> = rule["spec"]["groups"][0]["rules"]
+        .as_array()
+        .expect("rules")
+        .iter()
+        .filter_map(|r| r["alert"].as_str())
+        .collect();
+    assert!(alerts.contains(&"DeepInferOperatorNoLeader"), "{alerts:?}");
+    assert!(
+        file.contains("{{ $labels.error }}"),
+        "Prometheus templates pass through Helm untouched"
+    );
+    assert_eq!(
+        rule["spec"]["groups"][0]["rules"][2]["annotations"]["summary"],
+        "deepinfer-operator reconciles keep failing ({{ $labels.error }})"
+    );
+}
+
+#[test]
 fn values_schema_refuses_bad_values() {
     for (set, says) in [
         ("metrics.port=abc", "port"),
@@ -604,6 +642,7 @@ fn values_schema_refuses_bad_values() {
         ("resources.limits.memory=lots", "memory"),
         ("image.digest=latest", "digest"),
         ("replicas=0", "replicas"),
+        ("metrics.prometheusRule.enabled=sometimes", "enabled"),
         ("leaderElection.enabled=maybe", "enabled"),
     ] {
         let err = template_err(&[set]);

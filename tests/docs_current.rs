@@ -3,7 +3,9 @@
 use std::path::{Path, PathBuf};
 
 use deepinfer_operator::api::reference::{api_reference, API_REFERENCE_PATH};
-use deepinfer_operator::metrics::{reference as metrics_reference, METRICS_REFERENCE_PATH};
+use deepinfer_operator::metrics::{
+    prometheus_rules, reference as metrics_reference, METRICS_REFERENCE_PATH, PROMETHEUS_RULES_PATH,
+};
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -34,6 +36,15 @@ fn metrics_reference_is_current() {
         METRICS_REFERENCE_PATH,
         &metrics_reference(),
         "the metric registry",
+    );
+}
+
+#[test]
+fn prometheus_rules_are_current() {
+    assert_current(
+        PROMETHEUS_RULES_PATH,
+        &prometheus_rules(),
+        "src/metrics.rs (ALERTS)",
     );
 }
 

@@ -17,7 +17,8 @@ start=$(date +%s)
 sudo_if_needed() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
 need_pkgs=()
-for p in etcd-server golang-go rsync jq openssl unzip golang-github-modern-go-reflect2-dev lua5.4 curl ca-certificates build-essential; do
+# prometheus: only its promtool, which runs the shipped alert rules in the test suite.
+for p in etcd-server golang-go rsync jq openssl unzip golang-github-modern-go-reflect2-dev lua5.4 prometheus curl ca-certificates build-essential; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need_pkgs+=("$p")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then

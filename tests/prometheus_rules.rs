@@ -1,0 +1,268 @@
+//! The alerts the chart ships (`charts/deepinfer-operator/files/prometheus-rules.yaml`, generated
+//! from `deepinfer_operator::metrics::ALERTS`) are valid Prometheus rules and fire exactly when
+//! they should: each is run by Prometheus' own rule evaluator (`promtool test rules`, Debian's
+//! `prometheus` package, installed by `make provision`) over series shaped like the operator's,
+//! for a broken installation (fires, with its labels and annotations) beside a healthy one (quiet).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use deepinfer_operator::metrics::{Alert, ALERTS, PROMETHEUS_RULES_PATH};
+use serde_json::{json, Value};
+
+fn rules_file() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(PROMETHEUS_RULES_PATH)
+}
+
+fn promtool() -> PathBuf {
+    let path = PathBuf::from("/usr/bin/promtool");
+    assert!(
+        path.exists(),
+        "promtool is missing; `make provision` installs Debian's prometheus package"
+    );
+    path
+}
+
+fn alert(name: &str) -> &'static Alert {
+    ALERTS
+        .iter()
+        .find(|a| a.name == name)
+        .unwrap_or_else(|| panic!("no alert {name}"))
+}
+
+/// The annotations Prometheus renders for `alert`, with its template placeholders filled in.
+fn annotations(alert: &Alert, error: &str, value: &str) -> Value {
+    let rules: Value =
+        serde_yaml::from_str(&std::fs::read_to_string(rules_file()).expect("rule file"))
+            .expect("rule file is YAML");
+    let rule = rules["groups"][0]["rules"]
+        .as_array()
+        .expect("rules")
+        .iter()
+        .find(|r| r["alert"] == alert.name)
+        .expect("the rule of the alert")
+        .clone();
+    let fill = |s: &Value| {
+        s.as_str()
+            .unwrap_or_default()
+            .replace("{{ $labels.error }}", error)
+            .replace("{{ $value }}", value)
+    };
+    json!({
+        "summary": fill(&rule["annotations"]["summary"]),
+        "description": fill(&rule["annotations"]["description"]),
+    })
+}
+
+/// One `tests:` entry: `series` as input, then for the alert: quiet at `quiet_at`, firing for
+/// namespace `bad` at `fires_at` with `labels` (plus namespace, job, severity); `value` fills
+/// `{{ $value }}` where a summary uses it.
+fn case(
+    name: &str,
+    series: &[(&str, &str)],
+    quiet_at: &str,
+    fires_at: &str,
+    labels: Value,
+    value: &str,
+) -> Value {
+    let a = alert(name);
+    let mut exp_labels =
+        json!({"namespace": "bad", "job": "deepinfer-operator-metrics", "severity": a.severity});
+    for (k, v) in labels.as_object().into_iter().flatten() {
+        exp_labels[k] = v.clone();
+    }
+    let error = labels["error"].as_str().unwrap_or_default();
+    json!({
+        "interval": "1m",
+        "input_series": series.iter().map(|(s, v)| json!({"series": s, "values": v})).collect::<Vec<_>>(),
+        "alert_rule_test": [
+            {"eval_time": quiet_at, "alertname": name, "exp_alerts": []},
+            {"eval_time": fires_at, "alertname": name, "exp_alerts": [
+                {"exp_labels": exp_labels, "exp_annotations": annotations(a, error, value)}
+            ]}
+        ]
+    })
+}
+
+fn run(args: &[&str], file: &Path) -> (bool, String) {
+    let out = Command::new(promtool())
+        .args(args)
+        .arg(file)
+        .output()
+        .expect("running promtool");
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+#[test]
+fn shipped_rules_are_valid_prometheus_rules() {
+    let (ok, out) = run(&["check", "rules"], &rules_file());
+    assert!(ok, "promtool check rules:\n{out}");
+    assert!(
+        out.contains(&format!("{} rules found", ALERTS.len())),
+        "{out}"
+    );
+}
+
+#[test]
+fn each_alert_fires_for_a_broken_installation_and_not_for_a_healthy_one() {
+    let job = "job=\"deepinfer-operator-metrics\"";
+    let s = |ns: &str, metric: &str, extra: &str| {
+        let extra = if extra.is_empty() {
+            String::new()
+        } else {
+            format!(",{extra}")
+        };
+        format!("{metric}{{namespace=\"{ns}\",{job}{extra}}}")
+    };
+    let leader_a = |ns: &str| s(ns, "deepinfer_leader", "pod=\"a\"");
+    let leader_b = |ns: &str| s(ns, "deepinfer_leader", "pod=\"b\"");
+    let tests = vec![
+        // Two replicas, neither leads; the healthy installation has one leader.
+        case(
+            "DeepInferOperatorNoLeader",
+            &[
+                (&leader_a("bad"), "0x30"),
+                (&leader_b("bad"), "0x30"),
+                (&leader_a("ok"), "1x30"),
+                (&leader_b("ok"), "0x30"),
+            ],
+            "1m",
+            "5m",
+            json!({}),
+            "0",
+        ),
+        case(
+            "DeepInferOperatorTwoLeaders",
+            &[
+                (&leader_a("bad"), "1x30"),
+                (&leader_b("bad"), "1x30"),
+                (&leader_a("ok"), "1x30"),
+                (&leader_b("ok"), "0x30"),
+            ],
+            "0m",
+            "5m",
+            json!({}),
+            "2",
+        ),
+        // A failure every minute for an hour; the healthy installation failed once, long ago.
+        case(
+            "DeepInferReconcileFailing",
+            &[
+                (
+                    &s(
+                        "bad",
+                        "deepinfer_reconcile_failures_total",
+                        "pod=\"a\",error=\"kube\"",
+                    ),
+                    "0+1x60",
+                ),
+                (
+                    &s(
+                        "ok",
+                        "deepinfer_reconcile_failures_total",
+                        "pod=\"a\",error=\"kube\"",
+                    ),
+                    "1x60",
+                ),
+            ],
+            "10m",
+            "30m",
+            json!({"error": "kube"}),
+            "",
+        ),
+        // Two Failed resources on the leader; the standby reports none.
+        case(
+            "DeepInferDeploymentFailed",
+            &[
+                (
+                    &s("bad", "deepinfer_resources", "pod=\"a\",phase=\"Failed\""),
+                    "2x30",
+                ),
+                (
+                    &s("bad", "deepinfer_resources", "pod=\"b\",phase=\"Failed\""),
+                    "0x30",
+                ),
+                (
+                    &s("ok", "deepinfer_resources", "pod=\"a\",phase=\"Failed\""),
+                    "0x30",
+                ),
+            ],
+            "5m",
+            "15m",
+            json!({}),
+            "2",
+        ),
+        // One failed run at minute 3; the healthy installation only passes.
+        case(
+            "DeepInferAcceptanceFailed",
+            &[
+                (
+                    &s(
+                        "bad",
+                        "deepinfer_acceptance_runs_total",
+                        "pod=\"a\",result=\"Failed\"",
+                    ),
+                    "0 0 0 1x30",
+                ),
+                (
+                    &s(
+                        "ok",
+                        "deepinfer_acceptance_runs_total",
+                        "pod=\"a\",result=\"Failed\"",
+                    ),
+                    "0x30",
+                ),
+                (
+                    &s(
+                        "ok",
+                        "deepinfer_acceptance_runs_total",
+                        "pod=\"a\",result=\"Passed\"",
+                    ),
+                    "0+1x30",
+                ),
+            ],
+            "2m",
+            "10m",
+            json!({}),
+            "",
+        ),
+        // Two writes a second for an hour; the healthy one writes a few a minute.
+        case(
+            "DeepInferOperatorWriteStorm",
+            &[
+                (
+                    &s("bad", "deepinfer_api_writes_total", "pod=\"a\""),
+                    "0+120x60",
+                ),
+                (
+                    &s("ok", "deepinfer_api_writes_total", "pod=\"a\""),
+                    "0+5x60",
+                ),
+            ],
+            "20m",
+            "50m",
+            json!({}),
+            "2",
+        ),
+    ];
+    assert_eq!(tests.len(), ALERTS.len(), "one case per shipped alert");
+    let dir = std::env::temp_dir().join(format!("deepinfer-promtool-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let file = dir.join("tests.yaml");
+    let spec = json!({
+        "rule_files": [rules_file().display().to_string()],
+        "evaluation_interval": "1m",
+        "tests": tests,
+    });
+    std::fs::write(&file, serde_yaml::to_string(&spec).expect("YAML")).expect("writing tests");
+    let (ok, out) = run(&["test", "rules"], &file);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(ok, "promtool test rules:\n{out}");
+}

@@ -12,7 +12,9 @@
 //!   without waiting for it to expire.
 //!
 //! Every write is an update carrying the `resourceVersion` that was read, so two candidates that
-//! race for a free Lease cannot both win: one gets a conflict.
+//! race for a free Lease cannot both win: one gets a conflict. The holder renews and releases its
+//! own last-written copy without reading first; any other write since turns that into a conflict,
+//! and a full read-decide-write round finds out who holds the Lease now.
 
 use std::time::Duration;
 
@@ -146,6 +148,8 @@ pub struct Elector {
     api: Api<Lease>,
     config: Config,
     observed: Observed,
+    /// The Lease as this instance last wrote it, while it holds it.
+    held: Option<Lease>,
 }
 
 /// Why an attempt did not end with this instance holding the Lease.
@@ -180,6 +184,7 @@ impl Elector {
             api: Api::namespaced(client, &config.namespace),
             config,
             observed: Observed::default(),
+            held: None,
         }
     }
 
@@ -188,8 +193,23 @@ impl Elector {
         format!("{}/{}", self.config.namespace, self.config.name)
     }
 
-    /// One read-decide-write round: `Ok` when this instance holds the Lease afterwards.
+    /// One attempt: `Ok` when this instance holds the Lease afterwards. A holder renews its own
+    /// copy directly; otherwise, or when that copy is stale, a read-decide-write round.
     async fn try_acquire_or_renew(&mut self) -> Result<(), Miss> {
+        if let Some(mut lease) = self.held.take() {
+            if let Some(spec) = lease.spec.as_mut() {
+                spec.renew_time = Some(now_wall());
+            }
+            match self.write(&lease).await {
+                Ok(()) => return Ok(()),
+                // Written by someone else since: read it below.
+                Err(Miss::Raced) => {}
+                Err(miss) => {
+                    self.held = Some(lease);
+                    return Err(miss);
+                }
+            }
+        }
         let lease = self
             .api
             .get_opt(&self.config.name)
@@ -198,17 +218,16 @@ impl Elector {
         let now = Instant::now();
         let current = lease.as_ref().and_then(|l| l.spec.as_ref());
         self.observed.note(current, now);
-        let now_wall = MicroTime(k8s_openapi::jiff::Timestamp::now());
         let step = decide(
             current,
             &self.observed,
             &self.config.identity,
             self.config.timing,
             now,
-            now_wall,
+            now_wall(),
         );
-        let written = match step {
-            Step::Held { holder } => return Err(Miss::Held(holder)),
+        match step {
+            Step::Held { holder } => Err(Miss::Held(holder)),
             Step::Create(spec) => {
                 let lease = Lease {
                     metadata: ObjectMeta {
@@ -218,20 +237,33 @@ impl Elector {
                     },
                     spec: Some(spec),
                 };
-                self.api.create(&PostParams::default(), &lease).await
+                let created = self.api.create(&PostParams::default(), &lease).await;
+                self.written(created)
             }
             Step::Write(spec) => {
                 let mut lease = lease.unwrap_or_default();
                 lease.spec = Some(spec);
-                // Carries the resourceVersion read above: a concurrent writer makes this a conflict.
-                self.api
-                    .replace(&self.config.name, &PostParams::default(), &lease)
-                    .await
+                self.write(&lease).await
             }
-        };
-        match written {
+        }
+    }
+
+    /// Updates the Lease to `lease`, whose `resourceVersion` is the one read or last written: a
+    /// concurrent writer makes this a conflict ([`Miss::Raced`]).
+    async fn write(&mut self, lease: &Lease) -> Result<(), Miss> {
+        let replaced = self
+            .api
+            .replace(&self.config.name, &PostParams::default(), lease)
+            .await;
+        self.written(replaced)
+    }
+
+    /// Records a successful write as the held copy.
+    fn written(&mut self, result: Result<Lease, kube::Error>) -> Result<(), Miss> {
+        match result {
             Ok(lease) => {
                 self.observed.note(lease.spec.as_ref(), Instant::now());
+                self.held = Some(lease);
                 Ok(())
             }
             Err(kube::Error::Api(e)) if e.code == 409 => Err(Miss::Raced),
@@ -250,7 +282,7 @@ impl Elector {
                 Err(miss) => {
                     // Each new reason once, not every retry period.
                     let reason = match &miss {
-                        Miss::Api(e) => format!("cannot read or write the Lease: {e} (the operator needs get, create and update on leases.coordination.k8s.io in {})", self.config.namespace),
+                        Miss::Api(_) => format!("cannot read or write the Lease: {miss} (the operator needs get, create and update on leases.coordination.k8s.io in {})", self.config.namespace),
                         other => other.to_string(),
                     };
                     if reason != last_reported {
@@ -270,7 +302,7 @@ impl Elector {
         let task = tokio::spawn(self.keep(stopped, lose));
         Leadership {
             lease,
-            stop: Some(stop),
+            stop,
             lost,
             task,
         }
@@ -322,38 +354,29 @@ impl Elector {
     /// Gives the Lease up if this instance still holds it: empty holder, so a standby takes it at
     /// once. Best effort: on failure the Lease simply expires.
     async fn release(&mut self) {
-        let lease = match self.api.get_opt(&self.config.name).await {
-            Ok(Some(lease)) => lease,
-            Ok(None) => return,
-            Err(e) => {
-                warn!(lease = %self.lease(), "releasing the Lease: {e}; it expires on its own");
-                return;
-            }
-        };
-        let Some(spec) = lease.spec.as_ref() else {
+        let Some(mut lease) = self.held.take() else {
             return;
         };
-        if spec.holder_identity.as_deref() != Some(self.config.identity.as_str()) {
-            return;
+        if let Some(spec) = lease.spec.as_mut() {
+            spec.holder_identity = None;
+            spec.lease_duration_seconds = Some(1);
+            spec.renew_time = Some(now_wall());
         }
-        let mut released = lease.clone();
-        released.spec = Some(LeaseSpec {
-            holder_identity: None,
-            lease_duration_seconds: Some(1),
-            renew_time: Some(MicroTime(k8s_openapi::jiff::Timestamp::now())),
-            ..spec.clone()
-        });
-        match self
-            .api
-            .replace(&self.config.name, &PostParams::default(), &released)
-            .await
-        {
-            Ok(_) => info!(lease = %self.lease(), "released the Lease"),
-            Err(e) => {
-                warn!(lease = %self.lease(), "releasing the Lease: {e}; it expires on its own")
+        match self.write(&lease).await {
+            Ok(()) => info!(lease = %self.lease(), "released the Lease"),
+            // Someone else wrote it since: it is not ours to release.
+            Err(Miss::Raced) => {}
+            Err(miss) => {
+                warn!(lease = %self.lease(), "releasing the Lease: {miss}; it expires on its own")
             }
         }
+        self.held = None;
     }
+}
+
+/// The current time as a Lease records it.
+fn now_wall() -> MicroTime {
+    MicroTime(k8s_openapi::jiff::Timestamp::now())
 }
 
 /// Up to a fifth more than `period`, so candidates that started together drift apart.
@@ -369,7 +392,7 @@ fn jittered(period: Duration) -> Duration {
 /// [`Leadership::release`] is called.
 pub struct Leadership {
     lease: String,
-    stop: Option<oneshot::Sender<()>>,
+    stop: oneshot::Sender<()>,
     lost: oneshot::Receiver<String>,
     task: JoinHandle<()>,
 }
@@ -390,11 +413,9 @@ impl Leadership {
     }
 
     /// Stops renewing and gives the Lease up, so a standby takes over at once.
-    pub async fn release(mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        let _ = (&mut self.task).await;
+    pub async fn release(self) {
+        let _ = self.stop.send(());
+        let _ = self.task.await;
     }
 }
 

@@ -18,8 +18,10 @@ async fn main() -> ExitCode {
         cli::Command::Docs(args) => {
             match args.page {
                 cli::DocsPage::ApiReference => print!("{}", api::reference::api_reference()),
-                cli::DocsPage::Metrics => print!("{}", metrics::reference()),
-                cli::DocsPage::PrometheusRules => print!("{}", metrics::prometheus_rules()),
+                cli::DocsPage::Metrics => print!("{}", metrics::reference::metrics_reference()),
+                cli::DocsPage::PrometheusRules => {
+                    print!("{}", metrics::reference::prometheus_rules())
+                }
             }
             Ok(0)
         }

@@ -603,9 +603,10 @@ fn prometheus_rule_is_opt_in_and_ships_the_generated_alerts() {
     let rule = one(&objs, "PrometheusRule");
     assert_eq!(rule["metadata"]["namespace"], "ops");
     assert_eq!(rule["metadata"]["labels"]["release"], "prom");
-    let file =
-        std::fs::read_to_string(root().join(deepinfer_operator::metrics::PROMETHEUS_RULES_PATH))
-            .expect("the generated rule file");
+    let file = std::fs::read_to_string(
+        root().join(deepinfer_operator::metrics::reference::PROMETHEUS_RULES_PATH),
+    )
+    .expect("the generated rule file");
     let shipped: Value = serde_yaml::from_str(&file).expect("rule file is YAML");
     assert_eq!(
         rule["spec"], shipped,

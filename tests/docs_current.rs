@@ -3,8 +3,8 @@
 use std::path::{Path, PathBuf};
 
 use deepinfer_operator::api::reference::{api_reference, API_REFERENCE_PATH};
-use deepinfer_operator::metrics::{
-    prometheus_rules, reference as metrics_reference, METRICS_REFERENCE_PATH, PROMETHEUS_RULES_PATH,
+use deepinfer_operator::metrics::reference::{
+    metrics_reference, prometheus_rules, METRICS_REFERENCE_PATH, PROMETHEUS_RULES_PATH,
 };
 
 fn root() -> PathBuf {
@@ -44,7 +44,7 @@ fn prometheus_rules_are_current() {
     assert_current(
         PROMETHEUS_RULES_PATH,
         &prometheus_rules(),
-        "src/metrics.rs (ALERTS)",
+        "src/metrics/reference.rs (ALERTS)",
     );
 }
 

@@ -1,5 +1,5 @@
 //! The alerts the chart ships (`charts/deepinfer-operator/files/prometheus-rules.yaml`, generated
-//! from `deepinfer_operator::metrics::ALERTS`) are valid Prometheus rules and fire exactly when
+//! from `deepinfer_operator::metrics::reference::ALERTS`) are valid Prometheus rules and fire exactly when
 //! they should: each is run by Prometheus' own rule evaluator (`promtool test rules`, Debian's
 //! `prometheus` package, installed by `make provision`) over series shaped like the operator's,
 //! for a broken installation (fires, with its labels and annotations) beside a healthy one (quiet).
@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use deepinfer_operator::metrics::{Alert, ALERTS, PROMETHEUS_RULES_PATH};
+use deepinfer_operator::metrics::reference::{Alert, ALERTS, PROMETHEUS_RULES_PATH};
 use serde_json::{json, Value};
 
 fn rules_file() -> PathBuf {

@@ -686,16 +686,16 @@ fn validation_table_covers_every_cel_rule() {
     let schema = object_schema(&crd());
     let mut rules = BTreeSet::new();
     collect_rules(&schema, &mut rules);
-    let mut violated = BTreeSet::new();
-    for case in cases() {
+    let spec_cases = cases().into_iter().map(|case| {
         let mut spec = (case.base)();
         (case.mutate)(&mut spec);
-        if let Err(failures) = Validator::new().validate(&schema, &object(spec), None) {
-            violated.extend(failures.iter().map(|f| f.rule.clone()));
-        }
-    }
-    for (name, _) in name_cases() {
-        let object = named_object(&name, nvidia());
+        object(spec)
+    });
+    let name_cases = name_cases()
+        .into_iter()
+        .map(|(name, _)| named_object(&name, nvidia()));
+    let mut violated = BTreeSet::new();
+    for object in spec_cases.chain(name_cases) {
         if let Err(failures) = Validator::new().validate(&schema, &object, None) {
             violated.extend(failures.iter().map(|f| f.rule.clone()));
         }
@@ -739,9 +739,10 @@ fn children(schema: &Value) -> Vec<&Value> {
     out
 }
 
-/// Every rule must compile, carry a message that names a
-/// `spec.` field (or `metadata.name`, the one metadata field a rule may read), and have the bounds the Kubernetes cost estimator needs: `maxLength` on a string
-/// it matches, `maxItems` on a list it iterates (itself or a direct property).
+/// Every rule must compile, carry a message that names a `spec.` field (or `metadata.name`, the
+/// one metadata field a rule may read), and have the bounds the Kubernetes cost estimator needs:
+/// `maxLength` on a string it matches, `maxItems` on a list it iterates (itself or a direct
+/// property).
 fn check_rule_nodes(schema: &Value, path: &str, problems: &mut Vec<String>) {
     let compiled = cel::compile_schema(schema);
     for rule in schema["x-kubernetes-validations"]

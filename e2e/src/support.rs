@@ -374,3 +374,38 @@ pub async fn take_lease(client: &Client, ns: &str, name: &str, identity: &str) {
         .await
         .expect("taking the Lease");
 }
+
+/// The holder of the Lease `ns/name`, if it exists and has one.
+pub async fn lease_holder(client: &Client, ns: &str, name: &str) -> Option<String> {
+    let api: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(client.clone(), ns);
+    api.get_opt(name).await.ok()??.spec?.holder_identity
+}
+
+/// Waits until `identity` holds the Lease `ns/name`.
+pub async fn wait_for_lease_holder(client: &Client, ns: &str, name: &str, identity: &str) {
+    eventually(
+        Duration::from_secs(120),
+        &format!("{identity} to hold the Lease {ns}/{name}"),
+        || async {
+            (lease_holder(client, ns, name).await.as_deref() == Some(identity)).then_some(())
+        },
+    )
+    .await;
+}
+
+/// Waits until the `DeepInferDeployment` `ns/name` reports `phase`.
+pub async fn wait_for_phase(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    phase: deepinfer_operator::api::Phase,
+) {
+    let api: Api<deepinfer_operator::api::DeepInferDeployment> =
+        Api::namespaced(client.clone(), ns);
+    eventually(
+        Duration::from_secs(60),
+        &format!("{ns}/{name} in phase {phase:?}"),
+        || async { (api.get(name).await.ok()?.status?.phase? == phase).then_some(()) },
+    )
+    .await;
+}

@@ -16,7 +16,6 @@ use std::time::Duration;
 use deepinfer_e2e::support::{self, TestNamespace};
 use deepinfer_operator::api::{DeepInferDeployment, DeepInferDeploymentStatus};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, PostParams};
 use kube::{Client, ResourceExt};
@@ -150,21 +149,6 @@ async fn operator_pod(client: &Client, ns: &str, selector: &str) -> Pod {
         },
     )
     .await
-}
-
-/// Waits until `pod` holds the leader Lease `ns/lease` (the manifests enable leader election).
-async fn assert_leads(client: &Client, ns: &str, lease: &str, pod: &Pod) {
-    let leases: Api<Lease> = Api::namespaced(client.clone(), ns);
-    let identity = pod.name_any();
-    support::eventually(
-        TIMEOUT,
-        &format!("{identity} to hold the leader Lease {ns}/{lease}"),
-        || async {
-            let held = leases.get_opt(lease).await.ok()??.spec?.holder_identity?;
-            (held == identity).then_some(())
-        },
-    )
-    .await;
 }
 
 /// Creates `name` in `ns` and waits until the operator took it through every gate: checkpoint
@@ -353,7 +337,8 @@ async fn gpu_helm_chart_runs_the_operator_under_its_own_service_account_without_
     let (ok, _, _) = support::kubectl(&["get", "clusterrole", &sa]);
     assert!(!ok, "single-namespace mode creates no ClusterRole");
     support::kubectl_ok(&["-n", &work.name, "get", "role,rolebinding", &sa]);
-    assert_leads(&client, &ops.name, &sa, &pod).await;
+    // The manifests enable leader election: the operator pod leads.
+    support::wait_for_lease_holder(&client, &ops.name, &sa, &pod.name_any()).await;
 
     take_to_ready(&client, &work.name, "flash", (&pod, &ops.name, &sa)).await;
     assert_jobs_use_operator_image(&client, &work.name, "deepinfer-operator:dev").await;
@@ -469,7 +454,7 @@ async fn gpu_kustomize_default_runs_the_operator_under_its_own_service_account_w
         .find(|e| e.name == "DEEPINFER_OPERATOR_IMAGE")
         .and_then(|e| e.value.as_deref());
     assert_eq!(operator_image, Some("deepinfer-operator:dev"));
-    assert_leads(&client, &ops.name, "deepinfer-operator", &pod).await;
+    support::wait_for_lease_holder(&client, &ops.name, "deepinfer-operator", &pod.name_any()).await;
 
     take_to_ready(&client, &work.name, "flash", (&pod, &ops.name, &sa)).await;
     assert_jobs_use_operator_image(&client, &work.name, "deepinfer-operator:dev").await;

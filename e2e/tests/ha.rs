@@ -9,7 +9,6 @@ use std::time::Duration;
 use deepinfer_e2e::operator_process::{free_address, scrape, OperatorProcess};
 use deepinfer_e2e::support::{self, TestNamespace};
 use deepinfer_operator::api::{DeepInferDeployment, Phase};
-use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, PostParams};
 use kube::Client;
 
@@ -36,36 +35,6 @@ async fn create_unlicensed(client: &Client, ns: &str, name: &str) {
         .expect("creating the DeepInferDeployment");
 }
 
-async fn wait_pending(client: &Client, ns: &str, name: &str) {
-    let api: Api<DeepInferDeployment> = Api::namespaced(client.clone(), ns);
-    support::eventually(
-        TIMEOUT,
-        &format!("{ns}/{name} reconciled to Pending"),
-        || async {
-            let did = api.get(name).await.ok()?;
-            (did.status?.phase? == Phase::Pending).then_some(())
-        },
-    )
-    .await;
-}
-
-async fn holder(client: &Client, ns: &str) -> Option<String> {
-    let lease = Api::<Lease>::namespaced(client.clone(), ns)
-        .get_opt(LEASE)
-        .await
-        .ok()??;
-    lease.spec?.holder_identity
-}
-
-async fn wait_holder(client: &Client, ns: &str, identity: &str) {
-    support::eventually(
-        TIMEOUT,
-        &format!("{identity} to hold the Lease"),
-        || async { (holder(client, ns).await.as_deref() == Some(identity)).then_some(()) },
-    )
-    .await;
-}
-
 async fn writes(address: SocketAddr) -> f64 {
     scrape(address, "deepinfer_api_writes_total")
         .await
@@ -81,7 +50,7 @@ async fn only_the_lease_holder_reconciles_and_a_graceful_shutdown_hands_over() {
 
     let (addr_a, addr_b) = (free_address(), free_address());
     let mut a = replica(&work.name, &ops.name, "operator-a", addr_a);
-    wait_holder(&client, &ops.name, "operator-a").await;
+    support::wait_for_lease_holder(&client, &ops.name, LEASE, "operator-a").await;
     let mut b = replica(&work.name, &ops.name, "operator-b", addr_b);
     // The standby is up and ready (it serves as soon as it leads), but not leading.
     support::eventually(TIMEOUT, "the standby's /metrics", || {
@@ -93,7 +62,7 @@ async fn only_the_lease_holder_reconciles_and_a_graceful_shutdown_hands_over() {
     assert_eq!(scrape(addr_b, "deepinfer_leader").await, Some(0.0));
 
     create_unlicensed(&client, &work.name, "first").await;
-    wait_pending(&client, &work.name, "first").await;
+    support::wait_for_phase(&client, &work.name, "first", Phase::Pending).await;
     assert!(writes(addr_a).await >= 1.0, "the leader wrote the status");
     assert_eq!(
         writes(addr_b).await,
@@ -101,7 +70,9 @@ async fn only_the_lease_holder_reconciles_and_a_graceful_shutdown_hands_over() {
         "the standby sent no mutating request at all"
     );
     assert_eq!(
-        holder(&client, &ops.name).await.as_deref(),
+        support::lease_holder(&client, &ops.name, LEASE)
+            .await
+            .as_deref(),
         Some("operator-a")
     );
 
@@ -109,13 +80,13 @@ async fn only_the_lease_holder_reconciles_and_a_graceful_shutdown_hands_over() {
     // and the standby takes over without waiting for the Lease to expire.
     let status = a.terminate(Duration::from_secs(20));
     assert!(status.success(), "clean exit on SIGTERM: {status}");
-    wait_holder(&client, &ops.name, "operator-b").await;
+    support::wait_for_lease_holder(&client, &ops.name, LEASE, "operator-b").await;
     support::eventually(TIMEOUT, "the new leader's metric", || async {
         (scrape(addr_b, "deepinfer_leader").await == Some(1.0)).then_some(())
     })
     .await;
     create_unlicensed(&client, &work.name, "second").await;
-    wait_pending(&client, &work.name, "second").await;
+    support::wait_for_phase(&client, &work.name, "second", Phase::Pending).await;
     assert!(writes(addr_b).await >= 1.0, "the new leader reconciles");
 
     // Someone else holds the Lease now (the other side of a healed partition): the holder exits

@@ -31,11 +31,7 @@ async fn operator_serves_metrics_health_and_readiness() {
     api.create(&PostParams::default(), &did)
         .await
         .expect("creating the DeepInferDeployment");
-    support::eventually(TIMEOUT, "status.phase Pending", || async {
-        let did = api.get("unlicensed").await.ok()?;
-        (did.status?.phase? == Phase::Pending).then_some(())
-    })
-    .await;
+    support::wait_for_phase(&client, &ns.name, "unlicensed", Phase::Pending).await;
 
     let metrics = support::eventually(TIMEOUT, "/metrics to count the resource as Pending", || {
         operator.assert_running();

@@ -298,7 +298,7 @@ fn shm_volume() -> Volume {
         name: "dshm".into(),
         empty_dir: Some(EmptyDirVolumeSource {
             medium: Some("Memory".into()),
-            size_limit: None,
+            ..EmptyDirVolumeSource::default()
         }),
         ..Volume::default()
     }
@@ -774,7 +774,7 @@ pub fn acceptance_rbac(
     let binding = stamp(RoleBinding {
         metadata: owned_meta(did, names.service_account.clone(), extra),
         role_ref: RoleRef {
-            api_group: "rbac.authorization.k8s.io".into(),
+            api_group: Some("rbac.authorization.k8s.io".into()),
             kind: "Role".into(),
             name: names.service_account.clone(),
         },

@@ -6,6 +6,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use deepinfer_e2e::monitor::{Limits, Monitor};
 use deepinfer_e2e::support::{self, Operator, TestNamespace};
 use deepinfer_operator::api::{DeepInferDeployment, DeepInferDeploymentStatus};
 use k8s_openapi::api::batch::v1::Job;
@@ -93,6 +94,7 @@ async fn acceptance_jobs(client: &Client, ns: &str, did: &str) -> Vec<Job> {
 #[tokio::test]
 async fn gpu_a_passing_revision_goes_ready_and_only_then_gets_workers_and_traffic() {
     let (client, ns, api) = setup("accept-pass").await;
+    let monitor = Monitor::start(&client, &ns.name, &["mit"], Limits::default());
     let op = Operator::start(&ns.name, &["mit"]).await;
     create(&api, planner("plan", "valid-2-2-2.jsonl", "replay")).await;
     let st = status_where(&api, "plan", "Ready=True", |s| {
@@ -182,12 +184,14 @@ async fn gpu_a_passing_revision_goes_ready_and_only_then_gets_workers_and_traffi
     );
     assert_eq!(evidence.owner_references()[0].name, "plan");
     op.stop().await;
+    monitor.assert_clean().await;
 }
 
 #[tokio::test]
 async fn gpu_a_failing_revision_never_goes_ready_creates_no_worker_and_keeps_its_evidence_verbatim()
 {
     let (client, ns, api) = setup("accept-fail").await;
+    let monitor = Monitor::start(&client, &ns.name, &["mit"], Limits::default());
     let op = Operator::start(&ns.name, &["mit"]).await;
     create(&api, planner("plan", "invalid-2-2-3.jsonl", "replay")).await;
     let st = status_where(&api, "plan", "AcceptanceFailed", |s| {
@@ -278,6 +282,7 @@ async fn gpu_a_failing_revision_never_goes_ready_creates_no_worker_and_keeps_its
         "no retry storm"
     );
     op.stop().await;
+    monitor.assert_clean().await;
 }
 
 #[tokio::test]
@@ -313,6 +318,7 @@ async fn gpu_engine_crash_and_timeout_end_as_acceptance_failed_with_the_reason()
 #[tokio::test]
 async fn gpu_a_new_image_digest_reruns_acceptance_and_a_restart_does_not() {
     let (client, ns, api) = setup("accept-rerun").await;
+    let monitor = Monitor::start(&client, &ns.name, &["mit"], Limits::default());
     let op = Operator::start(&ns.name, &["mit"]).await;
     create(&api, planner("plan", "valid-2-2-2.jsonl", "replay")).await;
     let first = status_where(&api, "plan", "Ready=True", |s| {
@@ -394,4 +400,5 @@ async fn gpu_a_new_image_digest_reruns_acceptance_and_a_restart_does_not() {
         "workers run the new image"
     );
     op.stop().await;
+    monitor.assert_clean().await;
 }

@@ -5,6 +5,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use deepinfer_e2e::monitor::{Limits, Monitor};
 use deepinfer_e2e::support::{self, Operator, TestNamespace};
 use deepinfer_operator::api::kstatus::{self, Status};
 use deepinfer_operator::api::DeepInferDeployment;
@@ -44,6 +45,7 @@ async fn gpu_kstatus_follows_a_resource_from_in_progress_to_current_to_failed_an
     let fresh = api.get("svc").await.expect("get");
     assert_eq!(kstatus::compute(&fresh).status, Status::InProgress);
 
+    let monitor = Monitor::start(&client, &ns.name, &["mit"], Limits::default());
     let op = Operator::start(&ns.name, &["mit"]).await;
     // Record every kstatus reading until Current.
     let seen = std::sync::Mutex::new(BTreeSet::new());
@@ -131,4 +133,5 @@ async fn gpu_kstatus_follows_a_resource_from_in_progress_to_current_to_failed_an
     })
     .await;
     op.stop().await;
+    monitor.assert_clean().await;
 }

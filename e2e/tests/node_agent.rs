@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use deepinfer_e2e::faults;
 use deepinfer_e2e::support::{self, TestNamespace};
 use k8s_openapi::api::core::v1::{ConfigMap, ContainerStatus, Pod};
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -47,7 +48,7 @@ async fn the_fail_annotation_fails_or_crash_loops_a_reported_pod() {
     let pods: Api<Pod> = Api::namespaced(client, &ns.name);
     for (name, policy) in [("never", "Never"), ("onfailure", "OnFailure")] {
         create(&pods, json!({
-            "metadata": {"name": name, "annotations": {"sim.deepinfer.io/fail": "3"}},
+            "metadata": {"name": name, "annotations": {faults::POD_FAIL: "3"}},
             "spec": {"restartPolicy": policy, "containers": [{"name": "w", "image": WORKER_IMAGE}]}
         }))
         .await;
@@ -76,7 +77,7 @@ async fn the_not_ready_annotation_holds_a_running_pod_unready() {
     create(
         &pods,
         json!({
-            "metadata": {"name": "w", "annotations": {"sim.deepinfer.io/not-ready": "true"}},
+            "metadata": {"name": "w", "annotations": {faults::POD_NOT_READY: "true"}},
             "spec": {"containers": [{"name": "w", "image": WORKER_IMAGE}]}
         }),
     )
@@ -87,7 +88,7 @@ async fn the_not_ready_annotation_holds_a_running_pod_unready() {
         (running && condition(&p, "Ready")? == "False").then_some(())
     })
     .await;
-    let patch = json!({"metadata": {"annotations": {"sim.deepinfer.io/not-ready": null}}});
+    let patch = json!({"metadata": {"annotations": {faults::POD_NOT_READY: null}}});
     pods.patch("w", &PatchParams::default(), &Patch::Merge(patch))
         .await
         .expect("remove annotation");
@@ -176,4 +177,58 @@ async fn executed_containers_see_the_pods_volumes_env_and_termination_file() {
     assert_eq!(phase, "Failed");
     let ns_name = ns.name.as_str();
     assert_eq!(message, format!("strict|hello-strict|{ns_name}|{ns_name}"));
+}
+
+/// Runs `sleep 30` in an executed container under `annotations`; returns (reason, exit code)
+/// of its termination and how long after its creation the container started running.
+async fn faulted_sleep(prefix: &str, annotations: serde_json::Value) -> (String, i32, f64) {
+    let client = support::client().await;
+    let ns = TestNamespace::new(&client, prefix).await;
+    let pods: Api<Pod> = Api::namespaced(client, &ns.name);
+    let created = std::time::Instant::now();
+    create(
+        &pods,
+        json!({
+            "metadata": {"name": "f", "annotations": annotations},
+            "spec": {
+                "restartPolicy": "Never",
+                "containers": [{"name": "c", "image": "deepinfer-operator:dev", "command": ["sh", "-c", "sleep 30"]}]
+            }
+        }),
+    )
+    .await;
+    let started = support::eventually(TIMEOUT, "the container to run", || async {
+        let p = pods.get("f").await.ok()?;
+        first_container(&p)?.state?.running?;
+        Some(created.elapsed().as_secs_f64())
+    })
+    .await;
+    let (reason, code) = support::eventually(TIMEOUT, "the container to end", || async {
+        let p = pods.get("f").await.ok()?;
+        let t = first_container(&p)?.state?.terminated?;
+        Some((t.reason.unwrap_or_default(), t.exit_code))
+    })
+    .await;
+    (reason, code, started)
+}
+
+#[tokio::test]
+async fn an_executed_container_is_killed_or_oom_killed_on_request() {
+    let (reason, code, _) =
+        faulted_sleep("agent-kill", json!({faults::POD_KILL_AFTER_SECONDS: "1"})).await;
+    assert_eq!((reason.as_str(), code), ("Error", 137));
+    let (reason, code, _) =
+        faulted_sleep("agent-oom", json!({faults::POD_OOM_AFTER_SECONDS: "1"})).await;
+    assert_eq!((reason.as_str(), code), ("OOMKilled", 137));
+}
+
+#[tokio::test]
+async fn an_executed_container_starts_late_on_request() {
+    let (reason, code, started) = faulted_sleep(
+        "agent-slow",
+        json!({faults::POD_SLOW_START_SECONDS: "3", faults::POD_KILL_AFTER_SECONDS: "0.5"}),
+    )
+    .await;
+    assert!(started >= 3.0, "started {started:.1}s after creation");
+    assert_eq!((reason.as_str(), code), ("Error", 137));
 }

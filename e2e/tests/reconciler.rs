@@ -6,6 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use deepinfer_e2e::monitor::{Limits, Monitor};
 use deepinfer_e2e::support::{self, Operator, TestNamespace};
 use deepinfer_operator::api::{DeepInferDeployment, DeepInferDeploymentStatus};
 use k8s_openapi::api::batch::v1::Job;
@@ -118,6 +119,7 @@ fn label<'a>(p: &'a Pod, key: &str) -> &'a str {
 #[tokio::test]
 async fn gpu_nvidia_groups_land_each_inside_one_clique_and_go_ready_once_accepted() {
     let (client, ns, api) = setup("nvidia").await;
+    let monitor = Monitor::start(&client, &ns.name, &["mit"], Limits::default());
     let op = Operator::start(&ns.name, &["mit"]).await;
     create(&api, nvidia("flash", 2, 16)).await;
 
@@ -214,6 +216,7 @@ async fn gpu_nvidia_groups_land_each_inside_one_clique_and_go_ready_once_accepte
         .iter()
         .all(deepinfer_operator::controller::apply::pod_ready));
     op.stop().await;
+    monitor.assert_clean().await;
 }
 
 #[tokio::test]
@@ -327,6 +330,7 @@ async fn gpu_an_invalid_spec_stalls_alone_while_its_neighbour_converges() {
         nvidia: 4,
         ..Default::default()
     };
+    let monitor = Monitor::start(&client, &ns.name, &["mit"], Limits::default());
     let op = Operator::start_with_limits(&ns.name, &["mit"], limits).await;
     create(&api, nvidia("bad", 1, 16)).await;
     let mut good = nvidia("good", 1, 4);
@@ -349,11 +353,13 @@ async fn gpu_an_invalid_spec_stalls_alone_while_its_neighbour_converges() {
         "the invalid resource gets no pod"
     );
     op.stop().await;
+    monitor.assert_clean().await;
 }
 
 #[tokio::test]
 async fn gpu_scaling_revisions_gang_replacement_and_garbage_collection() {
     let (client, ns, api) = setup("lifecycle").await;
+    let monitor = Monitor::start(&client, &ns.name, &["mit"], Limits::default());
     let op = Operator::start(&ns.name, &["mit"]).await;
     create(&api, nvidia("life", 1, 16)).await;
     let first = running_workers(&client, &ns.name, "life", 2).await;
@@ -439,6 +445,7 @@ async fn gpu_scaling_revisions_gang_replacement_and_garbage_collection() {
     })
     .await;
     op.stop().await;
+    monitor.assert_clean().await;
 }
 
 #[tokio::test]

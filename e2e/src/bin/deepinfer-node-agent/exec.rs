@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
+use deepinfer_e2e::faults::{self, Kill, PodFaults};
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{
     ConfigMap, Container, PersistentVolume, PersistentVolumeClaim, Pod, Secret, ServiceAccount,
@@ -301,6 +302,18 @@ impl PodCtx {
         let mut restart_count = resumed.map_or(0, |r| r.restart_count);
         let mut last: Option<Terminated> = None;
         let mut backoff = Duration::from_secs(1);
+        let faults = PodFaults::of(self.pod.metadata.annotations.as_ref());
+        if let Some(delay) = faults.slow_start.filter(|_| restart_count == 0) {
+            let mut waiting = Report::waiting(
+                "ContainerCreating",
+                Some(format!("slow start ({})", faults::POD_SLOW_START_SECONDS)),
+            );
+            waiting.restart_count = restart_count;
+            self.set(name, waiting);
+            if !self.sleep(delay).await {
+                return Outcome::Stopped;
+            }
+        }
         loop {
             let started = match self.start(&container, argv, volumes).await {
                 Ok(started) => started,
@@ -329,11 +342,15 @@ impl PodCtx {
                     ready: true,
                 },
             );
-            let (exit_code, stopped) = self.wait(started).await;
+            let (exit_code, stopped, killed) = self.wait(started, faults.kill).await;
             let message = self.termination_message(&container, exit_code).await;
+            let reason = match killed {
+                Some(Kill::OutOfMemory) => "OOMKilled",
+                _ => Terminated::reason_for(exit_code),
+            };
             let terminated = Terminated {
                 exit_code,
-                reason: Terminated::reason_for(exit_code).into(),
+                reason: reason.into(),
                 message,
                 started_at: Some(started_at),
                 finished_at: now(),
@@ -505,11 +522,32 @@ impl PodCtx {
         Ok(Started { child, pgid })
     }
 
-    /// Waits for the container's process to end, or ends it when the pod is stopped.
-    /// Returns the exit code (128 + signal when killed) and whether the pod was stopped.
-    async fn wait(&self, mut started: Started) -> (i32, bool) {
+    /// Waits for the container's process to end, or ends it when the pod is stopped or a kill
+    /// fault fires. Returns the exit code (128 + signal when killed), whether the pod was
+    /// stopped, and the fault that killed it.
+    async fn wait(
+        &self,
+        mut started: Started,
+        kill: Option<(Duration, Kill)>,
+    ) -> (i32, bool, Option<Kill>) {
+        let fault = async {
+            match kill {
+                Some((after, how)) => {
+                    tokio::time::sleep(after).await;
+                    how
+                }
+                None => std::future::pending().await,
+            }
+        };
+        let mut killed = None;
         let (status, stopped) = tokio::select! {
             status = started.child.wait() => (status, false),
+            how = fault => {
+                warn!(pod = %self.name, fault = ?how, "killing an executed container (fault)");
+                signal_group(started.pgid, "KILL").await;
+                killed = Some(how);
+                (started.child.wait().await, false)
+            }
             _ = stopped(self.stop.clone()) => {
                 signal_group(started.pgid, "TERM").await;
                 let status = match tokio::time::timeout(self.cfg.kill_grace, started.child.wait()).await {
@@ -531,7 +569,7 @@ impl PodCtx {
                 128
             }
         };
-        (code, stopped)
+        (code, stopped, killed)
     }
 
     /// The termination message: the file at terminationMessagePath, or with

@@ -23,10 +23,6 @@ use tracing::{info, warn};
 
 use crate::{now, FIELD_MANAGER};
 
-/// Node annotation that simulates a lost node: leases and heartbeats stop, Ready turns Unknown,
-/// and the agent stops touching the node's pods (as a dead kubelet would).
-pub const NODE_NOT_READY_ANNOTATION: &str = "sim.deepinfer.io/not-ready";
-
 const LEASE_NAMESPACE: &str = "kube-node-lease";
 /// The kubelet version the simulated nodes report: the bed's control-plane release.
 const KUBELET_VERSION: &str = "v1.37.2";
@@ -117,10 +113,8 @@ impl Nodes {
                 )
                 .await
                 .with_context(|| format!("registering node {}", spec.name))?;
-            let annotated_down = node
-                .annotations()
-                .get(NODE_NOT_READY_ANNOTATION)
-                .is_some_and(|v| v == "true");
+            let annotated_down =
+                deepinfer_e2e::faults::node_not_ready(node.metadata.annotations.as_ref());
             {
                 let mut map = self.lock();
                 if let Some(state) = map.get_mut(&spec.name) {
@@ -268,10 +262,7 @@ impl Nodes {
 
     async fn on_node(&self, node: &Node) {
         let name = node.name_any();
-        let want_down = node
-            .annotations()
-            .get(NODE_NOT_READY_ANNOTATION)
-            .is_some_and(|v| v == "true");
+        let want_down = deepinfer_e2e::faults::node_not_ready(node.metadata.annotations.as_ref());
         let changed = {
             let mut map = self.lock();
             let Some(state) = map.get_mut(&name) else {
@@ -389,7 +380,7 @@ fn node_status(
             "Ready",
             "Unknown",
             "NodeStatusUnknown",
-            "Kubelet stopped posting node status (sim.deepinfer.io/not-ready).",
+            "Kubelet stopped posting node status (a simulated lost node).",
         )
     });
     NodeStatus {

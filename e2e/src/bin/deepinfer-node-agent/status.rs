@@ -10,10 +10,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-/// Pod annotation: its simulated containers terminate with this exit code.
-pub const FAIL_ANNOTATION: &str = "sim.deepinfer.io/fail";
-/// Pod annotation: `"true"` keeps all its containers unready.
-pub const NOT_READY_ANNOTATION: &str = "sim.deepinfer.io/not-ready";
+use deepinfer_e2e::faults::{self, PodFaults};
 
 /// How long a simulated crash-looping container waits before its next restart.
 pub const SIMULATED_BACKOFF: Duration = Duration::from_secs(10);
@@ -78,14 +75,6 @@ impl Report {
     }
 }
 
-fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
-    pod.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(key))
-        .map(String::as_str)
-}
-
 fn restart_policy(pod: &Pod) -> &str {
     pod.spec
         .as_ref()
@@ -126,7 +115,7 @@ pub fn simulated_report(
     }
     let existing = find_status(status.and_then(|s| s.container_statuses.as_ref()), name);
     let restart_count = existing.map_or(0, |s| s.restart_count);
-    let Some(fail) = annotation(pod, FAIL_ANNOTATION) else {
+    let Some(exit_code) = PodFaults::of(pod.metadata.annotations.as_ref()).fail_exit_code else {
         let report = Report {
             state: State::Running {
                 started_at: now.clone(),
@@ -137,8 +126,6 @@ pub fn simulated_report(
         };
         return (report, None);
     };
-    // Anything that is not an exit code still means "fail"; 1 is what a shell reports.
-    let exit_code: i32 = fail.trim().parse().unwrap_or(1);
     let restarts = match restart_policy(pod) {
         "Never" => false,
         "OnFailure" => exit_code != 0,
@@ -147,7 +134,7 @@ pub fn simulated_report(
     let terminated = |at: &Time| Terminated {
         exit_code,
         reason: Terminated::reason_for(exit_code).into(),
-        message: Some(format!("simulated failure ({FAIL_ANNOTATION})")),
+        message: Some(format!("simulated failure ({})", faults::POD_FAIL)),
         started_at: None,
         finished_at: at.clone(),
     };
@@ -449,7 +436,7 @@ pub fn pod_status(
     now: &Time,
 ) -> PodStatus {
     let existing = pod.status.as_ref();
-    let not_ready_fault = annotation(pod, NOT_READY_ANNOTATION) == Some("true");
+    let not_ready_fault = PodFaults::of(pod.metadata.annotations.as_ref()).not_ready;
     let pending_init: Vec<&str> = init
         .iter()
         .filter(|(_, r)| !matches!(&r.state, State::Terminated(t) if t.exit_code == 0))
@@ -836,7 +823,7 @@ mod tests {
 
     #[test]
     fn not_ready_fault_keeps_containers_unready() {
-        let p = pod(json!({"metadata": {"annotations": {NOT_READY_ANNOTATION: "true"}}}));
+        let p = pod(json!({"metadata": {"annotations": {faults::POD_NOT_READY: "true"}}}));
         let s = simulate(&p, &t(1));
         assert_eq!(s.phase.as_deref(), Some("Running"));
         assert_eq!(cond(&s, "ContainersReady").status, "False");
@@ -849,7 +836,7 @@ mod tests {
     #[test]
     fn fail_fault_with_restart_never_fails_the_pod() {
         let p = pod(
-            json!({"metadata": {"annotations": {FAIL_ANNOTATION: "3"}}, "spec": {"restartPolicy": "Never"}}),
+            json!({"metadata": {"annotations": {faults::POD_FAIL: "3"}}, "spec": {"restartPolicy": "Never"}}),
         );
         let s = simulate(&p, &t(1));
         assert_eq!(s.phase.as_deref(), Some("Failed"));
@@ -874,7 +861,7 @@ mod tests {
     #[test]
     fn fail_fault_with_restarts_crash_loops() {
         let mut p = pod(
-            json!({"metadata": {"annotations": {FAIL_ANNOTATION: "2"}}, "spec": {"restartPolicy": "OnFailure"}}),
+            json!({"metadata": {"annotations": {faults::POD_FAIL: "2"}}, "spec": {"restartPolicy": "OnFailure"}}),
         );
         let (r, wait) = simulated_report(&p, "a", false, &t(100));
         assert_eq!(r.restart_count, 1);

@@ -22,7 +22,7 @@ fi
 # Partial leftovers (a crashed component, a reboot): start from clean state.
 [ -d "$bed/pids" ] && "$here/cluster-down.sh" >/dev/null 2>&1 || true
 
-mkdir -p "$bed"/{pids,logs,pki,bin,etcd,agent}
+mkdir -p "$bed"/{pids,cmd,logs,pki,bin,etcd,agent}
 ln -sfn "$k8s_dir/kubectl" "$bed/bin/kubectl"
 ln -sfn "$tools_dir/helm" "$bed/bin/helm"
 
@@ -91,8 +91,9 @@ AP
 FEATURE_GATES="GenericWorkload=true,DRAWorkloadResourceClaims=true"
 RUNTIME_CONFIG="scheduling.k8s.io/v1beta1=true"
 
-launch() { # name cmd...
+launch() { # name cmd... (the command line is kept so that restart.sh can start it again)
   local name=$1; shift
+  printf '%s\0' "$@" > "$bed/cmd/$name"
   nohup "$@" >"$bed/logs/$name.log" 2>&1 &
   echo $! > "$bed/pids/$name"
 }

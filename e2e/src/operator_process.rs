@@ -97,6 +97,12 @@ impl OperatorProcess {
         }
     }
 
+    /// Kills the process with SIGKILL (no shutdown, no Lease release) and reaps it.
+    pub fn kill_hard(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+
     /// Panics if the process has exited (a startup failure would otherwise look like a timeout).
     pub fn assert_running(&mut self) {
         if let Ok(Some(status)) = self.0.try_wait() {

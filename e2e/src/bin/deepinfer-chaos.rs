@@ -1,0 +1,515 @@
+//! Reliability under faults, measured on the test bed (`make chaos`; a short version runs in
+//! `make test`). Every scenario runs beside the invariant monitor (`e2e/src/monitor.rs`) and
+//! prints one row: faults injected, time to converge after each, violations, operator restarts
+//! and panics. Exits non-zero when a scenario saw a violation or a panic or did not converge.
+//!
+//! Scenarios:
+//! - `operator-sigkill`: N deployments go create → Ready → revision change → scale → delete
+//!   while the operator process is SIGKILLed at random moments and started again;
+//! - `control-plane-restart`: kube-apiserver restarted during a revision change, then etcd; the
+//!   operator must reconnect and converge without restarting (`make chaos` only: it disturbs every
+//!   other client of the bed);
+//! - `hostile-specs`: generated invalid or hostile specs applied through the real API beside valid
+//!   neighbours; each is refused by the API server with a field path or stalls naming a field,
+//!   with zero operator panics or restarts, and the neighbours converge.
+//!
+//! Usage: `deepinfer-chaos [--short] [--scenarios a,b] [--seed N]` against the running bed.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use deepinfer_e2e::monitor::{Limits, Monitor, Violation};
+use deepinfer_e2e::operator_process::{free_address, OperatorProcess};
+use deepinfer_e2e::support::{self, TestNamespace};
+use deepinfer_operator::api::DeepInferDeployment;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::{json, Value};
+
+#[derive(Parser, Debug)]
+#[command(about = "Fault scenarios on the test bed, measured beside the invariant monitor")]
+struct Args {
+    /// The quick version `make test` runs: fewer deployments, kills and specs, no control-plane
+    /// restart.
+    #[arg(long)]
+    short: bool,
+    /// Scenarios to run (default: all; with --short, all but control-plane-restart).
+    #[arg(long, value_delimiter = ',')]
+    scenarios: Vec<String>,
+    /// Seed of the random moments and generated specs (default: the clock); printed.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Operator binary (default: target/debug/deepinfer-operator).
+    #[arg(long)]
+    operator: Option<PathBuf>,
+}
+
+/// One scenario's row.
+struct Row {
+    scenario: &'static str,
+    faults: usize,
+    converge: Vec<f64>,
+    violations: Vec<Violation>,
+    restarts: usize,
+    panics: usize,
+    failures: Vec<String>,
+}
+
+impl Row {
+    fn new(scenario: &'static str) -> Self {
+        Self {
+            scenario,
+            faults: 0,
+            converge: Vec::new(),
+            violations: Vec::new(),
+            restarts: 0,
+            panics: 0,
+            failures: Vec::new(),
+        }
+    }
+
+    fn ok(&self) -> bool {
+        self.violations.is_empty() && self.panics == 0 && self.failures.is_empty()
+    }
+}
+
+/// xorshift64*: reproducible random moments and specs from a printed seed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+const LICENSES: &[&str] = &["mit"];
+
+/// A one-group deployment of one pod with one GPU, accepted by the stand-in engine.
+fn deployment(name: &str, commit: &str, replicas: i32) -> Value {
+    json!({
+        "apiVersion": "deepinfer.io/v1alpha1",
+        "kind": "DeepInferDeployment",
+        "metadata": {"name": name, "annotations": {"deepinfer.io/license-accepted": "mit"}},
+        "spec": {
+            "model": {"name": "deepseek-ai/DeepSeek-V4.1-Flash-1017", "license": "mit",
+                      "source": {"volume": {"claimName": "ckpt", "path": "model"}}},
+            "runtime": {"image": format!("registry.example.com/deepinfer@sha256:{}", "0a".repeat(32)), "commit": commit},
+            "accelerator": {"type": "NVIDIA", "devicesPerPod": 1},
+            "roles": [{"name": "worker", "replicas": replicas, "parallel": {"tensor": 1}}],
+            "acceptance": support::shot_planner_acceptance("valid-2-2-2.jsonl", "replay")
+        }
+    })
+}
+
+fn ready_now(d: &DeepInferDeployment) -> bool {
+    d.status.as_ref().is_some_and(|s| {
+        s.conditions.iter().any(|c| {
+            c.type_ == "Ready" && c.status == "True" && c.observed_generation == d.metadata.generation
+        })
+    })
+}
+
+/// Polls `goal` every 250 ms until it holds or `timeout` passes; the seconds it took.
+async fn converge<F, Fut>(timeout: Duration, mut goal: F) -> Option<f64>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let start = Instant::now();
+    while start.elapsed() < timeout {
+        if goal().await {
+            return Some(start.elapsed().as_secs_f64());
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    None
+}
+
+/// Operator panics recorded in its log.
+fn panics_in(log: &std::path::Path) -> usize {
+    std::fs::read_to_string(log)
+        .map(|t| t.matches("panicked at").count())
+        .unwrap_or(0)
+}
+
+struct Bed {
+    client: Client,
+    binary: PathBuf,
+}
+
+impl Bed {
+    fn operator(&self, ns: &str, log: &std::path::Path) -> OperatorProcess {
+        OperatorProcess::start_binary(
+            &self.binary,
+            ns,
+            free_address(),
+            &[],
+            &[("RUST_LOG", "info")],
+            Some(log),
+        )
+    }
+}
+
+/// The phases every deployment goes through, with the goal that ends each.
+#[derive(Clone, Copy, Debug)]
+enum Phase {
+    Create,
+    Rollout,
+    Scale,
+    Delete,
+}
+
+async fn act(api: &Api<DeepInferDeployment>, names: &[String], phase: Phase) {
+    let pp = PatchParams::default();
+    for name in names {
+        match phase {
+            Phase::Create => {
+                let did: DeepInferDeployment =
+                    serde_json::from_value(deployment(name, "0123456789abcdef0123456789abcdef01234567", 1))
+                        .expect("valid deployment");
+                api.create(&PostParams::default(), &did).await.expect("create");
+            }
+            Phase::Rollout => {
+                let patch = json!({"spec": {"runtime": {"commit": "89abcdef0123456789abcdef0123456789abcdef"}}});
+                api.patch(name, &pp, &Patch::Merge(patch)).await.expect("rollout");
+            }
+            Phase::Scale => {
+                let patch = json!({"spec": {"roles": [{"name": "worker", "replicas": 2, "parallel": {"tensor": 1}}]}});
+                api.patch(name, &pp, &Patch::Merge(patch)).await.expect("scale");
+            }
+            Phase::Delete => {
+                let _ = api.delete(name, &DeleteParams::default()).await;
+            }
+        }
+    }
+}
+
+async fn reached(client: &Client, ns: &str, names: &[String], phase: Phase) -> bool {
+    let api: Api<DeepInferDeployment> = Api::namespaced(client.clone(), ns);
+    let Ok(list) = api.list(&ListParams::default()).await else {
+        return false;
+    };
+    match phase {
+        Phase::Delete => {
+            let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+            let workers = pods
+                .list(&ListParams::default().labels("deepinfer.io/component=worker"))
+                .await
+                .map(|l| l.items.len())
+                .unwrap_or(usize::MAX);
+            list.items.is_empty() && workers == 0
+        }
+        _ => {
+            let ready: BTreeSet<String> = list
+                .items
+                .iter()
+                .filter(|d| ready_now(d))
+                .map(|d| d.name_any())
+                .collect();
+            names.iter().all(|n| ready.contains(n))
+        }
+    }
+}
+
+async fn operator_sigkill(bed: &Bed, rng: &mut Rng, deployments: usize, kills: usize) -> Row {
+    let mut row = Row::new("operator-sigkill");
+    let ns = TestNamespace::new(&bed.client, "chaos-kill").await;
+    support::checkpoint_claim(&ns.name, "ckpt", &support::fixture_checkpoint(), "model");
+    let monitor = Monitor::start(&bed.client, &ns.name, LICENSES, Limits::default());
+    let log = std::env::temp_dir().join(format!("deepinfer-chaos-{}.log", ns.name));
+    let mut operator = bed.operator(&ns.name, &log);
+    let api: Api<DeepInferDeployment> = Api::namespaced(bed.client.clone(), &ns.name);
+    let names: Vec<String> = (0..deployments).map(|i| format!("c{i:02}")).collect();
+    let phases = [Phase::Create, Phase::Rollout, Phase::Scale, Phase::Delete];
+    for (p, phase) in phases.iter().enumerate() {
+        act(&api, &names, *phase).await;
+        // Spread the kills over the phases.
+        let here = kills / phases.len() + usize::from(p < kills % phases.len());
+        for _ in 0..here {
+            tokio::time::sleep(Duration::from_millis(rng.below(2500))).await;
+            operator.kill_hard();
+            row.faults += 1;
+            operator = bed.operator(&ns.name, &log);
+            row.restarts += 1;
+            match converge(Duration::from_secs(180), || reached(&bed.client, &ns.name, &names, *phase)).await {
+                Some(s) => row.converge.push(s),
+                None => row.failures.push(format!("{phase:?}: did not converge within 180 s after a kill")),
+            }
+        }
+        if converge(Duration::from_secs(180), || reached(&bed.client, &ns.name, &names, *phase))
+            .await
+            .is_none()
+        {
+            row.failures.push(format!("{phase:?}: did not converge within 180 s"));
+        }
+    }
+    // Orphans are judged 30 s after deletion.
+    tokio::time::sleep(Duration::from_secs(32)).await;
+    drop(operator);
+    row.violations = monitor.stop().await;
+    row.panics = panics_in(&log);
+    row
+}
+
+/// Runs a bed script (`e2e/bed/<script>`) with arguments.
+fn bed_script(script: &str, args: &[&str]) -> bool {
+    Command::new(support::repo_root().join("e2e/bed").join(script))
+        .args(args)
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+async fn control_plane_restart(bed: &Bed, deployments: usize) -> Row {
+    let mut row = Row::new("control-plane-restart");
+    let ns = TestNamespace::new(&bed.client, "chaos-cp").await;
+    support::checkpoint_claim(&ns.name, "ckpt", &support::fixture_checkpoint(), "model");
+    let monitor = Monitor::start(&bed.client, &ns.name, LICENSES, Limits::default());
+    let log = std::env::temp_dir().join(format!("deepinfer-chaos-{}.log", ns.name));
+    let mut operator = bed.operator(&ns.name, &log);
+    let api: Api<DeepInferDeployment> = Api::namespaced(bed.client.clone(), &ns.name);
+    let names: Vec<String> = (0..deployments).map(|i| format!("p{i:02}")).collect();
+    act(&api, &names, Phase::Create).await;
+    if converge(Duration::from_secs(180), || reached(&bed.client, &ns.name, &names, Phase::Create)).await.is_none() {
+        row.failures.push("Create: did not converge".into());
+    }
+    for component in ["kube-apiserver", "etcd"] {
+        act(&api, &names, if component == "etcd" { Phase::Scale } else { Phase::Rollout }).await;
+        let goal = if component == "etcd" { Phase::Scale } else { Phase::Rollout };
+        if !bed_script("restart.sh", &[component]) {
+            row.failures.push(format!("restarting {component} failed"));
+            continue;
+        }
+        row.faults += 1;
+        match converge(Duration::from_secs(240), || reached(&bed.client, &ns.name, &names, goal)).await {
+            Some(s) => row.converge.push(s),
+            None => row.failures.push(format!("{goal:?}: did not converge after restarting {component}")),
+        }
+    }
+    if operator.wait_exit(Duration::ZERO).is_some() {
+        row.failures.push("the operator exited instead of reconnecting".into());
+    }
+    act(&api, &names, Phase::Delete).await;
+    let _ = converge(Duration::from_secs(120), || reached(&bed.client, &ns.name, &names, Phase::Delete)).await;
+    tokio::time::sleep(Duration::from_secs(32)).await;
+    operator.kill_hard();
+    row.violations = monitor.stop().await;
+    row.panics = panics_in(&log);
+    row
+}
+
+/// One generated hostile spec: a valid spec with one field made hostile.
+fn hostile(rng: &mut Rng, name: &str) -> (String, Value) {
+    let mut v = deployment(name, "0123456789abcdef0123456789abcdef01234567", 1);
+    let huge = "x".repeat(1 << 20);
+    let deep = (0..200).fold(json!(1), |acc, _| json!({"d": acc}));
+    let choices: Vec<(&str, Value)> = vec![
+        ("/spec/roles/0/replicas", json!(-1)),
+        ("/spec/roles/0/replicas", json!(i64::MAX)),
+        ("/spec/roles/0/replicas", json!(1_000_000)),
+        ("/spec/roles/0/replicas", json!("2")),
+        ("/spec/roles/0/replicas", json!(true)),
+        ("/spec/roles/0/parallel/tensor", json!(0)),
+        ("/spec/roles/0/parallel/tensor", json!(4_294_967_296_i64)),
+        ("/spec/roles/0/parallel/expert", json!(3)),
+        ("/spec/roles/0/name", json!("router")),
+        ("/spec/roles/0/name", json!("wörker")),
+        ("/spec/accelerator/type", json!("TPU")),
+        ("/spec/accelerator/devicesPerPod", json!(64)),
+        ("/spec/accelerator/devicesPerPod", json!(-8)),
+        ("/spec/accelerator/product", json!("NVIDIA H200 !!")),
+        ("/spec/accelerator/product", json!(huge.clone())),
+        ("/spec/accelerator/scaleUpDomainKey", json!("not a label key")),
+        ("/spec/runtime/image", json!("registry.example.com/deepinfer:latest")),
+        ("/spec/runtime/image", json!(huge.clone())),
+        ("/spec/runtime/image", json!("📦@sha256:zz")),
+        ("/spec/runtime/commit", json!("HEAD")),
+        ("/spec/runtime/args", json!(vec!["--x"; 10_000])),
+        ("/spec/model/name", json!(huge)),
+        ("/spec/model/name", json!("")),
+        ("/spec/model/license", json!("")),
+        ("/spec/model/source", json!({})),
+        ("/spec/model/source/hub", json!({"revision": "main", "claimName": "ckpt"})),
+        ("/spec/acceptance/prompts", json!([])),
+        ("/spec/acceptance/prompts/0/structuredOutput", deep),
+        ("/spec/acceptance/prompts/0/id", json!("\u{0000}")),
+        ("/spec/roles", json!([])),
+        ("/spec/roles", json!("worker")),
+        ("/metadata/name", json!(format!("{name}.v2"))),
+        ("/metadata/name", json!(format!("{name}-{}", "a".repeat(40)))),
+    ];
+    let (path, value) = choices[rng.below(choices.len() as u64) as usize].clone();
+    if let Some(target) = v.pointer_mut(path) {
+        *target = value;
+    } else {
+        let (parent, key) = path.rsplit_once('/').expect("a path");
+        if let Some(obj) = v.pointer_mut(parent).and_then(Value::as_object_mut) {
+            obj.insert(key.to_string(), value);
+        }
+    }
+    (path.to_string(), v)
+}
+
+async fn hostile_specs(bed: &Bed, rng: &mut Rng, specs: usize, neighbours: usize) -> Row {
+    let mut row = Row::new("hostile-specs");
+    let ns = TestNamespace::new(&bed.client, "chaos-spec").await;
+    support::checkpoint_claim(&ns.name, "ckpt", &support::fixture_checkpoint(), "model");
+    let monitor = Monitor::start(&bed.client, &ns.name, LICENSES, Limits::default());
+    let log = std::env::temp_dir().join(format!("deepinfer-chaos-{}.log", ns.name));
+    let mut operator = bed.operator(&ns.name, &log);
+    let api: Api<DeepInferDeployment> = Api::namespaced(bed.client.clone(), &ns.name);
+    let names: Vec<String> = (0..neighbours).map(|i| format!("n{i:02}")).collect();
+    act(&api, &names, Phase::Create).await;
+    let dynamic: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        bed.client.clone(),
+        &ns.name,
+        &deepinfer_operator::controller::api_resource(),
+    );
+    let mut admitted = Vec::new();
+    let (mut refused, mut stalled) = (0usize, 0usize);
+    for i in 0..specs {
+        let (path, spec) = hostile(rng, &format!("h{i:03}"));
+        row.faults += 1;
+        let obj: kube::api::DynamicObject = match serde_json::from_value(spec.clone()) {
+            Ok(o) => o,
+            Err(e) => {
+                row.failures.push(format!("h{i:03} ({path}): not an object: {e}"));
+                continue;
+            }
+        };
+        match dynamic.create(&PostParams::default(), &obj).await {
+            Ok(created) => admitted.push((created.name_any(), path)),
+            Err(kube::Error::Api(e)) if e.code == 422 || e.code == 400 => {
+                refused += 1;
+                let names_field = e.message.contains("spec.") || e.message.contains("metadata.name");
+                if !names_field {
+                    row.failures.push(format!("h{i:03} ({path}): refused without a field path: {}", e.message));
+                }
+            }
+            Err(kube::Error::Api(e)) if e.code == 413 => refused += 1,
+            Err(e) => row.failures.push(format!("h{i:03} ({path}): {e}")),
+        }
+    }
+    // Each admitted one must stall naming a field, or (when the mutation kept it valid) go Ready.
+    for (name, path) in &admitted {
+        let verdict = converge(Duration::from_secs(120), || async {
+            let Ok(d) = api.get(name).await else { return false };
+            let stalled_naming = d.status.as_ref().is_some_and(|s| {
+                s.conditions.iter().any(|c| {
+                    c.type_ == "Stalled" && c.status == "True"
+                        && (c.message.contains("spec.") || c.message.contains("metadata.name"))
+                })
+            });
+            stalled_naming || ready_now(&d)
+        })
+        .await;
+        match verdict {
+            Some(_) => stalled += 1,
+            None => row.failures.push(format!("{name} ({path}): admitted, then neither Stalled naming a field nor Ready")),
+        }
+    }
+    match converge(Duration::from_secs(180), || reached(&bed.client, &ns.name, &names, Phase::Create)).await {
+        Some(s) => row.converge.push(s),
+        None => row.failures.push("the valid neighbours did not converge".into()),
+    }
+    if operator.wait_exit(Duration::ZERO).is_some() {
+        row.restarts += 1;
+        row.failures.push("the operator exited".into());
+    }
+    println!("hostile-specs: {} generated, {refused} refused by the API server, {} admitted ({stalled} stalled naming a field or went Ready)", specs, admitted.len());
+    operator.kill_hard();
+    row.violations = monitor.stop().await;
+    row.panics = panics_in(&log);
+    row
+}
+
+fn print_table(rows: &[Row]) {
+    println!();
+    println!(
+        "{:<22} {:>7} {:>26} {:>11} {:>9} {:>7}",
+        "scenario", "faults", "converge s (mean / max)", "violations", "restarts", "panics"
+    );
+    for r in rows {
+        let converge = if r.converge.is_empty() {
+            "-".to_string()
+        } else {
+            let max = r.converge.iter().cloned().fold(0.0, f64::max);
+            let mean = r.converge.iter().sum::<f64>() / r.converge.len() as f64;
+            format!("{mean:.1} / {max:.1} (n={})", r.converge.len())
+        };
+        println!(
+            "{:<22} {:>7} {:>26} {:>11} {:>9} {:>7}",
+            r.scenario,
+            r.faults,
+            converge,
+            r.violations.len(),
+            r.restarts,
+            r.panics
+        );
+    }
+    for r in rows {
+        for v in &r.violations {
+            println!("  {} violation: {v}", r.scenario);
+        }
+        for f in &r.failures {
+            println!("  {} failure: {f}", r.scenario);
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let seed = args.seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(1)
+            | 1
+    });
+    println!("chaos: seed {seed}{}", if args.short { " (short)" } else { "" });
+    let mut rng = Rng(seed);
+    let client = support::client().await;
+    support::ensure_crd();
+    let bed = Bed {
+        client,
+        binary: args
+            .operator
+            .clone()
+            .unwrap_or_else(deepinfer_e2e::operator_process::binary),
+    };
+    let wanted = |s: &str| {
+        if args.scenarios.is_empty() {
+            !(args.short && s == "control-plane-restart")
+        } else {
+            args.scenarios.iter().any(|w| w == s)
+        }
+    };
+    let (deployments, kills, specs) = if args.short { (2, 4, 40) } else { (10, 20, 200) };
+    let mut rows = Vec::new();
+    if wanted("operator-sigkill") {
+        rows.push(operator_sigkill(&bed, &mut rng, deployments, kills).await);
+    }
+    if wanted("control-plane-restart") {
+        rows.push(control_plane_restart(&bed, deployments).await);
+    }
+    if wanted("hostile-specs") {
+        rows.push(hostile_specs(&bed, &mut rng, specs, 10.min(deployments * 5)).await);
+    }
+    print_table(&rows);
+    let ok = rows.iter().all(Row::ok);
+    println!("CHAOS {}", if ok { "PASSED" } else { "FAILED" });
+    if !ok {
+        std::process::exit(1);
+    }
+    Ok(())
+}

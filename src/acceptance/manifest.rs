@@ -261,13 +261,23 @@ pub fn prompt_records(
     parsed: &ParsedOutputs,
     verdicts: &[Verdict],
 ) -> Vec<PromptRecord> {
+    // Indexed once: a flood of outputs must not make this quadratic.
+    let mut first_output = std::collections::HashMap::new();
+    for o in &parsed.outputs {
+        first_output.entry(o.output.id.as_str()).or_insert(o);
+    }
+    let passed: std::collections::HashSet<&str> = verdicts
+        .iter()
+        .filter(|v| v.passed)
+        .map(|v| v.id.as_str())
+        .collect();
     prompt_ids
         .iter()
         .map(|id| {
-            let output = parsed.outputs.iter().find(|o| &o.output.id == id);
+            let output = first_output.get(id.as_str());
             PromptRecord {
                 id: id.clone(),
-                passed: verdicts.iter().any(|v| &v.id == id && v.passed),
+                passed: passed.contains(id.as_str()),
                 line: output.map(|o| o.line),
                 finish_reason: output.map(|o| o.output.finish_reason.clone()),
                 prompt_tokens: output.and_then(|o| o.output.prompt_tokens),

@@ -143,6 +143,51 @@ fn decide(
     }
 }
 
+/// Where the holder stands after one renewal attempt.
+#[derive(Debug, PartialEq)]
+enum Standing {
+    /// Still leading; the renew deadline counts from this instant.
+    Leading(Instant),
+    /// Lost, for this reason: stop writing at once.
+    Lost(String),
+}
+
+/// The holder's standing after an attempt whose request was sent at `sent` and that ended at
+/// `now` with `outcome` (`None`: no answer within the deadline); `renewed` is when the last
+/// successful renewal was sent. Pure.
+///
+/// A renewal counts from when its request was sent, never from when the answer came: the server
+/// may have stored the record any time in between, and a standby times the Lease from when it
+/// sees that record, so counting from the answer would let a slow answer stretch the holder's
+/// term past the point where a standby may take over.
+fn after_attempt(
+    renewed: Instant,
+    sent: Instant,
+    outcome: Option<Result<(), Miss>>,
+    last_miss: &mut String,
+    timing: Timing,
+    now: Instant,
+) -> Standing {
+    let mut renewed = renewed;
+    match outcome {
+        Some(Ok(())) => renewed = sent,
+        // Someone else took it: nothing to wait for.
+        Some(Err(Miss::Held(holder))) => {
+            return Standing::Lost(format!("{holder} holds the Lease now"))
+        }
+        Some(Err(miss)) => *last_miss = miss.to_string(),
+        None => {}
+    }
+    if now.saturating_duration_since(renewed) >= timing.renew_deadline {
+        Standing::Lost(format!(
+            "not renewed for {:?} (last failed attempt: {last_miss})",
+            timing.renew_deadline
+        ))
+    } else {
+        Standing::Leading(renewed)
+    }
+}
+
 /// A candidate for the Lease.
 pub struct Elector {
     api: Api<Lease>,
@@ -276,9 +321,10 @@ impl Elector {
         let lease = self.lease();
         info!(lease = %lease, identity = %self.config.identity, "waiting to lead");
         let mut last_reported = String::new();
-        loop {
+        let acquired = loop {
+            let sent = Instant::now();
             match self.try_acquire_or_renew().await {
-                Ok(()) => break,
+                Ok(()) => break sent,
                 Err(miss) => {
                     // Each new reason once, not every retry period.
                     let reason = match &miss {
@@ -295,11 +341,11 @@ impl Elector {
                 }
             }
             tokio::time::sleep(jittered(self.config.timing.retry_period)).await;
-        }
+        };
         info!(lease = %lease, identity = %self.config.identity, "leading");
         let (stop, stopped) = oneshot::channel();
         let (lose, lost) = oneshot::channel();
-        let task = tokio::spawn(self.keep(stopped, lose));
+        let task = tokio::spawn(self.keep(acquired, stopped, lose));
         Leadership {
             lease,
             stop,
@@ -309,10 +355,16 @@ impl Elector {
     }
 
     /// Renews until told to stop (then releases) or until the renew deadline passes (then
-    /// reports the loss and returns without touching the Lease).
-    async fn keep(mut self, mut stop: oneshot::Receiver<()>, lose: oneshot::Sender<String>) {
+    /// reports the loss and returns without touching the Lease). `acquired` is when the request
+    /// that took the Lease was sent.
+    async fn keep(
+        mut self,
+        acquired: Instant,
+        mut stop: oneshot::Receiver<()>,
+        lose: oneshot::Sender<String>,
+    ) {
         let timing = self.config.timing;
-        let mut renewed = Instant::now();
+        let mut renewed = acquired;
         let mut last_miss = String::from("no renewal attempt finished");
         loop {
             tokio::select! {
@@ -323,7 +375,10 @@ impl Elector {
                 () = tokio::time::sleep(timing.retry_period) => {}
             }
             // An attempt may only use what is left of the deadline.
-            let left = timing.renew_deadline.saturating_sub(renewed.elapsed());
+            let sent = Instant::now();
+            let left = timing
+                .renew_deadline
+                .saturating_sub(sent.saturating_duration_since(renewed));
             let outcome = if left.is_zero() {
                 None
             } else {
@@ -331,22 +386,19 @@ impl Elector {
                     .await
                     .ok()
             };
-            match outcome {
-                Some(Ok(())) => renewed = Instant::now(),
-                Some(Err(Miss::Held(holder))) => {
-                    // Someone else took it: nothing to wait for.
-                    let _ = lose.send(format!("{holder} holds the Lease now"));
+            match after_attempt(
+                renewed,
+                sent,
+                outcome,
+                &mut last_miss,
+                timing,
+                Instant::now(),
+            ) {
+                Standing::Leading(since) => renewed = since,
+                Standing::Lost(reason) => {
+                    let _ = lose.send(reason);
                     return;
                 }
-                Some(Err(miss)) => last_miss = miss.to_string(),
-                None => {}
-            }
-            if renewed.elapsed() >= timing.renew_deadline {
-                let _ = lose.send(format!(
-                    "not renewed for {:?} (last failed attempt: {last_miss})",
-                    timing.renew_deadline
-                ));
-                return;
             }
         }
     }
@@ -567,6 +619,65 @@ mod tests {
             assert_eq!(spec.holder_identity.as_deref(), Some(ME));
             assert_eq!(spec.lease_transitions, Some(6));
         }
+    }
+
+    #[test]
+    fn a_renewal_counts_from_when_its_request_was_sent() {
+        let t = timing();
+        let s = Duration::from_secs;
+        let start = Instant::now();
+        let mut last_miss = String::new();
+        // Sent at 1 s, answered at 9 s: the server may have stored it right at 1 s.
+        let standing = after_attempt(
+            start,
+            start + s(1),
+            Some(Ok(())),
+            &mut last_miss,
+            t,
+            start + s(9),
+        );
+        assert_eq!(standing, Standing::Leading(start + s(1)));
+        // The next attempt, sent at 9 s, has no answer by 11 s: 10 s since the last renewal
+        // was sent, so the holder stops, as a standby may count from then.
+        let standing = after_attempt(
+            start + s(1),
+            start + s(9),
+            None,
+            &mut last_miss,
+            t,
+            start + s(11),
+        );
+        assert!(matches!(standing, Standing::Lost(_)), "{standing:?}");
+        // A refused attempt is named in the reason.
+        let refused = Miss::Raced;
+        let standing = after_attempt(
+            start,
+            start + s(9),
+            Some(Err(refused)),
+            &mut last_miss,
+            t,
+            start + s(10),
+        );
+        let Standing::Lost(reason) = standing else {
+            panic!("expected a loss, got {standing:?}")
+        };
+        assert!(
+            reason.contains("another candidate wrote it first"),
+            "{reason}"
+        );
+        // Someone else holding it ends leadership at once.
+        let standing = after_attempt(
+            start,
+            start + s(1),
+            Some(Err(Miss::Held("operator-b".into()))),
+            &mut last_miss,
+            t,
+            start + s(2),
+        );
+        assert_eq!(
+            standing,
+            Standing::Lost("operator-b holds the Lease now".into())
+        );
     }
 
     #[test]

@@ -110,6 +110,7 @@ fn readme_links_every_doc() {
         "docs/accelerators.md",
         "docs/acceptance.md",
         "docs/out-of-scope.md",
+        "docs/security.md",
     ] {
         assert!(
             linked.iter().any(|l| l == doc),

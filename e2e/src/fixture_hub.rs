@@ -2,8 +2,9 @@
 //! `deepinfer-operator fetch-checkpoint` in tests.
 //!
 //! It answers the two endpoints the fetcher uses, like the real hub:
-//! - `GET /api/models/{repo}/revision/{rev}` → `{"id","sha","siblings":[{"rfilename","size","lfs"}]}`
-//!   (`lfs` with size and SHA-256 for `*.safetensors`);
+//! - `GET /api/models/{repo}/revision/{rev}` → `{"id","sha","siblings":[{"rfilename","size","blobId","lfs"}]}`
+//!   (`blobId` the git blob SHA-1, of the LFS pointer for LFS files; `lfs` with size and SHA-256
+//!   for `*.safetensors`);
 //! - `GET /{repo}/resolve/{rev}/{path}` → the file, except LFS files, which are redirected (302)
 //!   to a second listener standing in for the CDN. That listener has another port, so it is
 //!   another origin: like a signed CDN URL it refuses requests carrying `Authorization`.
@@ -16,6 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use deepinfer_operator::checkpoint::fetch;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
@@ -40,6 +42,10 @@ pub enum Fault {
     Status { file: String, status: u16 },
     /// Announce `file`'s full length but close the connection after `len` bytes.
     CutTransfer { file: String, len: usize },
+    /// List `file` truly but serve it with its first byte changed (same length).
+    CorruptDownload { file: String },
+    /// List `file` without any hash (no `blobId`, no `lfs.sha256`).
+    NoHash { file: String },
 }
 
 /// One repository at one revision, backed by a directory.
@@ -366,12 +372,26 @@ fn listing(state: &State, repo: &HubRepo) -> Reply {
         .filter_map(|file| {
             let bytes = served_bytes(state, repo, &file)?;
             let mut entry = serde_json::json!({ "rfilename": file, "size": bytes.len() });
+            let unhashed = state
+                .config
+                .faults
+                .contains(&Fault::NoHash { file: file.clone() });
             if is_lfs(&file) {
+                let sha256 = fetch::sha256_hex(&bytes);
+                let pointer = format!(
+                    "version https://git-lfs.github.com/spec/v1\noid sha256:{sha256}\nsize {}\n",
+                    bytes.len()
+                );
                 entry["lfs"] = serde_json::json!({
                     "size": bytes.len(),
-                    "sha256": deepinfer_operator::checkpoint::fetch::sha256_hex(&bytes),
-                    "pointerSize": 134,
+                    "pointerSize": pointer.len(),
                 });
+                if !unhashed {
+                    entry["lfs"]["sha256"] = sha256.into();
+                    entry["blobId"] = fetch::git_blob_sha1_hex(pointer.as_bytes()).into();
+                }
+            } else if !unhashed {
+                entry["blobId"] = fetch::git_blob_sha1_hex(&bytes).into();
             }
             Some(entry)
         })
@@ -393,11 +413,20 @@ fn file_reply(state: &State, repo: &HubRepo, file: &str) -> Reply {
             _ => {}
         }
     }
+    let corrupt = state
+        .config
+        .faults
+        .contains(&Fault::CorruptDownload { file: file.into() });
     match served_bytes(state, repo, file) {
-        Some(body) => Reply {
+        Some(mut body) => Reply {
             status: 200,
             headers: vec![("Content-Type", "application/octet-stream".into())],
-            body,
+            body: {
+                if let Some(first) = body.first_mut().filter(|_| corrupt) {
+                    *first ^= 0xff;
+                }
+                body
+            },
             cut_at,
         },
         None => Reply::error(404, "Entry not found"),

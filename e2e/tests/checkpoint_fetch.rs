@@ -233,3 +233,102 @@ async fn cli_entrypoint_writes_the_termination_report() {
     assert_eq!(code, checkpoint::EXIT_OK, "{written:#?}");
     assert_eq!(written.files, 6);
 }
+
+#[tokio::test]
+async fn every_file_is_checked_by_hash_as_written() {
+    // A non-LFS file corrupted in transfer, same length: only its git blob id can tell.
+    let hub = fixture_hub::serve(HubConfig::fixture().fault(Fault::CorruptDownload {
+        file: "config.json".into(),
+    }))
+    .await
+    .unwrap();
+    let dest = Scratch::new("corrupt-transfer");
+    let report = fetch_checkpoint(&request(&hub, &dest.0, None)).await;
+    assert!(!report.ok);
+    assert_eq!(report.problems.len(), 1, "{:#?}", report.problems);
+    let problem = &report.problems[0];
+    assert!(
+        problem.starts_with("config.json") && problem.contains("SHA-1"),
+        "{problem}"
+    );
+    assert!(
+        !dest.0.join("config.json").exists(),
+        "nothing kept under the final name"
+    );
+
+    // Files already present are checked by hash too, never accepted by size alone.
+    let hub = fixture_hub::serve(HubConfig::fixture()).await.unwrap();
+    let dest = Scratch::new("tampered");
+    let req = request(&hub, &dest.0, None);
+    assert!(fetch_checkpoint(&req).await.ok);
+    for file in [SHARD1, "config.json"] {
+        let path = dest.0.join(file);
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[0] ^= 0xff;
+        std::fs::write(&path, bytes).unwrap();
+    }
+    let repaired = fetch_checkpoint(&req).await;
+    assert!(repaired.ok, "{:#?}", repaired.problems);
+    assert_eq!(
+        (repaired.downloaded, repaired.skipped),
+        (2, 4),
+        "{repaired:#?}"
+    );
+    assert!(verify(&dest.0).ok);
+    let original = fixture_hub::fixture_checkpoint_dir();
+    for file in [SHARD1, "config.json"] {
+        assert_eq!(
+            std::fs::read(dest.0.join(file)).unwrap(),
+            std::fs::read(original.join(file)).unwrap(),
+            "{file} restored"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_file_the_hub_lists_without_a_hash_is_refused() {
+    let hub = fixture_hub::serve(HubConfig::fixture().fault(Fault::NoHash {
+        file: "generation_config.json".into(),
+    }))
+    .await
+    .unwrap();
+    let dest = Scratch::new("no-hash");
+    let report = fetch_checkpoint(&request(&hub, &dest.0, None)).await;
+    assert!(!report.ok);
+    assert!(
+        report
+            .problems
+            .iter()
+            .any(|p| p.contains("generation_config.json") && p.contains("no hash")),
+        "{:#?}",
+        report.problems
+    );
+}
+
+#[tokio::test]
+async fn concurrent_fetches_into_one_directory_write_each_file_once() {
+    let hub = fixture_hub::serve(HubConfig::fixture()).await.unwrap();
+    let dest = Scratch::new("concurrent");
+    let req = request(&hub, &dest.0, None);
+    let (a, b) = tokio::join!(fetch_checkpoint(&req), fetch_checkpoint(&req));
+    assert!(a.ok && b.ok, "{a:#?} {b:#?}");
+    // One run downloads everything; the other waits for it, then finds every file intact.
+    let mut downloaded = [a.downloaded, b.downloaded];
+    downloaded.sort_unstable();
+    assert_eq!(downloaded, [0, 6], "{a:#?} {b:#?}");
+    let file_gets = hub
+        .requests()
+        .iter()
+        .filter(|l| l.contains("/resolve/") || l.starts_with("cdn GET"))
+        .filter(|l| l.ends_with(" 200"))
+        .count();
+    assert_eq!(file_gets, 6, "{:#?}", hub.requests());
+    assert!(verify(&dest.0).ok);
+    let leftovers: Vec<_> = std::fs::read_dir(&dest.0)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains("partial"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}

@@ -118,6 +118,7 @@ impl CompiledSpec {
         for out in &parsed.outputs {
             by_id.entry(out.output.id.as_str()).or_default().push(out);
         }
+        let by_prompt_id: std::collections::HashSet<&str> = self.prompt_ids().collect();
         let mut verdicts: Vec<Verdict> = self
             .prompts
             .iter()
@@ -142,7 +143,7 @@ impl CompiledSpec {
             })
             .collect();
         for out in &parsed.outputs {
-            if !self.prompts.iter().any(|p| p.id == out.output.id) {
+            if !by_prompt_id.contains(out.output.id.as_str()) {
                 verdicts.push(Verdict {
                     id: out.output.id.clone(),
                     passed: false,

@@ -31,8 +31,17 @@ pub const DATA_BUDGET: usize = 1_000_000;
 pub const LOG_BUDGET: usize = 128 * 1024;
 /// Longest verdict reason kept in `verdicts.json`.
 pub const REASON_BUDGET: usize = 1024;
-/// Room kept for the manifest's truncation record, which is written after the budget is split.
-const MANIFEST_SLACK: usize = 1024;
+/// Bytes `verdicts.json` may take: failing verdicts are kept first.
+pub const VERDICTS_BUDGET: usize = 256 * 1024;
+/// Longest run reason kept in `manifest.json` (`verdicts.json` has each prompt's reason).
+pub const MANIFEST_REASON_BUDGET: usize = 16 * 1024;
+/// Bytes each of the manifest's lists (`promptIds`, `prompts`, `outputLineErrors`,
+/// `engine.command`) may take; with the reason this keeps the manifest under 256 KiB.
+pub const MANIFEST_LIST_BUDGET: usize = 48 * 1024;
+/// Longest raw device listing kept in the manifest.
+const DEVICE_LISTING_BUDGET: usize = 8 * 1024;
+/// Room kept for the manifest's truncation records, which are written after the budget is split.
+const MANIFEST_SLACK: usize = 4096;
 
 /// One evidence key.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,9 +79,11 @@ fn stored_len(len: usize, binary: bool) -> usize {
     }
 }
 
-/// Fits the evidence into [`DATA_BUDGET`]. Outputs are kept whole when they fit; otherwise whole
-/// lines from the start, then a marker line starting with [`TRUNCATION_MARKER`]. The log keeps its
-/// end, marked at the top. Long reasons are shortened with a marker. Every cut is listed in
+/// Fits the evidence into [`DATA_BUDGET`], whatever the engine wrote. The manifest's long lists
+/// and reason are capped (failing prompts kept first); `verdicts.json` keeps failing verdicts
+/// first, within [`VERDICTS_BUDGET`]; outputs are kept whole when they fit, otherwise whole lines
+/// from the start, then a marker line starting with [`TRUNCATION_MARKER`]. The log keeps its end,
+/// marked at the top. Long reasons are shortened with a marker. Every cut is listed in
 /// `manifest.truncated`.
 pub fn assemble(
     mut manifest: Manifest,
@@ -82,6 +93,7 @@ pub fn assemble(
     log_dropped: u64,
 ) -> Evidence {
     manifest.truncated.clear();
+    cap_manifest(&mut manifest);
 
     let mut shortened = 0usize;
     let kept: Vec<Verdict> = verdicts
@@ -97,7 +109,7 @@ pub fn assemble(
             }
         })
         .collect();
-    let verdicts_json = serde_json::to_vec_pretty(&kept).unwrap_or_default();
+    let verdicts_json = cap_verdicts(&kept, &mut manifest.truncated);
     if shortened > 0 {
         let full: usize = verdicts.iter().map(|v| v.reason.len()).sum();
         let kept_len: usize = kept.iter().map(|v| v.reason.len()).sum();
@@ -148,6 +160,165 @@ pub fn assemble(
             },
         ],
     }
+}
+
+/// Which items fit `budget` bytes, given each item's size: those for which `first` holds come
+/// first, then the others, each group in order up to its first item that no longer fits.
+fn keep_within(sizes: &[usize], first: impl Fn(usize) -> bool, budget: usize) -> Vec<bool> {
+    let mut keep = vec![false; sizes.len()];
+    let mut used = 0usize;
+    for group in [true, false] {
+        for (i, &size) in sizes.iter().enumerate() {
+            if first(i) != group {
+                continue;
+            }
+            if used + size > budget {
+                break;
+            }
+            used += size;
+            keep[i] = true;
+        }
+    }
+    keep
+}
+
+/// `verdicts.json`: a JSON array with one verdict per line, failing verdicts kept first within
+/// [`VERDICTS_BUDGET`]; what was left out is recorded.
+fn cap_verdicts(verdicts: &[Verdict], truncated: &mut Vec<Truncation>) -> Vec<u8> {
+    const FRAME: usize = "[\n\n]\n".len();
+    let lines: Vec<String> = verdicts
+        .iter()
+        .map(|v| serde_json::to_string(v).unwrap_or_default())
+        .collect();
+    let sizes: Vec<usize> = lines.iter().map(|l| l.len() + ",\n".len()).collect();
+    let keep = keep_within(&sizes, |i| !verdicts[i].passed, VERDICTS_BUDGET - FRAME);
+    let kept: Vec<&str> = lines
+        .iter()
+        .zip(&keep)
+        .filter(|(_, k)| **k)
+        .map(|(l, _)| l.as_str())
+        .collect();
+    let json = format!("[\n{}\n]\n", kept.join(",\n")).into_bytes();
+    if kept.len() < lines.len() {
+        let failures = verdicts.iter().filter(|v| !v.passed).count();
+        let kept_failures = verdicts
+            .iter()
+            .zip(&keep)
+            .filter(|(v, k)| **k && !v.passed)
+            .count();
+        truncated.push(Truncation {
+            key: VERDICTS_KEY.into(),
+            original_bytes: (sizes.iter().sum::<usize>() + FRAME) as u64,
+            kept_bytes: json.len() as u64,
+            note: format!(
+                "kept {} of {} verdicts: failures first ({kept_failures} of {failures} kept), then passes; the summary counts every verdict",
+                kept.len(),
+                verdicts.len()
+            ),
+        });
+    }
+    json
+}
+
+/// Caps the manifest's reason, raw device listing and long lists, recording each cut.
+fn cap_manifest(manifest: &mut Manifest) {
+    let mut cuts = Vec::new();
+    let reason = shorten(&manifest.reason, MANIFEST_REASON_BUDGET);
+    if reason.len() != manifest.reason.len() {
+        cuts.push(Truncation {
+            key: MANIFEST_KEY.into(),
+            original_bytes: manifest.reason.len() as u64,
+            kept_bytes: reason.len() as u64,
+            note: format!(
+                "reason: shortened to {MANIFEST_REASON_BUDGET} bytes; {VERDICTS_KEY} has each prompt's reason"
+            ),
+        });
+        manifest.reason = reason;
+    }
+    if let Some(listing) = manifest.devices.npu_smi.as_mut() {
+        let short = shorten(listing, DEVICE_LISTING_BUDGET);
+        if short.len() != listing.len() {
+            cuts.push(Truncation {
+                key: MANIFEST_KEY.into(),
+                original_bytes: listing.len() as u64,
+                kept_bytes: short.len() as u64,
+                note: format!("devices.npuSmi: shortened to {DEVICE_LISTING_BUDGET} bytes"),
+            });
+            *listing = short;
+        }
+    }
+    let prompts = &mut manifest.prompts;
+    cap_list(
+        prompts,
+        "prompts",
+        "failing prompts first",
+        |r| !r.passed,
+        &mut cuts,
+    );
+    let ids = &mut manifest.prompt_ids;
+    cap_list(ids, "promptIds", "the first ones", |_| true, &mut cuts);
+    let errors = &mut manifest.output_line_errors;
+    cap_list(
+        errors,
+        "outputLineErrors",
+        "the first ones",
+        |_| true,
+        &mut cuts,
+    );
+    let command = &mut manifest.engine.command;
+    cap_list(
+        command,
+        "engine.command",
+        "the first arguments",
+        |_| true,
+        &mut cuts,
+    );
+    manifest.truncated.extend(cuts);
+}
+
+/// Keeps `items` within [`MANIFEST_LIST_BUDGET`] (as pretty-printed inside the manifest), those
+/// for which `first` holds first; records the cut.
+fn cap_list<T: serde::Serialize>(
+    items: &mut Vec<T>,
+    field: &str,
+    kept_first: &str,
+    first: impl Fn(&T) -> bool,
+    cuts: &mut Vec<Truncation>,
+) {
+    // An item two levels deep: four more spaces on each of its lines, then `,\n` and the indent.
+    let sizes: Vec<usize> = items
+        .iter()
+        .map(|item| {
+            let text = serde_json::to_string_pretty(item).unwrap_or_default();
+            text.len() + 4 * (text.matches('\n').count() + 1) + 6
+        })
+        .collect();
+    let total: usize = sizes.iter().sum();
+    if total <= MANIFEST_LIST_BUDGET {
+        return;
+    }
+    let keep = keep_within(&sizes, |i| first(&items[i]), MANIFEST_LIST_BUDGET);
+    let kept_bytes: usize = sizes
+        .iter()
+        .zip(&keep)
+        .filter(|(_, k)| **k)
+        .map(|(s, _)| s)
+        .sum();
+    let all = items.len();
+    let mut index = 0;
+    items.retain(|_| {
+        index += 1;
+        keep[index - 1]
+    });
+    cuts.push(Truncation {
+        key: MANIFEST_KEY.into(),
+        original_bytes: total as u64,
+        kept_bytes: kept_bytes as u64,
+        note: format!(
+            "{field}: kept {} of {all} entries, {kept_first}",
+            items.len()
+        ),
+    });
 }
 
 fn cap_log(log: &[u8], already_dropped: u64, truncated: &mut Vec<Truncation>) -> Vec<u8> {
@@ -442,6 +613,108 @@ mod tests {
         assert_eq!(labels["deepinfer.io/component"], "evidence");
         assert_eq!(labels["deepinfer.io/revision"], "rev1");
         assert_eq!(cm.metadata.owner_references.unwrap()[0].uid, "uid-1");
+    }
+
+    /// A run flooded with outputs for ids not in the spec, malformed lines and a long spec still
+    /// fits one ConfigMap; every cut is recorded, and failing prompts are kept first.
+    #[test]
+    fn a_flood_of_unknown_ids_stays_within_one_configmap() {
+        use crate::acceptance::checker::CompiledSpec;
+        use crate::acceptance::runner::overall;
+
+        let prompts = 1_000;
+        let id = |i: usize| format!("prompt-{i:04}-{}", "x".repeat(48));
+        let mut spec = String::from("prompts:\n");
+        for i in 0..prompts {
+            spec.push_str(&format!(
+                "- {{id: {}, prompt: p, structuredOutput: {{regex: ok}}}}\n",
+                id(i)
+            ));
+        }
+        let compiled =
+            CompiledSpec::compile(&crate::acceptance::parse_spec(&spec).unwrap()).unwrap();
+        let mut outputs = String::new();
+        for i in 0..prompts {
+            let text = if i % 2 == 0 { "bad" } else { "ok" };
+            outputs.push_str(&format!(
+                "{{\"id\":\"{}\",\"text\":\"{text}\",\"finish_reason\":\"stop\"}}\n",
+                id(i)
+            ));
+        }
+        for i in 0..60_000 {
+            outputs.push_str(&format!(
+                "{{\"id\":\"unknown-{i}\",\"text\":\"ok\",\"finish_reason\":\"stop\"}}\n"
+            ));
+        }
+        for _ in 0..20_000 {
+            outputs.push_str("not json at all\n");
+        }
+        let parsed = parse_outputs(outputs.as_bytes());
+        let verdicts = compiled.judge(&parsed);
+        let ids: Vec<String> = compiled.prompt_ids().map(str::to_string).collect();
+        let exit = EngineExit::Exited { code: 0 };
+        let (result, reason) = overall(&exit, true, &parsed, &verdicts, prompts);
+        let facts = RunFacts {
+            result,
+            reason,
+            devices: Default::default(),
+            engine: EngineRecord {
+                command: vec![],
+                exit,
+                timeout_seconds: 1,
+            },
+            timings: Timings::default(),
+        };
+        let manifest = build_manifest(&RunIdentity::default(), facts, &ids, &parsed, &verdicts);
+        let e = assemble(manifest, outputs.as_bytes(), &verdicts, b"log\n", 0);
+
+        assert!(
+            e.stored_bytes() <= DATA_BUDGET,
+            "{} bytes",
+            e.stored_bytes()
+        );
+        // The API server's ConfigMap limit: keys plus values of data and binaryData, 1 MiB.
+        let cm = configmap("ev", &("did".into(), "uid".into()), "rev", &e);
+        let data: usize = cm
+            .data
+            .iter()
+            .flatten()
+            .map(|(k, v)| k.len() + v.len())
+            .sum();
+        let binary: usize = cm
+            .binary_data
+            .iter()
+            .flatten()
+            .map(|(k, v)| k.len() + v.0.len())
+            .sum();
+        assert!(
+            data + binary <= 1 << 20,
+            "the ConfigMap holds {} bytes",
+            data + binary
+        );
+
+        // Every failing prompt of the spec is in verdicts.json, whatever else was cut.
+        let kept: Vec<Verdict> = serde_json::from_slice(&file(&e, VERDICTS_KEY).bytes).unwrap();
+        for i in (0..prompts).step_by(2) {
+            assert!(
+                kept.iter().any(|v| v.id == id(i) && !v.passed),
+                "{} missing",
+                id(i)
+            );
+        }
+        // The cuts are recorded, never silent.
+        let m = manifest_of(&e);
+        let cut: Vec<&str> = m.truncated.iter().map(|t| t.key.as_str()).collect();
+        for key in [VERDICTS_KEY, MANIFEST_KEY, OUTPUTS_KEY] {
+            assert!(cut.contains(&key), "{key} not recorded: {:#?}", m.truncated);
+        }
+        let verdict_cut = m.truncated.iter().find(|t| t.key == VERDICTS_KEY).unwrap();
+        assert!(
+            verdict_cut.note.contains(&format!("of {}", verdicts.len())),
+            "{}",
+            verdict_cut.note
+        );
+        assert_eq!(m.result, AcceptanceResult::Failed);
     }
 
     #[test]

@@ -261,13 +261,23 @@ pub fn prompt_records(
     parsed: &ParsedOutputs,
     verdicts: &[Verdict],
 ) -> Vec<PromptRecord> {
+    // Indexed once: a flood of outputs must not make this quadratic.
+    let mut first_output = std::collections::HashMap::new();
+    for o in &parsed.outputs {
+        first_output.entry(o.output.id.as_str()).or_insert(o);
+    }
+    let passed: std::collections::HashSet<&str> = verdicts
+        .iter()
+        .filter(|v| v.passed)
+        .map(|v| v.id.as_str())
+        .collect();
     prompt_ids
         .iter()
         .map(|id| {
-            let output = parsed.outputs.iter().find(|o| &o.output.id == id);
+            let output = first_output.get(id.as_str());
             PromptRecord {
                 id: id.clone(),
-                passed: verdicts.iter().any(|v| &v.id == id && v.passed),
+                passed: passed.contains(id.as_str()),
                 line: output.map(|o| o.line),
                 finish_reason: output.map(|o| o.output.finish_reason.clone()),
                 prompt_tokens: output.and_then(|o| o.output.prompt_tokens),
@@ -278,13 +288,14 @@ pub fn prompt_records(
         .collect()
 }
 
-/// Sums each count when every prompt reported it.
+/// Sums each count when every prompt reported it and the sum fits; an engine that reports
+/// counts summing past `u64::MAX` gets no total rather than a clamped one.
 pub fn token_totals(records: &[PromptRecord], measured_seconds: Option<f64>) -> TokenTotals {
     fn total(records: &[PromptRecord], f: impl Fn(&PromptRecord) -> Option<u64>) -> Option<u64> {
         records
             .iter()
             .map(f)
-            .try_fold(0u64, |acc, n| n.map(|n| acc.saturating_add(n)))
+            .try_fold(0u64, |acc, n| acc.checked_add(n?))
     }
     let completion = total(records, |r| r.completion_tokens);
     let rate = match (completion, measured_seconds) {
@@ -441,6 +452,15 @@ mod tests {
             token_totals(&[r(None, None)], Some(1.0)).completion_tokens_per_second,
             None
         );
+        let huge = token_totals(
+            &[r(Some(u64::MAX), Some(1)), r(Some(1), Some(1))],
+            Some(1.0),
+        );
+        assert_eq!(
+            (huge.completion_tokens, huge.accepted_tokens),
+            (None, Some(2))
+        );
+        assert_eq!(huge.completion_tokens_per_second, None);
     }
 
     #[test]

@@ -1,12 +1,18 @@
 //! Extra output rules in CEL, evaluated with the same Kubernetes extension library (kube-cel) that
 //! CRD validation rules use, so `output.shots.map(s, s.seconds).sum() == 6` works as it would in
 //! an `x-kubernetes-validations` rule.
+//!
+//! CEL defines integer overflow as an error. The core operators check it; `sum()` is replaced
+//! here by a checked one (the extension library's adds with `+`, which wraps around in a release
+//! build), and the release profile turns on overflow checks for the CEL crates, so any other
+//! wrap-around in them panics, which [`CompiledRule::check`] reports as a failed rule.
 
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
-use kube_cel::cel::{self, objects::Key, Context, Program, Value};
+use kube_cel::cel::extractors::This;
+use kube_cel::cel::{self, objects::Key, Context, ExecutionError, Program, ResolveResult, Value};
 use kube_cel::KubeCelExt as _;
 
 use crate::api::OutputRule;
@@ -42,6 +48,7 @@ impl CompiledRule {
     /// Evaluates the rule with `output` bound; `Err` is the failure reason, naming the rule.
     pub fn check(&self, output: &serde_json::Value) -> Result<(), String> {
         let mut context = Context::default().with_all();
+        context.add_function("sum", checked_sum);
         context.add_variable_from_value("output", to_cel(output));
         let result = catch_unwind(AssertUnwindSafe(|| self.program.execute(&context)));
         let name = format!("rule {:?} (`{}`)", self.message, self.expression);
@@ -50,11 +57,50 @@ impl CompiledRule {
             Ok(Ok(Value::Bool(false))) => Err(format!("{name} is false")),
             Ok(Ok(other)) => Err(format!("{name} gave {other:?}, not a bool")),
             Ok(Err(err)) => Err(format!("{name} could not be evaluated: {err}")),
-            Err(_) => Err(format!(
-                "{name} could not be evaluated: the CEL interpreter failed"
-            )),
+            Err(panic) => {
+                let why = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "an internal error".into());
+                Err(format!(
+                    "{name} could not be evaluated: the CEL interpreter failed ({why})"
+                ))
+            }
         }
     }
+}
+
+/// `<list>.sum()` as Kubernetes defines it (int, uint, double or duration elements; an empty
+/// list sums to `0`), adding with CEL's own checked operators: an overflow is an error.
+fn checked_sum(This(list): This<Arc<Vec<Value>>>) -> ResolveResult {
+    let mut items = list.iter();
+    let Some(first) = items.next() else {
+        return Ok(Value::Int(0));
+    };
+    let summable = |v: &Value| {
+        matches!(
+            v,
+            Value::Int(_) | Value::UInt(_) | Value::Float(_) | Value::Duration(_)
+        )
+    };
+    if !summable(first) {
+        return Err(ExecutionError::function_error(
+            "sum",
+            format!("cannot sum {first:?}: elements must be int, uint, double or duration"),
+        ));
+    }
+    items.try_fold(first.clone(), |total, item| {
+        if std::mem::discriminant(&total) != std::mem::discriminant(item) {
+            return Err(ExecutionError::function_error(
+                "sum",
+                format!(
+                    "cannot add {item:?} to a sum of {total:?}: every element must have one type"
+                ),
+            ));
+        }
+        total + item.clone()
+    })
 }
 
 /// JSON to CEL: integers stay integers (`int`, or `uint` above `i64::MAX`), a Boolean stays a
@@ -108,6 +154,136 @@ mod tests {
             err,
             "rule \"m\" (`output.shots.map(s, s.seconds).sum() == 6`) is false"
         );
+    }
+
+    /// Integers at and around the edges of `int` and `uint`, and small ones.
+    const INT_EDGES: [i64; 14] = [
+        i64::MAX,
+        i64::MAX - 1,
+        i64::MIN,
+        i64::MIN + 1,
+        1 << 62,
+        -(1 << 62),
+        (i64::MAX / 2) + 1,
+        -1,
+        0,
+        1,
+        2,
+        3,
+        6,
+        8,
+    ];
+    /// Above `i64::MAX`, so JSON gives them as `uint`.
+    const UINT_EDGES: [u64; 4] = [u64::MAX, u64::MAX - 1, 1 << 63, (1 << 63) + 3];
+
+    /// Deterministic pseudo-random indexes (xorshift), so a failure reproduces.
+    fn indexes(seed: u64, bound: usize) -> impl Iterator<Item = usize> {
+        let mut x = seed;
+        std::iter::repeat_with(move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % bound as u64) as usize
+        })
+    }
+
+    /// Checks `rule` on `output`: passes exactly when `exact` (the true result, if no step
+    /// overflowed) is `Some`; otherwise fails naming the overflow.
+    fn assert_checked(rule: &CompiledRule, output: &serde_json::Value, overflowed: bool) {
+        let got = rule.check(output);
+        if overflowed {
+            let err = got.expect_err(&format!("{output} overflows: the rule must fail"));
+            assert!(err.to_lowercase().contains("overflow"), "{output}: {err}");
+        } else {
+            assert_eq!(got, Ok(()), "{output}");
+        }
+    }
+
+    /// Property: a rule comparing an integer computation with its two's-complement wrapped result
+    /// passes exactly when no step overflows. A wrapping evaluator would pass every case; CEL
+    /// defines overflow as an error, so the output fails. Holds in debug and release builds.
+    #[test]
+    fn integer_overflow_fails_the_rule_in_every_build() {
+        let sum = rule("output.xs.sum() == output.want");
+        let picks: Vec<usize> = indexes(0x9e37_79b9_7f4a_7c15, INT_EDGES.len())
+            .take(3 * 400)
+            .collect();
+        let mut lists: Vec<Vec<i64>> = picks
+            .chunks(3)
+            .map(|c| c.iter().map(|&i| INT_EDGES[i]).collect())
+            .collect();
+        // The shot planner's total, reached by wrapping: MAX + MAX + 8 and MIN + MIN + 6.
+        lists.push(vec![i64::MAX, i64::MAX, 8]);
+        lists.push(vec![i64::MIN, i64::MIN, 6]);
+        for xs in &lists {
+            let mut exact = 0i128;
+            let mut overflowed = false;
+            let mut wrapped = 0i64;
+            for (n, &x) in xs.iter().enumerate() {
+                exact += i128::from(x);
+                overflowed |= n > 0 && i64::try_from(exact).is_err();
+                wrapped = if n == 0 { x } else { wrapped.wrapping_add(x) };
+            }
+            assert_checked(&sum, &json!({"xs": xs, "want": wrapped}), overflowed);
+        }
+        let shots = rule("output.shots.map(s, s.seconds).sum() == 6");
+        assert!(shots
+            .check(
+                &json!({"shots": [{"seconds": i64::MAX}, {"seconds": i64::MAX}, {"seconds": 8}]})
+            )
+            .is_err());
+
+        for (i, &a) in UINT_EDGES.iter().enumerate() {
+            for &b in &UINT_EDGES[i..] {
+                let overflowed = a.checked_add(b).is_none();
+                assert_checked(
+                    &sum,
+                    &json!({"xs": [a, b], "want": a.wrapping_add(b)}),
+                    overflowed,
+                );
+            }
+        }
+
+        type Op = (
+            &'static str,
+            fn(i64, i64) -> Option<i64>,
+            fn(i64, i64) -> i64,
+        );
+        let ops: [Op; 4] = [
+            ("+", i64::checked_add, i64::wrapping_add),
+            ("-", i64::checked_sub, i64::wrapping_sub),
+            ("*", i64::checked_mul, i64::wrapping_mul),
+            ("/", i64::checked_div, i64::wrapping_div),
+        ];
+        for (symbol, checked, wrapping) in ops {
+            let r = rule(&format!("output.a {symbol} output.b == output.want"));
+            for &a in &INT_EDGES {
+                for &b in INT_EDGES.iter().filter(|&&b| b != 0) {
+                    let overflowed = checked(a, b).is_none();
+                    assert_checked(
+                        &r,
+                        &json!({"a": a, "b": b, "want": wrapping(a, b)}),
+                        overflowed,
+                    );
+                }
+            }
+        }
+    }
+
+    /// Quantities beyond the library's 128-bit range fail the rule instead of comparing wrapped
+    /// values.
+    #[test]
+    fn quantity_overflow_fails_the_rule() {
+        let r = rule("quantity(output.q).isLessThan(quantity('1'))");
+        for q in ["1e40", "1e60", "-1e40"] {
+            let got = r.check(&json!({"q": q}));
+            assert!(
+                got.as_ref()
+                    .is_err_and(|e| e.to_lowercase().contains("overflow")),
+                "{q}: {got:?}"
+            );
+        }
+        assert_eq!(r.check(&json!({"q": "500m"})), Ok(()));
     }
 
     #[test]

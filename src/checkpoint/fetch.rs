@@ -1,12 +1,26 @@
 //! `fetch-checkpoint`: downloads one pinned hub revision into a directory, once.
 //!
 //! Uses the Hugging Face HTTP API: `GET {endpoint}/api/models/{repo}/revision/{rev}?blobs=true`
-//! lists the files (with sizes and LFS SHA-256), `GET {endpoint}/{repo}/resolve/{rev}/{file}`
-//! downloads one (following redirects to the CDN). Each file is written to a temporary name and
-//! renamed when complete; files already present with the listed size are kept. A marker file
-//! records the revision and file list at the end, so a re-run of a finished fetch needs no network
-//! and the verifier can tell a complete fetch from an interrupted one.
+//! lists the files (with sizes, git blob ids and LFS SHA-256), `GET
+//! {endpoint}/{repo}/resolve/{rev}/{file}` downloads one (following redirects to the CDN).
+//!
+//! Integrity: every file is checked by hash as written to disk, LFS files by their SHA-256,
+//! others by their git blob id; a file the listing gives no hash for is refused. Each download
+//! goes to a temporary name of its own run and is renamed only once its hash matches. Files
+//! already present are kept only when their hash matches too, never by size alone.
+//!
+//! One writer: a fetch holds an exclusive `flock(2)` on [`LOCK_FILE`] in the destination for its
+//! whole run; a second fetch into the same directory waits for it (the kernel drops the lock when
+//! its holder dies, so a killed run leaves no stale lock).
+//!
+//! The token goes only to the endpoint's own scheme, host and port, and never over plain http
+//! (except to a loopback endpoint); a redirect from https to http is refused.
+//!
+//! A marker file records the revision and every file's hash at the end, so a re-run of a finished
+//! fetch needs no network (it re-hashes the files) and the verifier can tell a complete fetch from
+//! an interrupted one.
 
+use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -25,6 +39,10 @@ use super::verify::is_safe_relative;
 
 /// Records a fetch in the destination directory (a dot file: not part of the checkpoint).
 pub const MARKER_FILE: &str = ".deepinfer-fetch.json";
+/// Held locked by the fetch writing into a directory (a dot file: not part of the checkpoint).
+pub const LOCK_FILE: &str = ".deepinfer-fetch.lock";
+/// Suffix of the temporary files a download writes before renaming them.
+const PARTIAL_SUFFIX: &str = ".deepinfer-partial";
 /// Default hub endpoint when neither `--endpoint` nor `HF_ENDPOINT` is set.
 pub const DEFAULT_ENDPOINT: &str = "https://huggingface.co";
 
@@ -45,7 +63,7 @@ pub struct FetchMarker {
     pub revision: String,
     /// False while a fetch is under way or after it failed.
     pub complete: bool,
-    /// Every file of the revision with its size.
+    /// Every file of the revision with its size and hash.
     #[serde(default)]
     pub files: Vec<MarkerFile>,
 }
@@ -57,6 +75,87 @@ pub struct MarkerFile {
     pub path: String,
     /// Size in bytes.
     pub size: u64,
+    /// The hub's hash of it; a marker without hashes makes a re-run check against the hub.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<FileDigest>,
+}
+
+/// The hash the hub lists for a file.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub enum FileDigest {
+    /// LFS files: lower-case hex SHA-256 of the content (`lfs.sha256`).
+    Sha256(String),
+    /// Other files: the git blob id, lower-case hex SHA-1 of `blob <len>\0<content>` (`blobId`).
+    GitBlobSha1(String),
+}
+
+impl FileDigest {
+    fn algorithm(&self) -> &'static str {
+        match self {
+            Self::Sha256(_) => "SHA-256",
+            Self::GitBlobSha1(_) => "git blob SHA-1",
+        }
+    }
+
+    fn expected(&self) -> &str {
+        match self {
+            Self::Sha256(hex) | Self::GitBlobSha1(hex) => hex,
+        }
+    }
+
+    /// Hashes the file at `path` as stored; `Err` says what differs or why it cannot be read.
+    async fn check(&self, path: &Path) -> Result<(), String> {
+        let digest = self.clone();
+        let owned = path.to_path_buf();
+        let got = tokio::task::spawn_blocking(move || hash_file(&owned, &digest))
+            .await
+            .map_err(|e| format!("{}: hashing failed: {e}", path.display()))?
+            .map_err(|e| format!("{}: cannot be read: {e}", path.display()))?;
+        if got.eq_ignore_ascii_case(self.expected()) {
+            Ok(())
+        } else {
+            Err(format!(
+                "{} of the file as written is {got}, the hub lists {}",
+                self.algorithm(),
+                self.expected()
+            ))
+        }
+    }
+}
+
+/// A hashing context for `digest`'s algorithm over content of `len` bytes.
+fn hasher(digest: &FileDigest, len: u64) -> ring::digest::Context {
+    match digest {
+        FileDigest::Sha256(_) => ring::digest::Context::new(&ring::digest::SHA256),
+        FileDigest::GitBlobSha1(_) => {
+            let mut ctx = ring::digest::Context::new(&ring::digest::SHA1_FOR_LEGACY_USE_ONLY);
+            ctx.update(format!("blob {len}\0").as_bytes());
+            ctx
+        }
+    }
+}
+
+fn hash_file(path: &Path, digest: &FileDigest) -> std::io::Result<String> {
+    let mut file = std::fs::File::open(path)?;
+    let len = file.metadata()?.len();
+    let mut ctx = hasher(digest, len);
+    let mut buf = vec![0u8; 1 << 20];
+    let mut read = 0u64;
+    loop {
+        let n = file.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        ctx.update(&buf[..n]);
+        read += n as u64;
+    }
+    if read != len {
+        return Err(std::io::Error::other(format!(
+            "changed size while being hashed ({len} then {read} bytes)"
+        )));
+    }
+    Ok(hex(ctx.finish().as_ref()))
 }
 
 /// Result of `fetch-checkpoint`, written as JSON to stdout and the termination message.
@@ -79,7 +178,7 @@ pub struct FetchReport {
     /// Files downloaded by this run.
     #[serde(default)]
     pub downloaded: u64,
-    /// Files already present with the right size.
+    /// Files already present whose hash matched.
     #[serde(default)]
     pub skipped: u64,
     /// What failed: the file or URL, the HTTP status, and what to do.
@@ -127,8 +226,23 @@ impl FetchRequest {
                 self.endpoint
             ));
         }
+        if self.token.is_some() && uri.scheme_str() == Some("http") && !is_loopback(&uri) {
+            return Err(format!(
+                "--endpoint `{}` is plain http, so the hub token would travel in clear text: use an https:// endpoint (plain http is only for a hub on the loopback address)",
+                self.endpoint
+            ));
+        }
         Ok(())
     }
+}
+
+fn is_loopback(uri: &Uri) -> bool {
+    let host = uri.host().unwrap_or_default();
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 fn is_repo_id(repo: &str) -> bool {
@@ -162,12 +276,15 @@ async fn run(req: &FetchRequest, report: &mut FetchReport) -> Result<(), String>
     tokio::fs::create_dir_all(&req.dest)
         .await
         .map_err(|e| format!("{}: cannot be created: {e}", req.dest.display()))?;
+    // Held until this function returns: no other fetch writes here meanwhile.
+    let _lock = lock_dir(&req.dest).await?;
+    remove_partials(&req.dest).await?;
     let previous = read_marker(&req.dest).await;
     let same_revision = previous
         .as_ref()
         .is_none_or(|m| m.repo == req.repo && m.revision.eq_ignore_ascii_case(&req.revision));
     if let Some(done) = previous.as_ref().filter(|m| m.complete && same_revision) {
-        if all_present(&req.dest, &done.files).await {
+        if all_intact(&req.dest, &done.files).await {
             report.files = done.files.len() as u64;
             report.bytes = done.files.iter().map(|f| f.size).sum();
             report.skipped = report.files;
@@ -208,11 +325,23 @@ async fn run(req: &FetchRequest, report: &mut FetchReport) -> Result<(), String>
             continue;
         }
         let size = sibling.lfs.as_ref().and_then(|l| l.size).or(sibling.size);
-        let sha256 = sibling.lfs.and_then(|l| l.sha256);
+        // An LFS file's blob id is its pointer's, not its content's.
+        let digest = match sibling.lfs {
+            Some(lfs) => lfs.sha256.map(FileDigest::Sha256),
+            None => sibling.blob_id.map(FileDigest::GitBlobSha1),
+        };
+        let Some(digest) = digest else {
+            report.problems.push(format!(
+                "{}: the hub lists `{}` with no hash (neither lfs.sha256 nor blobId), so it cannot be checked; refusing it (check --endpoint serves the hub API with ?blobs=true)",
+                hub.listing_url(),
+                sibling.rfilename
+            ));
+            continue;
+        };
         entries.push(Entry {
             path: sibling.rfilename,
             size,
-            sha256,
+            digest,
         });
     }
     if !report.problems.is_empty() {
@@ -224,7 +353,7 @@ async fn run(req: &FetchRequest, report: &mut FetchReport) -> Result<(), String>
         .map(|entry| {
             let hub = &hub;
             async move {
-                let outcome = hub.ensure(&entry, &req.dest, same_revision).await;
+                let outcome = hub.ensure(&entry, &req.dest).await;
                 (entry, outcome)
             }
         })
@@ -244,6 +373,7 @@ async fn run(req: &FetchRequest, report: &mut FetchReport) -> Result<(), String>
                 files.push(MarkerFile {
                     path: entry.path,
                     size,
+                    digest: Some(entry.digest),
                 });
             }
             Err(problem) => report.problems.push(problem),
@@ -283,14 +413,91 @@ async fn write_marker(dest: &Path, marker: &FetchMarker) -> Result<(), String> {
         .map_err(|e| format!("{}: cannot be written: {e}", path.display()))
 }
 
-async fn all_present(dest: &Path, files: &[MarkerFile]) -> bool {
+/// Every file is there with its recorded size and hash.
+async fn all_intact(dest: &Path, files: &[MarkerFile]) -> bool {
     for file in files {
-        match tokio::fs::metadata(dest.join(&file.path)).await {
+        let path = dest.join(&file.path);
+        let Some(digest) = &file.digest else {
+            return false;
+        };
+        match tokio::fs::metadata(&path).await {
             Ok(m) if m.is_file() && m.len() == file.size => {}
             _ => return false,
         }
+        if let Err(why) = digest.check(&path).await {
+            eprintln!("{}: {why}; fetching again", file.path);
+            return false;
+        }
     }
     true
+}
+
+/// Holds a directory's fetch lock until dropped.
+struct DirLock(#[allow(dead_code)] nix::fcntl::Flock<std::fs::File>);
+
+/// Takes `dest`'s fetch lock, waiting while another fetch holds it.
+async fn lock_dir(dest: &Path) -> Result<DirLock, String> {
+    use nix::fcntl::{Flock, FlockArg};
+    let path = dest.join(LOCK_FILE);
+    let cannot = |e: &dyn std::fmt::Display| {
+        format!(
+            "{}: cannot be locked ({e}): the volume must support flock(2) file locks",
+            path.display()
+        )
+    };
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| cannot(&e))?;
+    match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+        Ok(lock) => Ok(DirLock(lock)),
+        Err((file, nix::errno::Errno::EWOULDBLOCK)) => {
+            eprintln!(
+                "{}: another fetch is writing into {}; waiting for it to finish",
+                path.display(),
+                dest.display()
+            );
+            tokio::task::spawn_blocking(move || Flock::lock(file, FlockArg::LockExclusive))
+                .await
+                .map_err(|e| cannot(&e))?
+                .map(DirLock)
+                .map_err(|(_, errno)| cannot(&errno))
+        }
+        Err((_, errno)) => Err(cannot(&errno)),
+    }
+}
+
+/// Removes the temporary files of earlier, interrupted runs (only called under the lock).
+async fn remove_partials(dest: &Path) -> Result<(), String> {
+    fn walk(dir: &Path) -> std::io::Result<()> {
+        for entry in std::fs::read_dir(dir)? {
+            let entry = entry?;
+            let kind = entry.file_type()?;
+            if kind.is_dir() {
+                walk(&entry.path())?;
+            } else if entry
+                .file_name()
+                .to_string_lossy()
+                .ends_with(PARTIAL_SUFFIX)
+            {
+                std::fs::remove_file(entry.path())?;
+            }
+        }
+        Ok(())
+    }
+    let dir = dest.to_path_buf();
+    tokio::task::spawn_blocking(move || walk(&dir))
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|r| r.map_err(|e| e.to_string()))
+        .map_err(|e| {
+            format!(
+                "{}: removing temporary files of an earlier run failed: {e}",
+                dest.display()
+            )
+        })
 }
 
 /// A file's size and whether this run downloaded it, or the problem.
@@ -301,7 +508,7 @@ type Outcome = Result<(u64, bool), String>;
 struct Entry {
     path: String,
     size: Option<u64>,
-    sha256: Option<String>,
+    digest: FileDigest,
 }
 
 #[derive(Deserialize)]
@@ -317,6 +524,8 @@ struct Sibling {
     rfilename: String,
     #[serde(default)]
     size: Option<u64>,
+    #[serde(default, rename = "blobId")]
+    blob_id: Option<String>,
     #[serde(default)]
     lfs: Option<Lfs>,
 }
@@ -356,14 +565,21 @@ struct Hub<'a> {
     client: HttpClient,
     req: &'a FetchRequest,
     base: String,
+    /// Tags this run's temporary files.
+    run: String,
 }
 
 impl<'a> Hub<'a> {
     fn new(req: &'a FetchRequest) -> Result<Self, String> {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
         Ok(Self {
             client: http_client()?,
             req,
             base: req.endpoint.trim_end_matches('/').to_string(),
+            run: format!("{}-{nanos:08x}", std::process::id()),
         })
     }
 
@@ -419,13 +635,16 @@ impl<'a> Hub<'a> {
         })
     }
 
-    /// Makes sure `entry` is in `dest`; returns its size and whether it was downloaded.
-    async fn ensure(&self, entry: &Entry, dest: &Path, trust_existing: bool) -> Outcome {
+    /// Makes sure `entry` is in `dest` with its hash; returns its size and whether it was
+    /// downloaded.
+    async fn ensure(&self, entry: &Entry, dest: &Path) -> Outcome {
         let target = dest.join(&entry.path);
-        if let (true, Some(size)) = (trust_existing, entry.size) {
-            if let Ok(m) = tokio::fs::metadata(&target).await {
-                if m.is_file() && m.len() == size {
-                    return Ok((size, false));
+        if let Ok(m) = tokio::fs::metadata(&target).await {
+            let size_ok = entry.size.is_none_or(|size| size == m.len());
+            if m.is_file() && size_ok {
+                match entry.digest.check(&target).await {
+                    Ok(()) => return Ok((m.len(), false)),
+                    Err(why) => eprintln!("{}: {why}; fetching again", entry.path),
                 }
             }
         }
@@ -463,21 +682,14 @@ impl<'a> Hub<'a> {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let tmp = parent.join(format!(".{name}.deepinfer-partial"));
+        let tmp = parent.join(format!(".{name}.{}{PARTIAL_SUFFIX}", self.run));
         let mut file = tokio::fs::File::create(&tmp)
             .await
             .map_err(|e| io(&tmp, e))?;
-        let mut hasher = entry
-            .sha256
-            .as_ref()
-            .map(|_| ring::digest::Context::new(&ring::digest::SHA256));
         let mut body = response.into_body();
         let mut received = 0u64;
         while let Some(chunk) = next_frame(&mut body, url).await? {
             file.write_all(&chunk).await.map_err(|e| io(&tmp, e))?;
-            if let Some(h) = hasher.as_mut() {
-                h.update(&chunk);
-            }
             received += chunk.len() as u64;
         }
         file.sync_all().await.map_err(|e| io(&tmp, e))?;
@@ -505,16 +717,14 @@ impl<'a> Hub<'a> {
             ))
             .await;
         }
-        if let (Some(want), Some(h)) = (&entry.sha256, hasher) {
-            let got = hex(h.finish().as_ref());
-            if !got.eq_ignore_ascii_case(want) {
-                return fail(format!(
-                    "{}: {}: SHA-256 {got} differs from the hub's {want} (corrupted transfer)",
-                    entry.path,
-                    display_url(url)
-                ))
-                .await;
-            }
+        // Read back from disk: what is checked is what the verifier and the engine will read.
+        if let Err(why) = entry.digest.check(&tmp).await {
+            return fail(format!(
+                "{}: {}: {why} (corrupted transfer or storage)",
+                entry.path,
+                display_url(url)
+            ))
+            .await;
         }
         tokio::fs::rename(&tmp, target)
             .await
@@ -535,9 +745,8 @@ impl<'a> Hub<'a> {
                 header::USER_AGENT,
                 concat!("deepinfer-operator/", env!("CARGO_PKG_VERSION")),
             );
-            // The token goes to the hub only, never to the CDN a download redirects to.
             if let Some(token) = &self.req.token {
-                if uri.authority() == origin.authority() {
+                if may_carry_token(&origin, &uri) {
                     request = request.header(header::AUTHORIZATION, format!("Bearer {token}"));
                 }
             }
@@ -573,9 +782,8 @@ impl<'a> Hub<'a> {
                     .ok_or_else(|| {
                         Failure::permanent(format!("{shown}: HTTP {status} without a Location"))
                     })?;
-                uri = resolve(&uri, location).map_err(|e| {
-                    Failure::permanent(format!("{shown}: HTTP {status} to a bad Location: {e}"))
-                })?;
+                uri = follow(&uri, location)
+                    .map_err(|e| Failure::permanent(format!("{shown}: HTTP {status}: {e}")))?;
                 continue;
             }
             if status.is_success() {
@@ -664,6 +872,14 @@ pub fn sha256_hex(data: &[u8]) -> String {
     hex(ring::digest::digest(&ring::digest::SHA256, data).as_ref())
 }
 
+/// Lower-case hex git blob id of `data` (SHA-1 of `blob <len>\0<data>`), as the hub lists it
+/// in `blobId`.
+pub fn git_blob_sha1_hex(data: &[u8]) -> String {
+    let mut ctx = hasher(&FileDigest::GitBlobSha1(String::new()), data.len() as u64);
+    ctx.update(data);
+    hex(ctx.finish().as_ref())
+}
+
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -697,6 +913,31 @@ fn encode_path(path: &str) -> String {
     out
 }
 
+/// Whether the hub token may go with a request to `uri`, given the `--endpoint` URL `origin`:
+/// only to the endpoint's own scheme, host and port (never to the CDN a download redirects to),
+/// and only over https, or plain http to a loopback endpoint, where it never leaves the machine.
+fn may_carry_token(origin: &Uri, uri: &Uri) -> bool {
+    let encrypted_or_local = match uri.scheme_str() {
+        Some("https") => true,
+        Some("http") => is_loopback(uri),
+        _ => false,
+    };
+    uri.scheme() == origin.scheme() && uri.authority() == origin.authority() && encrypted_or_local
+}
+
+/// Where a redirect from `from` with this Location leads; a downgrade from https to http is
+/// refused.
+fn follow(from: &Uri, location: &str) -> Result<Uri, String> {
+    let to = resolve(from, location).map_err(|e| format!("a bad Location: {e}"))?;
+    if from.scheme_str() == Some("https") && to.scheme_str() != Some("https") {
+        return Err(format!(
+            "redirects from https to http (`{}`); refusing the downgrade: the hub or a proxy in between is misconfigured",
+            display_url(&to.to_string())
+        ));
+    }
+    Ok(to)
+}
+
 /// Resolves a redirect's Location against the URL that answered it.
 fn resolve(base: &Uri, location: &str) -> Result<Uri, String> {
     let scheme = base.scheme_str().unwrap_or("https");
@@ -712,7 +953,9 @@ fn resolve(base: &Uri, location: &str) -> Result<Uri, String> {
         let dir = &path[..path.rfind('/').map_or(0, |i| i + 1)];
         format!("{scheme}://{authority}{dir}{location}")
     };
-    absolute.parse().map_err(|e| format!("`{location}`: {e}"))
+    absolute
+        .parse()
+        .map_err(|e| format!("`{}`: {e}", display_url(location)))
 }
 
 #[cfg(test)]
@@ -740,6 +983,18 @@ mod tests {
         assert!(with(&|r| r.repo = "a/b/c".into()).contains("--repo"));
         assert!(with(&|r| r.endpoint = "ftp://x".into()).contains("--endpoint"));
         assert!(with(&|r| r.endpoint = "not a url".into()).contains("--endpoint"));
+        let clear_text = with(&|r| {
+            r.endpoint = "http://hub-mirror.internal".into();
+            r.token = Some("hf_x".into());
+        });
+        assert!(
+            clear_text.contains("--endpoint") && clear_text.contains("https://"),
+            "{clear_text}"
+        );
+        let mut local = ok.clone();
+        local.endpoint = "http://127.0.0.1:8080".into();
+        local.token = Some("hf_x".into());
+        assert!(local.validate().is_ok());
     }
 
     #[test]
@@ -762,6 +1017,60 @@ mod tests {
         for (location, want) in cases {
             assert_eq!(resolve(&base, location).unwrap().to_string(), want);
         }
+    }
+
+    #[test]
+    fn the_token_goes_only_to_the_endpoint_and_never_in_clear_text() {
+        let uri = |s: &str| s.parse::<Uri>().unwrap();
+        let hub = uri("https://huggingface.co");
+        let cases = [
+            ("https://huggingface.co/api/models/x", true),
+            ("https://cdn-lfs.huggingface.co/x", false),
+            ("https://huggingface.co:8443/x", false),
+            // A downgrade to the same host must not carry it.
+            ("http://huggingface.co/x", false),
+            ("http://huggingface.co:443/x", false),
+        ];
+        for (target, want) in cases {
+            assert_eq!(may_carry_token(&hub, &uri(target)), want, "{target}");
+        }
+        // Plain http only where the token never leaves the machine.
+        let local = uri("http://127.0.0.1:8080");
+        assert!(may_carry_token(&local, &uri("http://127.0.0.1:8080/x")));
+        assert!(!may_carry_token(&local, &uri("http://127.0.0.1:9090/x")));
+        let mirror = uri("http://hub-mirror.internal");
+        assert!(!may_carry_token(
+            &mirror,
+            &uri("http://hub-mirror.internal/x")
+        ));
+    }
+
+    #[test]
+    fn redirects_from_https_to_http_are_refused() {
+        let from: Uri = "https://huggingface.co/org/m/resolve/abc/model.safetensors"
+            .parse()
+            .unwrap();
+        for location in ["http://huggingface.co/x", "http://cdn.example/x?sig=1"] {
+            let err = follow(&from, location).unwrap_err();
+            assert!(err.contains("https to http"), "{location}: {err}");
+            assert!(!err.contains("sig=1"), "no signed query in messages: {err}");
+        }
+        assert!(follow(&from, "https://cdn.example/x").is_ok());
+        let plain: Uri = "http://127.0.0.1:1/x".parse().unwrap();
+        assert!(follow(&plain, "http://127.0.0.1:2/y").is_ok());
+    }
+
+    #[test]
+    fn git_blob_ids_match_git() {
+        // `git hash-object` of an empty file and of "hello\n".
+        assert_eq!(
+            git_blob_sha1_hex(b""),
+            "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391"
+        );
+        assert_eq!(
+            git_blob_sha1_hex(b"hello\n"),
+            "ce013625030ba8dba906f756967f9e9ca394464a"
+        );
     }
 
     #[test]

@@ -417,6 +417,9 @@ fn hub_revision_needs_a_complete_fetch_marker() {
         .map(|(name, bytes)| fetch::MarkerFile {
             path: name.into(),
             size: bytes.len() as u64,
+            digest: Some(fetch::FileDigest::GitBlobSha1(fetch::git_blob_sha1_hex(
+                &bytes,
+            ))),
         })
         .collect();
     let marker = FetchMarker {

@@ -291,3 +291,56 @@ fn unusable_specs_name_the_prompt_and_field() {
     assert!(err("promptsFrom: {name: cm, key: prompts.yaml}\n")
         .starts_with("promptsFrom (ConfigMap \"cm\""));
 }
+
+#[test]
+fn seed_total_reached_by_integer_wrap_around_fails() {
+    let max = i64::MAX;
+    for parts in [
+        format!(r#"{{"prompt":"A","seconds":{max}}},{{"prompt":"B","seconds":{max}}},{{"prompt":"C","seconds":8}}"#),
+        // Above i64::MAX the seconds are unsigned; two of 2^63 wrap to 0.
+        r#"{"prompt":"A","seconds":9223372036854775808},{"prompt":"B","seconds":9223372036854775808},{"prompt":"C","seconds":6}"#.to_string(),
+    ] {
+        let reason = reason_of("shot-plan", &shots(&parts));
+        assert!(reason.starts_with("rule \"shot seconds must total 6\""), "{reason}");
+        assert!(
+            reason.contains("overflow") || reason.contains("Overflow") || reason.contains("cannot add"),
+            "{reason}"
+        );
+    }
+}
+
+#[test]
+fn integer_bounds_hold_beyond_64_bits() {
+    let schema_of = |bounds: &str| {
+        let yaml = format!(
+            "prompts:\n- id: p\n  prompt: x\n  structuredOutput: {{json: {{type: integer, {bounds}}}}}\n"
+        );
+        CompiledSpec::compile(&parse_spec(&yaml).unwrap()).unwrap()
+    };
+    let passes = |spec: &CompiledSpec, text: &str| {
+        let line =
+            serde_json::json!({"id": "p", "text": text, "finish_reason": "stop"}).to_string();
+        spec.judge(&parse_outputs(line.as_bytes()))[0].passed
+    };
+    let positive = schema_of("minimum: 1, maximum: 10");
+    for text in [
+        "18446744073709551616", // u64::MAX + 1
+        "18446744073709551615", // u64::MAX
+        "9223372036854775808",  // i64::MAX + 1
+        "-9223372036854775808", // i64::MIN
+        "-9223372036854775809", // i64::MIN - 1
+        "1e400",                // beyond f64
+        "true",
+    ] {
+        assert!(!passes(&positive, text), "{text} is outside 1..=10");
+    }
+    assert!(passes(&positive, "10"));
+    let edge = schema_of("maximum: 9223372036854775807");
+    assert!(passes(&edge, "9223372036854775807"));
+    assert!(!passes(&edge, "9223372036854775808"));
+    let exact = schema_of("maximum: 9007199254740992");
+    assert!(
+        !passes(&exact, "9007199254740993"),
+        "no rounding through f64"
+    );
+}

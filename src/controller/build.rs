@@ -37,6 +37,21 @@ pub const RENDEZVOUS_PORT: i32 = 29500;
 pub const APPLIED_HASH_ANNOTATION: &str = "deepinfer.io/applied-hash";
 /// Non-root user engine and Job containers run as (HwHiAiUser's uid on Ascend images).
 const RUN_AS_USER: i64 = 1000;
+/// Version of the engine pod template this operator builds. It is part of the revision, so a
+/// change re-runs acceptance before any pod under the new template serves, then rolls group by
+/// group. Bump it whenever the engine container's command, environment, mounts, devices or
+/// security context change; a change of anything else in the pod (labels, probes) rolls the
+/// groups without a new judgement. `the_template_version_moves_with_the_engine_container`
+/// fails when the engine container changes and this constant does not.
+pub const TEMPLATE_VERSION: i32 = 2;
+/// Path the default probes ask on the serve port.
+pub const HEALTH_PATH: &str = "/health";
+/// Longest the default startup probe waits for an engine to load its weights, in seconds.
+pub const STARTUP_SECONDS: i32 = 45 * 60;
+/// CPU an engine container requests unless `spec.runtime.resources` says otherwise.
+pub const DEFAULT_CPU_REQUEST: &str = "4";
+/// Memory an engine container requests unless `spec.runtime.resources` says otherwise.
+pub const DEFAULT_MEMORY_REQUEST: &str = "16Gi";
 
 /// SHA-256 of a value's JSON form, as lowercase hex cut to `len` characters.
 pub fn short_hash<T: Serialize>(value: &T, len: usize) -> String {
@@ -47,11 +62,14 @@ pub fn short_hash<T: Serialize>(value: &T, len: usize) -> String {
 }
 
 /// The revision: a hash of everything that changes the running bits — image digest,
-/// runtime commit, checkpoint source, accelerator, every role's layout, engine args and env.
-/// Replica counts and the acceptance prompts are not part of it.
+/// runtime commit, checkpoint source, accelerator, every role's layout, engine args, env and
+/// resources, and the operator's [`TEMPLATE_VERSION`]. Replica counts, rollout settings, probes
+/// and the acceptance prompts are not part of it.
 pub fn revision(spec: &DeepInferDeploymentSpec) -> String {
     #[derive(Serialize)]
     struct RunningBits<'a> {
+        template: i32,
+        resources: &'a Option<ResourceRequirements>,
         image: &'a str,
         commit: &'a str,
         model: &'a str,
@@ -69,6 +87,8 @@ pub fn revision(spec: &DeepInferDeploymentSpec) -> String {
     layouts.sort_by(|a, b| a.0.cmp(b.0));
     short_hash(
         &RunningBits {
+            template: TEMPLATE_VERSION,
+            resources: &spec.runtime.resources,
             image: &spec.runtime.image,
             commit: &spec.runtime.commit,
             model: &spec.model.name,
@@ -135,14 +155,21 @@ pub fn role_service_name(did: &str, role: &str) -> String {
     format!("{did}-{role}")
 }
 
-/// Name of a group's headless Service (rendezvous of its ranks).
-pub fn group_service_name(did: &str, role: &str, group: i32) -> String {
-    format!("{did}-{role}-{group}")
+/// The short revision id in object names (5 hex characters); labels carry the full revision.
+pub fn short_revision(revision: &str) -> &str {
+    &revision[..revision.len().min(5)]
 }
 
-/// Name of a worker pod.
-pub fn pod_name(did: &str, role: &str, group: i32, rank: i32) -> String {
-    format!("{did}-{role}-{group}-{rank}")
+/// Name of a group's headless Service (rendezvous of its ranks):
+/// `<name>-<role>-<rev5>-<group>`, at most 36 + 8 + 6 + 4 characters, within a DNS label.
+pub fn group_service_name(did: &str, role: &str, revision: &str, group: i32) -> String {
+    format!("{did}-{role}-{}-{group}", short_revision(revision))
+}
+
+/// Name of a worker pod: `<name>-<role>-<rev5>-<group>-<rank>`, so that groups of two revisions
+/// exist side by side.
+pub fn pod_name(did: &str, role: &str, revision: &str, group: i32, rank: i32) -> String {
+    format!("{}-{rank}", group_service_name(did, role, revision, group))
 }
 
 /// Labels selecting every object of one deployment.
@@ -153,10 +180,11 @@ pub fn deployment_labels(did: &str) -> BTreeMap<String, String> {
     ])
 }
 
-fn group_selector(did: &str, role: &str, group: i32) -> BTreeMap<String, String> {
+fn group_selector(did: &str, role: &str, revision: &str, group: i32) -> BTreeMap<String, String> {
     BTreeMap::from([
         (labels::DEPLOYMENT.to_string(), did.to_string()),
         (labels::ROLE.to_string(), role.to_string()),
+        (labels::REVISION.to_string(), revision.to_string()),
         (labels::GROUP.to_string(), group.to_string()),
     ])
 }
@@ -270,16 +298,60 @@ fn tolerations(kind: AcceleratorType) -> Vec<Toleration> {
     }]
 }
 
-fn device_resources(spec: &DeepInferDeploymentSpec, devices: i32) -> ResourceRequirements {
-    let res = BTreeMap::from([(
-        spec.accelerator.device_resource().to_string(),
-        Quantity(devices.to_string()),
-    )]);
-    ResourceRequirements {
-        requests: Some(res.clone()),
-        limits: Some(res),
-        ..ResourceRequirements::default()
+/// Engine resources: `spec.runtime.resources` (default CPU and memory requests, so the pod is
+/// never BestEffort) with the accelerator's devices as both request and limit.
+fn engine_resources(spec: &DeepInferDeploymentSpec, devices: i32) -> ResourceRequirements {
+    let device = spec.accelerator.device_resource().to_string();
+    let count = Quantity(devices.to_string());
+    let mut res = spec.runtime.resources.clone().unwrap_or_default();
+    let requests = res.requests.get_or_insert_with(BTreeMap::new);
+    for (name, default) in [
+        ("cpu", DEFAULT_CPU_REQUEST),
+        ("memory", DEFAULT_MEMORY_REQUEST),
+    ] {
+        let limited = res.limits.as_ref().and_then(|l| l.get(name)).cloned();
+        requests
+            .entry(name.to_string())
+            .or_insert_with(|| limited.unwrap_or_else(|| Quantity(default.into())));
     }
+    requests.insert(device.clone(), count.clone());
+    res.limits
+        .get_or_insert_with(BTreeMap::new)
+        .insert(device, count);
+    res
+}
+
+fn health_probe(period_seconds: i32, failure_threshold: i32) -> k8s_openapi::api::core::v1::Probe {
+    k8s_openapi::api::core::v1::Probe {
+        http_get: Some(k8s_openapi::api::core::v1::HTTPGetAction {
+            path: Some(HEALTH_PATH.into()),
+            port: IntOrString::String("serve".into()),
+            scheme: Some("HTTP".into()),
+            ..Default::default()
+        }),
+        period_seconds: Some(period_seconds),
+        failure_threshold: Some(failure_threshold),
+        timeout_seconds: Some(5),
+        ..Default::default()
+    }
+}
+
+/// The engine's startup probe: `spec.runtime.startupProbe`, else HTTP GET [`HEALTH_PATH`] every
+/// 10 s for up to [`STARTUP_SECONDS`] while the weights load.
+pub fn startup_probe(spec: &DeepInferDeploymentSpec) -> k8s_openapi::api::core::v1::Probe {
+    spec.runtime
+        .startup_probe
+        .clone()
+        .unwrap_or_else(|| health_probe(10, STARTUP_SECONDS / 10))
+}
+
+/// The engine's readiness probe: `spec.runtime.readinessProbe`, else HTTP GET [`HEALTH_PATH`]
+/// every 10 s, unready after 3 failures.
+pub fn readiness_probe(spec: &DeepInferDeploymentSpec) -> k8s_openapi::api::core::v1::Probe {
+    spec.runtime
+        .readiness_probe
+        .clone()
+        .unwrap_or_else(|| health_probe(10, 3))
 }
 
 fn checkpoint_volume(claim: &str, read_only: bool) -> Volume {
@@ -318,6 +390,8 @@ fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
 pub struct RankOf<'a> {
     /// Role.
     pub role: &'a RoleSpec,
+    /// Revision of the group.
+    pub revision: &'a str,
     /// Group index.
     pub group: i32,
     /// Rank inside the group.
@@ -329,7 +403,7 @@ fn engine_env(did: &DeepInferDeployment, at: &RankOf<'_>, shape: &GroupShape) ->
     let spec = &did.spec;
     let name = did.name_any();
     let ns = did.namespace().unwrap_or_default();
-    let svc = group_service_name(&name, &at.role.name, at.group);
+    let svc = group_service_name(&name, &at.role.name, at.revision, at.group);
     let leader = format!("rank-0.{svc}.{ns}.svc");
     let p = &at.role.parallel;
     let mut out = vec![
@@ -385,7 +459,7 @@ fn engine_pod_spec(did: &DeepInferDeployment, at: &RankOf<'_>, shape: &GroupShap
         image: Some(spec.runtime.image.clone()),
         args: Some(engine_args(spec)),
         env: Some(engine_env(did, at, shape)),
-        resources: Some(device_resources(spec, shape.devices_per_pod)),
+        resources: Some(engine_resources(spec, shape.devices_per_pod)),
         ports: Some(vec![
             k8s_openapi::api::core::v1::ContainerPort {
                 name: Some("serve".into()),
@@ -419,7 +493,12 @@ fn engine_pod_spec(did: &DeepInferDeployment, at: &RankOf<'_>, shape: &GroupShap
             pod_affinity: Some(PodAffinity {
                 required_during_scheduling_ignored_during_execution: Some(vec![PodAffinityTerm {
                     label_selector: Some(LabelSelector {
-                        match_labels: Some(group_selector(&name, &at.role.name, at.group)),
+                        match_labels: Some(group_selector(
+                            &name,
+                            &at.role.name,
+                            at.revision,
+                            at.group,
+                        )),
                         match_expressions: None,
                     }),
                     topology_key: spec.accelerator.scale_up_domain_key().to_string(),
@@ -430,7 +509,12 @@ fn engine_pod_spec(did: &DeepInferDeployment, at: &RankOf<'_>, shape: &GroupShap
             ..Affinity::default()
         }),
         hostname: Some(format!("rank-{}", at.rank)),
-        subdomain: Some(group_service_name(&name, &at.role.name, at.group)),
+        subdomain: Some(group_service_name(
+            &name,
+            &at.role.name,
+            at.revision,
+            at.group,
+        )),
         restart_policy: Some("Never".into()),
         automount_service_account_token: Some(false),
         enable_service_links: Some(false),
@@ -440,26 +524,37 @@ fn engine_pod_spec(did: &DeepInferDeployment, at: &RankOf<'_>, shape: &GroupShap
 }
 
 /// Labels of one rank's pod.
-fn rank_labels(at: &RankOf<'_>, revision: &str) -> BTreeMap<String, String> {
+fn rank_labels(at: &RankOf<'_>) -> BTreeMap<String, String> {
     BTreeMap::from([
         (labels::ROLE.to_string(), at.role.name.clone()),
         (labels::GROUP.to_string(), at.group.to_string()),
         (labels::RANK.to_string(), at.rank.to_string()),
-        (labels::REVISION.to_string(), revision.to_string()),
+        (labels::REVISION.to_string(), at.revision.to_string()),
         (labels::COMPONENT.to_string(), "worker".to_string()),
     ])
 }
 
-/// One worker pod: `<name>-<role>-<group>-<rank>`, gated on `deepinfer.io/accepted`.
-pub fn worker_pod(did: &DeepInferDeployment, at: &RankOf<'_>, revision: &str) -> Pod {
+/// One worker pod: `<name>-<role>-<rev5>-<group>-<rank>`, gated on `deepinfer.io/accepted`,
+/// with the engine's startup and readiness probes.
+pub fn worker_pod(did: &DeepInferDeployment, at: &RankOf<'_>) -> Pod {
     let shape = group_shape(&did.spec, at.role);
-    let name = pod_name(&did.name_any(), &at.role.name, at.group, at.rank);
+    let name = pod_name(
+        &did.name_any(),
+        &at.role.name,
+        at.revision,
+        at.group,
+        at.rank,
+    );
     let mut spec = engine_pod_spec(did, at, &shape);
     spec.readiness_gates = Some(vec![PodReadinessGate {
         condition_type: ACCEPTED_POD_CONDITION.into(),
     }]);
+    if let Some(engine) = spec.containers.first_mut() {
+        engine.startup_probe = Some(startup_probe(&did.spec));
+        engine.readiness_probe = Some(readiness_probe(&did.spec));
+    }
     stamp(Pod {
-        metadata: owned_meta(did, name, rank_labels(at, revision)),
+        metadata: owned_meta(did, name, rank_labels(at)),
         spec: Some(spec),
         status: None,
     })
@@ -474,20 +569,30 @@ pub fn group_pods(
 ) -> Vec<Pod> {
     let shape = group_shape(&did.spec, role);
     (0..shape.pods)
-        .map(|rank| worker_pod(did, &RankOf { role, group, rank }, revision))
+        .map(|rank| {
+            worker_pod(
+                did,
+                &RankOf {
+                    role,
+                    revision,
+                    group,
+                    rank,
+                },
+            )
+        })
         .collect()
 }
 
 /// Headless Service of a group: stable DNS for rendezvous, published before readiness.
-pub fn group_service(did: &DeepInferDeployment, role: &str, group: i32) -> Service {
-    let name = group_service_name(&did.name_any(), role, group);
-    let mut extra = group_selector(&did.name_any(), role, group);
+pub fn group_service(did: &DeepInferDeployment, role: &str, revision: &str, group: i32) -> Service {
+    let name = group_service_name(&did.name_any(), role, revision, group);
+    let mut extra = group_selector(&did.name_any(), role, revision, group);
     extra.insert(labels::COMPONENT.to_string(), "rendezvous".to_string());
     stamp(Service {
         metadata: owned_meta(did, name, extra),
         spec: Some(ServiceSpec {
             cluster_ip: Some("None".into()),
-            selector: Some(group_selector(&did.name_any(), role, group)),
+            selector: Some(group_selector(&did.name_any(), role, revision, group)),
             publish_not_ready_addresses: Some(true),
             ports: Some(vec![ServicePort {
                 name: Some("rendezvous".into()),
@@ -503,7 +608,8 @@ pub fn group_service(did: &DeepInferDeployment, role: &str, group: i32) -> Servi
     })
 }
 
-/// Service of a role: traffic to the group leaders that are Ready (hence accepted).
+/// Service of a role: traffic to the group leaders that are Ready (hence accepted and passing
+/// their probes), of any revision, so that both revisions serve while a rollout runs.
 pub fn role_service(did: &DeepInferDeployment, role: &str) -> Service {
     let name = role_service_name(&did.name_any(), role);
     let selector = BTreeMap::from([
@@ -534,16 +640,100 @@ pub fn role_service(did: &DeepInferDeployment, role: &str) -> Service {
     })
 }
 
-/// Every Service the deployment should have.
-pub fn services(did: &DeepInferDeployment) -> Vec<Service> {
+/// Every Service the deployment should have: one per role, one per group in `groups`
+/// (role, revision, index).
+pub fn services(did: &DeepInferDeployment, groups: &[(String, String, i32)]) -> Vec<Service> {
     let mut out = Vec::new();
     for role in &did.spec.roles {
         out.push(role_service(did, &role.name));
-        for group in 0..role.replicas.max(0) {
-            out.push(group_service(did, &role.name, group));
+        for (_, revision, group) in groups.iter().filter(|(r, _, _)| *r == role.name) {
+            out.push(group_service(did, &role.name, revision, *group));
         }
     }
     out
+}
+
+/// Name of a role's PodDisruptionBudget (the same as its Service).
+pub fn budget_name(did: &str, role: &str) -> String {
+    role_service_name(did, role)
+}
+
+/// A PodDisruptionBudget per role over its worker pods: a voluntary eviction (a node drain) may
+/// take down at most `rollout.maxUnavailable` pods, hence at most that many groups. With the
+/// default 0, drains wait until the pods are moved by a rollout or deleted by hand.
+pub fn budget(
+    did: &DeepInferDeployment,
+    role: &RoleSpec,
+) -> k8s_openapi::api::policy::v1::PodDisruptionBudget {
+    use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
+    let selector = BTreeMap::from([
+        (labels::DEPLOYMENT.to_string(), did.name_any()),
+        (labels::ROLE.to_string(), role.name.clone()),
+        (labels::COMPONENT.to_string(), "worker".to_string()),
+    ]);
+    let extra = BTreeMap::from([
+        (labels::ROLE.to_string(), role.name.clone()),
+        (
+            labels::COMPONENT.to_string(),
+            "disruption-budget".to_string(),
+        ),
+    ]);
+    stamp(PodDisruptionBudget {
+        metadata: owned_meta(did, budget_name(&did.name_any(), &role.name), extra),
+        spec: Some(PodDisruptionBudgetSpec {
+            max_unavailable: Some(IntOrString::Int(role.rollout.max_unavailable.max(0))),
+            selector: Some(LabelSelector {
+                match_labels: Some(selector),
+                match_expressions: None,
+            }),
+            // A broken pod may always be evicted: it serves nothing.
+            unhealthy_pod_eviction_policy: Some("AlwaysAllow".into()),
+            ..PodDisruptionBudgetSpec::default()
+        }),
+        status: None,
+    })
+}
+
+/// Name of the ControllerRevision keeping the spec of `revision`.
+pub fn controller_revision_name(did: &str, revision: &str) -> String {
+    format!("{did}-{revision}")
+}
+
+/// A ControllerRevision keeping the spec of `revision`, so that groups of a revision that is no
+/// longer the spec's (the one serving while another is judged) can still be rebuilt.
+pub fn controller_revision(
+    did: &DeepInferDeployment,
+    revision: &str,
+    number: i64,
+) -> k8s_openapi::api::apps::v1::ControllerRevision {
+    let extra = BTreeMap::from([
+        (labels::REVISION.to_string(), revision.to_string()),
+        (labels::COMPONENT.to_string(), "revision".to_string()),
+    ]);
+    stamp(k8s_openapi::api::apps::v1::ControllerRevision {
+        metadata: owned_meta(
+            did,
+            controller_revision_name(&did.name_any(), revision),
+            extra,
+        ),
+        data: Some(k8s_openapi::apimachinery::pkg::runtime::RawExtension(
+            serde_json::json!({ "spec": did.spec }),
+        )),
+        revision: number,
+    })
+}
+
+/// The resource as it was at the revision a ControllerRevision keeps: its spec, with today's
+/// metadata (name, namespace, owner).
+pub fn at_revision(
+    did: &DeepInferDeployment,
+    kept: &k8s_openapi::api::apps::v1::ControllerRevision,
+) -> Option<DeepInferDeployment> {
+    let spec = kept.data.as_ref()?.0.get("spec")?.clone();
+    let spec: DeepInferDeploymentSpec = serde_json::from_value(spec).ok()?;
+    let mut past = did.clone();
+    past.spec = spec;
+    Some(past)
 }
 
 /// A run-to-completion Job of the operator's own binary over the checkpoint volume.
@@ -700,6 +890,12 @@ pub fn verify_job(did: &DeepInferDeployment, operator_image: &str) -> Job {
     args.extend(layout_args(spec));
     let name = format!("{}-verify-{}", did.name_any(), checkpoint_key(spec));
     operator_job(did, name, "verify", operator_image, args, Vec::new(), true)
+}
+
+/// Seconds after the acceptance leader's engine container started by which the run must have
+/// ended: the runner's own timeout plus five minutes for writing the evidence.
+pub fn acceptance_deadline(spec: &DeepInferDeploymentSpec) -> i64 {
+    i64::from(spec.acceptance.timeout_seconds) + 300
 }
 
 /// Where the injected runner lives inside the engine container of an acceptance pod.
@@ -859,6 +1055,7 @@ pub fn acceptance_job(
     let shape = group_shape(spec, role);
     let at = RankOf {
         role,
+        revision,
         group: 0,
         rank,
     };
@@ -916,6 +1113,8 @@ pub fn acceptance_job(
             revision.to_string(),
             "--image".into(),
             spec.runtime.image.clone(),
+            "--template-version".into(),
+            TEMPLATE_VERSION.to_string(),
             "--runtime-commit".into(),
             spec.runtime.commit.clone(),
             "--checkpoint-revision".into(),
@@ -985,13 +1184,12 @@ pub fn acceptance_job(
     job_labels.insert(labels::RANK.to_string(), rank.to_string());
     let mut pod_labels = group_labels;
     pod_labels.insert(labels::RANK.to_string(), rank.to_string());
-    // The runner's own timeout fires first; the deadline only ends a stuck pod.
-    let deadline = i64::from(spec.acceptance.timeout_seconds) + 300;
+    // No activeDeadlineSeconds: it would count time spent Pending for devices. The runner's own
+    // timeout ends the run; the controller ends a pod stuck past it (see `acceptance_deadline`).
     Some(stamp(Job {
         metadata: owned_meta(did, names.job(rank), job_labels),
         spec: Some(JobSpec {
             backoff_limit: Some(0),
-            active_deadline_seconds: Some(deadline),
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta {
                     labels: Some(pod_labels),
@@ -1047,9 +1245,14 @@ mod tests {
         );
         let rev = revision(&d.spec);
         let pods = group_pods(&d, &d.spec.roles[0], 1, &rev);
+        let short = &rev[..5];
         assert_eq!(
             pods.iter().map(ResourceExt::name_any).collect::<Vec<_>>(),
-            ["flash-worker-1-0", "flash-worker-1-1"]
+            [
+                format!("flash-worker-{short}-1-0"),
+                format!("flash-worker-{short}-1-1")
+            ],
+            "names carry the revision, so two revisions' groups exist side by side"
         );
         let pod = &pods[1];
         let labels = pod.labels();
@@ -1076,7 +1279,11 @@ mod tests {
             ["--model_name", "/models/model", "--max_batch_size", "8"]
         );
         let res = c.resources.as_ref().expect("resources");
-        assert_eq!(res.requests, res.limits, "device requests equal limits");
+        assert_eq!(
+            res.requests.as_ref().expect("requests")["nvidia.com/gpu"],
+            res.limits.as_ref().expect("limits")["nvidia.com/gpu"],
+            "device requests equal limits"
+        );
         assert_eq!(
             res.limits.as_ref().expect("limits")["nvidia.com/gpu"].0,
             "8"
@@ -1089,7 +1296,7 @@ mod tests {
         assert_eq!(env["DEEPINFER_WORLD_SIZE"], "16");
         assert_eq!(
             env["DEEPINFER_LEADER_ADDRESS"],
-            "rank-0.flash-worker-1.serving.svc"
+            format!("rank-0.flash-worker-{short}-1.serving.svc")
         );
         let selector = spec.node_selector.clone().expect("selector");
         assert_eq!(selector["nvidia.com/gpu.present"], "true");
@@ -1104,12 +1311,16 @@ mod tests {
             })
             .expect("required affinity")[0];
         assert_eq!(term.topology_key, "nvidia.com/gpu.clique");
+        let together = term
+            .label_selector
+            .as_ref()
+            .and_then(|l| l.match_labels.clone())
+            .expect("group selector");
+        assert_eq!(together[labels::GROUP], "1");
         assert_eq!(
-            term.label_selector
-                .as_ref()
-                .and_then(|l| l.match_labels.clone())
-                .expect("group selector")[labels::GROUP],
-            "1"
+            together[labels::REVISION],
+            rev,
+            "a group is placed with its own revision's ranks only"
         );
         assert_eq!(
             spec.readiness_gates.as_ref().expect("gates")[0].condition_type,
@@ -1120,7 +1331,10 @@ mod tests {
             Some("Never"),
             "a failed rank fails its pod, so the group is replaced"
         );
-        assert_eq!(spec.subdomain.as_deref(), Some("flash-worker-1"));
+        assert_eq!(
+            spec.subdomain.clone(),
+            Some(format!("flash-worker-{short}-1"))
+        );
         let sc = c.security_context.as_ref().expect("security context");
         assert_eq!(sc.allow_privilege_escalation, Some(false));
         assert_eq!(sc.run_as_non_root, Some(true));
@@ -1200,17 +1414,34 @@ mod tests {
             json!({"type": "NVIDIA"}),
             json!([{"name": "prefill", "replicas": 2, "parallel": {"tensor": 8}}]),
         );
-        let svcs = services(&d);
+        let groups = [
+            ("prefill".to_string(), "aaaaa11111".to_string(), 0),
+            ("prefill".to_string(), "bbbbb22222".to_string(), 0),
+        ];
+        let svcs = services(&d, &groups);
         let names: Vec<_> = svcs.iter().map(ResourceExt::name_any).collect();
         assert_eq!(
             names,
-            ["flash-prefill", "flash-prefill-0", "flash-prefill-1"]
+            [
+                "flash-prefill",
+                "flash-prefill-aaaaa-0",
+                "flash-prefill-bbbbb-0"
+            ]
         );
         let role = svcs[0].spec.as_ref().expect("spec");
-        assert_eq!(role.selector.clone().expect("selector")[labels::RANK], "0");
-        let group = svcs[1].spec.as_ref().expect("spec");
+        let selector = role.selector.clone().expect("selector");
+        assert_eq!(selector[labels::RANK], "0");
+        assert!(
+            !selector.contains_key(labels::REVISION),
+            "the role Service routes to leaders of every revision during a rollout"
+        );
+        let group = svcs[2].spec.as_ref().expect("spec");
         assert_eq!(group.cluster_ip.as_deref(), Some("None"));
         assert_eq!(group.publish_not_ready_addresses, Some(true));
+        assert_eq!(
+            group.selector.clone().expect("selector")[labels::REVISION],
+            "bbbbb22222"
+        );
     }
 
     #[test]
@@ -1282,6 +1513,156 @@ mod tests {
         assert!(
             fpod.init_containers.is_none() && fpod.containers[0].command.is_none(),
             "followers run the engine alone"
+        );
+    }
+
+    #[test]
+    fn engines_are_probed_and_never_best_effort() {
+        let d = did(
+            json!({"type": "NVIDIA"}),
+            json!([{"name": "worker", "replicas": 1, "parallel": {"tensor": 8}}]),
+        );
+        let pod = &group_pods(&d, &d.spec.roles[0], 0, "r")[0];
+        let engine = &pod.spec.as_ref().expect("spec").containers[0];
+        let startup = engine.startup_probe.as_ref().expect("startup probe");
+        let get = startup.http_get.as_ref().expect("HTTP GET");
+        assert_eq!(get.path.as_deref(), Some(HEALTH_PATH));
+        assert_eq!(get.port, IntOrString::String("serve".into()));
+        let allowed = startup.period_seconds.unwrap_or(10) * startup.failure_threshold.unwrap_or(3);
+        assert!(
+            allowed >= 30 * 60,
+            "weights get at least 30 minutes to load, not {allowed} s"
+        );
+        assert!(engine.readiness_probe.is_some());
+        let requests = engine
+            .resources
+            .as_ref()
+            .and_then(|r| r.requests.clone())
+            .expect("requests");
+        assert!(
+            requests.contains_key("cpu") && requests.contains_key("memory"),
+            "CPU and memory requests keep the pod out of BestEffort: {requests:?}"
+        );
+        assert_eq!(requests["nvidia.com/gpu"].0, "8");
+    }
+
+    #[test]
+    fn runtime_probes_and_resources_override_the_defaults_but_not_the_devices() {
+        let mut d = did(
+            json!({"type": "NVIDIA"}),
+            json!([{"name": "worker", "replicas": 1, "parallel": {"tensor": 8}}]),
+        );
+        d.spec.runtime = serde_json::from_value(json!({
+            "image": IMAGE, "commit": "0123456",
+            "readinessProbe": {"tcpSocket": {"port": 8000}, "periodSeconds": 3},
+            "resources": {"limits": {"memory": "64Gi", "nvidia.com/gpu": "1"}, "requests": {"cpu": "12"}}
+        }))
+        .expect("runtime");
+        let pod = &group_pods(&d, &d.spec.roles[0], 0, "r")[0];
+        let engine = &pod.spec.as_ref().expect("spec").containers[0];
+        assert_eq!(
+            engine
+                .readiness_probe
+                .as_ref()
+                .and_then(|p| p.period_seconds),
+            Some(3)
+        );
+        let res = engine.resources.as_ref().expect("resources");
+        let requests = res.requests.clone().expect("requests");
+        let limits = res.limits.clone().expect("limits");
+        assert_eq!(requests["cpu"].0, "12");
+        assert_eq!(
+            requests["memory"].0, "64Gi",
+            "a memory limit alone is also the request"
+        );
+        assert_eq!(
+            limits["nvidia.com/gpu"].0, "8",
+            "devices come from spec.accelerator"
+        );
+        assert_eq!(requests["nvidia.com/gpu"].0, "8");
+    }
+
+    #[test]
+    fn the_revision_covers_the_template_version_and_resources_but_not_probes_or_rollout() {
+        let a = did(
+            json!({"type": "NVIDIA"}),
+            json!([{"name": "worker", "replicas": 1, "parallel": {"tensor": 8}}]),
+        );
+        let mut probed = a.clone();
+        probed.spec.runtime.readiness_probe = Some(health_probe(1, 1));
+        probed.spec.roles[0].rollout.max_unavailable = 1;
+        assert_eq!(revision(&a.spec), revision(&probed.spec));
+        let mut sized = a.clone();
+        sized.spec.runtime.resources = Some(ResourceRequirements::default());
+        assert_ne!(revision(&a.spec), revision(&sized.spec));
+    }
+
+    /// Hash of the engine container of a fixed resource, recorded at [`TEMPLATE_VERSION`].
+    const ENGINE_AT_TEMPLATE_VERSION: (i32, &str) = (2, "bf227d0d7a484d45");
+
+    #[test]
+    fn the_template_version_moves_with_the_engine_container() {
+        let d = did(
+            json!({"type": "NVIDIA"}),
+            json!([{"name": "worker", "replicas": 1, "parallel": {"tensor": 16}}]),
+        );
+        let pod = &group_pods(&d, &d.spec.roles[0], 0, "r")[0];
+        let mut engine = pod.spec.as_ref().expect("spec").containers[0].clone();
+        // Probes roll without a new judgement; everything else the engine sees is judged.
+        engine.startup_probe = None;
+        engine.readiness_probe = None;
+        let now = (TEMPLATE_VERSION, short_hash(&engine, 16));
+        assert_eq!(
+            (
+                ENGINE_AT_TEMPLATE_VERSION.0,
+                ENGINE_AT_TEMPLATE_VERSION.1.to_string()
+            ),
+            now,
+            "the engine container changed: if the change alters what acceptance judged, bump \
+             TEMPLATE_VERSION; then record the new pair in ENGINE_AT_TEMPLATE_VERSION"
+        );
+    }
+
+    #[test]
+    fn a_budget_per_role_allows_what_the_rollout_allows() {
+        let d = did(
+            json!({"type": "NVIDIA"}),
+            json!([{"name": "decode", "replicas": 2, "parallel": {"tensor": 16},
+                    "rollout": {"maxSurge": 0, "maxUnavailable": 1}}]),
+        );
+        let pdb = budget(&d, &d.spec.roles[0]);
+        assert_eq!(pdb.name_any(), "flash-decode");
+        let spec = pdb.spec.expect("spec");
+        assert_eq!(spec.max_unavailable, Some(IntOrString::Int(1)));
+        let selector = spec
+            .selector
+            .and_then(|s| s.match_labels)
+            .expect("selector");
+        assert_eq!(selector[labels::ROLE], "decode");
+        assert_eq!(selector[labels::COMPONENT], "worker");
+        assert_eq!(pdb.metadata.owner_references.expect("owner")[0].uid, "u-1");
+    }
+
+    #[test]
+    fn a_kept_revision_rebuilds_the_groups_of_its_spec() {
+        let old = did(
+            json!({"type": "NVIDIA"}),
+            json!([{"name": "worker", "replicas": 1, "parallel": {"tensor": 8}}]),
+        );
+        let rev = revision(&old.spec);
+        let kept = controller_revision(&old, &rev, 1);
+        let mut now = old.clone();
+        now.spec.runtime.image = IMAGE.replace("0123", "fedc");
+        now.spec.roles[0].replicas = 3;
+        let past = at_revision(&now, &kept).expect("spec kept");
+        assert_eq!(revision(&past.spec), rev);
+        let pod = &group_pods(&past, &past.spec.roles[0], 0, &rev)[0];
+        assert_eq!(
+            pod.spec.as_ref().expect("spec").containers[0]
+                .image
+                .as_deref(),
+            Some(IMAGE),
+            "the serving revision's pods keep its image while another is judged"
         );
     }
 }

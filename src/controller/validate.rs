@@ -9,7 +9,8 @@ use std::fmt;
 use crate::api::{
     reasons, AcceleratorSpec, AcceleratorType, AcceptanceSpec, DeepInferDeploymentSpec, ModelSpec,
     RoleSpec, RuntimeSpec, DEFAULT_MAX_DEVICES_ASCEND, DEFAULT_MAX_DEVICES_NVIDIA,
-    LICENSE_ACCEPTED_ANNOTATION, MAX_ACCEPTANCE_TIMEOUT_SECONDS, MAX_PARALLEL_DEGREE, ROLE_NAMES,
+    LICENSE_ACCEPTED_ANNOTATION, MAX_ACCEPTANCE_TIMEOUT_SECONDS, MAX_PARALLEL_DEGREE,
+    MAX_ROLLOUT_GROUPS, ROLE_NAMES,
 };
 
 /// Most devices one node offers, per accelerator type; `spec.accelerator.devicesPerPod` may not
@@ -248,6 +249,30 @@ fn validate_roles(roles: &[RoleSpec], devices_per_pod: Option<i32>, errors: &mut
             ));
         }
         validate_parallel(role, &at, devices_per_pod, errors);
+        validate_rollout(role, &at, errors);
+    }
+}
+
+fn validate_rollout(role: &RoleSpec, at: &str, errors: &mut Vec<FieldError>) {
+    let r = &role.rollout;
+    let mut bounded = true;
+    for (name, value) in [
+        ("maxSurge", r.max_surge),
+        ("maxUnavailable", r.max_unavailable),
+    ] {
+        if !(0..=MAX_ROLLOUT_GROUPS).contains(&value) {
+            bounded = false;
+            errors.push(FieldError::new(
+                format!("{at}.rollout.{name}"),
+                format_args!("is {value}; it must be between 0 and {MAX_ROLLOUT_GROUPS} groups"),
+            ));
+        }
+    }
+    if bounded && r.max_surge == 0 && r.max_unavailable == 0 {
+        errors.push(FieldError::new(
+            format!("{at}.rollout"),
+            "sets maxSurge and maxUnavailable both to 0, so no group could ever be replaced; set maxSurge to 1 (needs one spare group of devices) or maxUnavailable to 1",
+        ));
     }
 }
 
@@ -650,5 +675,36 @@ mod tests {
         assert!(is_lower_hex("0123abc", 7, 40));
         assert!(!is_lower_hex("0123ab", 7, 40));
         assert!(!is_lower_hex("main", 40, 40));
+    }
+
+    #[test]
+    fn a_rollout_that_could_never_replace_a_group_is_refused_naming_the_field() {
+        let role = |surge: i32, unavailable: i32| RoleSpec {
+            name: "worker".into(),
+            replicas: 2,
+            parallel: crate::api::ParallelSpec::default(),
+            rollout: crate::api::RolloutSpec {
+                max_surge: surge,
+                max_unavailable: unavailable,
+            },
+        };
+        let check = |r: RoleSpec| {
+            let mut errors = Vec::new();
+            validate_roles(&[r], Some(1), &mut errors);
+            errors
+        };
+        assert!(check(role(1, 0)).is_empty(), "the defaults are valid");
+        assert!(check(role(0, 1)).is_empty(), "no surge on a full cluster");
+        let stuck = check(role(0, 0));
+        assert_eq!(stuck.len(), 1, "{stuck:?}");
+        assert_eq!(stuck[0].field, "spec.roles[0].rollout");
+        assert!(
+            stuck[0].message.contains("maxUnavailable to 1"),
+            "{}",
+            stuck[0]
+        );
+        let negative = check(role(-1, 1));
+        assert_eq!(negative[0].field, "spec.roles[0].rollout.maxSurge");
+        assert!(negative[0].message.contains("is -1"), "{}", negative[0]);
     }
 }

@@ -17,16 +17,18 @@ use kube::ResourceExt;
 
 use super::apply;
 use super::build;
-use super::decide::entitlement;
-use super::decide::rollout::{self, Action as GroupAction, Group, Health, Progress, RoleInput};
+use super::decide::checkpoint::{judge_verify_report, verified_message};
+use super::decide::jobs::{job_state, JobState};
+use super::decide::rollout::{self, Action as GroupAction, Health, Progress, RoleInput};
+use super::decide::workers::{group_views, workers_gate};
+use super::decide::{acceptance, entitlement};
 use super::observe::{observe, Observed};
 use super::status::{Gate, Outcome};
 use super::validate::{license_gate, summarize, validate_name, validate_spec, LicenseVerdict};
 use super::{Context, Error};
 use crate::api::{
-    labels, reasons, record_judgement, AcceptanceResult, AcceptanceSpec, AcceptanceStatus,
-    CheckpointStatus, DeepInferDeployment, DeepInferDeploymentStatus, RoleStatus,
-    RERUN_ACCEPTANCE_ANNOTATION,
+    labels, reasons, record_judgement, AcceptanceSpec, AcceptanceStatus, CheckpointStatus,
+    DeepInferDeployment, DeepInferDeploymentStatus, RoleStatus, RERUN_ACCEPTANCE_ANNOTATION,
 };
 
 /// Runs the pipeline for one resource; returns what was found and when to look again.
@@ -286,103 +288,6 @@ async fn claim_exists(ctx: &Context, ns: &str, claim: &str) -> Result<bool, Erro
         .is_some())
 }
 
-/// State of a Job, from what the pass observed.
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum JobState {
-    Missing,
-    Running,
-    /// Finished with success; the termination message of its pod, if the pod is still there.
-    Succeeded(Option<String>),
-    /// Finished with failure; the termination message of its pod, if any.
-    Failed(Option<String>),
-}
-
-fn job_state(observed: &Observed, name: &str) -> JobState {
-    let Some(job) = observed.job(name) else {
-        return JobState::Missing;
-    };
-    let status = job.status.clone().unwrap_or_default();
-    let succeeded = status.succeeded.unwrap_or(0) > 0;
-    let failed = status
-        .conditions
-        .unwrap_or_default()
-        .iter()
-        .any(|c| c.type_ == "Failed" && c.status == "True");
-    if !succeeded && !failed {
-        return JobState::Running;
-    }
-    let message = termination_message(observed.pods_of_job(name).into_iter());
-    if succeeded {
-        JobState::Succeeded(message)
-    } else {
-        JobState::Failed(message)
-    }
-}
-
-/// Termination message of the newest terminated container of these pods.
-fn termination_message<'a>(pods: impl Iterator<Item = &'a Pod>) -> Option<String> {
-    let mut best: Option<(String, String)> = None;
-    for pod in pods {
-        let statuses = pod
-            .status
-            .as_ref()
-            .and_then(|s| s.container_statuses.clone())
-            .unwrap_or_default();
-        for cs in statuses {
-            if let Some(t) = cs.state.and_then(|s| s.terminated) {
-                let at = t.finished_at.map(|f| f.0.to_string()).unwrap_or_default();
-                if let Some(msg) = t.message.filter(|m| !m.trim().is_empty()) {
-                    if best.as_ref().is_none_or(|(b, _)| at > *b) {
-                        best = Some((at, msg));
-                    }
-                }
-            }
-        }
-    }
-    best.map(|(_, m)| m)
-}
-
-/// The scheduler's message when a pod cannot be placed.
-fn unschedulable(pod: &Pod) -> Option<String> {
-    let status = pod.status.as_ref()?;
-    if status.phase.as_deref() != Some("Pending") {
-        return None;
-    }
-    status
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| {
-            c.type_ == "PodScheduled"
-                && c.status == "False"
-                && c.reason.as_deref() == Some("Unschedulable")
-        })
-        .map(|c| c.message.clone().unwrap_or_else(|| "no node fits".into()))
-}
-
-/// When the first container of the pod started running, if it did.
-fn started_at(pod: &Pod) -> Option<Timestamp> {
-    pod.status
-        .as_ref()?
-        .container_statuses
-        .as_ref()?
-        .iter()
-        .find_map(|cs| {
-            let state = cs.state.as_ref()?;
-            state
-                .running
-                .as_ref()
-                .and_then(|r| r.started_at.as_ref())
-                .or_else(|| {
-                    state
-                        .terminated
-                        .as_ref()
-                        .and_then(|t| t.started_at.as_ref())
-                })
-                .map(|t| t.0)
-        })
-}
-
 async fn checkpoint_gate(
     did: &DeepInferDeployment,
     previous: Option<&DeepInferDeploymentStatus>,
@@ -471,67 +376,6 @@ async fn checkpoint_gate(
     }
 }
 
-fn verified_message(done: &CheckpointStatus) -> String {
-    format!(
-        "checkpoint revision {} verified: {} files, {} bytes, licence {}",
-        done.revision,
-        done.files,
-        done.bytes,
-        done.license.as_deref().unwrap_or("unknown")
-    )
-}
-
-/// The checkpoint gate's verdict from the verifier's report (the shared
-/// [`crate::checkpoint::VerifyReport`]).
-fn judge_verify_report(
-    job: &str,
-    key: String,
-    message: Option<&str>,
-    report: Option<crate::checkpoint::VerifyReport>,
-) -> (Gate, Option<CheckpointStatus>) {
-    match report {
-        Some(r) if r.ok => {
-            let status = CheckpointStatus {
-                revision: if r.revision.is_empty() {
-                    crate::checkpoint::VOLUME_REVISION.into()
-                } else {
-                    r.revision
-                },
-                files: i64::try_from(r.files).unwrap_or(i64::MAX),
-                bytes: i64::try_from(r.bytes).unwrap_or(i64::MAX),
-                license: r.license,
-                source_key: key,
-            };
-            (
-                Gate::Passed(reasons::VERIFIED, verified_message(&status)),
-                Some(status),
-            )
-        }
-        Some(r) => {
-            let reason = if r.only_license_mismatch() {
-                reasons::CHECKPOINT_LICENSE_MISMATCH
-            } else {
-                reasons::VERIFICATION_FAILED
-            };
-            let msg = format!(
-                "Job {job} found problems in the checkpoint: {}; fix the checkpoint or the spec, then re-apply",
-                r.problems.join("; ")
-            );
-            (Gate::Failed(reason, super::truncate(&msg, 2000)), None)
-        }
-        None => {
-            let msg = format!(
-                "Job {job} ended without a readable report ({}); look at the Job's pod",
-                message.map_or("no termination message", str::trim)
-            );
-            (
-                Gate::Failed(reasons::VERIFICATION_FAILED, super::truncate(&msg, 2000)),
-                None,
-            )
-        }
-    }
-}
-
 /// What the acceptance gate found.
 struct AcceptanceFound {
     /// The gate.
@@ -555,15 +399,6 @@ impl AcceptanceFound {
     }
 }
 
-fn judged_gate(a: &AcceptanceStatus) -> Gate {
-    let message = acceptance_message(a);
-    if a.passed() {
-        Gate::Passed(reasons::ACCEPTANCE_SUCCEEDED, message)
-    } else {
-        Gate::Failed(reasons::ACCEPTANCE_FAILED, super::truncate(&message, 2000))
-    }
-}
-
 /// Runs (once) and judges the acceptance workload of `revision`. A recorded judgement of this
 /// revision, acceptance spec and rerun token is final and reused (rollback runs nothing).
 async fn acceptance_gate(
@@ -582,14 +417,6 @@ async fn acceptance_gate(
     // The prompts and expectations are part of what was judged: a change re-runs acceptance
     // (the revision's pods keep serving on its last pass until the new verdict).
     let spec_hash = build::short_hash(&did.spec.acceptance, 10);
-    if let Some(a) = known.recorded_judgement(revision, &spec_hash, &token) {
-        return Ok(AcceptanceFound {
-            gate: judged_gate(a),
-            status: Some(a.clone()),
-            recorded: None,
-            needs_room: false,
-        });
-    }
     let names =
         build::AcceptanceNames::new(&did.name_any(), revision, &format!("{token}/{spec_hash}"));
     let Some(role) = build::acceptance_role(&did.spec) else {
@@ -604,14 +431,39 @@ async fn acceptance_gate(
         });
     };
     let shape = build::group_shape(&did.spec, role);
-    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), ns);
     let leader = names.job(0);
+    let leader_pods = observed.pods_of_job(&leader);
+    let run_pods: Vec<&Pod> = (0..shape.pods)
+        .flat_map(|rank| observed.pods_of_job(&names.job(rank)))
+        .collect();
+    let judging = acceptance::Judging {
+        revision,
+        spec_hash: &spec_hash,
+        token: &token,
+        prompts: did.spec.acceptance.prompts.len(),
+        deadline_seconds: build::acceptance_deadline(&did.spec),
+        now: Timestamp::now(),
+    };
+    let step = acceptance::decide(
+        known.recorded_judgement(revision, &spec_hash, &token),
+        &job_state(observed, &leader),
+        &leader_pods,
+        &run_pods,
+        &judging,
+    );
     let running = format!(
         "Job {leader} is running the acceptance workload for revision {revision} on one {} group ({} pod(s))",
         role.name, shape.pods
     );
-    let message = match job_state(observed, &leader) {
-        JobState::Missing => {
+    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), ns);
+    match step {
+        acceptance::Step::Reuse(a) => Ok(AcceptanceFound {
+            gate: acceptance::judged_gate(&a),
+            status: Some(a),
+            recorded: None,
+            needs_room: false,
+        }),
+        acceptance::Step::Start => {
             let spec = match resolve_acceptance(did, ctx, ns).await? {
                 Ok(spec) => spec,
                 Err(message) => {
@@ -624,140 +476,64 @@ async fn acceptance_gate(
                 }
             };
             start_acceptance(did, ctx, ns, revision, &names, &spec, shape.pods).await?;
-            return Ok(AcceptanceFound::progressing(
+            Ok(AcceptanceFound::progressing(
                 reasons::ACCEPTANCE_RUNNING,
                 running,
-            ));
+            ))
         }
-        JobState::Running => {
-            let pods: Vec<&Pod> = (0..shape.pods)
-                .flat_map(|rank| observed.pods_of_job(&names.job(rank)))
-                .collect();
-            if let Some(why) = pods.iter().find_map(|p| unschedulable(p)) {
-                let mut found = AcceptanceFound::progressing(
-                    reasons::WAITING_FOR_CAPACITY,
-                    format!(
-                        "the acceptance run of revision {revision} waits for devices: it needs {}; scheduler: {why}. Its deadline starts when it runs; with spec.roles[].rollout.maxUnavailable ≥ 1 one serving group makes room",
-                        capacity_need(&did.spec, role)
-                    ),
-                );
-                found.needs_room = true;
-                return Ok(found);
-            }
-            let deadline = build::acceptance_deadline(&did.spec);
-            let overdue = observed
-                .pods_of_job(&leader)
-                .into_iter()
-                .filter_map(started_at)
-                .any(|t| Timestamp::now().duration_since(t).as_secs() > deadline);
-            if !overdue {
-                return Ok(AcceptanceFound::progressing(
-                    reasons::ACCEPTANCE_RUNNING,
-                    running,
-                ));
-            }
-            stop_acceptance(ctx, ns, &jobs, &names, 0, shape.pods).await?;
-            let judged = unreadable_judgement(
-                did,
-                revision,
-                &spec_hash,
-                &token,
+        acceptance::Step::Running => Ok(AcceptanceFound::progressing(
+            reasons::ACCEPTANCE_RUNNING,
+            running,
+        )),
+        acceptance::Step::WaitingForCapacity(why) => {
+            let mut found = AcceptanceFound::progressing(
+                reasons::WAITING_FOR_CAPACITY,
                 format!(
-                    "the acceptance Job {leader} did not finish within {deadline} s of starting (spec.acceptance.timeoutSeconds + 300 s)"
+                    "the acceptance run of revision {revision} waits for devices: it needs {}; scheduler: {why}. Its deadline starts when it runs; with spec.roles[].rollout.maxUnavailable ≥ 1 one serving group makes room",
+                    acceptance::capacity_need(&did.spec, role)
                 ),
             );
-            return Ok(record(ctx, judged, 0.0));
+            found.needs_room = true;
+            Ok(found)
         }
-        JobState::Succeeded(m) | JobState::Failed(m) => m,
-    };
-    let summary: Option<crate::acceptance::AcceptanceSummary> = message
-        .as_deref()
-        .and_then(|m| serde_json::from_str(m.trim()).ok());
-    let ran = observed
-        .pods_of_job(&leader)
-        .into_iter()
-        .any(|p| started_at(p).is_some());
-    let judged = match summary {
-        Some(s) => AcceptanceStatus {
-            revision: revision.to_string(),
-            result: s.result,
-            prompts: i32::try_from(s.prompts).unwrap_or(i32::MAX),
-            passed: i32::try_from(s.passed).unwrap_or(i32::MAX),
-            failed_prompts: s.failed_prompts,
-            evidence: (!s.evidence.is_empty()).then_some(s.evidence),
-            rerun_token: (!token.is_empty()).then(|| token.clone()),
-            spec_hash: Some(spec_hash.clone()),
-            reason: Some(super::truncate(&s.reason, 1000)),
-            template_version: Some(build::TEMPLATE_VERSION),
-        },
-        // A Job that never ran, or whose pod is gone, said nothing about the revision: run
-        // it again rather than record a failure.
-        None if !ran => {
+        acceptance::Step::Rerun => {
             stop_acceptance(ctx, ns, &jobs, &names, 0, shape.pods).await?;
-            return Ok(AcceptanceFound::progressing(
+            Ok(AcceptanceFound::progressing(
                 reasons::ACCEPTANCE_RUNNING,
                 format!(
                     "the acceptance Job {leader} ended without a verdict and its pod is gone or never ran; it is run again"
                 ),
-            ));
+            ))
         }
-        None => unreadable_judgement(
-            did,
-            revision,
-            &spec_hash,
-            &token,
-            format!(
-                "the acceptance Job {leader} ended without a summary: {}",
-                message
-                    .as_deref()
-                    .map_or("no termination message", |m| m.trim())
-            ),
-        ),
-    };
-    // The followers' engines have nothing left to serve.
-    stop_acceptance(ctx, ns, &jobs, &names, 1, shape.pods).await?;
-    let duration = observed
-        .job(&leader)
-        .and_then(|j| j.status.clone())
-        .and_then(|s| Some((s.start_time?.0, s.completion_time.map(|c| c.0))))
-        .map(|(start, end)| {
-            let end = end.unwrap_or_else(Timestamp::now);
-            end.duration_since(start).as_secs_f64().max(0.0)
-        })
-        .unwrap_or(0.0);
-    Ok(record(ctx, judged, duration))
+        acceptance::Step::Record {
+            judgement,
+            stop_leader,
+        } => {
+            // The followers' engines have nothing left to serve.
+            let from = if stop_leader { 0 } else { 1 };
+            stop_acceptance(ctx, ns, &jobs, &names, from, shape.pods).await?;
+            let duration = observed
+                .job(&leader)
+                .and_then(|j| j.status.clone())
+                .and_then(|s| Some((s.start_time?.0, s.completion_time.map(|c| c.0))))
+                .map(|(start, end)| {
+                    let end = end.unwrap_or_else(Timestamp::now);
+                    end.duration_since(start).as_secs_f64().max(0.0)
+                })
+                .unwrap_or(0.0);
+            Ok(record(ctx, judgement, duration))
+        }
+    }
 }
 
 fn record(ctx: &Context, judged: AcceptanceStatus, seconds: f64) -> AcceptanceFound {
     ctx.metrics
         .acceptance_finished(judged.result.as_str(), seconds);
     AcceptanceFound {
-        gate: judged_gate(&judged),
+        gate: acceptance::judged_gate(&judged),
         status: Some(judged.clone()),
         recorded: Some(judged),
         needs_room: false,
-    }
-}
-
-/// A failed judgement for a run that produced no readable summary.
-fn unreadable_judgement(
-    did: &DeepInferDeployment,
-    revision: &str,
-    spec_hash: &str,
-    token: &str,
-    why: String,
-) -> AcceptanceStatus {
-    AcceptanceStatus {
-        revision: revision.to_string(),
-        result: AcceptanceResult::Failed,
-        prompts: i32::try_from(did.spec.acceptance.prompts.len()).unwrap_or(i32::MAX),
-        passed: 0,
-        failed_prompts: Vec::new(),
-        evidence: None,
-        rerun_token: (!token.is_empty()).then(|| token.to_string()),
-        spec_hash: Some(spec_hash.to_string()),
-        reason: Some(super::truncate(&why, 1000)),
-        template_version: Some(build::TEMPLATE_VERSION),
     }
 }
 
@@ -817,110 +593,6 @@ async fn stop_acceptance(
         apply::delete_ignoring_missing(&svc_api, &names.run).await?;
     }
     Ok(())
-}
-
-/// What one group of `role` needs, for capacity messages: pods × devices, and the domain.
-fn capacity_need(
-    spec: &crate::api::DeepInferDeploymentSpec,
-    role: &crate::api::RoleSpec,
-) -> String {
-    let shape = build::group_shape(spec, role);
-    let domain = if shape.pods > 1 {
-        format!(
-            " inside one {} domain",
-            spec.accelerator.scale_up_domain_key()
-        )
-    } else {
-        String::new()
-    };
-    format!(
-        "{} pod(s) × {} {} ({} devices){domain}",
-        shape.pods,
-        shape.devices_per_pod,
-        spec.accelerator.device_resource(),
-        shape.world_size
-    )
-}
-
-/// Observed groups of one role: each (revision, index) with its pods and health.
-fn group_views<'a>(
-    pods: &'a [Pod],
-    role: &str,
-    specs: &std::collections::BTreeMap<String, DeepInferDeployment>,
-) -> Vec<(Group, Vec<&'a Pod>)> {
-    let mut buckets: std::collections::BTreeMap<(String, i32), Vec<&Pod>> = Default::default();
-    for pod in pods {
-        let l = pod.labels();
-        if l.get(labels::ROLE).map(String::as_str) != Some(role) {
-            continue;
-        }
-        let (Some(revision), Some(index)) = (
-            l.get(labels::REVISION),
-            l.get(labels::GROUP).and_then(|g| g.parse::<i32>().ok()),
-        ) else {
-            continue;
-        };
-        buckets
-            .entry((revision.clone(), index))
-            .or_default()
-            .push(pod);
-    }
-    buckets
-        .into_iter()
-        .map(|((revision, index), members)| {
-            let at = specs.get(&revision);
-            let role_spec = at.and_then(|d| d.spec.roles.iter().find(|r| r.name == role));
-            let expected = at
-                .zip(role_spec)
-                .map(|(d, r)| build::group_pods(d, r, index, &revision));
-            let terminating = |p: &&Pod| p.metadata.deletion_timestamp.is_some();
-            let ended = |p: &&Pod| {
-                matches!(
-                    p.status.as_ref().and_then(|s| s.phase.as_deref()),
-                    Some("Failed" | "Succeeded")
-                )
-            };
-            let current = expected.as_ref().is_none_or(|want| {
-                want.iter().all(|w| {
-                    members.iter().any(|m| {
-                        m.name_any() == w.name_any()
-                            && build::applied_hash(*m) == build::applied_hash(w)
-                    })
-                })
-            });
-            let complete = expected.as_ref().is_none_or(|want| {
-                want.iter()
-                    .all(|w| members.iter().any(|m| m.name_any() == w.name_any()))
-            });
-            let health = if members.iter().all(terminating) {
-                Health::Terminating
-            } else if members.iter().any(terminating) || members.iter().any(ended) || !complete {
-                Health::Broken
-            } else if let Some(why) = members.iter().find_map(|p| unschedulable(p)) {
-                let need = at
-                    .zip(role_spec)
-                    .map(|(d, r)| capacity_need(&d.spec, r))
-                    .unwrap_or_else(|| "devices".into());
-                Health::Unschedulable(format!(
-                    "group {}-{index} needs {need}; scheduler: {why}",
-                    rollout::short(&revision)
-                ))
-            } else if members.iter().all(|p| apply::pod_ready(p)) {
-                Health::Ready
-            } else {
-                Health::Starting
-            };
-            (
-                Group {
-                    revision,
-                    index,
-                    current,
-                    health,
-                },
-                members,
-            )
-        })
-        .collect()
 }
 
 /// Plans every role's groups with the rollout planner and, when `act`, carries the plan out:
@@ -1102,47 +774,6 @@ async fn keep_revisions(
     Ok(())
 }
 
-/// The workers' gate from every role's progress: Passed when every role is complete; else the
-/// most pressing role's reason (capacity, then rollout, then the rest) with every role's message.
-fn workers_gate(statuses: &[RoleStatus], progress: &[Progress]) -> Gate {
-    let summary = statuses
-        .iter()
-        .map(|s| format!("{} {}/{}", s.name, s.ready_groups, s.desired_groups))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let mut pending: Vec<(u8, &'static str, &str)> = Vec::new();
-    for (p, s) in progress.iter().zip(statuses) {
-        match p {
-            Progress::Complete => {}
-            Progress::WaitingForCapacity(m) => pending.push((0, reasons::WAITING_FOR_CAPACITY, m)),
-            Progress::Frozen(m) => pending.push((1, reasons::SERVING_WITHDRAWN, m)),
-            Progress::RollingOut(m) => pending.push((2, reasons::ROLLING_OUT, m)),
-            Progress::HoldingServing(m) if s.ready_groups < s.desired_groups => {
-                pending.push((3, reasons::GROUPS_NOT_READY, m));
-            }
-            Progress::HoldingServing(_) => {}
-            Progress::Converging(m) => pending.push((3, reasons::GROUPS_NOT_READY, m)),
-        }
-    }
-    pending.sort_by_key(|(rank, _, _)| *rank);
-    match pending.first() {
-        None => Gate::Passed(
-            reasons::GROUPS_READY,
-            format!("ready serving groups: {summary}"),
-        ),
-        Some((_, reason, _)) => Gate::Progressing(
-            reason,
-            format!(
-                "{}; ready serving groups: {summary}",
-                pending
-                    .iter()
-                    .map(|(_, _, m)| *m)
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            ),
-        ),
-    }
-}
 /// Resolves `promptsFrom` into inline prompts, so the runner needs no read access to ConfigMaps.
 async fn resolve_acceptance(
     did: &DeepInferDeployment,
@@ -1179,32 +810,5 @@ async fn resolve_acceptance(
             "ConfigMap {ns}/{} key {} is not a YAML list of prompts (spec.acceptance.promptsFrom): {e}",
             from.name, from.key
         ))),
-    }
-}
-
-fn acceptance_message(a: &AcceptanceStatus) -> String {
-    let evidence = a.evidence.as_deref().unwrap_or("none");
-    if a.passed() {
-        format!(
-            "revision {} passed acceptance: {}/{} prompts; evidence in ConfigMap {evidence}",
-            a.revision, a.passed, a.prompts
-        )
-    } else {
-        let failed = if a.failed_prompts.is_empty() {
-            "none recorded".to_string()
-        } else {
-            a.failed_prompts.join(", ")
-        };
-        let why = a
-            .reason
-            .as_deref()
-            .map(|r| format!(" ({r})"))
-            .unwrap_or_default();
-        format!(
-            "revision {} failed acceptance: {}/{} prompts passed; failing prompts: {failed}{why}; evidence in ConfigMap {evidence}. \
-             No pod of this revision serves (pods of an earlier judgement are taken out of service). Fix the image, checkpoint or layout (a spec change re-runs acceptance), \
-             or set annotation {RERUN_ACCEPTANCE_ANNOTATION} to a new value to run it again",
-            a.revision, a.passed, a.prompts
-        )
     }
 }

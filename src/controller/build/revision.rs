@@ -1,0 +1,45 @@
+//! ControllerRevisions: the spec of each revision, to rebuild its groups later.
+
+use super::*;
+
+/// Name of the ControllerRevision keeping the spec of `revision`.
+pub fn controller_revision_name(did: &str, revision: &str) -> String {
+    format!("{did}-{revision}")
+}
+
+/// A ControllerRevision keeping the spec of `revision`, so that groups of a revision that is no
+/// longer the spec's (the one serving while another is judged) can still be rebuilt.
+pub fn controller_revision(
+    did: &DeepInferDeployment,
+    revision: &str,
+    number: i64,
+) -> k8s_openapi::api::apps::v1::ControllerRevision {
+    let extra = BTreeMap::from([
+        (labels::REVISION.to_string(), revision.to_string()),
+        (labels::COMPONENT.to_string(), "revision".to_string()),
+    ]);
+    stamp(k8s_openapi::api::apps::v1::ControllerRevision {
+        metadata: owned_meta(
+            did,
+            controller_revision_name(&did.name_any(), revision),
+            extra,
+        ),
+        data: Some(k8s_openapi::apimachinery::pkg::runtime::RawExtension(
+            serde_json::json!({ "spec": did.spec }),
+        )),
+        revision: number,
+    })
+}
+
+/// The resource as it was at the revision a ControllerRevision keeps: its spec, with today's
+/// metadata (name, namespace, owner).
+pub fn at_revision(
+    did: &DeepInferDeployment,
+    kept: &k8s_openapi::api::apps::v1::ControllerRevision,
+) -> Option<DeepInferDeployment> {
+    let spec = kept.data.as_ref()?.0.get("spec")?.clone();
+    let spec: DeepInferDeploymentSpec = serde_json::from_value(spec).ok()?;
+    let mut past = did.clone();
+    past.spec = spec;
+    Some(past)
+}

@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
+use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
 use kube::runtime::controller::Action;
@@ -278,16 +278,6 @@ fn api_failure(ctx: &Context, error: &Error) -> Gate {
 /// How soon to look at a running Job again if no event arrives.
 const RECHECK: Duration = Duration::from_secs(30);
 
-/// The PVC named by the source must exist before any Job or pod mounts it.
-async fn claim_exists(ctx: &Context, ns: &str, claim: &str) -> Result<bool, Error> {
-    let api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), ns);
-    Ok(api
-        .get_opt(claim)
-        .await
-        .map_err(|e| Error::api("get", "PersistentVolumeClaim", &format!("{ns}/{claim}"), e))?
-        .is_some())
-}
-
 async fn checkpoint_gate(
     did: &DeepInferDeployment,
     previous: Option<&DeepInferDeploymentStatus>,
@@ -314,7 +304,7 @@ async fn checkpoint_gate(
             None,
         ));
     };
-    if !claim_exists(ctx, ns, &claim).await? {
+    if observed.claim_exists != Some(true) {
         let msg = format!(
             "PersistentVolumeClaim {ns}/{claim} (spec.model.source) does not exist; create it (it must hold or receive the checkpoint) — the operator checks again every 15 s"
         );
@@ -464,17 +454,18 @@ async fn acceptance_gate(
             needs_room: false,
         }),
         acceptance::Step::Start => {
-            let spec = match resolve_acceptance(did, ctx, ns).await? {
-                Ok(spec) => spec,
-                Err(message) => {
-                    return Ok(AcceptanceFound {
-                        gate: Gate::Failed(reasons::MISSING_DEPENDENCY, message),
-                        status: None,
-                        recorded: None,
-                        needs_room: false,
-                    })
-                }
-            };
+            let spec =
+                match acceptance::resolve(&did.spec.acceptance, ns, observed.prompts.as_ref()) {
+                    Ok(spec) => spec,
+                    Err(message) => {
+                        return Ok(AcceptanceFound {
+                            gate: Gate::Failed(reasons::MISSING_DEPENDENCY, message),
+                            status: None,
+                            recorded: None,
+                            needs_room: false,
+                        })
+                    }
+                };
             start_acceptance(did, ctx, ns, revision, &names, &spec, shape.pods).await?;
             Ok(AcceptanceFound::progressing(
                 reasons::ACCEPTANCE_RUNNING,
@@ -772,43 +763,4 @@ async fn keep_revisions(
         }
     }
     Ok(())
-}
-
-/// Resolves `promptsFrom` into inline prompts, so the runner needs no read access to ConfigMaps.
-async fn resolve_acceptance(
-    did: &DeepInferDeployment,
-    ctx: &Context,
-    ns: &str,
-) -> Result<Result<AcceptanceSpec, String>, Error> {
-    let mut spec = did.spec.acceptance.clone();
-    let Some(from) = spec.prompts_from.take() else {
-        return Ok(Ok(spec));
-    };
-    let api: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
-    let Some(cm) = api
-        .get_opt(&from.name)
-        .await
-        .map_err(|e| Error::api("get", "ConfigMap", &format!("{ns}/{}", from.name), e))?
-    else {
-        return Ok(Err(format!(
-            "ConfigMap {ns}/{} named by spec.acceptance.promptsFrom does not exist; create it with the prompts under key {}",
-            from.name, from.key
-        )));
-    };
-    let Some(text) = cm.data.as_ref().and_then(|d| d.get(&from.key)) else {
-        return Ok(Err(format!(
-            "ConfigMap {ns}/{} has no key {} (spec.acceptance.promptsFrom.key); add the prompts there",
-            from.name, from.key
-        )));
-    };
-    match serde_yaml::from_str::<Vec<crate::api::AcceptancePrompt>>(text) {
-        Ok(prompts) => {
-            spec.prompts.extend(prompts);
-            Ok(Ok(spec))
-        }
-        Err(e) => Ok(Err(format!(
-            "ConfigMap {ns}/{} key {} is not a YAML list of prompts (spec.acceptance.promptsFrom): {e}",
-            from.name, from.key
-        ))),
-    }
 }

@@ -4,7 +4,7 @@
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, ListParams};
 use kube::{Resource, ResourceExt};
@@ -26,8 +26,12 @@ pub struct Observed {
     pub services: Vec<Service>,
     /// PodDisruptionBudgets (per role).
     pub budgets: Vec<PodDisruptionBudget>,
-    /// ControllerRevisions: the spec of each revision, to rebuild its groups.
+    /// ControllerRevisions: the spec of each revision, to rebuild its groups later.
     pub revisions: Vec<ControllerRevision>,
+    /// Whether the checkpoint's PersistentVolumeClaim exists (None: the spec names none).
+    pub claim_exists: Option<bool>,
+    /// The ConfigMap named by `spec.acceptance.promptsFrom`, if set and present.
+    pub prompts: Option<ConfigMap>,
 }
 
 fn owned_by(
@@ -71,6 +75,25 @@ where
         .collect())
 }
 
+async fn get_opt<K>(ctx: &Context, ns: &str, name: &str) -> Result<Option<K>, Error>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + k8s_openapi::Resource
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug,
+{
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), ns);
+    api.get_opt(name).await.map_err(|e| {
+        Error::api(
+            "get",
+            <K as k8s_openapi::Resource>::KIND,
+            &format!("{ns}/{name}"),
+            e,
+        )
+    })
+}
+
 /// Reads every object the pass needs.
 pub async fn observe(ctx: &Context, did: &DeepInferDeployment) -> Result<Observed, Error> {
     let ns = did
@@ -105,7 +128,21 @@ pub async fn observe(ctx: &Context, did: &DeepInferDeployment) -> Result<Observe
             job_pods.push(pod);
         }
     }
+    let claim_exists = match crate::controller::build::checkpoint_location(&did.spec) {
+        Some((claim, _)) => Some(
+            get_opt::<PersistentVolumeClaim>(ctx, &ns, &claim)
+                .await?
+                .is_some(),
+        ),
+        None => None,
+    };
+    let prompts = match &did.spec.acceptance.prompts_from {
+        Some(from) => get_opt::<ConfigMap>(ctx, &ns, &from.name).await?,
+        None => None,
+    };
     Ok(Observed {
+        claim_exists,
+        prompts,
         workers,
         jobs,
         job_pods,

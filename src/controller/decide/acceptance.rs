@@ -2,14 +2,14 @@
 //! observed run (Jobs and their pods). A run waiting for devices is not a verdict; a run that
 //! never started, or whose pod is gone, is run again rather than recorded as a failure.
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::jiff::Timestamp;
 
 use super::jobs::{started_at, unschedulable, JobState};
 use crate::acceptance::AcceptanceSummary;
 use crate::api::{
-    reasons, AcceptanceResult, AcceptanceStatus, DeepInferDeploymentSpec,
-    RERUN_ACCEPTANCE_ANNOTATION,
+    reasons, AcceptancePrompt, AcceptanceResult, AcceptanceSpec, AcceptanceStatus,
+    DeepInferDeploymentSpec, RERUN_ACCEPTANCE_ANNOTATION,
 };
 use crate::controller::build;
 use crate::controller::status::Gate;
@@ -141,6 +141,41 @@ fn unreadable_judgement(j: &Judging<'_>, why: String) -> AcceptanceStatus {
     }
 }
 
+/// `spec.acceptance` with `promptsFrom` resolved into inline prompts (so the runner needs no
+/// read access to ConfigMaps), or what is missing, naming the ConfigMap and key.
+pub fn resolve(
+    acceptance: &AcceptanceSpec,
+    ns: &str,
+    prompts: Option<&ConfigMap>,
+) -> Result<AcceptanceSpec, String> {
+    let mut spec = acceptance.clone();
+    let Some(from) = spec.prompts_from.take() else {
+        return Ok(spec);
+    };
+    let Some(cm) = prompts else {
+        return Err(format!(
+            "ConfigMap {ns}/{} named by spec.acceptance.promptsFrom does not exist; create it with the prompts under key {}",
+            from.name, from.key
+        ));
+    };
+    let Some(text) = cm.data.as_ref().and_then(|d| d.get(&from.key)) else {
+        return Err(format!(
+            "ConfigMap {ns}/{} has no key {} (spec.acceptance.promptsFrom.key); add the prompts there",
+            from.name, from.key
+        ));
+    };
+    match serde_yaml::from_str::<Vec<AcceptancePrompt>>(text) {
+        Ok(more) => {
+            spec.prompts.extend(more);
+            Ok(spec)
+        }
+        Err(e) => Err(format!(
+            "ConfigMap {ns}/{} key {} is not a YAML list of prompts (spec.acceptance.promptsFrom): {e}",
+            from.name, from.key
+        )),
+    }
+}
+
 /// The gate for a judgement.
 pub fn judged_gate(a: &AcceptanceStatus) -> Gate {
     let message = acceptance_message(a);
@@ -261,6 +296,39 @@ mod tests {
         format!(
             r#"{{"result":"{result}","prompts":4,"passed":3,"failedPrompts":["p2"],"evidence":"ev","reason":"p2: wrong total"}}"#
         )
+    }
+
+    #[test]
+    fn prompts_from_a_config_map_are_inlined_or_the_missing_piece_is_named() {
+        let spec = AcceptanceSpec {
+            prompts_from: Some(crate::api::ConfigMapKeyRef {
+                name: "prompts".into(),
+                key: "list.yaml".into(),
+            }),
+            ..AcceptanceSpec::default()
+        };
+        let missing = resolve(&spec, "serving", None).expect_err("missing ConfigMap");
+        assert!(missing.contains("ConfigMap serving/prompts") && missing.contains("list.yaml"));
+        let mut cm = ConfigMap::default();
+        let wrong_key = resolve(&spec, "serving", Some(&cm)).expect_err("missing key");
+        assert!(wrong_key.contains("has no key list.yaml"), "{wrong_key}");
+        cm.data = Some(std::collections::BTreeMap::from([(
+            "list.yaml".to_string(),
+            "- id: a\n  prompt: hi\n  structuredOutput: {regex: x}\n".to_string(),
+        )]));
+        let resolved = resolve(&spec, "serving", Some(&cm)).expect("resolved");
+        assert_eq!(resolved.prompts.len(), 1);
+        assert!(
+            resolved.prompts_from.is_none(),
+            "the runner gets the prompts inline"
+        );
+        cm.data = Some(std::collections::BTreeMap::from([(
+            "list.yaml".to_string(),
+            "not: a list".to_string(),
+        )]));
+        assert!(resolve(&spec, "serving", Some(&cm))
+            .expect_err("not a list")
+            .contains("is not a YAML list of prompts"));
     }
 
     #[test]

@@ -24,7 +24,7 @@ use super::decide::workers::{group_views, workers_gate};
 use super::decide::{acceptance, entitlement};
 use super::observe::{observe, Observed};
 use super::status::{Gate, Outcome};
-use super::validate::{license_gate, summarize, validate_name, validate_spec, LicenseVerdict};
+use super::validate::{license_gate, summarize, validate, LicenseVerdict, ValidatedDeployment};
 use super::{Context, Error};
 use crate::api::{
     labels, reasons, record_judgement, AcceptanceSpec, AcceptanceStatus, CheckpointStatus,
@@ -73,16 +73,14 @@ pub async fn run_pipeline(
     }
 
     // 1. validate (the CRD's CEL rules, for API servers that do not enforce them)
-    let mut errors = validate_spec(&did.spec, &ctx.limits)
-        .err()
-        .unwrap_or_default();
-    if let Err(e) = validate_name(&name) {
-        errors.insert(0, e);
-    }
-    if !errors.is_empty() {
-        outcome.spec = Gate::Failed(reasons::INVALID_SPEC, summarize(&errors));
-        return Ok((outcome, Action::await_change()));
-    }
+    let did = match validate(did, &ctx.limits) {
+        Ok(valid) => valid,
+        Err(errors) => {
+            outcome.spec = Gate::Failed(reasons::INVALID_SPEC, summarize(&errors));
+            return Ok((outcome, Action::await_change()));
+        }
+    };
+    let did = &did;
     outcome.spec = Gate::Passed(reasons::COMPLETE, "spec is valid".into());
     let revision = build::revision(&did.spec);
     outcome.revision = Some(revision.clone());
@@ -279,7 +277,7 @@ fn api_failure(ctx: &Context, error: &Error) -> Gate {
 const RECHECK: Duration = Duration::from_secs(30);
 
 async fn checkpoint_gate(
-    did: &DeepInferDeployment,
+    did: &ValidatedDeployment,
     previous: Option<&DeepInferDeploymentStatus>,
     ctx: &Context,
     ns: &str,
@@ -295,15 +293,7 @@ async fn checkpoint_gate(
             Some(done.clone()),
         ));
     }
-    let Some((claim, _)) = build::checkpoint_location(&did.spec) else {
-        return Ok((
-            Gate::Failed(
-                reasons::INVALID_SPEC,
-                "spec.model.source: set exactly one of hub or volume".into(),
-            ),
-            None,
-        ));
-    };
+    let claim = &did.claim;
     if observed.claim_exists != Some(true) {
         let msg = format!(
             "PersistentVolumeClaim {ns}/{claim} (spec.model.source) does not exist; create it (it must hold or receive the checkpoint) — the operator checks again every 15 s"
@@ -392,7 +382,7 @@ impl AcceptanceFound {
 /// Runs (once) and judges the acceptance workload of `revision`. A recorded judgement of this
 /// revision, acceptance spec and rerun token is final and reused (rollback runs nothing).
 async fn acceptance_gate(
-    did: &DeepInferDeployment,
+    did: &ValidatedDeployment,
     ctx: &Context,
     ns: &str,
     revision: &str,
@@ -531,7 +521,7 @@ fn record(ctx: &Context, judged: AcceptanceStatus, seconds: f64) -> AcceptanceFo
 /// Creates the objects of one acceptance run: RBAC for the runner, the spec ConfigMap, the
 /// rendezvous Service of a multi-pod group, and one Job per rank.
 async fn start_acceptance(
-    did: &DeepInferDeployment,
+    did: &ValidatedDeployment,
     ctx: &Context,
     ns: &str,
     revision: &str,
@@ -591,7 +581,7 @@ async fn stop_acceptance(
 /// target. Returns the workers' gate and the roles' status.
 #[allow(clippy::too_many_arguments)]
 async fn workers(
-    did: &DeepInferDeployment,
+    did: &ValidatedDeployment,
     ctx: &Context,
     ns: &str,
     observed: &Observed,
@@ -603,10 +593,8 @@ async fn workers(
     let name = did.name_any();
     let mut specs = std::collections::BTreeMap::new();
     for kept in &observed.revisions {
-        if let (Some(rev), Some(past)) = (
-            kept.labels().get(labels::REVISION),
-            build::at_revision(did, kept),
-        ) {
+        let past = build::kept_spec(kept).and_then(|spec| did.with_spec(spec, &ctx.limits).ok());
+        if let (Some(rev), Some(past)) = (kept.labels().get(labels::REVISION), past) {
             specs.insert(rev.clone(), past);
         }
     }
@@ -731,7 +719,7 @@ async fn workers(
 /// Keeps a ControllerRevision for the target (so its groups can be rebuilt once the spec moves
 /// on) and drops those of revisions that no longer have pods.
 async fn keep_revisions(
-    did: &DeepInferDeployment,
+    did: &ValidatedDeployment,
     ctx: &Context,
     ns: &str,
     observed: &Observed,

@@ -1,16 +1,16 @@
 //! Validate stage: the rules the CRD's CEL expresses, re-checked by the operator because an old
 //! API server (such as v1.20) does not enforce CEL, plus the licence gate. Pure functions: no
-//! client. `tests/validation_table.rs` runs one table of cases through both this module and the
+//! client. [`validate`] returns the [`ValidatedDeployment`] the builders take. `tests/validation_table.rs` runs one table of cases through both this module and the
 //! CRD's CEL rules and requires them to agree.
 
 use std::collections::BTreeMap;
 use std::fmt;
 
 use crate::api::{
-    reasons, AcceleratorSpec, AcceleratorType, AcceptanceSpec, DeepInferDeploymentSpec, ModelSpec,
-    RoleSpec, RuntimeSpec, DEFAULT_MAX_DEVICES_ASCEND, DEFAULT_MAX_DEVICES_NVIDIA,
-    LICENSE_ACCEPTED_ANNOTATION, MAX_ACCEPTANCE_TIMEOUT_SECONDS, MAX_PARALLEL_DEGREE,
-    MAX_ROLLOUT_GROUPS, ROLE_NAMES,
+    reasons, AcceleratorSpec, AcceleratorType, AcceptanceSpec, DeepInferDeployment,
+    DeepInferDeploymentSpec, ModelSpec, RoleSpec, RuntimeSpec, DEFAULT_MAX_DEVICES_ASCEND,
+    DEFAULT_MAX_DEVICES_NVIDIA, LICENSE_ACCEPTED_ANNOTATION, MAX_ACCEPTANCE_TIMEOUT_SECONDS,
+    MAX_PARALLEL_DEGREE, MAX_ROLLOUT_GROUPS, ROLE_NAMES,
 };
 
 /// Most devices one node offers, per accelerator type; `spec.accelerator.devicesPerPod` may not
@@ -94,6 +94,70 @@ pub fn validate_name(name: &str) -> Result<(), FieldError> {
         ));
     }
     Ok(())
+}
+
+/// A resource whose name and spec passed every rule: the only input the builders take. What
+/// validation established is kept as plain fields, so no builder re-checks an `Option`.
+#[derive(Clone, Debug)]
+pub struct ValidatedDeployment {
+    resource: DeepInferDeployment,
+    /// `metadata.namespace`.
+    pub namespace: String,
+    /// The PersistentVolumeClaim that holds (or receives) the checkpoint.
+    pub claim: String,
+    /// The checkpoint's directory inside the claim, without leading or trailing slashes.
+    pub checkpoint_dir: String,
+}
+
+impl std::ops::Deref for ValidatedDeployment {
+    type Target = DeepInferDeployment;
+
+    fn deref(&self) -> &DeepInferDeployment {
+        &self.resource
+    }
+}
+
+impl ValidatedDeployment {
+    /// The same resource under the spec of an earlier revision, validated again.
+    pub fn with_spec(
+        &self,
+        spec: DeepInferDeploymentSpec,
+        limits: &DeviceLimits,
+    ) -> Result<Self, Vec<FieldError>> {
+        let mut past = self.resource.clone();
+        past.spec = spec;
+        validate(&past, limits)
+    }
+}
+
+/// Validates the resource's name and spec; returns the [`ValidatedDeployment`] the builders take,
+/// or every violation.
+pub fn validate(
+    did: &DeepInferDeployment,
+    limits: &DeviceLimits,
+) -> Result<ValidatedDeployment, Vec<FieldError>> {
+    let mut errors = validate_spec(&did.spec, limits).err().unwrap_or_default();
+    if let Err(e) = validate_name(&did.metadata.name.clone().unwrap_or_default()) {
+        errors.insert(0, e);
+    }
+    let namespace = did.metadata.namespace.clone().unwrap_or_default();
+    if namespace.is_empty() {
+        errors.push(FieldError::new(
+            "metadata.namespace",
+            "is empty; DeepInferDeployment is namespaced: create it in a namespace",
+        ));
+    }
+    let location = crate::controller::build::checkpoint_location(&did.spec);
+    match (errors.is_empty(), location) {
+        (true, Some((claim, checkpoint_dir))) => Ok(ValidatedDeployment {
+            resource: did.clone(),
+            namespace,
+            claim,
+            checkpoint_dir,
+        }),
+        // validate_model already reported the missing source.
+        _ => Err(errors),
+    }
 }
 
 /// Checks `spec` against every rule of the CRD (CEL rules and schema bounds). Returns every
@@ -706,5 +770,42 @@ mod tests {
         let negative = check(role(-1, 1));
         assert_eq!(negative[0].field, "spec.roles[0].rollout.maxSurge");
         assert!(negative[0].message.contains("is -1"), "{}", negative[0]);
+    }
+
+    #[test]
+    fn a_valid_resource_carries_what_validation_established() {
+        let did: DeepInferDeployment = serde_json::from_value(serde_json::json!({
+            "apiVersion": "deepinfer.io/v1alpha1",
+            "kind": "DeepInferDeployment",
+            "metadata": {"name": "flash"},
+            "spec": {
+                "model": {"name": "m", "license": "mit",
+                          "source": {"volume": {"claimName": "ckpt", "path": "/models/flash/"}}},
+                "runtime": {"image": format!("r.example/e@sha256:{}", "0".repeat(64)), "commit": "0123456"},
+                "accelerator": {"type": "NVIDIA"},
+                "roles": [{"name": "worker", "replicas": 1, "parallel": {"tensor": 8}}],
+                "acceptance": {"prompts": [{"id": "p", "prompt": "x", "structuredOutput": {"regex": "a"}}]}
+            }
+        }))
+        .expect("object");
+        let errors = validate(&did, &DeviceLimits::default()).expect_err("no namespace");
+        assert_eq!(errors[0].field, "metadata.namespace");
+        let mut placed = did.clone();
+        placed.metadata.namespace = Some("serving".into());
+        let valid = validate(&placed, &DeviceLimits::default()).expect("valid");
+        assert_eq!(
+            (
+                valid.namespace.as_str(),
+                valid.claim.as_str(),
+                valid.checkpoint_dir.as_str()
+            ),
+            ("serving", "ckpt", "models/flash")
+        );
+        let mut bad = placed.spec.clone();
+        bad.roles[0].parallel.tensor = 3;
+        let errors = valid
+            .with_spec(bad, &DeviceLimits::default())
+            .expect_err("an earlier revision is validated again");
+        assert_eq!(errors[0].field, "spec.roles[0].parallel");
     }
 }

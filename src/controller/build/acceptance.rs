@@ -61,7 +61,7 @@ impl AcceptanceNames {
 /// The ServiceAccount, Role and RoleBinding that let the acceptance runner write its evidence
 /// ConfigMap (and nothing else).
 pub fn acceptance_rbac(
-    did: &DeepInferDeployment,
+    did: &ValidatedDeployment,
     names: &AcceptanceNames,
 ) -> (ServiceAccount, Role, RoleBinding) {
     let extra = BTreeMap::from([(labels::COMPONENT.to_string(), "acceptance".to_string())]);
@@ -88,7 +88,7 @@ pub fn acceptance_rbac(
         subjects: Some(vec![Subject {
             kind: "ServiceAccount".into(),
             name: names.service_account.clone(),
-            namespace: did.namespace(),
+            namespace: Some(did.namespace.clone()),
             ..Subject::default()
         }]),
     });
@@ -97,7 +97,7 @@ pub fn acceptance_rbac(
 
 /// The ConfigMap carrying the resolved acceptance spec (prompts inline) for the runner.
 pub fn acceptance_spec_configmap(
-    did: &DeepInferDeployment,
+    did: &ValidatedDeployment,
     names: &AcceptanceNames,
     revision: &str,
     spec_yaml: String,
@@ -126,7 +126,7 @@ fn acceptance_labels(names: &AcceptanceNames, revision: &str) -> BTreeMap<String
 
 /// Headless Service for the rendezvous of a multi-pod acceptance group.
 pub fn acceptance_service(
-    did: &DeepInferDeployment,
+    did: &ValidatedDeployment,
     names: &AcceptanceNames,
     revision: &str,
 ) -> Service {
@@ -155,7 +155,7 @@ pub fn acceptance_service(
 /// and layout as a serving group of the acceptance role. Rank 0 runs the injected runner
 /// (`deepinfer-operator accept`), which starts the engine; other ranks run the engine alone.
 pub fn acceptance_job(
-    did: &DeepInferDeployment,
+    did: &ValidatedDeployment,
     names: &AcceptanceNames,
     rank: i32,
     revision: &str,
@@ -195,7 +195,7 @@ pub fn acceptance_job(
             "--spec-file".into(),
             format!("{ACCEPTANCE_SPEC_DIR}/{ACCEPTANCE_SPEC_KEY}"),
             "--model-dir".into(),
-            model_dir(spec),
+            model_dir(did),
             "--revision".into(),
             revision.to_string(),
             "--image".into(),

@@ -11,7 +11,7 @@ pub fn budget_name(did: &str, role: &str) -> String {
 /// take down at most `rollout.maxUnavailable` pods, hence at most that many groups. With the
 /// default 0, drains wait until the pods are moved by a rollout or deleted by hand.
 pub fn budget(
-    did: &DeepInferDeployment,
+    did: &ValidatedDeployment,
     role: &RoleSpec,
 ) -> k8s_openapi::api::policy::v1::PodDisruptionBudget {
     use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};

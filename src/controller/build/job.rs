@@ -4,7 +4,7 @@ use super::*;
 
 /// A run-to-completion Job of the operator's own binary over the checkpoint volume.
 pub fn operator_job(
-    did: &DeepInferDeployment,
+    did: &ValidatedDeployment,
     name: String,
     component: &str,
     operator_image: &str,
@@ -12,9 +12,7 @@ pub fn operator_job(
     extra_env: Vec<EnvVar>,
     read_only: bool,
 ) -> Job {
-    let claim = checkpoint_location(&did.spec)
-        .map(|(c, _)| c)
-        .unwrap_or_default();
+    let claim = &did.claim;
     let extra = BTreeMap::from([(labels::COMPONENT.to_string(), component.to_string())]);
     let meta = owned_meta(did, name, extra.clone());
     let mut pod_labels = deployment_labels(&did.name_any());
@@ -44,7 +42,7 @@ pub fn operator_job(
                 }),
                 spec: Some(PodSpec {
                     containers: vec![container],
-                    volumes: Some(vec![checkpoint_volume(&claim, read_only)]),
+                    volumes: Some(vec![checkpoint_volume(claim, read_only)]),
                     restart_policy: Some("Never".into()),
                     automount_service_account_token: Some(false),
                     enable_service_links: Some(false),
@@ -90,9 +88,9 @@ pub fn layout_args(spec: &DeepInferDeploymentSpec) -> Vec<String> {
 }
 
 /// The fetch Job: downloads the pinned hub revision into the claim.
-pub fn fetch_job(did: &DeepInferDeployment, operator_image: &str) -> Option<Job> {
+pub fn fetch_job(did: &ValidatedDeployment, operator_image: &str) -> Option<Job> {
     let hub = did.spec.model.source.hub.as_ref()?;
-    let (_, rel) = checkpoint_location(&did.spec)?;
+    let rel = &did.checkpoint_dir;
     let mut args = vec![
         "fetch-checkpoint".into(),
         "--repo".into(),
@@ -100,7 +98,7 @@ pub fn fetch_job(did: &DeepInferDeployment, operator_image: &str) -> Option<Job>
         "--revision".into(),
         hub.revision.clone(),
         "--dest".into(),
-        join_path(CHECKPOINT_MOUNT, &rel),
+        join_path(CHECKPOINT_MOUNT, rel),
     ];
     if let Some(endpoint) = &hub.endpoint {
         args.extend(["--endpoint".into(), endpoint.clone()]);
@@ -133,11 +131,9 @@ pub fn fetch_job(did: &DeepInferDeployment, operator_image: &str) -> Option<Job>
 }
 
 /// The verification Job: checks files, shard headers, licence and layout.
-pub fn verify_job(did: &DeepInferDeployment, operator_image: &str) -> Job {
+pub fn verify_job(did: &ValidatedDeployment, operator_image: &str) -> Job {
     let spec = &did.spec;
-    let rel = checkpoint_location(spec)
-        .map(|(_, p)| p)
-        .unwrap_or_default();
+    let rel = &did.checkpoint_dir;
     let revision = spec
         .model
         .source
@@ -147,7 +143,7 @@ pub fn verify_job(did: &DeepInferDeployment, operator_image: &str) -> Job {
     let mut args = vec![
         "verify-checkpoint".into(),
         "--dir".into(),
-        join_path(CHECKPOINT_MOUNT, &rel),
+        join_path(CHECKPOINT_MOUNT, rel),
         "--license".into(),
         spec.model.license.clone(),
         "--revision".into(),

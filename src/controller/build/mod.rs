@@ -36,9 +36,9 @@ use kube::{Resource, ResourceExt};
 use serde::Serialize;
 
 use crate::api::{
-    labels, AcceleratorType, DeepInferDeployment, DeepInferDeploymentSpec, RoleSpec,
-    ACCEPTED_POD_CONDITION,
+    labels, AcceleratorType, DeepInferDeploymentSpec, RoleSpec, ACCEPTED_POD_CONDITION,
 };
+pub use crate::controller::validate::ValidatedDeployment;
 
 /// Where the checkpoint volume is mounted in engine containers.
 pub const MODEL_MOUNT: &str = "/models";
@@ -206,7 +206,7 @@ fn group_selector(did: &str, role: &str, revision: &str, group: i32) -> BTreeMap
 
 /// Metadata every owned object carries: namespace, labels, owner reference.
 fn owned_meta(
-    did: &DeepInferDeployment,
+    did: &ValidatedDeployment,
     name: String,
     extra_labels: BTreeMap<String, String>,
 ) -> ObjectMeta {
@@ -214,7 +214,7 @@ fn owned_meta(
     labels.extend(extra_labels);
     ObjectMeta {
         name: Some(name),
-        namespace: did.namespace(),
+        namespace: Some(did.namespace.clone()),
         labels: Some(labels),
         owner_references: owner_ref(did).map(|o| vec![o]),
         ..ObjectMeta::default()
@@ -222,7 +222,7 @@ fn owned_meta(
 }
 
 /// Controller owner reference to the resource (garbage collection deletes children with it).
-pub fn owner_ref(did: &DeepInferDeployment) -> Option<OwnerReference> {
+pub fn owner_ref(did: &ValidatedDeployment) -> Option<OwnerReference> {
     did.controller_owner_ref(&())
 }
 
@@ -345,11 +345,8 @@ fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
 }
 
 /// Local directory of the checkpoint inside engine containers.
-pub fn model_dir(spec: &DeepInferDeploymentSpec) -> String {
-    let rel = checkpoint_location(spec)
-        .map(|(_, p)| p)
-        .unwrap_or_default();
-    join_path(MODEL_MOUNT, &rel)
+pub fn model_dir(did: &ValidatedDeployment) -> String {
+    join_path(MODEL_MOUNT, &did.checkpoint_dir)
 }
 
 #[cfg(test)]

@@ -88,7 +88,7 @@ pub struct Rendezvous {
 
 impl Rendezvous {
     /// The rendezvous of a serving group.
-    pub fn serving(did: &DeepInferDeployment, at: &RankOf<'_>) -> Self {
+    pub fn serving(did: &ValidatedDeployment, at: &RankOf<'_>) -> Self {
         let name = did.name_any();
         Self {
             service: group_service_name(&name, &at.role.name, at.revision, at.group),
@@ -100,13 +100,13 @@ impl Rendezvous {
 
 /// The engine environment every rank gets: offline hub, model dir, rank / world / leader.
 fn engine_env(
-    did: &DeepInferDeployment,
+    did: &ValidatedDeployment,
     at: &RankOf<'_>,
     shape: &GroupShape,
     rendezvous: &Rendezvous,
 ) -> Vec<EnvVar> {
     let spec = &did.spec;
-    let ns = did.namespace().unwrap_or_default();
+    let ns = &did.namespace;
     let leader = format!("rank-0.{}.{ns}.svc", rendezvous.service);
     let p = &at.role.parallel;
     let mut out = vec![
@@ -136,27 +136,25 @@ fn engine_env(
 }
 
 /// Engine arguments: an explicit local `--model_name`, then the user's extra args.
-fn engine_args(spec: &DeepInferDeploymentSpec) -> Vec<String> {
-    let mut args = vec!["--model_name".to_string(), model_dir(spec)];
-    args.extend(spec.runtime.args.iter().cloned());
+fn engine_args(did: &ValidatedDeployment) -> Vec<String> {
+    let mut args = vec!["--model_name".to_string(), model_dir(did)];
+    args.extend(did.spec.runtime.args.iter().cloned());
     args
 }
 
 /// The pod spec shared by worker pods and acceptance pods of one rank.
 pub(super) fn engine_pod_spec(
-    did: &DeepInferDeployment,
+    did: &ValidatedDeployment,
     at: &RankOf<'_>,
     shape: &GroupShape,
     rendezvous: &Rendezvous,
 ) -> PodSpec {
     let spec = &did.spec;
-    let claim = checkpoint_location(spec)
-        .map(|(c, _)| c)
-        .unwrap_or_default();
+    let claim = &did.claim;
     let container = Container {
         name: "engine".into(),
         image: Some(spec.runtime.image.clone()),
-        args: Some(engine_args(spec)),
+        args: Some(engine_args(did)),
         env: Some(engine_env(did, at, shape, rendezvous)),
         resources: Some(engine_resources(spec, shape.devices_per_pod)),
         ports: Some(vec![
@@ -183,7 +181,7 @@ pub(super) fn engine_pod_spec(
     };
     PodSpec {
         containers: vec![container],
-        volumes: Some(vec![checkpoint_volume(&claim, true), shm_volume()]),
+        volumes: Some(vec![checkpoint_volume(claim, true), shm_volume()]),
         node_selector: Some(spec.accelerator.node_selector()),
         tolerations: Some(tolerations(spec.accelerator.kind)),
         // One pod is inside one domain by definition; requiring the label would also keep
@@ -225,7 +223,7 @@ fn rank_labels(at: &RankOf<'_>) -> BTreeMap<String, String> {
 
 /// One worker pod: `<name>-<role>-<rev5>-<group>-<rank>`, gated on `deepinfer.io/accepted`,
 /// with the engine's startup and readiness probes.
-pub fn worker_pod(did: &DeepInferDeployment, at: &RankOf<'_>) -> Pod {
+pub fn worker_pod(did: &ValidatedDeployment, at: &RankOf<'_>) -> Pod {
     let shape = group_shape(&did.spec, at.role);
     let name = pod_name(
         &did.name_any(),
@@ -251,7 +249,7 @@ pub fn worker_pod(did: &DeepInferDeployment, at: &RankOf<'_>) -> Pod {
 
 /// Desired worker pods of a role's group, rank 0 first.
 pub fn group_pods(
-    did: &DeepInferDeployment,
+    did: &ValidatedDeployment,
     role: &RoleSpec,
     group: i32,
     revision: &str,

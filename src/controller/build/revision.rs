@@ -10,7 +10,7 @@ pub fn controller_revision_name(did: &str, revision: &str) -> String {
 /// A ControllerRevision keeping the spec of `revision`, so that groups of a revision that is no
 /// longer the spec's (the one serving while another is judged) can still be rebuilt.
 pub fn controller_revision(
-    did: &DeepInferDeployment,
+    did: &ValidatedDeployment,
     revision: &str,
     number: i64,
 ) -> k8s_openapi::api::apps::v1::ControllerRevision {
@@ -31,15 +31,10 @@ pub fn controller_revision(
     })
 }
 
-/// The resource as it was at the revision a ControllerRevision keeps: its spec, with today's
-/// metadata (name, namespace, owner).
-pub fn at_revision(
-    did: &DeepInferDeployment,
+/// The spec a ControllerRevision keeps (see [`ValidatedDeployment::with_spec`] to build from it).
+pub fn kept_spec(
     kept: &k8s_openapi::api::apps::v1::ControllerRevision,
-) -> Option<DeepInferDeployment> {
+) -> Option<DeepInferDeploymentSpec> {
     let spec = kept.data.as_ref()?.0.get("spec")?.clone();
-    let spec: DeepInferDeploymentSpec = serde_json::from_value(spec).ok()?;
-    let mut past = did.clone();
-    past.spec = spec;
-    Some(past)
+    serde_json::from_value(spec).ok()
 }

@@ -3,7 +3,7 @@
 use super::*;
 
 /// Headless Service of a group: stable DNS for rendezvous, published before readiness.
-pub fn group_service(did: &DeepInferDeployment, role: &str, revision: &str, group: i32) -> Service {
+pub fn group_service(did: &ValidatedDeployment, role: &str, revision: &str, group: i32) -> Service {
     let name = group_service_name(&did.name_any(), role, revision, group);
     let mut extra = group_selector(&did.name_any(), role, revision, group);
     extra.insert(labels::COMPONENT.to_string(), "rendezvous".to_string());
@@ -29,7 +29,7 @@ pub fn group_service(did: &DeepInferDeployment, role: &str, revision: &str, grou
 
 /// Service of a role: traffic to the group leaders that are Ready (hence accepted and passing
 /// their probes), of any revision, so that both revisions serve while a rollout runs.
-pub fn role_service(did: &DeepInferDeployment, role: &str) -> Service {
+pub fn role_service(did: &ValidatedDeployment, role: &str) -> Service {
     let name = role_service_name(&did.name_any(), role);
     let selector = BTreeMap::from([
         (labels::DEPLOYMENT.to_string(), did.name_any()),
@@ -61,7 +61,7 @@ pub fn role_service(did: &DeepInferDeployment, role: &str) -> Service {
 
 /// Every Service the deployment should have: one per role, one per group in `groups`
 /// (role, revision, index).
-pub fn services(did: &DeepInferDeployment, groups: &[(String, String, i32)]) -> Vec<Service> {
+pub fn services(did: &ValidatedDeployment, groups: &[(String, String, i32)]) -> Vec<Service> {
     let mut out = Vec::new();
     for role in &did.spec.roles {
         out.push(role_service(did, &role.name));

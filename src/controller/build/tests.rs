@@ -5,7 +5,18 @@ use serde_json::json;
 
 const IMAGE: &str = "registry.example.com/deepinfer@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 
-fn did(accelerator: serde_json::Value, roles: serde_json::Value) -> DeepInferDeployment {
+fn did(accelerator: serde_json::Value, roles: serde_json::Value) -> ValidatedDeployment {
+    valid(raw(accelerator, roles))
+}
+
+fn valid(d: crate::api::DeepInferDeployment) -> ValidatedDeployment {
+    crate::controller::validate::validate(&d, &Default::default()).expect("valid test resource")
+}
+
+fn raw(
+    accelerator: serde_json::Value,
+    roles: serde_json::Value,
+) -> crate::api::DeepInferDeployment {
     serde_json::from_value(json!({
         "apiVersion": "deepinfer.io/v1alpha1",
         "kind": "DeepInferDeployment",
@@ -187,7 +198,7 @@ fn a_single_pod_group_needs_no_domain_label() {
 
 #[test]
 fn the_revision_tracks_running_bits_but_not_replicas_or_prompts() {
-    let a = did(
+    let a = raw(
         json!({"type": "NVIDIA"}),
         json!([{"name": "worker", "replicas": 1, "parallel": {"tensor": 8}}]),
     );
@@ -360,7 +371,7 @@ fn engines_are_probed_and_never_best_effort() {
 
 #[test]
 fn runtime_probes_and_resources_override_the_defaults_but_not_the_devices() {
-    let mut d = did(
+    let mut d = raw(
         json!({"type": "NVIDIA"}),
         json!([{"name": "worker", "replicas": 1, "parallel": {"tensor": 8}}]),
     );
@@ -370,6 +381,7 @@ fn runtime_probes_and_resources_override_the_defaults_but_not_the_devices() {
         "resources": {"limits": {"memory": "64Gi", "nvidia.com/gpu": "1"}, "requests": {"cpu": "12"}}
     }))
     .expect("runtime");
+    let d = valid(d);
     let pod = &group_pods(&d, &d.spec.roles[0], 0, "r")[0];
     let engine = &pod.spec.as_ref().expect("spec").containers[0];
     assert_eq!(
@@ -396,7 +408,7 @@ fn runtime_probes_and_resources_override_the_defaults_but_not_the_devices() {
 
 #[test]
 fn the_revision_covers_the_template_version_and_resources_but_not_probes_or_rollout() {
-    let a = did(
+    let a = raw(
         json!({"type": "NVIDIA"}),
         json!([{"name": "worker", "replicas": 1, "parallel": {"tensor": 8}}]),
     );
@@ -463,10 +475,15 @@ fn a_kept_revision_rebuilds_the_groups_of_its_spec() {
     );
     let rev = revision(&old.spec);
     let kept = controller_revision(&old, &rev, 1);
-    let mut now = old.clone();
+    let mut now = raw(
+        json!({"type": "NVIDIA"}),
+        json!([{"name": "worker", "replicas": 3, "parallel": {"tensor": 8}}]),
+    );
     now.spec.runtime.image = IMAGE.replace("0123", "fedc");
-    now.spec.roles[0].replicas = 3;
-    let past = at_revision(&now, &kept).expect("spec kept");
+    let now = valid(now);
+    let past = now
+        .with_spec(kept_spec(&kept).expect("spec kept"), &Default::default())
+        .expect("still valid");
     assert_eq!(revision(&past.spec), rev);
     let pod = &group_pods(&past, &past.spec.roles[0], 0, &rev)[0];
     assert_eq!(

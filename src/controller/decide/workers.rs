@@ -9,15 +9,16 @@ use kube::ResourceExt;
 use super::acceptance::capacity_need;
 use super::jobs::unschedulable;
 use super::rollout::{self, Group, Health, Progress};
-use crate::api::{labels, reasons, DeepInferDeployment, RoleStatus};
+use crate::api::{labels, reasons, RoleStatus};
 use crate::controller::status::Gate;
+use crate::controller::validate::ValidatedDeployment;
 use crate::controller::{apply, build};
 
 /// Observed groups of one role: each (revision, index) with its pods and health.
 pub fn group_views<'a>(
     pods: &'a [Pod],
     role: &str,
-    specs: &BTreeMap<String, DeepInferDeployment>,
+    specs: &BTreeMap<String, ValidatedDeployment>,
 ) -> Vec<(Group, Vec<&'a Pod>)> {
     let mut buckets: BTreeMap<(String, i32), Vec<&Pod>> = BTreeMap::new();
     for pod in pods {
@@ -143,7 +144,11 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use serde_json::json;
 
-    fn did() -> DeepInferDeployment {
+    fn did() -> ValidatedDeployment {
+        crate::controller::validate::validate(&raw(), &Default::default()).expect("valid")
+    }
+
+    fn raw() -> crate::api::DeepInferDeployment {
         serde_json::from_value(json!({
             "apiVersion": "deepinfer.io/v1alpha1",
             "kind": "DeepInferDeployment",
@@ -241,8 +246,9 @@ mod tests {
     fn a_group_built_from_another_template_is_not_current() {
         let d = did();
         let rev = build::revision(&d.spec);
-        let mut probed = d.clone();
-        probed.spec.runtime.readiness_probe = Some(Default::default());
+        let mut spec = d.spec.clone();
+        spec.runtime.readiness_probe = Some(Default::default());
+        let probed = d.with_spec(spec, &Default::default()).expect("valid");
         assert_eq!(
             build::revision(&probed.spec),
             rev,

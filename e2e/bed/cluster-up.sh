@@ -6,11 +6,9 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 here="$root/e2e/bed"
-source "$here/versions.env"
+# shellcheck source=paths.sh
+source "$here/paths.sh"
 bed="${TESTBED_DIR:-$root/.testbed}"
-cache="${DEEPINFER_CACHE:-$HOME/.cache/deepinfer-operator}"
-k8s_dir="$cache/k8s-$K8S_VERSION"
-tools_dir="$cache/tools-$KUBECTL_LAYER_VERSION"
 start=$(date +%s%N)
 
 "$here/provision.sh"
@@ -25,7 +23,7 @@ fi
 [ -d "$bed/pids" ] && "$here/cluster-down.sh" >/dev/null 2>&1 || true
 
 mkdir -p "$bed"/{pids,logs,pki,bin,etcd,agent}
-ln -sfn "$tools_dir/kubectl" "$bed/bin/kubectl"
+ln -sfn "$k8s_dir/kubectl" "$bed/bin/kubectl"
 ln -sfn "$tools_dir/helm" "$bed/bin/helm"
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
@@ -87,20 +85,26 @@ rules:
 - level: None
 AP
 
+# What a current inference cluster serves beyond the defaults: the Workload/PodGroup gang-scheduling
+# API (beta in 1.37, off by default) and PodGroup-level ResourceClaims. DRA (resource.k8s.io/v1)
+# is on by default.
+FEATURE_GATES="GenericWorkload=true,DRAWorkloadResourceClaims=true"
+RUNTIME_CONFIG="scheduling.k8s.io/v1beta1=true"
+
 launch() { # name cmd...
   local name=$1; shift
   nohup "$@" >"$bed/logs/$name.log" 2>&1 &
   echo $! > "$bed/pids/$name"
 }
 
-launch etcd etcd --name testbed --data-dir "$bed/etcd" \
+launch etcd "$k8s_dir/etcd" --name testbed --data-dir "$bed/etcd" \
   --listen-client-urls "http://127.0.0.1:$etcd_port" --advertise-client-urls "http://127.0.0.1:$etcd_port" \
   --listen-peer-urls "http://127.0.0.1:$etcd_peer" --initial-advertise-peer-urls "http://127.0.0.1:$etcd_peer" \
   --initial-cluster "testbed=http://127.0.0.1:$etcd_peer" --unsafe-no-fsync=true --quota-backend-bytes=4294967296
 
 launch kube-apiserver "$k8s_dir/kube-apiserver" \
   --etcd-servers "http://127.0.0.1:$etcd_port" \
-  --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$api_port" --insecure-port 0 \
+  --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$api_port" \
   --tls-cert-file "$pki/apiserver.crt" --tls-private-key-file "$pki/apiserver.key" \
   --client-ca-file "$pki/ca.crt" \
   --authorization-mode RBAC \
@@ -109,8 +113,8 @@ launch kube-apiserver "$k8s_dir/kube-apiserver" \
   --api-audiences https://kubernetes.default.svc.cluster.local \
   --service-cluster-ip-range 10.96.0.0/16 \
   --endpoint-reconciler-type none \
-  --enable-admission-plugins NamespaceLifecycle,LimitRanger,ServiceAccount,DefaultStorageClass,ResourceQuota \
-  --disable-admission-plugins PodSecurityPolicy \
+  --enable-admission-plugins NamespaceLifecycle,LimitRanger,ServiceAccount,DefaultStorageClass,ResourceQuota,PodSecurity \
+  --feature-gates "$FEATURE_GATES" --runtime-config "$RUNTIME_CONFIG" \
   --audit-policy-file "$bed/audit-policy.yaml" --audit-log-path "$bed/logs/audit.log" --audit-log-maxsize 200 \
   --allow-privileged=true --event-ttl 1h
 
@@ -130,20 +134,20 @@ launch kube-controller-manager "$k8s_dir/kube-controller-manager" \
   --kubeconfig "$pki/kube-controller-manager.kubeconfig" \
   --authentication-kubeconfig "$pki/kube-controller-manager.kubeconfig" \
   --authorization-kubeconfig "$pki/kube-controller-manager.kubeconfig" \
-  --bind-address 127.0.0.1 --port 0 --secure-port "$kcm_port" \
+  --bind-address 127.0.0.1 --secure-port "$kcm_port" --feature-gates "$FEATURE_GATES" \
   --leader-elect=false --use-service-account-credentials=true \
   --service-account-private-key-file "$pki/sa.key" --root-ca-file "$pki/ca.crt" \
   --cluster-signing-cert-file "$pki/ca.crt" --cluster-signing-key-file "$pki/ca.key" \
   --enable-hostpath-provisioner=true \
-  --controllers '*,-nodeipam,-cloud-node-lifecycle,-route,-service,-csrapproving,-csrsigning,-bootstrapsigner,-tokencleaner' \
-  --node-monitor-grace-period 20s --pod-eviction-timeout 30s \
+  --controllers '*,-node-ipam-controller,-certificatesigningrequest-approving-controller,-certificatesigningrequest-signing-controller,-bootstrap-signer-controller,-token-cleaner-controller' \
+  --node-monitor-grace-period 20s \
   --concurrent-gc-syncs 5
 
 launch kube-scheduler "$k8s_dir/kube-scheduler" \
   --kubeconfig "$pki/kube-scheduler.kubeconfig" \
   --authentication-kubeconfig "$pki/kube-scheduler.kubeconfig" \
   --authorization-kubeconfig "$pki/kube-scheduler.kubeconfig" \
-  --bind-address 127.0.0.1 --port 0 --secure-port "$sched_port" --leader-elect=false
+  --bind-address 127.0.0.1 --secure-port "$sched_port" --leader-elect=false --feature-gates "$FEATURE_GATES"
 
 # Default StorageClass served by the controller-manager's host-path provisioner.
 "$bed/bin/kubectl" --kubeconfig "$bed/kubeconfig" apply -f - >/dev/null <<'SC'

@@ -7,12 +7,8 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 bed="${TESTBED_DIR:-$root/.testbed}"
 k() { "$bed/bin/kubectl" --kubeconfig "$bed/kubeconfig" "$@"; }
 
-if k get crd deepinferdeployments.deepinfer.io >/dev/null 2>&1; then
-  k replace --validate=false -f "$root/crds/deepinfer.io_deepinferdeployments.yaml" >/dev/null
-else
-  # v1.20 cannot server-side apply a CRD with CEL rules; modern clusters: kubectl apply --server-side.
-  k create --validate=false -f "$root/crds/deepinfer.io_deepinferdeployments.yaml" >/dev/null
-fi
+# As the README tells users: the CRD is server-side applied.
+k apply --server-side -f "$root/crds/" >/dev/null
 k wait --for=condition=Established --timeout=30s crd/deepinferdeployments.deepinfer.io >/dev/null
 
 if ! { [ -f "$bed/pids/operator" ] && kill -0 "$(cat "$bed/pids/operator")" 2>/dev/null; }; then
@@ -53,7 +49,7 @@ engine=$(jq -cn --arg bin "$root/target/debug/deepinfer-fake-engine" --arg canne
   '{command: [$bin, "--model_name", "{model_dir}", "--prompts", "{prompts_file}", "--output", "{outputs_file}",
               "--check_structured_output", "--canned", $canned]}')
 k create --dry-run=client -o json -f "$root/config/samples/nvidia-colocated.yaml" \
-  | jq --argjson engine "$engine" '.spec.acceptance.engine = $engine' | k apply -f -
+  | jq --argjson engine "$engine" '.spec.acceptance.engine = $engine' | k apply --server-side -f -
 
 echo "Waiting for the checkpoint to be verified, the acceptance workload to pass and the workers to be ready…"
 if ! k wait --for=condition=Ready --timeout=180s did/flash >/dev/null; then

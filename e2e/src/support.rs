@@ -103,21 +103,12 @@ pub fn kubectl_stdin(args: &[&str], input: &str) -> (bool, String) {
     )
 }
 
-/// Installs (or replaces) the committed CRD. The bed's v1.20 API server cannot server-side apply
-/// a CRD carrying CEL rules, so it is created or replaced; modern clusters take the same YAML.
+/// Installs (or updates) the committed CRD exactly as the README tells users: a server-side
+/// apply of `crds/`. `--force-conflicts` takes over fields a Helm install on the shared bed owns.
 pub fn ensure_crd() {
     let crd = repo_root().join("crds/deepinfer.io_deepinferdeployments.yaml");
     let crd = crd.to_str().expect("utf-8 path");
-    let (ok, _, _) = kubectl(&["get", "crd", "deepinferdeployments.deepinfer.io"]);
-    if ok {
-        kubectl_ok(&["replace", "--validate=false", "-f", crd]);
-    } else {
-        let (ok, _, err) = kubectl(&["create", "--validate=false", "-f", crd]);
-        assert!(
-            ok || err.contains("AlreadyExists"),
-            "installing the CRD failed: {err}"
-        );
-    }
+    kubectl_ok(&["apply", "--server-side", "--force-conflicts", "-f", crd]);
     kubectl_ok(&[
         "wait",
         "--for=condition=Established",
@@ -157,19 +148,16 @@ impl TestNamespace {
     }
 }
 
-/// Waits until a ServiceAccount exists and has its token: on v1.20 the ServiceAccount
-/// admission plugin refuses pods of an account whose token Secret is not minted yet.
+/// Waits until the service-account controller has created a ServiceAccount: the ServiceAccount
+/// admission plugin refuses pods of an account that does not exist yet.
 pub async fn wait_for_service_account(client: &Client, ns: &str, name: &str) {
     let sas: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(client.clone(), ns);
     eventually(
         Duration::from_secs(30),
-        &format!("ServiceAccount {ns}/{name} with its token"),
+        &format!("ServiceAccount {ns}/{name}"),
         || {
             let sas = sas.clone();
-            async move {
-                let sa = sas.get_opt(name).await.ok().flatten()?;
-                (!sa.secrets.unwrap_or_default().is_empty()).then_some(())
-            }
+            async move { sas.get_opt(name).await.ok().flatten().map(|_| ()) }
         },
     )
     .await;
@@ -268,6 +256,15 @@ pub struct Operator {
 impl Operator {
     /// Starts an operator for `ns` that accepts `licenses`.
     pub async fn start(ns: &str, licenses: &[&str]) -> Self {
+        Self::start_with_limits(ns, licenses, Default::default()).await
+    }
+
+    /// Starts an operator for `ns` that accepts `licenses`, told that nodes have `limits` devices.
+    pub async fn start_with_limits(
+        ns: &str,
+        licenses: &[&str],
+        limits: deepinfer_operator::controller::validate::DeviceLimits,
+    ) -> Self {
         use deepinfer_operator::controller as c;
         let kc = kube::config::Kubeconfig::read_from(kubeconfig()).expect("bed kubeconfig");
         let config =
@@ -280,7 +277,7 @@ impl Operator {
             namespace: Some(ns.to_string()),
             accepted_licenses: licenses.iter().map(|s| s.to_string()).collect(),
             operator_image: "deepinfer-operator:dev".into(),
-            limits: Default::default(),
+            limits,
         };
         let ctx = c::context(client, &settings, writes.clone());
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();

@@ -296,15 +296,14 @@ async fn gpu_helm_chart_runs_the_operator_under_its_own_service_account_without_
         "image.repository=deepinfer-operator,image.tag=dev,watchNamespace={},acceptedLicenses={{mit}},metrics.port={port}",
         work.name
     );
-    // Helm 4 installs CRDs by server-side apply, which the v1.20 bed refuses for a CRD with CEL
-    // rules; modern clusters need no flag. The CRD may exist already (shared bed): Helm keeps it.
+    // Helm's defaults, as users run it (Helm 4 applies the chart's CRD server-side). The CRD may
+    // exist already (shared bed): Helm keeps it.
     let (ok, out) = helm(&[
         "install",
         &release,
         chart.to_str().unwrap(),
         "--namespace",
         &ops.name,
-        "--server-side=false",
         // What GitOps pipelines do: the install returns once the operator Deployment is ready.
         "--wait",
         "--timeout=2m",
@@ -436,10 +435,15 @@ async fn gpu_kustomize_default_runs_the_operator_under_its_own_service_account_w
     let port = free_port();
     overlay(&dir, &ops.name, &prefix, &work.name, port);
 
-    // The bed's v1.20 API server does not know the CRD's CEL fields: client-side validation is
-    // off, and the apply is client-side (a server-side apply of this CRD is refused there).
-    let (ok, out, err) =
-        support::kubectl(&["apply", "--validate=false", "-k", dir.to_str().unwrap()]);
+    // As config/README.md tells users: a server-side apply of the kustomization. It may take over
+    // the CRD's fields from an earlier install on the shared bed.
+    let (ok, out, err) = support::kubectl(&[
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "-k",
+        dir.to_str().unwrap(),
+    ]);
     assert!(ok, "kubectl apply -k failed:\n{out}{err}");
 
     let sa = format!("{prefix}deepinfer-operator");

@@ -158,7 +158,8 @@ async fn client_as(admin: &Client, ns: &str, sa: &str) -> Client {
         .expect("token for the ServiceAccount")
         .status
         .expect("token status")
-        .token;
+        .token
+        .expect("a token in the TokenRequest status");
     let kc = kube::config::Kubeconfig::read_from(support::kubeconfig()).expect("bed kubeconfig");
     let mut config =
         kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())

@@ -13,18 +13,12 @@ use serde_json::json;
 const TIMEOUT: Duration = Duration::from_secs(60);
 const WORKER_IMAGE: &str = "registry.example.com/deepinfer:1.0";
 
-/// Creates a pod. On v1.20 the ServiceAccount admission refuses pods (500, ServerTimeout)
-/// until the token controller has given a fresh namespace's service account its token.
+/// Creates a pod (the test namespace's service account exists already).
 async fn create(pods: &Api<Pod>, value: serde_json::Value) {
     let pod: Pod = serde_json::from_value(value).expect("valid pod");
-    support::eventually(TIMEOUT, "the pod to be accepted", || async {
-        match pods.create(&PostParams::default(), &pod).await {
-            Ok(_) => Some(()),
-            Err(kube::Error::Api(e)) if e.reason == "ServerTimeout" => None,
-            Err(e) => panic!("create pod: {e}"),
-        }
-    })
-    .await;
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .unwrap_or_else(|e| panic!("create pod: {e}"));
 }
 
 fn condition(p: &Pod, type_: &str) -> Option<String> {

@@ -336,12 +336,18 @@ async fn licence_gate_provisions_nothing_and_says_which_check_failed() {
 
 #[tokio::test]
 async fn gpu_an_invalid_spec_stalls_alone_while_its_neighbour_converges() {
+    // A fleet of 4-GPU nodes: the API server admits devicesPerPod 8 (the CRD's bound is the
+    // largest node of any fleet), the operator, told its nodes' size, refuses it.
     let (client, ns, api) = setup("invalid").await;
-    let op = Operator::start(&ns.name, &["mit"]).await;
-    let mut bad = nvidia("bad", 1, 16);
-    bad["spec"]["roles"][0]["parallel"]["expert"] = json!(3);
-    create(&api, bad).await;
-    create(&api, nvidia("good", 1, 8)).await;
+    let limits = deepinfer_operator::controller::validate::DeviceLimits {
+        nvidia: 4,
+        ..Default::default()
+    };
+    let op = Operator::start_with_limits(&ns.name, &["mit"], limits).await;
+    create(&api, nvidia("bad", 1, 16)).await;
+    let mut good = nvidia("good", 1, 4);
+    good["spec"]["accelerator"]["devicesPerPod"] = json!(4);
+    create(&api, good).await;
     let st = status_where(&api, "bad", "InvalidSpec", |s| {
         condition(s, "Stalled").is_some_and(|c| c.status == "True")
     })
@@ -349,7 +355,7 @@ async fn gpu_an_invalid_spec_stalls_alone_while_its_neighbour_converges() {
     let stalled = condition(&st, "Stalled").expect("Stalled");
     assert_eq!(stalled.reason, "InvalidSpec");
     assert!(
-        stalled.message.contains("spec.roles[0].parallel.expert"),
+        stalled.message.contains("spec.accelerator.devicesPerPod"),
         "names the field: {}",
         stalled.message
     );

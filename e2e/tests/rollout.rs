@@ -174,7 +174,7 @@ async fn ready_endpoints(client: &Client, ns: &str, service: &str) -> usize {
         .map(|l| l.items)
         .unwrap_or_default()
         .iter()
-        .flat_map(|s| s.endpoints.iter())
+        .flat_map(|s| s.endpoints.iter().flatten())
         .filter(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(false))
         .count()
 }

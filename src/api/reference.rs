@@ -34,9 +34,10 @@ pub fn render(crd: &Value) -> String {
         out,
         "Every field of the resource, as the CustomResourceDefinition in `crds/` declares it: type, \
          whether it is required, its default, its bounds, and the validation rules (CEL) with the \
-         message each prints. The API server enforces the rules where it supports CEL (Kubernetes \
-         1.25 and later); the operator checks the same rules itself, so older servers are covered \
-         too (a violation shows as `Stalled=True`, reason `InvalidSpec`; see [runbooks](runbooks.md)).\n"
+         message each prints. The API server enforces the rules at admission (Kubernetes \
+         1.29 and later); the operator checks the same rules itself, so an object stored before a \
+         rule existed stalls alone too (a violation shows as `Stalled=True`, reason `InvalidSpec`; \
+         see [runbooks](runbooks.md)).\n"
     );
     resource_table(&mut out, spec);
     for version in spec["versions"].as_array().into_iter().flatten() {

@@ -732,7 +732,7 @@ async fn keep_revisions(
         let number = observed
             .revisions
             .iter()
-            .map(|r| r.revision)
+            .filter_map(|r| r.revision)
             .max()
             .unwrap_or(0)
             + 1;

@@ -1,6 +1,8 @@
-//! Validate stage: the rules the CRD's CEL expresses, re-checked by the operator because an old
-//! API server (such as v1.20) does not enforce CEL, plus the licence gate. Pure functions: no
-//! client. [`validate`] returns the [`ValidatedDeployment`] the builders take. `tests/validation_table.rs` runs one table of cases through both this module and the
+//! Validate stage: the rules the CRD's CEL expresses, re-checked by the operator (objects stored
+//! before a CRD upgrade added a rule are never re-validated by the API server, and a decode of a
+//! stored object must never be trusted blindly), plus the licence gate. Pure functions: no
+//! client. [`validate`] returns the [`ValidatedDeployment`] the builders take.
+//! `tests/validation_table.rs` runs one table of cases through both this module and the
 //! CRD's CEL rules and requires them to agree.
 
 use std::collections::BTreeMap;

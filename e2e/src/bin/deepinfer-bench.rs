@@ -9,8 +9,9 @@
 //!   that cost (a converged set should cost none).
 //!
 //! What is measured is the controller itself (watch, cache, queue, validation, the licence gate,
-//! status writes): half the resources lack the licence annotation (phase Pending), half carry an
-//! invalid image (Stalled, InvalidSpec). None places worker pods: the bed has GPUs for a handful of
+//! status writes): half the resources lack the licence annotation (phase Pending), half ask for
+//! 8 devices per pod while the operator runs for a fleet of 4-GPU nodes (`--max-devices-nvidia 4`):
+//! the API server admits them, the operator stalls them (InvalidSpec). None places worker pods: the bed has GPUs for a handful of
 //! groups, not a thousand. The last line is `BENCH {json}` for scripts.
 //!
 //! Usage: `deepinfer-bench [--resources N] [--operator PATH]` against the running bed
@@ -112,12 +113,15 @@ fn value(exposition: &str, series: &str) -> f64 {
     sample(exposition, series).unwrap_or(f64::NAN)
 }
 
-/// The i-th resource: even ones lack the licence annotation, odd ones carry an image tag
-/// instead of a digest.
+/// Devices per NVIDIA node the benchmarked operator is told its fleet has.
+const FLEET_DEVICES_PER_NODE: i32 = 4;
+
+/// The i-th resource: even ones (4 devices per pod) lack the licence annotation, odd ones ask
+/// for 8 devices per pod, more than one node of the fleet has.
 fn resource(i: usize) -> DeepInferDeployment {
     let mut did = support::unlicensed_deployment(&format!("bench-{i:05}"));
-    if i % 2 == 1 {
-        did.spec.runtime.image = "registry.example.com/deepinfer:latest".into();
+    if i.is_multiple_of(2) {
+        did.spec.accelerator.devices_per_pod = Some(FLEET_DEVICES_PER_NODE);
     }
     did
 }
@@ -155,7 +159,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             &binary,
             &ns.name,
             address,
-            &[],
+            &["--max-devices-nvidia", &FLEET_DEVICES_PER_NODE.to_string()],
             &[("RUST_LOG", "warn")],
             Some(log),
         )

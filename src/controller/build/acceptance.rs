@@ -81,7 +81,7 @@ pub fn acceptance_rbac(
     let binding = stamp(RoleBinding {
         metadata: owned_meta(did, names.service_account.clone(), extra),
         role_ref: RoleRef {
-            api_group: "rbac.authorization.k8s.io".into(),
+            api_group: Some("rbac.authorization.k8s.io".into()),
             kind: "Role".into(),
             name: names.service_account.clone(),
         },

@@ -329,7 +329,7 @@ fn shm_volume() -> Volume {
         name: "dshm".into(),
         empty_dir: Some(EmptyDirVolumeSource {
             medium: Some("Memory".into()),
-            size_limit: None,
+            ..EmptyDirVolumeSource::default()
         }),
         ..Volume::default()
     }

@@ -24,10 +24,10 @@ pub fn controller_revision(
             controller_revision_name(&did.name_any(), revision),
             extra,
         ),
-        data: Some(k8s_openapi::apimachinery::pkg::runtime::RawExtension(
+        data: k8s_openapi::apimachinery::pkg::runtime::RawExtension(
             serde_json::json!({ "spec": did.spec }),
-        )),
-        revision: number,
+        ),
+        revision: Some(number),
     })
 }
 
@@ -35,6 +35,6 @@ pub fn controller_revision(
 pub fn kept_spec(
     kept: &k8s_openapi::api::apps::v1::ControllerRevision,
 ) -> Option<DeepInferDeploymentSpec> {
-    let spec = kept.data.as_ref()?.0.get("spec")?.clone();
+    let spec = kept.data.0.get("spec")?.clone();
     serde_json::from_value(spec).ok()
 }

@@ -690,8 +690,10 @@ impl PodCtx {
             .and_then(|s| s.service_account_name.clone())
             .unwrap_or_else(|| "default".into());
         let request = TokenRequest {
-            spec: TokenRequestSpec {
-                audiences: audience.map(str::to_string).into_iter().collect(),
+            spec: Some(TokenRequestSpec {
+                // No audiences: the API server's own (as the kubelet does for a projected
+                // token without an audience).
+                audiences: audience.map(|a| vec![a.to_string()]),
                 expiration_seconds: Some(expiration_seconds),
                 bound_object_ref: Some(BoundObjectReference {
                     kind: Some("Pod".into()),
@@ -699,7 +701,8 @@ impl PodCtx {
                     name: Some(self.pod.name_any()),
                     uid: self.pod.uid(),
                 }),
-            },
+                ..Default::default()
+            }),
             ..Default::default()
         };
         let response = Api::<ServiceAccount>::namespaced(self.cfg.client.clone(), &ns)
@@ -708,7 +711,7 @@ impl PodCtx {
             .with_context(|| format!("requesting a token for service account {ns}/{sa}"))?;
         response
             .status
-            .map(|s| s.token)
+            .and_then(|s| s.token)
             .filter(|t| !t.is_empty())
             .ok_or_else(|| anyhow!("empty token for service account {ns}/{sa}"))
     }

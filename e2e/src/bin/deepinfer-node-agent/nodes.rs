@@ -28,6 +28,8 @@ use crate::{now, FIELD_MANAGER};
 pub const NODE_NOT_READY_ANNOTATION: &str = "sim.deepinfer.io/not-ready";
 
 const LEASE_NAMESPACE: &str = "kube-node-lease";
+/// The kubelet version the simulated nodes report: the bed's control-plane release.
+const KUBELET_VERSION: &str = "v1.37.2";
 const LEASE_DURATION_SECONDS: i32 = 40;
 const LEASE_RENEW_INTERVAL: Duration = Duration::from_secs(10);
 const STATUS_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(30);
@@ -412,8 +414,8 @@ fn node_status(
             boot_id: format!("sim-{}", spec.name),
             container_runtime_version: "sim://deepinfer-node-agent".into(),
             kernel_version: "simulated".into(),
-            kube_proxy_version: "v1.20.2".into(),
-            kubelet_version: "v1.20.2".into(),
+            kube_proxy_version: String::new(),
+            kubelet_version: KUBELET_VERSION.into(),
             machine_id: format!("sim-{}", spec.name),
             operating_system: "linux".into(),
             os_image: "deepinfer simulated node".into(),

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{
     ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
-    ContainerStatus, Pod, PodCondition, PodIP, PodStatus,
+    ContainerStatus, HostIP, Pod, PodCondition, PodIP, PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -397,6 +397,49 @@ fn condition(type_: &str, ok: bool, reason: Option<&str>, message: Option<String
     }
 }
 
+/// The pod's QoS class, by the kubelet's rule: Guaranteed when every container sets CPU and
+/// memory limits equal to its requests, BestEffort when none sets any, Burstable otherwise.
+pub fn qos_class(pod: &Pod) -> &'static str {
+    let containers: Vec<_> = pod
+        .spec
+        .iter()
+        .flat_map(|s| {
+            s.containers
+                .iter()
+                .chain(s.init_containers.iter().flatten())
+        })
+        .collect();
+    let amount = |c: &k8s_openapi::api::core::v1::Container, limits: bool, what: &str| {
+        let r = c.resources.as_ref()?;
+        let m = if limits {
+            r.limits.as_ref()
+        } else {
+            r.requests.as_ref()
+        };
+        m.and_then(|m| m.get(what)).map(|q| q.0.clone())
+    };
+    let any = containers.iter().any(|c| {
+        ["cpu", "memory"]
+            .iter()
+            .any(|w| amount(c, false, w).is_some() || amount(c, true, w).is_some())
+    });
+    if !any {
+        return "BestEffort";
+    }
+    let guaranteed = containers.iter().all(|c| {
+        ["cpu", "memory"].iter().all(|w| {
+            let limit = amount(c, true, w);
+            // A request defaults to its limit.
+            limit.is_some() && amount(c, false, w).is_none_or(|r| Some(r) == limit)
+        })
+    });
+    if guaranteed {
+        "Guaranteed"
+    } else {
+        "Burstable"
+    }
+}
+
 /// The status the agent reports for a pod given its containers' reports.
 pub fn pod_status(
     pod: &Pod,
@@ -483,6 +526,9 @@ pub fn pod_status(
     };
     let mut conditions = vec![
         condition("PodScheduled", true, None, None),
+        // As the kubelet reports it since 1.29: the sandbox exists (until a finished pod's is
+        // torn down).
+        condition("PodReadyToStartContainers", !completed, None, None),
         condition(
             "Initialized",
             initialized,
@@ -509,6 +555,7 @@ pub fn pod_status(
             _ => Some(now.clone()),
         };
         c.last_probe_time = previous.and_then(|p| p.last_probe_time.clone());
+        c.observed_generation = pod.metadata.generation;
     }
 
     let statuses =
@@ -531,6 +578,11 @@ pub fn pod_status(
         phase: Some(phase.to_string()),
         conditions: Some(conditions),
         host_ip: Some(HOST_IP.to_string()),
+        host_ips: Some(vec![HostIP {
+            ip: HOST_IP.to_string(),
+        }]),
+        observed_generation: pod.metadata.generation,
+        qos_class: Some(qos_class(pod).to_string()),
         pod_ip: Some(pod_ip.to_string()),
         pod_ips: Some(vec![PodIP {
             ip: pod_ip.to_string(),
@@ -633,6 +685,53 @@ mod tests {
             }
             (b, e) => *b = e,
         }
+    }
+
+    #[test]
+    fn qos_class_follows_the_kubelet_rule() {
+        let with = |resources: serde_json::Value| {
+            pod(
+                json!({"spec": {"containers": [{"name": "a", "image": "img:1", "resources": resources}]}}),
+            )
+        };
+        assert_eq!(qos_class(&pod(json!({}))), "BestEffort");
+        assert_eq!(
+            qos_class(&with(json!({"limits": {"nvidia.com/gpu": "8"}}))),
+            "BestEffort",
+            "extended resources do not count"
+        );
+        assert_eq!(
+            qos_class(&with(json!({"requests": {"cpu": "1", "memory": "1Gi"}}))),
+            "Burstable"
+        );
+        assert_eq!(
+            qos_class(&with(json!({"limits": {"cpu": "1", "memory": "1Gi"}}))),
+            "Guaranteed",
+            "requests default to limits"
+        );
+        assert_eq!(
+            qos_class(&with(
+                json!({"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "1Gi"}})
+            )),
+            "Burstable"
+        );
+    }
+
+    #[test]
+    fn status_carries_the_fields_a_current_kubelet_reports() {
+        let p = pod(json!({"metadata": {"generation": 3}}));
+        let now = t(100);
+        let s = simulate(&p, &now);
+        assert_eq!(s.observed_generation, Some(3));
+        assert_eq!(cond(&s, "PodReadyToStartContainers").status, "True");
+        assert!(s
+            .conditions
+            .as_ref()
+            .unwrap()
+            .iter()
+            .all(|c| c.observed_generation == Some(3)));
+        assert_eq!(s.host_ips.as_ref().map(Vec::len), Some(1));
+        assert_eq!(s.qos_class.as_deref(), Some("BestEffort"));
     }
 
     fn cond<'a>(s: &'a PodStatus, type_: &str) -> &'a PodCondition {

@@ -1,0 +1,549 @@
+//! The validation table shared by `tests/validation_table.rs` (the committed CRD evaluated in
+//! process, and the operator's validate stage) and `e2e/tests/validation_server.rs` (every row
+//! created on a real API server): one table, so all verdicts are compared on the same rows.
+// Each test crate that includes this file uses a different part of it.
+#![allow(dead_code)]
+
+use deepinfer_operator::api::DeepInferDeploymentSpec;
+use deepinfer_operator::controller::validate::{validate_spec, DeviceLimits, MAX_NAME_LENGTH};
+use serde_json::{json, Value};
+
+/// The committed CRD (this file is included from the root crate and from `e2e/`).
+pub fn crd_path() -> std::path::PathBuf {
+    let here = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = if here.ends_with("e2e") {
+        here.parent().unwrap()
+    } else {
+        here
+    };
+    root.join("crds/deepinfer.io_deepinferdeployments.yaml")
+}
+
+/// What both validators must conclude.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expect {
+    /// Accepted.
+    Valid,
+    /// Rejected by a rule; the operator names exactly this field (with indices), the API server
+    /// names it or an enclosing field (indices written `[]`, as CEL rules on lists cannot know them).
+    Invalid(&'static str),
+    /// Rejected by the schema's types or enums; the operator's typed decode refuses it too.
+    Malformed(&'static str),
+}
+
+pub struct Case {
+    pub name: &'static str,
+    pub base: fn() -> Value,
+    pub mutate: fn(&mut Value),
+    pub expect: Expect,
+}
+
+pub fn nvidia() -> Value {
+    json!({
+        "model": {
+            "name": "deepseek-ai/DeepSeek-V4.1-Flash-1017",
+            "license": "mit",
+            "source": {"hub": {"revision": "3f1c2a9d8e7b6c5d4e3f2a1b0c9d8e7f6a5b4c3d", "claimName": "models"}}
+        },
+        "runtime": {
+            "image": format!("registry.example.com/deepinfer/runtime-cuda13@sha256:{}", "ab12".repeat(16)),
+            "commit": "9e8d7c6"
+        },
+        "accelerator": {"type": "NVIDIA", "product": "NVIDIA-H200", "devicesPerPod": 8},
+        "roles": [
+            {"name": "prefill", "replicas": 1, "parallel": {"tensor": 8}},
+            {"name": "decode", "replicas": 2, "parallel": {"tensor": 8, "data": 2, "expert": 16}}
+        ],
+        "acceptance": {
+            "prompts": [
+                {
+                    "id": "shot-plan",
+                    "prompt": "Plan three shots of two seconds each.",
+                    "structuredOutput": {"json": {"type": "array", "minItems": 3, "maxItems": 3}}
+                },
+                {"id": "yes-no", "prompt": "Answer yes or no.", "structuredOutput": {"regex": "^(yes|no)$"}}
+            ]
+        }
+    })
+}
+
+pub fn ascend() -> Value {
+    json!({
+        "model": {
+            "name": "deepseek-ai/DeepSeek-V4.1-Flash-1017",
+            "license": "mit",
+            "source": {"volume": {"claimName": "checkpoints", "path": "flash-1017"}}
+        },
+        "runtime": {
+            "image": format!("registry.example.com/deepinfer/runtime-cann92@sha256:{}", "0f".repeat(32)),
+            "commit": "0123456789abcdef0123456789abcdef01234567"
+        },
+        "accelerator": {"type": "Ascend", "devicesPerPod": 16, "scaleUpDomainKey": "huawei.com/super-pod-id"},
+        "roles": [{"name": "worker", "replicas": 2, "parallel": {"tensor": 16, "pipeline": 2, "expert": 32}}],
+        "acceptance": {"promptsFrom": {"name": "acceptance-prompts", "key": "prompts.yaml"}}
+    })
+}
+
+pub fn cases() -> Vec<Case> {
+    use Expect::*;
+    macro_rules! case {
+        ($name:literal, $base:ident, |$s:ident| $mutate:expr, $expect:expr) => {
+            Case {
+                name: $name,
+                base: $base,
+                mutate: |$s: &mut Value| $mutate,
+                expect: $expect,
+            }
+        };
+    }
+    vec![
+        case!("valid NVIDIA", nvidia, |_s| (), Valid),
+        case!("valid Ascend", ascend, |_s| (), Valid),
+        case!(
+            "NVIDIA at its node maximum, default devicesPerPod",
+            nvidia,
+            |s| {
+                s["accelerator"]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("devicesPerPod");
+            },
+            Valid
+        ),
+        case!(
+            "zero replicas",
+            nvidia,
+            |s| s["roles"][1]["replicas"] = json!(0),
+            Valid
+        ),
+        case!(
+            "image tag without digest",
+            nvidia,
+            |s| {
+                s["runtime"]["image"] = json!("registry.example.com/deepinfer/runtime-cuda13:v1.0");
+            },
+            Invalid("spec.runtime.image")
+        ),
+        case!(
+            "image with short digest",
+            nvidia,
+            |s| {
+                s["runtime"]["image"] =
+                    json!("registry.example.com/deepinfer/runtime-cuda13@sha256:ab12cd34");
+            },
+            Invalid("spec.runtime.image")
+        ),
+        case!(
+            "image digest in upper case",
+            nvidia,
+            |s| {
+                s["runtime"]["image"] = json!(format!(
+                    "r.example.com/runtime@sha256:{}",
+                    "AB12".repeat(16)
+                ));
+            },
+            Invalid("spec.runtime.image")
+        ),
+        case!(
+            "runtime commit not hex",
+            nvidia,
+            |s| s["runtime"]["commit"] = json!("v1.0.0"),
+            Invalid("spec.runtime.commit")
+        ),
+        case!(
+            "revision is a branch name",
+            nvidia,
+            |s| {
+                s["model"]["source"]["hub"]["revision"] = json!("main");
+            },
+            Invalid("spec.model.source.hub.revision")
+        ),
+        case!(
+            "revision is a short sha",
+            nvidia,
+            |s| {
+                s["model"]["source"]["hub"]["revision"] = json!("3f1c2a9");
+            },
+            Invalid("spec.model.source.hub.revision")
+        ),
+        case!(
+            "revision in upper case",
+            nvidia,
+            |s| {
+                s["model"]["source"]["hub"]["revision"] =
+                    json!("3F1C2A9D8E7B6C5D4E3F2A1B0C9D8E7F6A5B4C3D");
+            },
+            Invalid("spec.model.source.hub.revision")
+        ),
+        case!(
+            "no source",
+            nvidia,
+            |s| s["model"]["source"] = json!({}),
+            Invalid("spec.model.source")
+        ),
+        case!(
+            "two sources",
+            nvidia,
+            |s| {
+                s["model"]["source"]["volume"] =
+                    json!({"claimName": "checkpoints", "path": "model"});
+            },
+            Invalid("spec.model.source")
+        ),
+        case!(
+            "devicesPerPod does not divide the world size",
+            nvidia,
+            |s| {
+                s["accelerator"]["devicesPerPod"] = json!(6);
+            },
+            Invalid("spec.roles[0].parallel")
+        ),
+        case!(
+            "world size smaller than devicesPerPod",
+            nvidia,
+            |s| {
+                s["roles"][0]["parallel"]["tensor"] = json!(4);
+            },
+            Invalid("spec.roles[0].parallel")
+        ),
+        case!(
+            "world size smaller than the default devicesPerPod",
+            ascend,
+            |s| {
+                s["accelerator"]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("devicesPerPod");
+                s["roles"][0]["parallel"] = json!({"tensor": 4, "expert": 4});
+            },
+            Invalid("spec.roles[0].parallel")
+        ),
+        case!(
+            "expert does not divide the world size",
+            nvidia,
+            |s| {
+                s["roles"][1]["parallel"]["expert"] = json!(3);
+            },
+            Invalid("spec.roles[1].parallel.expert")
+        ),
+        case!(
+            "expert larger than the world size",
+            ascend,
+            |s| {
+                s["roles"][0]["parallel"]["expert"] = json!(64);
+            },
+            Invalid("spec.roles[0].parallel.expert")
+        ),
+        case!(
+            "duplicated role",
+            nvidia,
+            |s| s["roles"][1]["name"] = json!("prefill"),
+            Invalid("spec.roles[1].name")
+        ),
+        case!(
+            "unknown role",
+            nvidia,
+            |s| s["roles"][1]["name"] = json!("router"),
+            Invalid("spec.roles[1].name")
+        ),
+        case!(
+            "no roles",
+            nvidia,
+            |s| s["roles"] = json!([]),
+            Invalid("spec.roles")
+        ),
+        case!(
+            "negative replicas",
+            nvidia,
+            |s| s["roles"][1]["replicas"] = json!(-1),
+            Invalid("spec.roles[1].replicas")
+        ),
+        case!(
+            "NVIDIA devicesPerPod above one node",
+            nvidia,
+            |s| {
+                s["accelerator"]["devicesPerPod"] = json!(16);
+                s["roles"][0]["parallel"]["tensor"] = json!(16);
+                s["roles"][1]["parallel"]["tensor"] = json!(16);
+            },
+            Invalid("spec.accelerator.devicesPerPod")
+        ),
+        case!(
+            "Ascend devicesPerPod above one node",
+            ascend,
+            |s| {
+                s["accelerator"]["devicesPerPod"] = json!(32);
+            },
+            Invalid("spec.accelerator.devicesPerPod")
+        ),
+        case!(
+            "devicesPerPod 0",
+            nvidia,
+            |s| s["accelerator"]["devicesPerPod"] = json!(0),
+            Invalid("spec.accelerator.devicesPerPod")
+        ),
+        case!(
+            "devicesPerPod negative",
+            ascend,
+            |s| s["accelerator"]["devicesPerPod"] = json!(-16),
+            Invalid("spec.accelerator.devicesPerPod")
+        ),
+        case!(
+            "tensor degree 0",
+            nvidia,
+            |s| s["roles"][0]["parallel"]["tensor"] = json!(0),
+            Invalid("spec.roles[0].parallel.tensor")
+        ),
+        case!(
+            "expert degree 0",
+            nvidia,
+            |s| s["roles"][1]["parallel"]["expert"] = json!(0),
+            Invalid("spec.roles[1].parallel.expert")
+        ),
+        case!(
+            "data degree above the maximum",
+            nvidia,
+            |s| s["roles"][1]["parallel"]["data"] = json!(2048),
+            Invalid("spec.roles[1].parallel.data")
+        ),
+        case!(
+            "acceptance with no prompts",
+            nvidia,
+            |s| s["acceptance"]["prompts"] = json!([]),
+            Invalid("spec.acceptance.prompts")
+        ),
+        case!(
+            "duplicated prompt ids",
+            nvidia,
+            |s| s["acceptance"]["prompts"][1]["id"] = json!("shot-plan"),
+            Invalid("spec.acceptance.prompts[1].id")
+        ),
+        case!(
+            "structured output with two kinds",
+            nvidia,
+            |s| {
+                s["acceptance"]["prompts"][0]["structuredOutput"]["regex"] = json!("^\\[.*\\]$");
+            },
+            Invalid("spec.acceptance.prompts[0].structuredOutput")
+        ),
+        case!(
+            "structured output with no kind",
+            nvidia,
+            |s| {
+                s["acceptance"]["prompts"][1]["structuredOutput"] = json!({});
+            },
+            Invalid("spec.acceptance.prompts[1].structuredOutput")
+        ),
+        case!(
+            "structured output json that is not a schema object",
+            nvidia,
+            |s| {
+                s["acceptance"]["prompts"][0]["structuredOutput"]["json"] =
+                    json!("an array of three shots");
+            },
+            Invalid("spec.acceptance.prompts[0].structuredOutput.json")
+        ),
+        case!(
+            "acceptance timeout 0",
+            nvidia,
+            |s| s["acceptance"]["timeoutSeconds"] = json!(0),
+            Invalid("spec.acceptance.timeoutSeconds")
+        ),
+        case!(
+            "empty licence",
+            nvidia,
+            |s| s["model"]["license"] = json!(""),
+            Invalid("spec.model.license")
+        ),
+        case!(
+            "unknown accelerator type",
+            nvidia,
+            |s| s["accelerator"]["type"] = json!("Intel"),
+            Malformed("spec.accelerator.type")
+        ),
+        case!(
+            "replicas as a string",
+            nvidia,
+            |s| s["roles"][0]["replicas"] = json!("2"),
+            Malformed("spec.roles[0].replicas")
+        ),
+    ]
+}
+
+pub fn crd() -> Value {
+    let text =
+        std::fs::read_to_string(crd_path()).expect("the committed CRD exists; run `make crds`");
+    serde_yaml::from_str(&text).expect("the committed CRD is YAML")
+}
+
+pub fn object_schema(crd: &Value) -> Value {
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"].clone()
+}
+
+pub fn object(spec: Value) -> Value {
+    named_object("flash", spec)
+}
+
+pub fn named_object(name: &str, spec: Value) -> Value {
+    json!({
+        "apiVersion": "deepinfer.io/v1alpha1",
+        "kind": "DeepInferDeployment",
+        "metadata": {"name": name, "namespace": "serving"},
+        "spec": spec,
+    })
+}
+
+/// Names at and around the bound, with whether both validators must accept them.
+pub fn name_cases() -> Vec<(String, bool)> {
+    vec![
+        ("a".repeat(MAX_NAME_LENGTH), true),
+        ("a".repeat(MAX_NAME_LENGTH + 1), false),
+        (
+            "flash-h200-prefill-decode-long-name-over-the-bound".into(),
+            false,
+        ),
+        ("flash".into(), true),
+    ]
+}
+
+pub fn join(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_owned()
+    } else {
+        format!("{path}.{key}")
+    }
+}
+
+/// `spec.roles[1].parallel.expert` → `spec.roles[].parallel.expert`.
+pub fn generic(field: &str) -> String {
+    let mut out = String::new();
+    let mut in_index = false;
+    for c in field.chars() {
+        match c {
+            '[' => {
+                in_index = true;
+                out.push('[');
+            }
+            ']' => {
+                in_index = false;
+                out.push(']');
+            }
+            _ if in_index => {}
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+/// The field and the field enclosing it (a rule on a list or an object can only name that), in
+/// generic form: `spec.roles[1].name` → `spec.roles[].name`, `spec.roles`.
+pub fn field_and_parent(field: &str) -> [String; 2] {
+    let field = generic(field);
+    let parent = field
+        .rsplit_once('.')
+        .map_or(field.as_str(), |(parent, _)| parent);
+    let parent = parent.strip_suffix("[]").unwrap_or(parent).to_owned();
+    [field, parent]
+}
+
+/// Whether an API server error (`path: message`) is about `field`: its path is the field, or its
+/// message starts with the field or the field's parent.
+pub fn names_field(error: &str, field: &str) -> bool {
+    let (path, message) = error.split_once(": ").unwrap_or(("", error));
+    let [exact, parent] = field_and_parent(field);
+    generic(path) == exact
+        || [exact, parent].iter().any(|name| {
+            message
+                .strip_prefix(name.as_str())
+                .is_some_and(|rest| rest.starts_with([' ', ':']))
+        })
+}
+
+pub enum Operator {
+    Accepted,
+    Rejected(Vec<(String, String)>),
+    Undecodable(String),
+}
+
+impl Operator {
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Accepted => "accepted".into(),
+            Self::Rejected(errors) => {
+                format!("{:?}", errors.iter().map(|(_, m)| m).collect::<Vec<_>>())
+            }
+            Self::Undecodable(err) => format!("cannot decode: {err}"),
+        }
+    }
+}
+
+pub fn operator_verdict(spec: &Value) -> Operator {
+    match serde_json::from_value::<DeepInferDeploymentSpec>(spec.clone()) {
+        Err(err) => Operator::Undecodable(err.to_string()),
+        Ok(spec) => match validate_spec(&spec, &DeviceLimits::default()) {
+            Ok(()) => Operator::Accepted,
+            Err(errors) => {
+                Operator::Rejected(errors.into_iter().map(|e| (e.field, e.message)).collect())
+            }
+        },
+    }
+}
+
+/// Where a verdict disagrees with the row's expectation. `api` holds the API server's errors as
+/// `field: message` (empty: admitted).
+pub fn disagreements(case: &Case, api: &[String], operator: &Operator) -> Vec<String> {
+    let mut failures = Vec::new();
+    let mut problem = |what: String| failures.push(format!("[{}] {what}", case.name));
+    match case.expect {
+        Expect::Valid => {
+            if !api.is_empty() {
+                problem(format!("API server rejects a valid spec: {api:#?}"));
+            }
+            match operator {
+                Operator::Accepted => {}
+                Operator::Rejected(errors) => {
+                    problem(format!("operator rejects a valid spec: {errors:#?}"))
+                }
+                Operator::Undecodable(err) => {
+                    problem(format!("operator cannot decode a valid spec: {err}"))
+                }
+            }
+        }
+        Expect::Invalid(field) | Expect::Malformed(field) => {
+            if api.is_empty() {
+                problem("API server accepts it".into());
+            } else if !api.iter().any(|e| names_field(e, field)) {
+                problem(format!("no API server error names {field}: {api:#?}"));
+            }
+            match (operator, case.expect) {
+                (Operator::Accepted, _) => problem("operator accepts it".into()),
+                (Operator::Rejected(errors), Expect::Invalid(_)) => {
+                    match errors.iter().find(|(f, _)| f == field) {
+                        None => problem(format!(
+                            "operator errors do not include {field}: {errors:#?}"
+                        )),
+                        Some((_, message)) if !message.contains(field) => {
+                            problem(format!("operator message does not name {field}: {message}"))
+                        }
+                        Some(_) => {}
+                    }
+                }
+                (Operator::Rejected(errors), _) => problem(format!(
+                    "expected the typed decode to refuse it, but it decoded: {errors:#?}"
+                )),
+                (Operator::Undecodable(err), Expect::Invalid(_)) => problem(format!(
+                    "operator refuses it only by failing to decode: {err}"
+                )),
+                (Operator::Undecodable(_), _) => {}
+            }
+        }
+    }
+    failures
+}
+
+/// The spec of a row, mutated as the row says.
+pub fn row_spec(case: &Case) -> Value {
+    let mut spec = (case.base)();
+    (case.mutate)(&mut spec);
+    spec
+}

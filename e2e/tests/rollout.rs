@@ -406,7 +406,7 @@ async fn gpu_a_changed_pod_template_rolls_one_group_at_a_time() {
     let old_pods: BTreeSet<String> = workers(&client, &ns.name, "template")
         .await
         .iter()
-        .map(ResourceExt::name_any)
+        .filter_map(|p| p.uid())
         .collect();
     let sampler = Sampler::start(&client, &ns.name, "template");
     // Probes are part of the pod template but not of the revision: no new judgement.
@@ -418,8 +418,8 @@ async fn gpu_a_changed_pod_template_rolls_one_group_at_a_time() {
     .await;
     support::eventually(TIMEOUT, "every group replaced", || async {
         let pods = workers(&client, &ns.name, "template").await;
-        let names: BTreeSet<String> = pods.iter().map(ResourceExt::name_any).collect();
-        (names.is_disjoint(&old_pods) && groups(&pods).values().filter(|r| **r).count() == 2)
+        let uids: BTreeSet<String> = pods.iter().filter_map(|p| p.uid()).collect();
+        (uids.is_disjoint(&old_pods) && groups(&pods).values().filter(|r| **r).count() == 2)
             .then_some(())
     })
     .await;

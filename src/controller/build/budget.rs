@@ -8,8 +8,10 @@ pub fn budget_name(did: &str, role: &str) -> String {
 }
 
 /// A PodDisruptionBudget per role over its worker pods: a voluntary eviction (a node drain) may
-/// take down at most `rollout.maxUnavailable` pods, hence at most that many groups. With the
-/// default 0, drains wait until the pods are moved by a rollout or deleted by hand.
+/// take down at most `rollout.maxUnavailable` pods, hence at most that many groups (one evicted
+/// rank stops its whole group). With the default 0, drains wait until the pods are moved by a
+/// rollout or deleted by hand. Stated as `minAvailable` = pods of `replicas` groups less
+/// `maxUnavailable`: a `maxUnavailable` budget would need a scale subresource on the owner.
 pub fn budget(
     did: &ValidatedDeployment,
     role: &RoleSpec,
@@ -30,7 +32,13 @@ pub fn budget(
     stamp(PodDisruptionBudget {
         metadata: owned_meta(did, budget_name(&did.name_any(), &role.name), extra),
         spec: Some(PodDisruptionBudgetSpec {
-            max_unavailable: Some(IntOrString::Int(role.rollout.max_unavailable.max(0))),
+            min_available: Some(IntOrString::Int(
+                role.replicas
+                    .max(0)
+                    .saturating_mul(group_shape(&did.spec, role).pods)
+                    .saturating_sub(role.rollout.max_unavailable.max(0))
+                    .max(0),
+            )),
             selector: Some(LabelSelector {
                 match_labels: Some(selector),
                 match_expressions: None,

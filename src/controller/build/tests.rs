@@ -457,7 +457,15 @@ fn a_budget_per_role_allows_what_the_rollout_allows() {
     let pdb = budget(&d, &d.spec.roles[0]);
     assert_eq!(pdb.name_any(), "flash-decode");
     let spec = pdb.spec.expect("spec");
-    assert_eq!(spec.max_unavailable, Some(IntOrString::Int(1)));
+    assert_eq!(
+        spec.min_available,
+        Some(IntOrString::Int(3)),
+        "2 groups of 2 pods, one pod (hence one group) may be evicted"
+    );
+    assert_eq!(
+        spec.max_unavailable, None,
+        "the owner has no scale subresource"
+    );
     let selector = spec
         .selector
         .and_then(|s| s.match_labels)

@@ -210,6 +210,16 @@ fn expected_rules() -> Vec<(String, String, Vec<String>)> {
             &["get", "list", "watch", "create", "patch", "delete"],
         ),
         (
+            "policy",
+            &["poddisruptionbudgets"],
+            &["list", "create", "patch", "delete"],
+        ),
+        (
+            "apps",
+            &["controllerrevisions"],
+            &["list", "create", "patch", "delete"],
+        ),
+        (
             "batch",
             &["jobs"],
             &["get", "list", "watch", "create", "delete"],

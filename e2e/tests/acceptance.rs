@@ -361,7 +361,7 @@ async fn gpu_a_new_image_digest_reruns_acceptance_and_a_restart_does_not() {
     let second = status_where(&api, "plan", "Ready=True for the new revision", |s| {
         s.revision.as_deref() != Some(first_rev.as_str())
             && s.acceptance.as_ref().is_some_and(|a| {
-                Some(a.revision.as_str()) == s.revision.as_deref() && a.result == "Passed"
+                Some(a.revision.as_str()) == s.revision.as_deref() && a.result.as_str() == "Passed"
             })
             && cond(s, "Ready").is_some_and(|c| c.status == "True")
     })

@@ -195,11 +195,27 @@ async fn gpu_nvidia_groups_land_each_inside_one_clique_and_go_ready_once_accepte
     );
 
     let svcs: Api<Service> = Api::namespaced(client.clone(), &ns.name);
-    for name in ["flash-worker", "flash-worker-0", "flash-worker-1"] {
-        svcs.get(name)
-            .await
-            .unwrap_or_else(|e| panic!("Service {name}: {e}"));
-    }
+    svcs.get("flash-worker")
+        .await
+        .unwrap_or_else(|e| panic!("Service flash-worker: {e}"));
+    // One headless Service per group, named after its revision and index.
+    let rendezvous: BTreeSet<String> = svcs
+        .list(
+            &ListParams::default()
+                .labels("deepinfer.io/deployment=flash,deepinfer.io/component=rendezvous"),
+        )
+        .await
+        .expect("services")
+        .items
+        .iter()
+        .map(ResourceExt::name_any)
+        .collect();
+    let expected: BTreeSet<String> = pods
+        .iter()
+        .filter_map(|p| p.spec.as_ref()?.subdomain.clone())
+        .collect();
+    assert_eq!(rendezvous, expected, "a rendezvous Service per group");
+    assert_eq!(rendezvous.len(), 2);
     // Accepted: every pod becomes Ready, the role Service routes to the group leaders.
     let st = status_where(&api, "flash", "Ready=True", |s| {
         condition(s, "Ready").is_some_and(|c| c.status == "True")
@@ -383,8 +399,13 @@ async fn gpu_scaling_revisions_gang_replacement_and_garbage_collection() {
 
     // Deleting one rank replaces its whole group.
     let pods_api: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let rank1 = after
+        .iter()
+        .find(|p| label(p, "deepinfer.io/rank") == "1")
+        .expect("rank 1")
+        .name_any();
     pods_api
-        .delete("life-worker-0-1", &DeleteParams::default())
+        .delete(&rank1, &DeleteParams::default())
         .await
         .expect("delete rank 1");
     let replaced = support::eventually(TIMEOUT, "group 0 recreated as a whole", || {

@@ -14,14 +14,8 @@ pub const TERMINATION_MESSAGE_LIMIT: usize = 4096;
 /// Longest `reason` in the summary.
 const SUMMARY_REASON_LIMIT: usize = 1024;
 
-/// Outcome of an acceptance run.
-#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AcceptanceResult {
-    /// Every prompt passed and the engine exited cleanly.
-    Passed,
-    /// Anything else.
-    Failed,
-}
+/// Outcome of an acceptance run: the same type the controller records in status.
+pub use crate::api::AcceptanceResult;
 
 /// The termination message of the acceptance container: one JSON object under 4096 bytes.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
@@ -92,6 +86,9 @@ pub struct RuntimeRecord {
     pub image_digest: Option<String>,
     /// Runtime git commit.
     pub commit: String,
+    /// The operator's pod-template version the engine ran under (part of the revision judged).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template_version: Option<i32>,
 }
 
 /// Checkpoint.
@@ -245,6 +242,8 @@ pub struct RunIdentity {
     pub image: String,
     /// Runtime commit.
     pub runtime_commit: String,
+    /// The operator's pod-template version.
+    pub template_version: Option<i32>,
     /// Checkpoint revision.
     pub checkpoint_revision: String,
     /// Model directory.
@@ -363,6 +362,7 @@ pub fn build_manifest(
             image: identity.image.clone(),
             image_digest: image_digest(&identity.image),
             commit: identity.runtime_commit.clone(),
+            template_version: identity.template_version,
         },
         checkpoint: CheckpointRecord {
             revision: identity.checkpoint_revision.clone(),

@@ -75,6 +75,9 @@ pub struct IdentityArgs {
     /// Checkpoint revision (hub commit) the model directory holds.
     #[arg(long, default_value = "")]
     pub checkpoint_revision: String,
+    /// The operator's pod-template version (part of the revision), recorded in the manifest.
+    #[arg(long)]
+    pub template_version: Option<i32>,
     /// Parallel layout of the serving group, e.g. `tensor=8,pipeline=1,data=1,expert=8`.
     #[arg(long, value_parser = parse_layout, default_value = "tensor=1,pipeline=1,data=1,expert=1")]
     pub layout: ParallelSpec,

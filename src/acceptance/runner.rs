@@ -105,6 +105,7 @@ async fn execute(args: &AcceptArgs) -> (AcceptanceSummary, i32) {
         revision: args.identity.revision.clone(),
         image: args.identity.image.clone(),
         runtime_commit: args.identity.runtime_commit.clone(),
+        template_version: args.identity.template_version,
         checkpoint_revision: args.identity.checkpoint_revision.clone(),
         model_dir: args.model_dir.display().to_string(),
         layout: args.identity.layout.clone(),

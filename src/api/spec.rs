@@ -1,7 +1,7 @@
 //! Spec types of `DeepInferDeployment`. CEL rules on these types are the same rules the
 //! operator's validate stage enforces (see `controller::validate`); both name the field and the fix.
 
-use k8s_openapi::api::core::v1::EnvVar;
+use k8s_openapi::api::core::v1::{EnvVar, Probe, ResourceRequirements};
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -18,6 +18,8 @@ pub const DEFAULT_MAX_DEVICES_ASCEND: i32 = 16;
 pub const MAX_PARALLEL_DEGREE: i32 = 1024;
 /// Longest acceptance run, in seconds (one day).
 pub const MAX_ACCEPTANCE_TIMEOUT_SECONDS: i32 = 86400;
+/// Most groups `spec.roles[].rollout.maxSurge` / `maxUnavailable` may name.
+pub const MAX_ROLLOUT_GROUPS: i32 = 64;
 /// Roles a serving group may take.
 pub const ROLE_NAMES: [&str; 4] = ["worker", "prefill", "decode", "vision"];
 
@@ -158,6 +160,19 @@ pub struct RuntimeSpec {
     /// Extra environment for engine containers.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub env: Vec<EnvVar>,
+    /// Startup probe of engine containers; default: HTTP GET `/health` on the serve port,
+    /// allowing 45 minutes for the weights to load before the container is restarted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub startup_probe: Option<Probe>,
+    /// Readiness probe of engine containers; default: HTTP GET `/health` on the serve port
+    /// every 10 s. A group serves only while every rank passes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub readiness_probe: Option<Probe>,
+    /// CPU and memory of engine containers (devices come from `spec.accelerator`); default:
+    /// requests of 4 CPUs and 16Gi memory, so engine pods are never BestEffort. Device entries
+    /// given here are replaced by the accelerator's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
 }
 
 /// Accelerator vendor.
@@ -283,6 +298,36 @@ pub struct RoleSpec {
     /// Parallel layout of one group.
     #[serde(default)]
     pub parallel: ParallelSpec,
+    /// How a new revision replaces this role's groups; counted in groups.
+    #[serde(default)]
+    pub rollout: RolloutSpec,
+}
+
+/// Rolling replacement of a role's groups, counted in whole groups. Each step creates a group of
+/// the new revision and, once it serves, removes an old one.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.maxSurge + self.maxUnavailable >= 1")
+    .message("spec.roles[].rollout: maxSurge and maxUnavailable cannot both be 0, or no group could ever be replaced; set maxSurge to 1 (needs one spare group of devices) or maxUnavailable to 1"))]
+pub struct RolloutSpec {
+    /// Groups of the new revision that may exist above `replicas` while rolling out; default 1.
+    #[serde(default = "one")]
+    #[schemars(range(min = 0, max = MAX_ROLLOUT_GROUPS))]
+    pub max_surge: i32,
+    /// Groups that may be out of service below `replicas` while rolling out (or to make room for
+    /// the acceptance run on a full cluster); default 0.
+    #[serde(default)]
+    #[schemars(range(min = 0, max = MAX_ROLLOUT_GROUPS))]
+    pub max_unavailable: i32,
+}
+
+impl Default for RolloutSpec {
+    fn default() -> Self {
+        Self {
+            max_surge: 1,
+            max_unavailable: 0,
+        }
+    }
 }
 
 /// Parallel layout of one serving group. World size = tensor × pipeline × data.

@@ -29,9 +29,86 @@ pub struct DeepInferDeploymentStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub roles: Vec<RoleStatus>,
-    /// The last acceptance run and its evidence.
+    /// The judgement of the current revision (the last acceptance run for it) and its evidence.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub acceptance: Option<AcceptanceStatus>,
+    /// Recorded acceptance judgements, newest first, at most [`MAX_JUDGEMENTS`]: one per
+    /// (revision, acceptance spec hash, rerun token). A revision found here is not judged again,
+    /// so rolling back reuses its pass; a pod may serve only while the newest judgement of its
+    /// revision is a pass.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 5))]
+    pub judgements: Vec<AcceptanceStatus>,
+}
+
+/// Most judgements kept in `status.judgements`.
+pub const MAX_JUDGEMENTS: usize = 5;
+
+/// Verdict of an acceptance run: the acceptance Job's summary, the manifest and the status all
+/// carry this one type.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum AcceptanceResult {
+    /// Every prompt passed and the engine exited cleanly.
+    Passed,
+    /// Anything else (and the value a judgement has until it is made).
+    #[default]
+    Failed,
+}
+
+impl AcceptanceResult {
+    /// The serialised form (`Passed`, `Failed`), e.g. for metric labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Passed => "Passed",
+            Self::Failed => "Failed",
+        }
+    }
+}
+
+impl DeepInferDeploymentStatus {
+    /// The newest recorded judgement of `revision`, whatever spec hash or rerun token it was
+    /// made for.
+    pub fn latest_judgement(&self, revision: &str) -> Option<&AcceptanceStatus> {
+        self.judgements
+            .iter()
+            .chain(self.acceptance.iter())
+            .find(|j| j.revision == revision)
+    }
+
+    /// The judgement recorded for exactly this revision, acceptance spec and rerun token.
+    pub fn recorded_judgement(
+        &self,
+        revision: &str,
+        spec_hash: &str,
+        rerun_token: &str,
+    ) -> Option<&AcceptanceStatus> {
+        self.judgements
+            .iter()
+            .chain(self.acceptance.iter())
+            .find(|j| j.judges(revision, spec_hash, rerun_token))
+    }
+}
+
+/// `judgements` with `newest` recorded first, replacing an entry for the same revision, spec hash
+/// and rerun token, and cut to [`MAX_JUDGEMENTS`].
+pub fn record_judgement(
+    judgements: &[AcceptanceStatus],
+    newest: AcceptanceStatus,
+) -> Vec<AcceptanceStatus> {
+    let key = (
+        newest.revision.clone(),
+        newest.spec_hash.clone().unwrap_or_default(),
+        newest.rerun_token.clone().unwrap_or_default(),
+    );
+    let mut out = vec![newest];
+    out.extend(
+        judgements
+            .iter()
+            .filter(|j| !j.judges(&key.0, &key.1, &key.2))
+            .cloned(),
+    );
+    out.truncate(MAX_JUDGEMENTS);
+    out
 }
 
 /// Coarse lifecycle phase; the conditions carry the detail.
@@ -76,8 +153,14 @@ pub struct RoleStatus {
     pub name: String,
     /// Groups desired (`replicas`).
     pub desired_groups: i32,
-    /// Groups whose every pod is Ready.
+    /// Groups, of any revision, whose every pod is accepted and Ready (serving).
     pub ready_groups: i32,
+    /// Groups on the current revision and pod template.
+    #[serde(default)]
+    pub updated_groups: i32,
+    /// Revision being rolled out to this role's groups, while a rollout runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rolling_out: Option<String>,
 }
 
 /// The last acceptance run.
@@ -87,7 +170,7 @@ pub struct AcceptanceStatus {
     /// Revision the run judged.
     pub revision: String,
     /// `Passed` or `Failed`.
-    pub result: String,
+    pub result: AcceptanceResult,
     /// Prompts judged and prompts passed.
     pub prompts: i32,
     /// Prompts that passed.
@@ -107,6 +190,23 @@ pub struct AcceptanceStatus {
     /// Value of the `deepinfer.io/rerun-acceptance` annotation the run was made for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rerun_token: Option<String>,
+    /// The operator's pod-template version the run judged (part of the revision).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template_version: Option<i32>,
+}
+
+impl AcceptanceStatus {
+    /// Whether this judgement was made for exactly this revision, spec hash and rerun token.
+    pub fn judges(&self, revision: &str, spec_hash: &str, rerun_token: &str) -> bool {
+        self.revision == revision
+            && self.spec_hash.as_deref().unwrap_or_default() == spec_hash
+            && self.rerun_token.as_deref().unwrap_or_default() == rerun_token
+    }
+
+    /// Whether the run passed.
+    pub fn passed(&self) -> bool {
+        self.result == AcceptanceResult::Passed
+    }
 }
 
 /// Condition types.
@@ -175,4 +275,22 @@ pub mod reasons {
     pub const APPLY_FAILED: &str = "ApplyFailed";
     /// A referenced object (PVC, ConfigMap, Secret) is missing.
     pub const MISSING_DEPENDENCY: &str = "MissingDependency";
+    /// Groups of a new revision (or pod template) are replacing the serving ones, group by group.
+    pub const ROLLING_OUT: &str = "RollingOut";
+    /// A pod the operator runs (acceptance or a new group) waits for free devices; not a verdict.
+    pub const WAITING_FOR_CAPACITY: &str = "WaitingForCapacity";
+    /// Serving pods lost their entitlement (licence or judgement) and were taken out of service.
+    pub const SERVING_WITHDRAWN: &str = "ServingWithdrawn";
+}
+
+/// Reasons of the `deepinfer.io/accepted` pod condition.
+pub mod pod_reasons {
+    /// The pod's revision passed acceptance and the licence is accepted: it may serve.
+    pub const ENTITLED: &str = "AcceptancePassed";
+    /// The licence gate closed (annotation removed or changed, or licence no longer allowed).
+    pub const LICENSE_WITHDRAWN: &str = "LicenseWithdrawn";
+    /// The newest judgement of the pod's revision is a failure.
+    pub const ACCEPTANCE_WITHDRAWN: &str = "AcceptanceWithdrawn";
+    /// No judgement of the pod's revision is recorded.
+    pub const NOT_JUDGED: &str = "RevisionNotJudged";
 }

@@ -17,7 +17,9 @@ use std::path::PathBuf;
 use clap::Args;
 
 pub use fetch::{fetch_checkpoint, FetchMarker, FetchReport, FetchRequest, MARKER_FILE};
-pub use verify::{verify_dir, Expectations, RoleLayout, VerifyReport, VOLUME_REVISION};
+pub use verify::{
+    verify_dir, Expectations, ProblemKind, RoleLayout, VerifyReport, VOLUME_REVISION,
+};
 
 /// Exit code: everything checked out.
 pub const EXIT_OK: i32 = 0;

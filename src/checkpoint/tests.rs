@@ -316,6 +316,8 @@ fn missing_index_and_config_are_named() {
     assert_eq!(report.problems.len(), 2, "{:#?}", report.problems);
     assert!(report.problems.iter().any(|p| p.starts_with("config.json")));
     assert!(report.problems.iter().any(|p| p.starts_with(INDEX_FILE)));
+    assert_eq!(report.kinds, [verify::ProblemKind::Files]);
+    assert!(!report.only_license_mismatch());
 }
 
 #[test]
@@ -338,6 +340,11 @@ fn licence_mismatch_names_the_model_card() {
     );
     assert!(problem.contains("apache-2.0"), "{problem}");
     assert_eq!(report.license.as_deref(), Some("mit"));
+    assert!(
+        report.only_license_mismatch(),
+        "a sound checkpoint under another licence is reported as a licence mismatch only: {:?}",
+        report.kinds
+    );
 }
 
 #[test]
@@ -347,6 +354,11 @@ fn licence_file_is_the_fallback() {
     let report = verify_dir(&dir.0, &expect("mit", &[]));
     let problem = only_problem(&report);
     assert!(problem.contains("no `license:`"), "{problem}");
+    assert_eq!(
+        report.kinds,
+        [verify::ProblemKind::LicenseUndeclared],
+        "an undeclared licence is not a mismatch"
+    );
 
     std::fs::write(
         dir.path("LICENSE"),

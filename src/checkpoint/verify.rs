@@ -43,6 +43,36 @@ pub struct VerifyReport {
     /// What is wrong, one sentence each, naming the file; possibly cut short with "…and N more".
     #[serde(default)]
     pub problems: Vec<String>,
+    /// Which kinds of problem were found (each once, in the order checked), so that a reader
+    /// tells a licence mismatch from a damaged checkpoint without reading the sentences.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kinds: Vec<ProblemKind>,
+}
+
+/// Kind of a problem `verify-checkpoint` found.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProblemKind {
+    /// Files missing, unreadable or damaged: the directory, fetch marker, `config.json`, shards.
+    Files,
+    /// The checkpoint's licence could not be determined.
+    LicenseUndeclared,
+    /// The checkpoint declares a different licence than `spec.model.license`.
+    LicenseMismatch,
+    /// A role's parallel layout does not fit the model's shape.
+    Layout,
+}
+
+impl VerifyReport {
+    /// Whether the only problem is a licence mismatch (the checkpoint itself is sound).
+    pub fn only_license_mismatch(&self) -> bool {
+        self.kinds == [ProblemKind::LicenseMismatch]
+    }
+
+    fn note(&mut self, kind: ProblemKind, before: usize) {
+        if self.problems.len() > before && !self.kinds.contains(&kind) {
+            self.kinds.push(kind);
+        }
+    }
 }
 
 /// A role's parallel layout, as `--layout <role>=<tensor>x<pipeline>x<data>x<expert>`.
@@ -107,24 +137,37 @@ pub fn verify_dir(dir: &Path, expect: &Expectations) -> VerifyReport {
         revision: expect.revision.clone(),
         ..VerifyReport::default()
     };
-    let problems = &mut report.problems;
     if !dir.is_dir() {
-        problems.push(format!(
+        report.problems.push(format!(
             "{}: not a directory (or not mounted): check the volume and path of spec.model.source",
             dir.display()
         ));
+        report.note(ProblemKind::Files, 0);
         return report;
     }
-    let (files, bytes) = inventory(dir, problems);
+    let (files, bytes) = inventory(dir, &mut report.problems);
     report.files = files;
     report.bytes = bytes;
 
-    check_fetch_marker(dir, &expect.revision, problems);
-    let config = read_config(dir, problems);
-    check_shards(dir, problems);
-    report.license = check_license(dir, &expect.license, problems);
+    check_fetch_marker(dir, &expect.revision, &mut report.problems);
+    let config = read_config(dir, &mut report.problems);
+    check_shards(dir, &mut report.problems);
+    report.note(ProblemKind::Files, 0);
+    let before = report.problems.len();
+    let (license, mismatch) = check_license(dir, &expect.license, &mut report.problems);
+    report.license = license;
+    report.note(
+        if mismatch {
+            ProblemKind::LicenseMismatch
+        } else {
+            ProblemKind::LicenseUndeclared
+        },
+        before,
+    );
     if let Some(config) = &config {
-        check_layouts(config, &expect.layouts, problems);
+        let before = report.problems.len();
+        check_layouts(config, &expect.layouts, &mut report.problems);
+        report.note(ProblemKind::Layout, before);
     }
     report.ok = report.problems.is_empty();
     report
@@ -343,8 +386,9 @@ struct Declared {
     file: &'static str,
 }
 
-/// Finds the declared licence and compares it with `expected`; returns the declared id.
-fn check_license(dir: &Path, expected: &str, problems: &mut Vec<String>) -> Option<String> {
+/// Finds the declared licence and compares it with `expected`; returns the declared id and
+/// whether it differs from `expected`.
+fn check_license(dir: &Path, expected: &str, problems: &mut Vec<String>) -> (Option<String>, bool) {
     let declared = match declared_license(dir) {
         Ok(Some(d)) => d,
         Ok(None) => {
@@ -352,11 +396,11 @@ fn check_license(dir: &Path, expected: &str, problems: &mut Vec<String>) -> Opti
                 "README.md has no `license:` front matter and no licence file ({}) was recognised: the checkpoint's licence cannot be confirmed; use a checkpoint whose model card declares it",
                 LICENSE_FILES.join(", ")
             ));
-            return None;
+            return (None, false);
         }
         Err(problem) => {
             problems.push(problem);
-            return None;
+            return (None, false);
         }
     };
     let matched = declared
@@ -364,14 +408,14 @@ fn check_license(dir: &Path, expected: &str, problems: &mut Vec<String>) -> Opti
         .iter()
         .find(|id| id.eq_ignore_ascii_case(expected.trim()));
     match matched {
-        Some(id) => Some(id.clone()),
+        Some(id) => (Some(id.clone()), false),
         None => {
             let ids = declared.ids.join(", ");
             problems.push(format!(
                 "{} declares licence `{ids}` but spec.model.license is `{expected}`: set spec.model.license and the deepinfer.io/license-accepted annotation to the checkpoint's licence after reviewing it, or use a checkpoint under `{expected}`",
                 declared.file
             ));
-            Some(ids)
+            (Some(ids), true)
         }
     }
 }

@@ -1,23 +1,34 @@
-//! One reconcile pass in pipeline order: validate, licence gate, checkpoint gate, acceptance
-//! gate, then workers. Each stage returns a [`Gate`]; the first one that has not passed stops
-//! the pass, so nothing is provisioned past a closed gate.
+//! One reconcile pass in pipeline order: observe, enforce entitlement, validate, licence gate,
+//! checkpoint gate, acceptance gate, then the rollout of worker groups.
+//!
+//! Entitlement is enforced before anything can stop the pass. The gates decide whether the
+//! target revision may serve; the workers stage runs whatever they say (only the licence gate and
+//! an invalid spec stop it), so the serving revision stays managed while another is judged.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
-use kube::api::{Api, ListParams};
+use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::Api;
 use kube::runtime::controller::Action;
-use kube::{Resource, ResourceExt};
+use kube::ResourceExt;
 
-use super::apply::{self, list_owned};
+use super::apply;
 use super::build;
+use super::decide::checkpoint::{judge_verify_report, verified_message};
+use super::decide::jobs::{job_state, JobState};
+use super::decide::rollout::{self, Action as GroupAction, Health, Progress, RoleInput};
+use super::decide::workers::{group_views, workers_gate};
+use super::decide::{acceptance, entitlement};
+use super::observe::{observe, Observed};
 use super::status::{Gate, Outcome};
-use super::validate::{license_gate, summarize, validate_name, validate_spec};
+use super::validate::{license_gate, summarize, validate, LicenseVerdict, ValidatedDeployment};
 use super::{Context, Error};
 use crate::api::{
-    labels, reasons, AcceptanceSpec, AcceptanceStatus, CheckpointStatus, DeepInferDeployment,
-    DeepInferDeploymentStatus, RoleStatus, RERUN_ACCEPTANCE_ANNOTATION,
+    labels, reasons, record_judgement, AcceptanceSpec, AcceptanceStatus, CheckpointStatus,
+    DeepInferDeployment, DeepInferDeploymentStatus, RoleStatus, RERUN_ACCEPTANCE_ANNOTATION,
 };
 
 /// Runs the pipeline for one resource; returns what was found and when to look again.
@@ -31,78 +42,110 @@ pub async fn run_pipeline(
         .namespace()
         .ok_or_else(|| Error::NoNamespace(did.name_any()))?;
     let name = did.name_any();
-
-    // 1. validate (the CRD's CEL rules, for API servers that do not enforce them)
-    let mut errors = validate_spec(&did.spec, &ctx.limits)
-        .err()
-        .unwrap_or_default();
-    if let Err(e) = validate_name(&name) {
-        errors.insert(0, e);
-    }
-    if !errors.is_empty() {
-        outcome.spec = Gate::Failed(reasons::INVALID_SPEC, summarize(&errors));
-        return Ok((outcome, Action::await_change()));
-    }
-    outcome.spec = Gate::Passed(reasons::COMPLETE, "spec is valid".into());
-
-    // 2. licence gate
-    let verdict = license_gate(
+    let mut observed = observe(ctx, did).await?;
+    let licence = license_gate(
         did.annotations(),
         &did.spec.model.license,
         &ctx.accepted_licenses,
     );
-    let message = verdict.message(&ns, &name, &did.spec.model.license);
-    if !verdict.is_accepted() {
-        outcome.license = Gate::Failed(verdict.reason(), message);
-        return Ok((outcome, Action::await_change()));
+    // Judgements recorded so far (a status written before the list existed has one, in
+    // `acceptance`).
+    let mut known = previous.cloned().unwrap_or_default();
+    if let Some(a) = known.acceptance.clone() {
+        let hash = a.spec_hash.clone().unwrap_or_default();
+        let token = a.rerun_token.clone().unwrap_or_default();
+        if known.judgements.len() < crate::api::MAX_JUDGEMENTS
+            && !known
+                .judgements
+                .iter()
+                .any(|j| j.judges(&a.revision, &hash, &token))
+        {
+            known.judgements.push(a);
+        }
     }
-    outcome.license = Gate::Passed(verdict.reason(), message);
+    outcome.judgements = known.judgements.clone();
+    outcome.acceptance_status = previous.and_then(|p| p.acceptance.clone());
+
+    // 0. Continuous enforcement, before any gate can end the pass.
+    enforce(ctx, &ns, &mut observed, &licence, &known, &mut outcome).await?;
+    if !licence.is_accepted() {
+        stop_fetching(ctx, &ns, &observed).await?;
+    }
+
+    // 1. validate (the CRD's CEL rules, for API servers that do not enforce them)
+    let did = match validate(did, &ctx.limits) {
+        Ok(valid) => valid,
+        Err(errors) => {
+            outcome.spec = Gate::Failed(reasons::INVALID_SPEC, summarize(&errors));
+            return Ok((outcome, Action::await_change()));
+        }
+    };
+    let did = &did;
+    outcome.spec = Gate::Passed(reasons::COMPLETE, "spec is valid".into());
     let revision = build::revision(&did.spec);
     outcome.revision = Some(revision.clone());
 
-    // 3. checkpoint gate
-    let (checkpoint, checkpoint_status) = match checkpoint_gate(did, previous, ctx, &ns).await {
-        Ok(found) => found,
-        Err(e) => return Ok(api_failure(ctx, outcome, &e, |o, g| o.checkpoint = g)),
-    };
-    outcome.checkpoint = checkpoint;
-    outcome.checkpoint_status = checkpoint_status;
-    match &outcome.checkpoint {
-        Gate::Passed(..) => {}
-        Gate::Failed(reason, _) if *reason == reasons::MISSING_DEPENDENCY => {
-            return Ok((outcome, Action::requeue(Duration::from_secs(15))));
+    // 2. licence gate
+    let mut message = licence.message(&ns, &name, &did.spec.model.license);
+    if !licence.is_accepted() {
+        if let Some(withdrawn) = &outcome.withdrawn {
+            message = format!("{message}; {withdrawn}");
         }
-        Gate::Failed(..) => return Ok((outcome, Action::await_change())),
-        _ => return Ok((outcome, Action::requeue(RECHECK))),
+        outcome.license = Gate::Failed(licence.reason(), message);
+        // Nothing is created or deleted; the roles' status still says where they are.
+        let (gate, roles) =
+            workers(did, ctx, &ns, &observed, &revision, &known, false, false).await?;
+        outcome.workers = withdrawn_or(&outcome, gate);
+        outcome.roles = roles;
+        return Ok((outcome, Action::await_change()));
+    }
+    outcome.license = Gate::Passed(licence.reason(), message);
+
+    // 3. checkpoint gate, 4. acceptance gate: they judge the target revision only.
+    let mut retry: Option<Duration> = None;
+    let mut needs_room = false;
+    match checkpoint_gate(did, previous, ctx, &ns, &observed).await {
+        Ok((gate, status)) => {
+            outcome.checkpoint = gate;
+            outcome.checkpoint_status = status;
+        }
+        Err(e) => {
+            outcome.checkpoint = api_failure(ctx, &e);
+            retry = Some(Duration::from_secs(10));
+        }
+    }
+    if outcome.checkpoint.passed() {
+        match acceptance_gate(did, ctx, &ns, &revision, &observed, &known).await {
+            Ok(found) => {
+                outcome.acceptance = found.gate;
+                needs_room = found.needs_room;
+                if let Some(status) = found.status {
+                    outcome.acceptance_status = Some(status);
+                }
+                if let Some(judged) = found.recorded {
+                    known.judgements = record_judgement(&known.judgements, judged.clone());
+                    outcome.judgements = known.judgements.clone();
+                    outcome.acceptance_status = Some(judged);
+                    // A new verdict takes effect in this same pass.
+                    enforce(ctx, &ns, &mut observed, &licence, &known, &mut outcome).await?;
+                }
+            }
+            Err(e) => {
+                outcome.acceptance = api_failure(ctx, &e);
+                retry = Some(Duration::from_secs(10));
+            }
+        }
     }
 
-    // 4. acceptance gate: one run per revision (and rerun token); a recorded result is final.
-    let (acceptance, acceptance_status) =
-        match acceptance_gate(did, previous, ctx, &ns, &revision).await {
-            Ok(found) => found,
-            Err(e) => {
-                outcome.acceptance_status = previous.and_then(|p| p.acceptance.clone());
-                return Ok(api_failure(ctx, outcome, &e, |o, g| o.acceptance = g));
-            }
-        };
-    outcome.acceptance = acceptance;
-    outcome.acceptance_status = acceptance_status;
-    let accepted_revision = match &outcome.acceptance {
-        Gate::Passed(..) => Some(revision.as_str()),
-        Gate::Failed(reason, _) if *reason == reasons::MISSING_DEPENDENCY => {
-            return Ok((outcome, Action::requeue(Duration::from_secs(15))));
-        }
-        Gate::Failed(..) => return Ok((outcome, Action::await_change())),
-        _ => return Ok((outcome, Action::requeue(RECHECK))),
-    };
-
-    // 5. workers
-    // An apply failure still leaves the gates' results in status; the pass is retried soon.
-    match workers(did, ctx, &ns, &revision, accepted_revision).await {
-        Ok((workers, roles)) => {
-            outcome.workers = workers;
+    // 5. workers: the target rolls out once it passed; until then the serving revision is kept.
+    match workers(
+        did, ctx, &ns, &observed, &revision, &known, true, needs_room,
+    )
+    .await
+    {
+        Ok((gate, roles)) => {
+            outcome.workers = withdrawn_or(&outcome, gate);
             outcome.roles = roles;
-            Ok((outcome, Action::requeue(super::RESYNC)))
         }
         Err(e) => {
             tracing::warn!(error = %e, kind = e.metric_label(), "applying workers failed; retrying");
@@ -114,151 +157,144 @@ pub async fn run_pipeline(
                     1000,
                 ),
             );
-            Ok((outcome, Action::requeue(Duration::from_secs(10))))
+            retry = Some(Duration::from_secs(10));
         }
+    }
+    let action = match retry {
+        Some(after) => Action::requeue(after),
+        None => next_look(&outcome),
+    };
+    Ok((outcome, action))
+}
+
+/// When to look again if no event arrives.
+fn next_look(outcome: &Outcome) -> Action {
+    for gate in [&outcome.checkpoint, &outcome.acceptance] {
+        match gate {
+            Gate::Failed(reason, _) if *reason == reasons::MISSING_DEPENDENCY => {
+                return Action::requeue(Duration::from_secs(15))
+            }
+            Gate::Progressing(..) => return Action::requeue(RECHECK),
+            _ => {}
+        }
+    }
+    if matches!(outcome.workers, Gate::Progressing(..)) {
+        return Action::requeue(RECHECK);
+    }
+    Action::requeue(super::RESYNC)
+}
+
+/// Withdrawn service is news that outranks the workers' progress.
+fn withdrawn_or(outcome: &Outcome, gate: Gate) -> Gate {
+    match &outcome.withdrawn {
+        Some(message) => Gate::Progressing(reasons::SERVING_WITHDRAWN, message.clone()),
+        None => gate,
     }
 }
 
-/// Records an API failure inside a gate on that gate's condition (so status shows it, not only
-/// the log), counts it, and retries soon.
-fn api_failure(
+/// Brings every worker pod's `deepinfer.io/accepted` condition in line with its entitlement,
+/// and records what was withdrawn.
+async fn enforce(
     ctx: &Context,
-    mut outcome: Outcome,
-    error: &Error,
-    set: impl FnOnce(&mut Outcome, Gate),
-) -> (Outcome, Action) {
+    ns: &str,
+    observed: &mut Observed,
+    licence: &LicenseVerdict,
+    judgements: &DeepInferDeploymentStatus,
+    outcome: &mut Outcome,
+) -> Result<(), Error> {
+    let marks = entitlement::decide(&observed.workers, licence, Some(judgements));
+    if marks.is_empty() {
+        return Ok(());
+    }
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+    for mark in &marks {
+        apply::set_accepted(&api, mark).await?;
+        if let Some(pod) = observed
+            .workers
+            .iter_mut()
+            .find(|p| p.name_any() == mark.pod)
+        {
+            set_condition(pod, mark);
+        }
+    }
+    if let Some(summary) = entitlement::withdrawn_summary(&marks) {
+        tracing::info!(%summary, "withdrew service");
+        outcome.withdrawn = Some(summary);
+    }
+    Ok(())
+}
+
+/// Records a condition change on the observed copy, so a later decision in the pass sees it.
+fn set_condition(pod: &mut Pod, mark: &entitlement::Mark) {
+    let conditions = pod
+        .status
+        .get_or_insert_with(Default::default)
+        .conditions
+        .get_or_insert_with(Vec::new);
+    conditions.retain(|c| c.type_ != crate::api::ACCEPTED_POD_CONDITION);
+    conditions.push(k8s_openapi::api::core::v1::PodCondition {
+        type_: crate::api::ACCEPTED_POD_CONDITION.into(),
+        status: if mark.accepted { "True" } else { "False" }.into(),
+        reason: Some(mark.reason.into()),
+        message: Some(mark.message.clone()),
+        ..Default::default()
+    });
+}
+
+/// Deletes fetch Jobs still running: a withdrawn licence stops the download too.
+async fn stop_fetching(ctx: &Context, ns: &str, observed: &Observed) -> Result<(), Error> {
+    let api: Api<Job> = Api::namespaced(ctx.client.clone(), ns);
+    for job in observed.jobs.iter().filter(|j| {
+        j.labels().get(labels::COMPONENT).map(String::as_str) == Some("fetch")
+            && matches!(job_state(observed, &j.name_any()), JobState::Running)
+    }) {
+        tracing::info!(job = %job.name_any(), "licence withdrawn: stopping the fetch Job");
+        apply::delete_ignoring_missing(&api, &job.name_any()).await?;
+    }
+    Ok(())
+}
+
+/// Records an API failure inside a gate on that gate's condition (so status shows it, not only
+/// the log), counts it; the pass is retried soon.
+fn api_failure(ctx: &Context, error: &Error) -> Gate {
     tracing::warn!(error = %error, kind = error.metric_label(), "a gate failed to talk to the API; retrying");
     ctx.metrics.reconcile_failed(error.metric_label());
-    let hint = if error.to_string().contains("forbidden") {
+    let hint = if error.is_forbidden() {
         "; the operator's RBAC lacks a rule: compare its ClusterRole/Role with the chart's"
     } else {
         ""
     };
-    let message = super::truncate(
-        &format!("a Kubernetes API request failed, retrying: {error}{hint}"),
-        1000,
-    );
-    set(
-        &mut outcome,
-        Gate::Progressing(reasons::APPLY_FAILED, message),
-    );
-    (outcome, Action::requeue(Duration::from_secs(10)))
+    Gate::Progressing(
+        reasons::APPLY_FAILED,
+        super::truncate(
+            &format!("a Kubernetes API request failed, retrying: {error}{hint}"),
+            1000,
+        ),
+    )
 }
 
 /// How soon to look at a running Job again if no event arrives.
 const RECHECK: Duration = Duration::from_secs(30);
 
-/// The PVC named by the source must exist before any Job or pod mounts it.
-async fn claim_exists(ctx: &Context, ns: &str, claim: &str) -> Result<bool, Error> {
-    let api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), ns);
-    Ok(api.get_opt(claim).await.map_err(Error::Kube)?.is_some())
-}
-
-/// State of a Job: finished with success, finished with failure (with the pod's message), or running.
-enum JobState {
-    Missing,
-    Running,
-    Succeeded(Option<String>),
-    Failed(Option<String>),
-}
-
-async fn job_state(ctx: &Context, ns: &str, name: &str) -> Result<JobState, Error> {
-    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), ns);
-    let Some(job) = jobs.get_opt(name).await.map_err(Error::Kube)? else {
-        return Ok(JobState::Missing);
-    };
-    let status = job.status.unwrap_or_default();
-    let succeeded = status.succeeded.unwrap_or(0) > 0;
-    let failed = status
-        .conditions
-        .unwrap_or_default()
-        .iter()
-        .any(|c| c.type_ == "Failed" && c.status == "True");
-    if !succeeded && !failed {
-        return Ok(JobState::Running);
-    }
-    let message = job_pod_message(ctx, ns, name).await?;
-    Ok(if succeeded {
-        JobState::Succeeded(message)
-    } else {
-        JobState::Failed(message)
-    })
-}
-
-/// Termination message of the newest terminated container of a Job's pods.
-async fn job_pod_message(ctx: &Context, ns: &str, job: &str) -> Result<Option<String>, Error> {
-    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
-    let list = pods
-        .list(&ListParams::default().labels(&format!("job-name={job}")))
-        .await
-        .map_err(Error::Kube)?;
-    let mut best: Option<(String, String)> = None;
-    for pod in list.items {
-        let statuses = pod
-            .status
-            .and_then(|s| s.container_statuses)
-            .unwrap_or_default();
-        for cs in statuses {
-            if let Some(t) = cs.state.and_then(|s| s.terminated) {
-                let at = t.finished_at.map(|f| f.0.to_string()).unwrap_or_default();
-                if let Some(msg) = t.message.filter(|m| !m.trim().is_empty()) {
-                    if best.as_ref().is_none_or(|(b, _)| at > *b) {
-                        best = Some((at, msg));
-                    }
-                }
-            }
-        }
-    }
-    Ok(best.map(|(_, m)| m))
-}
-
-/// The verifier's report, as printed in its termination message.
-#[derive(serde::Deserialize, Default)]
-struct VerifyReport {
-    #[serde(default)]
-    ok: bool,
-    #[serde(default)]
-    revision: Option<String>,
-    #[serde(default)]
-    files: i64,
-    #[serde(default)]
-    bytes: i64,
-    #[serde(default)]
-    license: Option<String>,
-    #[serde(default)]
-    problems: Vec<String>,
-}
-
 async fn checkpoint_gate(
-    did: &DeepInferDeployment,
+    did: &ValidatedDeployment,
     previous: Option<&DeepInferDeploymentStatus>,
     ctx: &Context,
     ns: &str,
+    observed: &Observed,
 ) -> Result<(Gate, Option<CheckpointStatus>), Error> {
     let key = build::checkpoint_key(&did.spec);
     if let Some(done) = previous
         .and_then(|p| p.checkpoint.as_ref())
         .filter(|c| c.source_key == key)
     {
-        let msg = format!(
-            "checkpoint revision {} verified: {} files, {} bytes, licence {}",
-            done.revision,
-            done.files,
-            done.bytes,
-            done.license.as_deref().unwrap_or("unknown")
-        );
-        return Ok((Gate::Passed(reasons::VERIFIED, msg), Some(done.clone())));
-    }
-    let Some((claim, _)) = build::checkpoint_location(&did.spec) else {
         return Ok((
-            Gate::Failed(
-                reasons::INVALID_SPEC,
-                "spec.model.source: set exactly one of hub or volume".into(),
-            ),
-            None,
+            Gate::Passed(reasons::VERIFIED, verified_message(done)),
+            Some(done.clone()),
         ));
-    };
-    if !claim_exists(ctx, ns, &claim).await? {
+    }
+    let claim = &did.claim;
+    if observed.claim_exists != Some(true) {
         let msg = format!(
             "PersistentVolumeClaim {ns}/{claim} (spec.model.source) does not exist; create it (it must hold or receive the checkpoint) — the operator checks again every 15 s"
         );
@@ -267,26 +303,18 @@ async fn checkpoint_gate(
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), ns);
     if let Some(fetch) = build::fetch_job(did, &ctx.operator_image) {
         let fetch_name = fetch.name_any();
-        match job_state(ctx, ns, &fetch_name).await? {
+        let fetching = || {
+            Gate::Progressing(
+                reasons::FETCHING,
+                format!("Job {fetch_name} is fetching the pinned revision into {claim}"),
+            )
+        };
+        match job_state(observed, &fetch_name) {
             JobState::Missing => {
                 apply::create_once(&jobs, &fetch).await?;
-                return Ok((
-                    Gate::Progressing(
-                        reasons::FETCHING,
-                        format!("Job {fetch_name} is fetching the pinned revision into {claim}"),
-                    ),
-                    None,
-                ));
+                return Ok((fetching(), None));
             }
-            JobState::Running => {
-                return Ok((
-                    Gate::Progressing(
-                        reasons::FETCHING,
-                        format!("Job {fetch_name} is fetching the pinned revision into {claim}"),
-                    ),
-                    None,
-                ));
-            }
+            JobState::Running => return Ok((fetching(), None)),
             JobState::Failed(message) => {
                 let msg = format!(
                     "Job {fetch_name} failed to fetch the checkpoint: {}; fix the source (spec.model.source.hub) or the hub access, then delete the Job to retry",
@@ -308,379 +336,419 @@ async fn checkpoint_gate(
             format!("Job {verify_name} is verifying the checkpoint on {claim}"),
         )
     };
-    match job_state(ctx, ns, &verify_name).await? {
+    match job_state(observed, &verify_name) {
         JobState::Missing => {
             apply::create_once(&jobs, &verify).await?;
             Ok((progressing(), None))
         }
         JobState::Running => Ok((progressing(), None)),
         JobState::Succeeded(message) | JobState::Failed(message) => {
-            let report: Option<VerifyReport> = message
+            let report: Option<crate::checkpoint::VerifyReport> = message
                 .as_deref()
                 .and_then(|m| serde_json::from_str(m.trim()).ok());
-            match report {
-                Some(r) if r.ok => {
-                    let status = CheckpointStatus {
-                        revision: r.revision.unwrap_or_else(|| "volume".into()),
-                        files: r.files,
-                        bytes: r.bytes,
-                        license: r.license,
-                        source_key: key,
-                    };
-                    let msg = format!(
-                        "checkpoint revision {} verified: {} files, {} bytes, licence {}",
-                        status.revision,
-                        status.files,
-                        status.bytes,
-                        status.license.as_deref().unwrap_or("unknown")
-                    );
-                    Ok((Gate::Passed(reasons::VERIFIED, msg), Some(status)))
-                }
-                Some(r) => {
-                    let licence_problem = r
-                        .problems
-                        .iter()
-                        .any(|p| p.to_lowercase().contains("licen"));
-                    let reason = if licence_problem && r.problems.len() == 1 {
-                        reasons::CHECKPOINT_LICENSE_MISMATCH
-                    } else {
-                        reasons::VERIFICATION_FAILED
-                    };
-                    let msg = format!(
-                        "Job {verify_name} found problems in the checkpoint: {}; fix the checkpoint or the spec, then re-apply",
-                        r.problems.join("; ")
-                    );
-                    Ok((Gate::Failed(reason, super::truncate(&msg, 2000)), None))
-                }
-                None => {
-                    let msg = format!(
-                        "Job {verify_name} ended without a readable report ({}); look at the Job's pod",
-                        message.as_deref().map_or("no termination message", |m| m.trim())
-                    );
-                    Ok((
-                        Gate::Failed(reasons::VERIFICATION_FAILED, super::truncate(&msg, 2000)),
-                        None,
-                    ))
-                }
-            }
+            Ok(judge_verify_report(
+                &verify_name,
+                key,
+                message.as_deref(),
+                report,
+            ))
         }
     }
 }
 
-/// Provisions worker pods and Services, marks pods of the accepted revision, and counts ready groups.
-async fn workers(
-    did: &DeepInferDeployment,
-    ctx: &Context,
-    ns: &str,
-    revision: &str,
-    accepted_revision: Option<&str>,
-) -> Result<(Gate, Vec<RoleStatus>), Error> {
-    let name = did.name_any();
-    let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
-    let svc_api: Api<Service> = Api::namespaced(ctx.client.clone(), ns);
-    let existing: Vec<Pod> = list_owned(&pods_api, &name)
-        .await?
-        .into_iter()
-        .filter(|p| p.labels().get(labels::COMPONENT).map(String::as_str) == Some("worker"))
-        .collect();
-    let mut desired = Vec::new();
-    for role in &did.spec.roles {
-        for group in 0..role.replicas.max(0) {
-            desired.extend(build::group_pods(did, role, group, revision));
-        }
-    }
-    let actions = apply::plan_pods(&desired, &existing);
-    apply::apply_pods(&pods_api, actions).await?;
-    let existing_services = list_owned(&svc_api, &name).await?;
-    apply::apply_services(&svc_api, &build::services(did), &existing_services).await?;
-    if let Some(accepted) = accepted_revision {
-        apply::mark_accepted(
-            &pods_api,
-            &existing,
-            accepted,
-            &format!("revision {accepted} passed acceptance"),
-        )
-        .await?;
-    }
-
-    // Ready groups: every desired rank exists, is of the desired hash, and is Ready.
-    let by_name: std::collections::BTreeMap<String, &Pod> =
-        existing.iter().map(|p| (p.name_any(), p)).collect();
-    let mut roles = Vec::new();
-    let mut summary = Vec::new();
-    let mut all_ready = true;
-    for role in &did.spec.roles {
-        let mut ready = 0;
-        for group in 0..role.replicas.max(0) {
-            let want = build::group_pods(did, role, group, revision);
-            let ok = want.iter().all(|w| {
-                by_name.get(&w.name_any()).is_some_and(|have| {
-                    build::applied_hash(*have) == build::applied_hash(w)
-                        && have.meta().deletion_timestamp.is_none()
-                        && apply::pod_ready(have)
-                })
-            });
-            if ok {
-                ready += 1;
-            }
-        }
-        all_ready &= ready == role.replicas.max(0);
-        summary.push(format!("{} {}/{}", role.name, ready, role.replicas.max(0)));
-        roles.push(RoleStatus {
-            name: role.name.clone(),
-            desired_groups: role.replicas.max(0),
-            ready_groups: ready,
-        });
-    }
-    let gate = if all_ready {
-        Gate::Passed(
-            reasons::GROUPS_READY,
-            format!("ready serving groups: {}", summary.join(", ")),
-        )
-    } else {
-        Gate::Progressing(
-            reasons::GROUPS_NOT_READY,
-            format!("ready serving groups: {}", summary.join(", ")),
-        )
-    };
-    Ok((gate, roles))
+/// What the acceptance gate found.
+struct AcceptanceFound {
+    /// The gate.
+    gate: Gate,
+    /// The judgement that decides the gate, when there is one (for `status.acceptance`).
+    status: Option<AcceptanceStatus>,
+    /// A judgement made in this pass, to record.
+    recorded: Option<AcceptanceStatus>,
+    /// The run waits for devices.
+    needs_room: bool,
 }
 
-/// Resolves `promptsFrom` into inline prompts, so the runner needs no read access to ConfigMaps.
-async fn resolve_acceptance(
-    did: &DeepInferDeployment,
-    ctx: &Context,
-    ns: &str,
-) -> Result<Result<AcceptanceSpec, String>, Error> {
-    let mut spec = did.spec.acceptance.clone();
-    let Some(from) = spec.prompts_from.take() else {
-        return Ok(Ok(spec));
-    };
-    let api: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
-    let Some(cm) = api.get_opt(&from.name).await.map_err(Error::Kube)? else {
-        return Ok(Err(format!(
-            "ConfigMap {ns}/{} named by spec.acceptance.promptsFrom does not exist; create it with the prompts under key {}",
-            from.name, from.key
-        )));
-    };
-    let Some(text) = cm.data.as_ref().and_then(|d| d.get(&from.key)) else {
-        return Ok(Err(format!(
-            "ConfigMap {ns}/{} has no key {} (spec.acceptance.promptsFrom.key); add the prompts there",
-            from.name, from.key
-        )));
-    };
-    match serde_yaml::from_str::<Vec<crate::api::AcceptancePrompt>>(text) {
-        Ok(prompts) => {
-            spec.prompts.extend(prompts);
-            Ok(Ok(spec))
+impl AcceptanceFound {
+    fn progressing(reason: &'static str, message: String) -> Self {
+        Self {
+            gate: Gate::Progressing(reason, message),
+            status: None,
+            recorded: None,
+            needs_room: false,
         }
-        Err(e) => Ok(Err(format!(
-            "ConfigMap {ns}/{} key {} is not a YAML list of prompts (spec.acceptance.promptsFrom): {e}",
-            from.name, from.key
-        ))),
     }
 }
 
-fn acceptance_message(a: &AcceptanceStatus) -> String {
-    let evidence = a.evidence.as_deref().unwrap_or("none");
-    if a.result == "Passed" {
-        format!(
-            "revision {} passed acceptance: {}/{} prompts; evidence in ConfigMap {evidence}",
-            a.revision, a.passed, a.prompts
-        )
-    } else {
-        let failed = if a.failed_prompts.is_empty() {
-            "none recorded".to_string()
-        } else {
-            a.failed_prompts.join(", ")
-        };
-        let why = a
-            .reason
-            .as_deref()
-            .map(|r| format!(" ({r})"))
-            .unwrap_or_default();
-        format!(
-            "revision {} failed acceptance: {}/{} prompts passed; failing prompts: {failed}{why}; evidence in ConfigMap {evidence}. \
-             No worker of this revision is created. Fix the image, checkpoint or layout (a spec change re-runs acceptance), \
-             or set annotation {RERUN_ACCEPTANCE_ANNOTATION} to a new value to run it again",
-            a.revision, a.passed, a.prompts
-        )
-    }
-}
-
-/// Runs (once) and judges the acceptance workload of `revision`.
+/// Runs (once) and judges the acceptance workload of `revision`. A recorded judgement of this
+/// revision, acceptance spec and rerun token is final and reused (rollback runs nothing).
 async fn acceptance_gate(
-    did: &DeepInferDeployment,
-    previous: Option<&DeepInferDeploymentStatus>,
+    did: &ValidatedDeployment,
     ctx: &Context,
     ns: &str,
     revision: &str,
-) -> Result<(Gate, Option<AcceptanceStatus>), Error> {
+    observed: &Observed,
+    known: &DeepInferDeploymentStatus,
+) -> Result<AcceptanceFound, Error> {
     let token = did
         .annotations()
         .get(RERUN_ACCEPTANCE_ANNOTATION)
         .cloned()
         .unwrap_or_default();
     // The prompts and expectations are part of what was judged: a change re-runs acceptance
-    // (without touching running workers, whose revision is unchanged).
+    // (the revision's pods keep serving on its last pass until the new verdict).
     let spec_hash = build::short_hash(&did.spec.acceptance, 10);
-    let recorded = previous.and_then(|p| p.acceptance.clone());
-    if let Some(a) = recorded.as_ref().filter(|a| {
-        a.revision == revision
-            && a.rerun_token.clone().unwrap_or_default() == token
-            && a.spec_hash.as_deref() == Some(spec_hash.as_str())
-    }) {
-        let message = acceptance_message(a);
-        let gate = if a.result == "Passed" {
-            Gate::Passed(reasons::ACCEPTANCE_SUCCEEDED, message)
-        } else {
-            Gate::Failed(reasons::ACCEPTANCE_FAILED, super::truncate(&message, 2000))
-        };
-        return Ok((gate, Some(a.clone())));
-    }
     let names =
         build::AcceptanceNames::new(&did.name_any(), revision, &format!("{token}/{spec_hash}"));
     let Some(role) = build::acceptance_role(&did.spec) else {
-        return Ok((
-            Gate::Failed(
+        return Ok(AcceptanceFound {
+            gate: Gate::Failed(
                 reasons::INVALID_SPEC,
                 "spec.roles: at least one role is required".into(),
             ),
-            recorded,
-        ));
+            status: None,
+            recorded: None,
+            needs_room: false,
+        });
     };
     let shape = build::group_shape(&did.spec, role);
-    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), ns);
     let leader = names.job(0);
-    let state = job_state(ctx, ns, &leader).await?;
-    if matches!(state, JobState::Missing) {
-        let spec = match resolve_acceptance(did, ctx, ns).await? {
-            Ok(spec) => spec,
-            Err(message) => {
-                return Ok((Gate::Failed(reasons::MISSING_DEPENDENCY, message), recorded))
-            }
-        };
-        let spec_yaml = serde_yaml::to_string(&spec).unwrap_or_default();
-        let (sa, role_obj, binding) = build::acceptance_rbac(did, &names);
-        let sa_api: Api<k8s_openapi::api::core::v1::ServiceAccount> =
-            Api::namespaced(ctx.client.clone(), ns);
-        let role_api: Api<k8s_openapi::api::rbac::v1::Role> =
-            Api::namespaced(ctx.client.clone(), ns);
-        let rb_api: Api<k8s_openapi::api::rbac::v1::RoleBinding> =
-            Api::namespaced(ctx.client.clone(), ns);
-        let cm_api: Api<k8s_openapi::api::core::v1::ConfigMap> =
-            Api::namespaced(ctx.client.clone(), ns);
-        let svc_api: Api<Service> = Api::namespaced(ctx.client.clone(), ns);
-        let existing_sa = sa_api.get_opt(&sa.name_any()).await.map_err(Error::Kube)?;
-        apply::apply_if_changed(&sa_api, &sa, existing_sa.as_ref()).await?;
-        let existing_role = role_api
-            .get_opt(&role_obj.name_any())
-            .await
-            .map_err(Error::Kube)?;
-        apply::apply_if_changed(&role_api, &role_obj, existing_role.as_ref()).await?;
-        let existing_rb = rb_api
-            .get_opt(&binding.name_any())
-            .await
-            .map_err(Error::Kube)?;
-        apply::apply_if_changed(&rb_api, &binding, existing_rb.as_ref()).await?;
-        let cm = build::acceptance_spec_configmap(did, &names, revision, spec_yaml);
-        apply::apply_if_changed(&cm_api, &cm, None).await?;
-        if shape.pods > 1 {
-            apply::apply_if_changed(
-                &svc_api,
-                &build::acceptance_service(did, &names, revision),
-                None,
-            )
-            .await?;
-        }
-        // Followers first, so the leader's engine finds them when it starts.
-        for rank in (0..shape.pods).rev() {
-            if let Some(job) =
-                build::acceptance_job(did, &names, rank, revision, &ctx.operator_image)
-            {
-                apply::create_once(&jobs, &job).await?;
-            }
-        }
-        let msg = format!("Job {leader} is running the acceptance workload for revision {revision} on one {} group ({} pod(s))", role.name, shape.pods);
-        return Ok((
-            Gate::Progressing(reasons::ACCEPTANCE_RUNNING, msg),
-            recorded,
-        ));
-    }
-    let message = match state {
-        JobState::Missing | JobState::Running => {
-            let msg = format!("Job {leader} is running the acceptance workload for revision {revision} on one {} group ({} pod(s))", role.name, shape.pods);
-            return Ok((
-                Gate::Progressing(reasons::ACCEPTANCE_RUNNING, msg),
-                recorded,
-            ));
-        }
-        JobState::Succeeded(m) | JobState::Failed(m) => m,
+    let leader_pods = observed.pods_of_job(&leader);
+    let run_pods: Vec<&Pod> = (0..shape.pods)
+        .flat_map(|rank| observed.pods_of_job(&names.job(rank)))
+        .collect();
+    let judging = acceptance::Judging {
+        revision,
+        spec_hash: &spec_hash,
+        token: &token,
+        prompts: did.spec.acceptance.prompts.len(),
+        deadline_seconds: build::acceptance_deadline(&did.spec),
+        now: Timestamp::now(),
     };
-    let summary: Option<crate::acceptance::AcceptanceSummary> = message
-        .as_deref()
-        .and_then(|m| serde_json::from_str(m.trim()).ok());
-    let status = match summary {
-        Some(s) => AcceptanceStatus {
-            revision: revision.to_string(),
-            result: if s.result == crate::acceptance::AcceptanceResult::Passed {
-                "Passed".into()
-            } else {
-                "Failed".into()
-            },
-            prompts: i32::try_from(s.prompts).unwrap_or(i32::MAX),
-            passed: i32::try_from(s.passed).unwrap_or(i32::MAX),
-            failed_prompts: s.failed_prompts,
-            evidence: (!s.evidence.is_empty()).then_some(s.evidence),
-            rerun_token: (!token.is_empty()).then(|| token.clone()),
-            spec_hash: Some(spec_hash.clone()),
-            reason: Some(super::truncate(&s.reason, 1000)),
-        },
-        None => AcceptanceStatus {
-            revision: revision.to_string(),
-            result: "Failed".into(),
-            prompts: i32::try_from(did.spec.acceptance.prompts.len()).unwrap_or(i32::MAX),
-            passed: 0,
-            failed_prompts: Vec::new(),
-            evidence: None,
-            rerun_token: (!token.is_empty()).then(|| token.clone()),
-            spec_hash: Some(spec_hash.clone()),
-            reason: Some(super::truncate(
-                &format!(
-                    "the acceptance Job {leader} ended without a summary: {}",
-                    message
-                        .as_deref()
-                        .map_or("no termination message", |m| m.trim())
+    let step = acceptance::decide(
+        known.recorded_judgement(revision, &spec_hash, &token),
+        &job_state(observed, &leader),
+        &leader_pods,
+        &run_pods,
+        &judging,
+    );
+    let running = format!(
+        "Job {leader} is running the acceptance workload for revision {revision} on one {} group ({} pod(s))",
+        role.name, shape.pods
+    );
+    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), ns);
+    match step {
+        acceptance::Step::Reuse(a) => Ok(AcceptanceFound {
+            gate: acceptance::judged_gate(&a),
+            status: Some(a),
+            recorded: None,
+            needs_room: false,
+        }),
+        acceptance::Step::Start => {
+            let spec =
+                match acceptance::resolve(&did.spec.acceptance, ns, observed.prompts.as_ref()) {
+                    Ok(spec) => spec,
+                    Err(message) => {
+                        return Ok(AcceptanceFound {
+                            gate: Gate::Failed(reasons::MISSING_DEPENDENCY, message),
+                            status: None,
+                            recorded: None,
+                            needs_room: false,
+                        })
+                    }
+                };
+            start_acceptance(did, ctx, ns, revision, &names, &spec, shape.pods).await?;
+            Ok(AcceptanceFound::progressing(
+                reasons::ACCEPTANCE_RUNNING,
+                running,
+            ))
+        }
+        acceptance::Step::Running => Ok(AcceptanceFound::progressing(
+            reasons::ACCEPTANCE_RUNNING,
+            running,
+        )),
+        acceptance::Step::WaitingForCapacity(why) => {
+            let mut found = AcceptanceFound::progressing(
+                reasons::WAITING_FOR_CAPACITY,
+                format!(
+                    "the acceptance run of revision {revision} waits for devices: it needs {}; scheduler: {why}. Its deadline starts when it runs; with spec.roles[].rollout.maxUnavailable ≥ 1 one serving group makes room",
+                    acceptance::capacity_need(&did.spec, role)
                 ),
-                1000,
-            )),
-        },
-    };
-    // The followers' engines have nothing left to serve.
-    for rank in 1..shape.pods {
-        apply::delete_ignoring_missing(&jobs, &names.job(rank)).await?;
+            );
+            found.needs_room = true;
+            Ok(found)
+        }
+        acceptance::Step::Rerun => {
+            stop_acceptance(ctx, ns, &jobs, &names, 0, shape.pods).await?;
+            Ok(AcceptanceFound::progressing(
+                reasons::ACCEPTANCE_RUNNING,
+                format!(
+                    "the acceptance Job {leader} ended without a verdict and its pod is gone or never ran; it is run again"
+                ),
+            ))
+        }
+        acceptance::Step::Record {
+            judgement,
+            stop_leader,
+        } => {
+            // The followers' engines have nothing left to serve.
+            let from = if stop_leader { 0 } else { 1 };
+            stop_acceptance(ctx, ns, &jobs, &names, from, shape.pods).await?;
+            let duration = observed
+                .job(&leader)
+                .and_then(|j| j.status.clone())
+                .and_then(|s| Some((s.start_time?.0, s.completion_time.map(|c| c.0))))
+                .map(|(start, end)| {
+                    let end = end.unwrap_or_else(Timestamp::now);
+                    end.duration_since(start).as_secs_f64().max(0.0)
+                })
+                .unwrap_or(0.0);
+            Ok(record(ctx, judgement, duration))
+        }
     }
-    if shape.pods > 1 {
+}
+
+fn record(ctx: &Context, judged: AcceptanceStatus, seconds: f64) -> AcceptanceFound {
+    ctx.metrics
+        .acceptance_finished(judged.result.as_str(), seconds);
+    AcceptanceFound {
+        gate: acceptance::judged_gate(&judged),
+        status: Some(judged.clone()),
+        recorded: Some(judged),
+        needs_room: false,
+    }
+}
+
+/// Creates the objects of one acceptance run: RBAC for the runner, the spec ConfigMap, the
+/// rendezvous Service of a multi-pod group, and one Job per rank.
+async fn start_acceptance(
+    did: &ValidatedDeployment,
+    ctx: &Context,
+    ns: &str,
+    revision: &str,
+    names: &build::AcceptanceNames,
+    spec: &AcceptanceSpec,
+    pods: i32,
+) -> Result<(), Error> {
+    let spec_yaml = serde_yaml::to_string(spec).unwrap_or_default();
+    let (sa, role_obj, binding) = build::acceptance_rbac(did, names);
+    let client = &ctx.client;
+    apply::apply_if_changed(&Api::namespaced(client.clone(), ns), &sa, None).await?;
+    apply::apply_if_changed(&Api::namespaced(client.clone(), ns), &role_obj, None).await?;
+    apply::apply_if_changed(&Api::namespaced(client.clone(), ns), &binding, None).await?;
+    let cm = build::acceptance_spec_configmap(did, names, revision, spec_yaml);
+    apply::apply_if_changed(&Api::namespaced(client.clone(), ns), &cm, None).await?;
+    if pods > 1 {
+        let svc_api: Api<Service> = Api::namespaced(client.clone(), ns);
+        apply::apply_if_changed(
+            &svc_api,
+            &build::acceptance_service(did, names, revision),
+            None,
+        )
+        .await?;
+    }
+    let jobs: Api<Job> = Api::namespaced(client.clone(), ns);
+    // Followers first, so the leader's engine finds them when it starts.
+    for rank in (0..pods).rev() {
+        if let Some(job) = build::acceptance_job(did, names, rank, revision, &ctx.operator_image) {
+            apply::create_once(&jobs, &job).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Deletes the Jobs of ranks `from..pods` of a run (and its rendezvous Service when every rank
+/// goes or the run is over).
+async fn stop_acceptance(
+    ctx: &Context,
+    ns: &str,
+    jobs: &Api<Job>,
+    names: &build::AcceptanceNames,
+    from: i32,
+    pods: i32,
+) -> Result<(), Error> {
+    for rank in from..pods {
+        apply::delete_ignoring_missing(jobs, &names.job(rank)).await?;
+    }
+    if pods > 1 {
         let svc_api: Api<Service> = Api::namespaced(ctx.client.clone(), ns);
         apply::delete_ignoring_missing(&svc_api, &names.run).await?;
     }
-    let duration = jobs
-        .get_opt(&leader)
-        .await
-        .map_err(Error::Kube)?
-        .and_then(|j| j.status)
-        .and_then(|s| Some((s.start_time?.0, s.completion_time.map(|c| c.0))))
-        .map(|(start, end)| {
-            let end = end.unwrap_or_else(k8s_openapi::jiff::Timestamp::now);
-            end.duration_since(start).as_secs_f64().max(0.0)
+    Ok(())
+}
+
+/// Plans every role's groups with the rollout planner and, when `act`, carries the plan out:
+/// pods, group and role Services, PodDisruptionBudgets, and the ControllerRevision of the
+/// target. Returns the workers' gate and the roles' status.
+#[allow(clippy::too_many_arguments)]
+async fn workers(
+    did: &ValidatedDeployment,
+    ctx: &Context,
+    ns: &str,
+    observed: &Observed,
+    target: &str,
+    known: &DeepInferDeploymentStatus,
+    act: bool,
+    acceptance_needs_room: bool,
+) -> Result<(Gate, Vec<RoleStatus>), Error> {
+    let name = did.name_any();
+    let mut specs = std::collections::BTreeMap::new();
+    for kept in &observed.revisions {
+        let past = build::kept_spec(kept).and_then(|spec| did.with_spec(spec, &ctx.limits).ok());
+        if let (Some(rev), Some(past)) = (kept.labels().get(labels::REVISION), past) {
+            specs.insert(rev.clone(), past);
+        }
+    }
+    let target_kept = specs.contains_key(target);
+    specs.insert(target.to_string(), did.clone());
+    let passed: BTreeSet<String> = observed
+        .workers
+        .iter()
+        .filter_map(|p| p.labels().get(labels::REVISION).cloned())
+        .chain(std::iter::once(target.to_string()))
+        .filter(|r| {
+            known
+                .latest_judgement(r)
+                .is_some_and(AcceptanceStatus::passed)
         })
-        .unwrap_or(0.0);
-    ctx.metrics.acceptance_finished(&status.result, duration);
-    let text = acceptance_message(&status);
-    let gate = if status.result == "Passed" {
-        Gate::Passed(reasons::ACCEPTANCE_SUCCEEDED, text)
-    } else {
-        Gate::Failed(reasons::ACCEPTANCE_FAILED, super::truncate(&text, 2000))
-    };
-    Ok((gate, Some(status)))
+        .collect();
+    let buildable: BTreeSet<String> = specs.keys().cloned().collect();
+    let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+    let mut statuses = Vec::new();
+    let mut progress = Vec::new();
+    let mut groups_kept: Vec<(String, String, i32)> = Vec::new();
+    let acceptance_role = build::acceptance_role(&did.spec).map(|r| r.name.clone());
+    for role in &did.spec.roles {
+        let views = group_views(&observed.workers, &role.name, &specs);
+        let plan = rollout::plan(&RoleInput {
+            role: &role.name,
+            desired: role.replicas,
+            rollout: role.rollout.clone(),
+            groups: views.iter().map(|(g, _)| g.clone()).collect(),
+            target,
+            passed: &passed,
+            buildable: &buildable,
+            licence_open: act,
+            acceptance_needs_room: acceptance_needs_room
+                && acceptance_role.as_deref() == Some(role.name.as_str()),
+        });
+        for note in &plan.notes {
+            tracing::info!(%note, "making room for acceptance");
+        }
+        let deleted: BTreeSet<(String, i32)> = plan
+            .actions
+            .iter()
+            .filter_map(|a| match a {
+                GroupAction::Delete { revision, index } => Some((revision.clone(), *index)),
+                GroupAction::Create { .. } => None,
+            })
+            .collect();
+        for (g, _) in &views {
+            if g.health != Health::Terminating && !deleted.contains(&(g.revision.clone(), g.index))
+            {
+                groups_kept.push((role.name.clone(), g.revision.clone(), g.index));
+            }
+        }
+        if act {
+            for action in &plan.actions {
+                match action {
+                    GroupAction::Delete { revision, index } => {
+                        let members = views
+                            .iter()
+                            .find(|(g, _)| g.revision == *revision && g.index == *index)
+                            .map(|(_, m)| m.clone())
+                            .unwrap_or_default();
+                        for pod in members
+                            .iter()
+                            .filter(|p| p.metadata.deletion_timestamp.is_none())
+                        {
+                            apply::delete_ignoring_missing(&pods_api, &pod.name_any()).await?;
+                        }
+                    }
+                    GroupAction::Create { revision, index } => {
+                        let Some(at) = specs.get(revision) else {
+                            continue;
+                        };
+                        let Some(role_at) = at.spec.roles.iter().find(|r| r.name == role.name)
+                        else {
+                            continue;
+                        };
+                        groups_kept.push((role.name.clone(), revision.clone(), *index));
+                        for pod in build::group_pods(at, role_at, *index, revision) {
+                            apply::apply_if_changed(&pods_api, &pod, None).await?;
+                        }
+                    }
+                }
+            }
+        }
+        let mut p = plan.progress.clone();
+        if let (Some(note), Progress::HoldingServing(m)) = (plan.notes.first(), &plan.progress) {
+            p = Progress::HoldingServing(format!("{m}; {note}"));
+        }
+        statuses.push(plan.status);
+        progress.push(p);
+    }
+    if act {
+        let svc_api: Api<Service> = Api::namespaced(ctx.client.clone(), ns);
+        let existing: Vec<Service> = observed
+            .services
+            .iter()
+            .filter(|s| {
+                matches!(
+                    s.labels().get(labels::COMPONENT).map(String::as_str),
+                    Some("serving" | "rendezvous")
+                )
+            })
+            .cloned()
+            .collect();
+        apply::apply_all(&svc_api, &build::services(did, &groups_kept), &existing).await?;
+        let pdb_api: Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> =
+            Api::namespaced(ctx.client.clone(), ns);
+        let budgets: Vec<_> = did
+            .spec
+            .roles
+            .iter()
+            .map(|r| build::budget(did, r))
+            .collect();
+        apply::apply_all(&pdb_api, &budgets, &observed.budgets).await?;
+        keep_revisions(did, ctx, ns, observed, target, target_kept).await?;
+    }
+    let _ = name;
+    Ok((workers_gate(&statuses, &progress), statuses))
+}
+
+/// Keeps a ControllerRevision for the target (so its groups can be rebuilt once the spec moves
+/// on) and drops those of revisions that no longer have pods.
+async fn keep_revisions(
+    did: &ValidatedDeployment,
+    ctx: &Context,
+    ns: &str,
+    observed: &Observed,
+    target: &str,
+    target_kept: bool,
+) -> Result<(), Error> {
+    use k8s_openapi::api::apps::v1::ControllerRevision;
+    let api: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), ns);
+    if !target_kept {
+        let number = observed
+            .revisions
+            .iter()
+            .filter_map(|r| r.revision)
+            .max()
+            .unwrap_or(0)
+            + 1;
+        apply::apply_if_changed(&api, &build::controller_revision(did, target, number), None)
+            .await?;
+    }
+    let live: BTreeSet<&str> = observed
+        .workers
+        .iter()
+        .filter_map(|p| p.labels().get(labels::REVISION).map(String::as_str))
+        .collect();
+    for kept in &observed.revisions {
+        let rev = kept.labels().get(labels::REVISION).map(String::as_str);
+        if rev.is_some_and(|r| r != target && !live.contains(r)) {
+            apply::delete_ignoring_missing(&api, &kept.name_any()).await?;
+        }
+    }
+    Ok(())
 }

@@ -6,7 +6,9 @@
 
 pub mod apply;
 pub mod build;
+pub mod decide;
 mod gates;
+pub mod observe;
 pub mod status;
 pub mod validate;
 
@@ -79,6 +81,19 @@ pub enum Error {
     /// The API server refused or failed a request.
     #[error("Kubernetes API: {0}")]
     Kube(#[source] kube::Error),
+    /// The API server refused or failed a request on a named object.
+    #[error("{verb} {kind} {name}: {source}")]
+    Api {
+        /// What was asked: get, list, create, apply, delete, patch status.
+        verb: &'static str,
+        /// Kind of the object.
+        kind: String,
+        /// `namespace/name` (or the list's selector).
+        name: String,
+        /// The client's error.
+        #[source]
+        source: kube::Error,
+    },
     /// An object could not be (de)serialised.
     #[error("serialisation: {0}")]
     Serde(#[source] serde_json::Error),
@@ -88,10 +103,29 @@ pub enum Error {
 }
 
 impl Error {
+    /// An API error naming the verb, the kind and the object.
+    pub fn api(verb: &'static str, kind: &str, name: &str, source: kube::Error) -> Self {
+        Error::Api {
+            verb,
+            kind: kind.to_string(),
+            name: name.to_string(),
+            source,
+        }
+    }
+
+    /// Whether the API server refused the request for lack of permission (HTTP 403).
+    pub fn is_forbidden(&self) -> bool {
+        matches!(
+            self,
+            Error::Kube(kube::Error::Api(e)) | Error::Api { source: kube::Error::Api(e), .. }
+                if e.code == 403
+        )
+    }
+
     /// Short label for metrics and logs.
     pub fn metric_label(&self) -> &'static str {
         match self {
-            Error::Kube(_) => "kube",
+            Error::Kube(_) | Error::Api { .. } => "kube",
             Error::Serde(_) => "serde",
             Error::NoNamespace(_) => "no_namespace",
         }
@@ -466,15 +500,29 @@ async fn write_status(
     if previous == Some(&next) {
         return Ok(());
     }
-    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &api_resource());
-    let patch = serde_json::json!({ "status": next });
+    let ar = api_resource();
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &ar);
+    // Server-side apply under the operator's one field manager: the status is wholly the
+    // operator's, so fields it no longer sets are removed.
+    let patch = serde_json::json!({
+        "apiVersion": ar.api_version,
+        "kind": ar.kind,
+        "status": next,
+    });
     api.patch_status(
         &obj.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
+        &PatchParams::apply(apply::FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
     )
     .await
-    .map_err(Error::Kube)?;
+    .map_err(|e| {
+        Error::api(
+            "apply status of",
+            &ar.kind,
+            &format!("{ns}/{}", obj.name_any()),
+            e,
+        )
+    })?;
     let reference = obj.object_ref(&api_resource());
     for c in status::transitions(previous, &next) {
         // Only conditions that carry news; Reconciling/Stalled flips mirror the gates.
@@ -487,7 +535,8 @@ async fn write_status(
         let failed_gate =
             c.status == "False" && matches!(outcome.stalled(), Some((r, _)) if r == c.reason);
         let stalled = c.type_ == crate::api::conditions::STALLED && c.status == "True";
-        let type_ = if failed_gate || stalled {
+        let withdrawn = c.reason == reasons::SERVING_WITHDRAWN;
+        let type_ = if failed_gate || stalled || withdrawn {
             EventType::Warning
         } else {
             EventType::Normal

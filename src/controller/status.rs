@@ -24,7 +24,8 @@ pub enum Gate {
 }
 
 impl Gate {
-    fn passed(&self) -> bool {
+    /// Whether the gate passed.
+    pub fn passed(&self) -> bool {
         matches!(self, Gate::Passed(..))
     }
 }
@@ -48,8 +49,12 @@ pub struct Outcome {
     pub checkpoint_status: Option<CheckpointStatus>,
     /// Per-role groups.
     pub roles: Vec<RoleStatus>,
-    /// Last acceptance run.
+    /// The judgement deciding the acceptance gate (`status.acceptance`).
     pub acceptance_status: Option<AcceptanceStatus>,
+    /// Recorded judgements, newest first (`status.judgements`).
+    pub judgements: Vec<AcceptanceStatus>,
+    /// What was taken out of service in this pass, and why.
+    pub withdrawn: Option<String>,
 }
 
 impl Default for Outcome {
@@ -64,6 +69,8 @@ impl Default for Outcome {
             checkpoint_status: None,
             roles: Vec::new(),
             acceptance_status: None,
+            judgements: Vec::new(),
+            withdrawn: None,
         }
     }
 }
@@ -293,6 +300,7 @@ pub fn compute(
         checkpoint: outcome.checkpoint_status.clone(),
         roles: outcome.roles.clone(),
         acceptance: outcome.acceptance_status.clone(),
+        judgements: outcome.judgements.clone(),
     }
 }
 

@@ -1,16 +1,18 @@
 //! Validate stage: the rules the CRD's CEL expresses, re-checked by the operator (objects stored
 //! before a CRD upgrade added a rule are never re-validated by the API server, and a decode of a
 //! stored object must never be trusted blindly), plus the licence gate. Pure functions: no
-//! client. `tests/validation_table.rs` runs one table of cases through both this module and the
+//! client. [`validate`] returns the [`ValidatedDeployment`] the builders take.
+//! `tests/validation_table.rs` runs one table of cases through both this module and the
 //! CRD's CEL rules and requires them to agree.
 
 use std::collections::BTreeMap;
 use std::fmt;
 
 use crate::api::{
-    reasons, AcceleratorSpec, AcceleratorType, AcceptanceSpec, DeepInferDeploymentSpec, ModelSpec,
-    RoleSpec, RuntimeSpec, DEFAULT_MAX_DEVICES_ASCEND, DEFAULT_MAX_DEVICES_NVIDIA,
-    LICENSE_ACCEPTED_ANNOTATION, MAX_ACCEPTANCE_TIMEOUT_SECONDS, MAX_PARALLEL_DEGREE, ROLE_NAMES,
+    reasons, AcceleratorSpec, AcceleratorType, AcceptanceSpec, DeepInferDeployment,
+    DeepInferDeploymentSpec, ModelSpec, RoleSpec, RuntimeSpec, DEFAULT_MAX_DEVICES_ASCEND,
+    DEFAULT_MAX_DEVICES_NVIDIA, LICENSE_ACCEPTED_ANNOTATION, MAX_ACCEPTANCE_TIMEOUT_SECONDS,
+    MAX_PARALLEL_DEGREE, MAX_ROLLOUT_GROUPS, ROLE_NAMES,
 };
 
 /// Most devices one node offers, per accelerator type; `spec.accelerator.devicesPerPod` may not
@@ -94,6 +96,70 @@ pub fn validate_name(name: &str) -> Result<(), FieldError> {
         ));
     }
     Ok(())
+}
+
+/// A resource whose name and spec passed every rule: the only input the builders take. What
+/// validation established is kept as plain fields, so no builder re-checks an `Option`.
+#[derive(Clone, Debug)]
+pub struct ValidatedDeployment {
+    resource: DeepInferDeployment,
+    /// `metadata.namespace`.
+    pub namespace: String,
+    /// The PersistentVolumeClaim that holds (or receives) the checkpoint.
+    pub claim: String,
+    /// The checkpoint's directory inside the claim, without leading or trailing slashes.
+    pub checkpoint_dir: String,
+}
+
+impl std::ops::Deref for ValidatedDeployment {
+    type Target = DeepInferDeployment;
+
+    fn deref(&self) -> &DeepInferDeployment {
+        &self.resource
+    }
+}
+
+impl ValidatedDeployment {
+    /// The same resource under the spec of an earlier revision, validated again.
+    pub fn with_spec(
+        &self,
+        spec: DeepInferDeploymentSpec,
+        limits: &DeviceLimits,
+    ) -> Result<Self, Vec<FieldError>> {
+        let mut past = self.resource.clone();
+        past.spec = spec;
+        validate(&past, limits)
+    }
+}
+
+/// Validates the resource's name and spec; returns the [`ValidatedDeployment`] the builders take,
+/// or every violation.
+pub fn validate(
+    did: &DeepInferDeployment,
+    limits: &DeviceLimits,
+) -> Result<ValidatedDeployment, Vec<FieldError>> {
+    let mut errors = validate_spec(&did.spec, limits).err().unwrap_or_default();
+    if let Err(e) = validate_name(&did.metadata.name.clone().unwrap_or_default()) {
+        errors.insert(0, e);
+    }
+    let namespace = did.metadata.namespace.clone().unwrap_or_default();
+    if namespace.is_empty() {
+        errors.push(FieldError::new(
+            "metadata.namespace",
+            "is empty; DeepInferDeployment is namespaced: create it in a namespace",
+        ));
+    }
+    let location = crate::controller::build::checkpoint_location(&did.spec);
+    match (errors.is_empty(), location) {
+        (true, Some((claim, checkpoint_dir))) => Ok(ValidatedDeployment {
+            resource: did.clone(),
+            namespace,
+            claim,
+            checkpoint_dir,
+        }),
+        // validate_model already reported the missing source.
+        _ => Err(errors),
+    }
 }
 
 /// Checks `spec` against every rule of the CRD (CEL rules and schema bounds). Returns every
@@ -249,6 +315,30 @@ fn validate_roles(roles: &[RoleSpec], devices_per_pod: Option<i32>, errors: &mut
             ));
         }
         validate_parallel(role, &at, devices_per_pod, errors);
+        validate_rollout(role, &at, errors);
+    }
+}
+
+fn validate_rollout(role: &RoleSpec, at: &str, errors: &mut Vec<FieldError>) {
+    let r = &role.rollout;
+    let mut bounded = true;
+    for (name, value) in [
+        ("maxSurge", r.max_surge),
+        ("maxUnavailable", r.max_unavailable),
+    ] {
+        if !(0..=MAX_ROLLOUT_GROUPS).contains(&value) {
+            bounded = false;
+            errors.push(FieldError::new(
+                format!("{at}.rollout.{name}"),
+                format_args!("is {value}; it must be between 0 and {MAX_ROLLOUT_GROUPS} groups"),
+            ));
+        }
+    }
+    if bounded && r.max_surge == 0 && r.max_unavailable == 0 {
+        errors.push(FieldError::new(
+            format!("{at}.rollout"),
+            "sets maxSurge and maxUnavailable both to 0, so no group could ever be replaced; set maxSurge to 1 (needs one spare group of devices) or maxUnavailable to 1",
+        ));
     }
 }
 
@@ -651,5 +741,73 @@ mod tests {
         assert!(is_lower_hex("0123abc", 7, 40));
         assert!(!is_lower_hex("0123ab", 7, 40));
         assert!(!is_lower_hex("main", 40, 40));
+    }
+
+    #[test]
+    fn a_rollout_that_could_never_replace_a_group_is_refused_naming_the_field() {
+        let role = |surge: i32, unavailable: i32| RoleSpec {
+            name: "worker".into(),
+            replicas: 2,
+            parallel: crate::api::ParallelSpec::default(),
+            rollout: crate::api::RolloutSpec {
+                max_surge: surge,
+                max_unavailable: unavailable,
+            },
+        };
+        let check = |r: RoleSpec| {
+            let mut errors = Vec::new();
+            validate_roles(&[r], Some(1), &mut errors);
+            errors
+        };
+        assert!(check(role(1, 0)).is_empty(), "the defaults are valid");
+        assert!(check(role(0, 1)).is_empty(), "no surge on a full cluster");
+        let stuck = check(role(0, 0));
+        assert_eq!(stuck.len(), 1, "{stuck:?}");
+        assert_eq!(stuck[0].field, "spec.roles[0].rollout");
+        assert!(
+            stuck[0].message.contains("maxUnavailable to 1"),
+            "{}",
+            stuck[0]
+        );
+        let negative = check(role(-1, 1));
+        assert_eq!(negative[0].field, "spec.roles[0].rollout.maxSurge");
+        assert!(negative[0].message.contains("is -1"), "{}", negative[0]);
+    }
+
+    #[test]
+    fn a_valid_resource_carries_what_validation_established() {
+        let did: DeepInferDeployment = serde_json::from_value(serde_json::json!({
+            "apiVersion": "deepinfer.io/v1alpha1",
+            "kind": "DeepInferDeployment",
+            "metadata": {"name": "flash"},
+            "spec": {
+                "model": {"name": "m", "license": "mit",
+                          "source": {"volume": {"claimName": "ckpt", "path": "/models/flash/"}}},
+                "runtime": {"image": format!("r.example/e@sha256:{}", "0".repeat(64)), "commit": "0123456"},
+                "accelerator": {"type": "NVIDIA"},
+                "roles": [{"name": "worker", "replicas": 1, "parallel": {"tensor": 8}}],
+                "acceptance": {"prompts": [{"id": "p", "prompt": "x", "structuredOutput": {"regex": "a"}}]}
+            }
+        }))
+        .expect("object");
+        let errors = validate(&did, &DeviceLimits::default()).expect_err("no namespace");
+        assert_eq!(errors[0].field, "metadata.namespace");
+        let mut placed = did.clone();
+        placed.metadata.namespace = Some("serving".into());
+        let valid = validate(&placed, &DeviceLimits::default()).expect("valid");
+        assert_eq!(
+            (
+                valid.namespace.as_str(),
+                valid.claim.as_str(),
+                valid.checkpoint_dir.as_str()
+            ),
+            ("serving", "ckpt", "models/flash")
+        );
+        let mut bad = placed.spec.clone();
+        bad.roles[0].parallel.tensor = 3;
+        let errors = valid
+            .with_spec(bad, &DeviceLimits::default())
+            .expect_err("an earlier revision is validated again");
+        assert_eq!(errors[0].field, "spec.roles[0].parallel");
     }
 }

@@ -75,6 +75,14 @@ shipped in config/rbac/role.yaml (a test keeps the two equal).
 - apiGroups: [""]
   resources: [services]
   verbs: [get, list, watch, create, patch, delete]
+# A PodDisruptionBudget per role, so a node drain takes down no more groups than a rollout may.
+- apiGroups: [policy]
+  resources: [poddisruptionbudgets]
+  verbs: [list, create, patch, delete]
+# The spec of each revision, so the serving revision's groups are rebuilt while another is judged.
+- apiGroups: [apps]
+  resources: [controllerrevisions]
+  verbs: [list, create, patch, delete]
 # Checkpoint fetch, verification and acceptance Jobs.
 - apiGroups: [batch]
   resources: [jobs]

@@ -1,0 +1,353 @@
+//! Build stage: the desired child objects as plain values, computed without a client.
+//!
+//! Every builder is a pure function of the resource (and, for Jobs, the operator's own image),
+//! so pod specs are unit-tested without a cluster. This module holds what every kind shares
+//! (names, labels, hashing, the revision); one submodule per object kind builds that kind.
+
+mod acceptance;
+mod budget;
+mod job;
+mod pod;
+mod revision;
+mod service;
+
+pub use acceptance::*;
+pub use budget::*;
+pub use job::*;
+pub use pod::*;
+pub use revision::*;
+pub use service::*;
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::batch::v1::{Job, JobSpec};
+use k8s_openapi::api::core::v1::{
+    Affinity, Capabilities, ConfigMap, ConfigMapVolumeSource, Container, EmptyDirVolumeSource,
+    EnvVar, EnvVarSource, ObjectFieldSelector, PersistentVolumeClaimVolumeSource, Pod, PodAffinity,
+    PodAffinityTerm, PodReadinessGate, PodSecurityContext, PodSpec, PodTemplateSpec,
+    ResourceRequirements, SeccompProfile, SecurityContext, Service, ServiceAccount, ServicePort,
+    ServiceSpec, Toleration, Volume, VolumeMount,
+};
+use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::{Resource, ResourceExt};
+use serde::Serialize;
+
+use crate::api::{
+    labels, AcceleratorType, DeepInferDeploymentSpec, RoleSpec, ACCEPTED_POD_CONDITION,
+};
+pub use crate::controller::validate::ValidatedDeployment;
+
+/// Where the checkpoint volume is mounted in engine containers.
+pub const MODEL_MOUNT: &str = "/models";
+/// Where the checkpoint volume is mounted in the operator's own Job pods.
+pub const CHECKPOINT_MOUNT: &str = "/checkpoint";
+/// Port the leader of a serving group listens on for traffic.
+pub const SERVE_PORT: i32 = 8000;
+/// Port ranks of a group rendezvous on (rank 0 leads).
+pub const RENDEZVOUS_PORT: i32 = 29500;
+/// Annotation holding the hash of the applied object, so unchanged objects are never re-applied.
+pub const APPLIED_HASH_ANNOTATION: &str = "deepinfer.io/applied-hash";
+/// Non-root user engine and Job containers run as (HwHiAiUser's uid on Ascend images).
+const RUN_AS_USER: i64 = 1000;
+/// Version of the engine pod template this operator builds. It is part of the revision, so a
+/// change re-runs acceptance before any pod under the new template serves, then rolls group by
+/// group. Bump it whenever the engine container's command, environment, mounts, devices or
+/// security context change; a change of anything else in the pod (labels, probes) rolls the
+/// groups without a new judgement. `the_template_version_moves_with_the_engine_container`
+/// fails when the engine container changes and this constant does not.
+pub const TEMPLATE_VERSION: i32 = 2;
+/// Path the default probes ask on the serve port.
+pub const HEALTH_PATH: &str = "/health";
+/// Longest the default startup probe waits for an engine to load its weights, in seconds.
+pub const STARTUP_SECONDS: i32 = 45 * 60;
+/// CPU an engine container requests unless `spec.runtime.resources` says otherwise.
+pub const DEFAULT_CPU_REQUEST: &str = "4";
+/// Memory an engine container requests unless `spec.runtime.resources` says otherwise.
+pub const DEFAULT_MEMORY_REQUEST: &str = "16Gi";
+
+/// SHA-256 of a value's JSON form, as lowercase hex cut to `len` characters.
+pub fn short_hash<T: Serialize>(value: &T, len: usize) -> String {
+    let bytes = serde_json::to_vec(value).unwrap_or_default();
+    let digest = ring::digest::digest(&ring::digest::SHA256, &bytes);
+    let hex: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+    hex[..len.min(hex.len())].to_string()
+}
+
+/// The revision: a hash of everything that changes the running bits — image digest,
+/// runtime commit, checkpoint source, accelerator, every role's layout, engine args, env and
+/// resources, and the operator's [`TEMPLATE_VERSION`]. Replica counts, rollout settings, probes
+/// and the acceptance prompts are not part of it.
+pub fn revision(spec: &DeepInferDeploymentSpec) -> String {
+    #[derive(Serialize)]
+    struct RunningBits<'a> {
+        template: i32,
+        resources: &'a Option<ResourceRequirements>,
+        image: &'a str,
+        commit: &'a str,
+        model: &'a str,
+        source: &'a crate::api::ModelSource,
+        accelerator: &'a crate::api::AcceleratorSpec,
+        layouts: Vec<(&'a str, &'a crate::api::ParallelSpec)>,
+        args: &'a [String],
+        env: &'a [EnvVar],
+    }
+    let mut layouts: Vec<_> = spec
+        .roles
+        .iter()
+        .map(|r| (r.name.as_str(), &r.parallel))
+        .collect();
+    layouts.sort_by(|a, b| a.0.cmp(b.0));
+    short_hash(
+        &RunningBits {
+            template: TEMPLATE_VERSION,
+            resources: &spec.runtime.resources,
+            image: &spec.runtime.image,
+            commit: &spec.runtime.commit,
+            model: &spec.model.name,
+            source: &spec.model.source,
+            accelerator: &spec.accelerator,
+            layouts,
+            args: &spec.runtime.args,
+            env: &spec.runtime.env,
+        },
+        10,
+    )
+}
+
+/// The checkpoint's claim and its directory relative to the claim's root.
+pub fn checkpoint_location(spec: &DeepInferDeploymentSpec) -> Option<(String, String)> {
+    let source = &spec.model.source;
+    if let Some(hub) = &source.hub {
+        let path = hub
+            .path
+            .clone()
+            .unwrap_or_else(|| format!("{}/{}", spec.model.name, hub.revision));
+        return Some((hub.claim_name.clone(), path.trim_matches('/').to_string()));
+    }
+    source
+        .volume
+        .as_ref()
+        .map(|v| (v.claim_name.clone(), v.path.trim_matches('/').to_string()))
+}
+
+/// `base/rel` without a trailing slash when `rel` is empty.
+pub fn join_path(base: &str, rel: &str) -> String {
+    if rel.is_empty() {
+        base.to_string()
+    } else {
+        format!("{base}/{rel}")
+    }
+}
+
+/// Shape of one serving group of a role.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupShape {
+    /// Devices each pod requests.
+    pub devices_per_pod: i32,
+    /// Pods in the group: world size / devices per pod.
+    pub pods: i32,
+    /// Devices the group spans.
+    pub world_size: i64,
+}
+
+/// Shape of a role's groups; validation guarantees the division is exact.
+pub fn group_shape(spec: &DeepInferDeploymentSpec, role: &RoleSpec) -> GroupShape {
+    let devices_per_pod = spec.accelerator.devices_per_pod().max(1);
+    let world_size = role.parallel.world_size();
+    let pods = (world_size / i64::from(devices_per_pod)).max(1);
+    GroupShape {
+        devices_per_pod,
+        pods: i32::try_from(pods).unwrap_or(i32::MAX),
+        world_size,
+    }
+}
+
+/// Name of a role's Service (traffic goes to accepted, ready leaders).
+pub fn role_service_name(did: &str, role: &str) -> String {
+    format!("{did}-{role}")
+}
+
+/// The short revision id in object names (5 hex characters); labels carry the full revision.
+pub fn short_revision(revision: &str) -> &str {
+    &revision[..revision.len().min(5)]
+}
+
+/// Name of a group's headless Service (rendezvous of its ranks):
+/// `<name>-<role>-<rev5>-<group>`, at most 36 + 8 + 6 + 4 characters, within a DNS label.
+pub fn group_service_name(did: &str, role: &str, revision: &str, group: i32) -> String {
+    format!("{did}-{role}-{}-{group}", short_revision(revision))
+}
+
+/// Name of a worker pod: `<name>-<role>-<rev5>-<group>-<rank>`, so that groups of two revisions
+/// exist side by side.
+pub fn pod_name(did: &str, role: &str, revision: &str, group: i32, rank: i32) -> String {
+    format!("{}-{rank}", group_service_name(did, role, revision, group))
+}
+
+/// Labels selecting every object of one deployment.
+pub fn deployment_labels(did: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (labels::DEPLOYMENT.to_string(), did.to_string()),
+        (labels::MANAGED_BY.to_string(), labels::MANAGER.to_string()),
+    ])
+}
+
+fn group_selector(did: &str, role: &str, revision: &str, group: i32) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (labels::DEPLOYMENT.to_string(), did.to_string()),
+        (labels::ROLE.to_string(), role.to_string()),
+        (labels::REVISION.to_string(), revision.to_string()),
+        (labels::GROUP.to_string(), group.to_string()),
+    ])
+}
+
+/// Metadata every owned object carries: namespace, labels, owner reference.
+fn owned_meta(
+    did: &ValidatedDeployment,
+    name: String,
+    extra_labels: BTreeMap<String, String>,
+) -> ObjectMeta {
+    let mut labels = deployment_labels(&did.name_any());
+    labels.extend(extra_labels);
+    ObjectMeta {
+        name: Some(name),
+        namespace: Some(did.namespace.clone()),
+        labels: Some(labels),
+        owner_references: owner_ref(did).map(|o| vec![o]),
+        ..ObjectMeta::default()
+    }
+}
+
+/// Controller owner reference to the resource (garbage collection deletes children with it).
+pub fn owner_ref(did: &ValidatedDeployment) -> Option<OwnerReference> {
+    did.controller_owner_ref(&())
+}
+
+/// Records the object's own hash in an annotation (computed before the annotation is added).
+fn stamp<T: Serialize + Resource>(mut obj: T) -> T {
+    let hash = short_hash(&obj, 16);
+    obj.meta_mut()
+        .annotations
+        .get_or_insert_with(BTreeMap::new)
+        .insert(APPLIED_HASH_ANNOTATION.to_string(), hash);
+    obj
+}
+
+/// The hash an object was applied with, if any.
+pub fn applied_hash<T: Resource>(obj: &T) -> Option<&str> {
+    obj.meta()
+        .annotations
+        .as_ref()?
+        .get(APPLIED_HASH_ANNOTATION)
+        .map(String::as_str)
+}
+
+/// Restricted-profile container security context (no escalation, no capabilities, seccomp).
+pub fn restricted_container() -> SecurityContext {
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".into()]),
+            add: None,
+        }),
+        run_as_non_root: Some(true),
+        run_as_user: Some(RUN_AS_USER),
+        seccomp_profile: Some(SeccompProfile {
+            type_: "RuntimeDefault".into(),
+            localhost_profile: None,
+        }),
+        ..SecurityContext::default()
+    }
+}
+
+fn restricted_pod() -> PodSecurityContext {
+    PodSecurityContext {
+        run_as_non_root: Some(true),
+        run_as_user: Some(RUN_AS_USER),
+        run_as_group: Some(RUN_AS_USER),
+        fs_group: Some(RUN_AS_USER),
+        seccomp_profile: Some(SeccompProfile {
+            type_: "RuntimeDefault".into(),
+            localhost_profile: None,
+        }),
+        ..PodSecurityContext::default()
+    }
+}
+
+fn env(name: &str, value: impl Into<String>) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value: Some(value.into()),
+        value_from: None,
+    }
+}
+
+fn env_field(name: &str, path: &str) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value: None,
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                field_path: path.into(),
+                api_version: None,
+            }),
+            ..EnvVarSource::default()
+        }),
+    }
+}
+
+/// Tolerations for the taints device plugins commonly put on accelerator nodes.
+fn tolerations(kind: AcceleratorType) -> Vec<Toleration> {
+    let key = match kind {
+        AcceleratorType::Nvidia => "nvidia.com/gpu",
+        AcceleratorType::Ascend => "huawei.com/Ascend910",
+    };
+    vec![Toleration {
+        key: Some(key.into()),
+        operator: Some("Exists".into()),
+        effect: Some("NoSchedule".into()),
+        ..Toleration::default()
+    }]
+}
+
+fn checkpoint_volume(claim: &str, read_only: bool) -> Volume {
+    Volume {
+        name: "checkpoint".into(),
+        persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+            claim_name: claim.into(),
+            read_only: Some(read_only),
+        }),
+        ..Volume::default()
+    }
+}
+
+fn shm_volume() -> Volume {
+    Volume {
+        name: "dshm".into(),
+        empty_dir: Some(EmptyDirVolumeSource {
+            medium: Some("Memory".into()),
+            ..EmptyDirVolumeSource::default()
+        }),
+        ..Volume::default()
+    }
+}
+
+fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
+    VolumeMount {
+        name: name.into(),
+        mount_path: path.into(),
+        read_only: Some(read_only),
+        ..VolumeMount::default()
+    }
+}
+
+/// Local directory of the checkpoint inside engine containers.
+pub fn model_dir(did: &ValidatedDeployment) -> String {
+    join_path(MODEL_MOUNT, &did.checkpoint_dir)
+}
+
+#[cfg(test)]
+mod tests;

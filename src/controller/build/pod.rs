@@ -1,0 +1,271 @@
+//! Engine pods: the pod spec shared by serving and acceptance ranks, worker pods with their
+//! probes, resources and readiness gate.
+
+use super::*;
+
+/// Engine resources: `spec.runtime.resources` (default CPU and memory requests, so the pod is
+/// never BestEffort) with the accelerator's devices as both request and limit.
+fn engine_resources(spec: &DeepInferDeploymentSpec, devices: i32) -> ResourceRequirements {
+    let device = spec.accelerator.device_resource().to_string();
+    let count = Quantity(devices.to_string());
+    let mut res = spec.runtime.resources.clone().unwrap_or_default();
+    let requests = res.requests.get_or_insert_with(BTreeMap::new);
+    for (name, default) in [
+        ("cpu", DEFAULT_CPU_REQUEST),
+        ("memory", DEFAULT_MEMORY_REQUEST),
+    ] {
+        let limited = res.limits.as_ref().and_then(|l| l.get(name)).cloned();
+        requests
+            .entry(name.to_string())
+            .or_insert_with(|| limited.unwrap_or_else(|| Quantity(default.into())));
+    }
+    requests.insert(device.clone(), count.clone());
+    res.limits
+        .get_or_insert_with(BTreeMap::new)
+        .insert(device, count);
+    res
+}
+
+pub(super) fn health_probe(
+    period_seconds: i32,
+    failure_threshold: i32,
+) -> k8s_openapi::api::core::v1::Probe {
+    k8s_openapi::api::core::v1::Probe {
+        http_get: Some(k8s_openapi::api::core::v1::HTTPGetAction {
+            path: Some(HEALTH_PATH.into()),
+            port: IntOrString::String("serve".into()),
+            scheme: Some("HTTP".into()),
+            ..Default::default()
+        }),
+        period_seconds: Some(period_seconds),
+        failure_threshold: Some(failure_threshold),
+        timeout_seconds: Some(5),
+        ..Default::default()
+    }
+}
+
+/// The engine's startup probe: `spec.runtime.startupProbe`, else HTTP GET [`HEALTH_PATH`] every
+/// 10 s for up to [`STARTUP_SECONDS`] while the weights load.
+pub fn startup_probe(spec: &DeepInferDeploymentSpec) -> k8s_openapi::api::core::v1::Probe {
+    spec.runtime
+        .startup_probe
+        .clone()
+        .unwrap_or_else(|| health_probe(10, STARTUP_SECONDS / 10))
+}
+
+/// The engine's readiness probe: `spec.runtime.readinessProbe`, else HTTP GET [`HEALTH_PATH`]
+/// every 10 s, unready after 3 failures.
+pub fn readiness_probe(spec: &DeepInferDeploymentSpec) -> k8s_openapi::api::core::v1::Probe {
+    spec.runtime
+        .readiness_probe
+        .clone()
+        .unwrap_or_else(|| health_probe(10, 3))
+}
+
+/// Identity of one rank inside one group.
+#[derive(Clone, Debug)]
+pub struct RankOf<'a> {
+    /// Role.
+    pub role: &'a RoleSpec,
+    /// Revision of the group.
+    pub revision: &'a str,
+    /// Group index.
+    pub group: i32,
+    /// Rank inside the group.
+    pub rank: i32,
+}
+
+/// How the ranks of one group find each other and stay together.
+#[derive(Clone, Debug)]
+pub struct Rendezvous {
+    /// Headless Service under which the ranks are `rank-<n>.<service>`.
+    pub service: String,
+    /// Labels every pod of the group carries: the placement affinity keeps them in one domain.
+    pub members: BTreeMap<String, String>,
+    /// Whether pods join the Service's subdomain (a single-pod run needs no rendezvous).
+    pub subdomain: bool,
+}
+
+impl Rendezvous {
+    /// The rendezvous of a serving group.
+    pub fn serving(did: &ValidatedDeployment, at: &RankOf<'_>) -> Self {
+        let name = did.name_any();
+        Self {
+            service: group_service_name(&name, &at.role.name, at.revision, at.group),
+            members: group_selector(&name, &at.role.name, at.revision, at.group),
+            subdomain: true,
+        }
+    }
+}
+
+/// The engine environment every rank gets: offline hub, model dir, rank / world / leader.
+fn engine_env(
+    did: &ValidatedDeployment,
+    at: &RankOf<'_>,
+    shape: &GroupShape,
+    rendezvous: &Rendezvous,
+) -> Vec<EnvVar> {
+    let spec = &did.spec;
+    let ns = &did.namespace;
+    let leader = format!("rank-0.{}.{ns}.svc", rendezvous.service);
+    let p = &at.role.parallel;
+    let mut out = vec![
+        env("HF_HUB_OFFLINE", "1"),
+        env("DEEPINFER_HF_MODEL_DIR", MODEL_MOUNT),
+        env("DEEPINFER_ROLE", at.role.name.clone()),
+        env("DEEPINFER_GROUP", at.group.to_string()),
+        env("DEEPINFER_RANK", at.rank.to_string()),
+        env("DEEPINFER_NUM_PODS", shape.pods.to_string()),
+        env(
+            "DEEPINFER_DEVICES_PER_POD",
+            shape.devices_per_pod.to_string(),
+        ),
+        env("DEEPINFER_WORLD_SIZE", shape.world_size.to_string()),
+        env("DEEPINFER_TENSOR_PARALLEL", p.tensor.to_string()),
+        env("DEEPINFER_PIPELINE_PARALLEL", p.pipeline.to_string()),
+        env("DEEPINFER_DATA_PARALLEL", p.data.to_string()),
+        env("DEEPINFER_EXPERT_PARALLEL", p.expert.to_string()),
+        env("DEEPINFER_LEADER_ADDRESS", leader.clone()),
+        env("MASTER_ADDR", leader),
+        env("MASTER_PORT", RENDEZVOUS_PORT.to_string()),
+        env_field("POD_NAME", "metadata.name"),
+        env_field("POD_IP", "status.podIP"),
+    ];
+    out.extend(spec.runtime.env.iter().cloned());
+    out
+}
+
+/// Engine arguments: an explicit local `--model_name`, then the user's extra args.
+fn engine_args(did: &ValidatedDeployment) -> Vec<String> {
+    let mut args = vec!["--model_name".to_string(), model_dir(did)];
+    args.extend(did.spec.runtime.args.iter().cloned());
+    args
+}
+
+/// The pod spec shared by worker pods and acceptance pods of one rank.
+pub(super) fn engine_pod_spec(
+    did: &ValidatedDeployment,
+    at: &RankOf<'_>,
+    shape: &GroupShape,
+    rendezvous: &Rendezvous,
+) -> PodSpec {
+    let spec = &did.spec;
+    let claim = &did.claim;
+    let container = Container {
+        name: "engine".into(),
+        image: Some(spec.runtime.image.clone()),
+        args: Some(engine_args(did)),
+        env: Some(engine_env(did, at, shape, rendezvous)),
+        resources: Some(engine_resources(spec, shape.devices_per_pod)),
+        ports: Some(vec![
+            k8s_openapi::api::core::v1::ContainerPort {
+                name: Some("serve".into()),
+                container_port: SERVE_PORT,
+                protocol: Some("TCP".into()),
+                ..Default::default()
+            },
+            k8s_openapi::api::core::v1::ContainerPort {
+                name: Some("rendezvous".into()),
+                container_port: RENDEZVOUS_PORT,
+                protocol: Some("TCP".into()),
+                ..Default::default()
+            },
+        ]),
+        volume_mounts: Some(vec![
+            mount("checkpoint", MODEL_MOUNT, true),
+            mount("dshm", "/dev/shm", false),
+        ]),
+        security_context: Some(restricted_container()),
+        termination_message_policy: Some("FallbackToLogsOnError".into()),
+        ..Container::default()
+    };
+    PodSpec {
+        containers: vec![container],
+        volumes: Some(vec![checkpoint_volume(claim, true), shm_volume()]),
+        node_selector: Some(spec.accelerator.node_selector()),
+        tolerations: Some(tolerations(spec.accelerator.kind)),
+        // One pod is inside one domain by definition; requiring the label would also keep
+        // single-node groups off nodes that carry no domain label (e.g. plain 8-GPU boards).
+        affinity: (shape.pods > 1).then(|| Affinity {
+            pod_affinity: Some(PodAffinity {
+                required_during_scheduling_ignored_during_execution: Some(vec![PodAffinityTerm {
+                    label_selector: Some(LabelSelector {
+                        match_labels: Some(rendezvous.members.clone()),
+                        match_expressions: None,
+                    }),
+                    topology_key: spec.accelerator.scale_up_domain_key().to_string(),
+                    ..PodAffinityTerm::default()
+                }]),
+                preferred_during_scheduling_ignored_during_execution: None,
+            }),
+            ..Affinity::default()
+        }),
+        hostname: Some(format!("rank-{}", at.rank)),
+        subdomain: rendezvous.subdomain.then(|| rendezvous.service.clone()),
+        restart_policy: Some("Never".into()),
+        automount_service_account_token: Some(false),
+        enable_service_links: Some(false),
+        security_context: Some(restricted_pod()),
+        ..PodSpec::default()
+    }
+}
+
+/// Labels of one rank's pod.
+fn rank_labels(at: &RankOf<'_>) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (labels::ROLE.to_string(), at.role.name.clone()),
+        (labels::GROUP.to_string(), at.group.to_string()),
+        (labels::RANK.to_string(), at.rank.to_string()),
+        (labels::REVISION.to_string(), at.revision.to_string()),
+        (labels::COMPONENT.to_string(), "worker".to_string()),
+    ])
+}
+
+/// One worker pod: `<name>-<role>-<rev5>-<group>-<rank>`, gated on `deepinfer.io/accepted`,
+/// with the engine's startup and readiness probes.
+pub fn worker_pod(did: &ValidatedDeployment, at: &RankOf<'_>) -> Pod {
+    let shape = group_shape(&did.spec, at.role);
+    let name = pod_name(
+        &did.name_any(),
+        &at.role.name,
+        at.revision,
+        at.group,
+        at.rank,
+    );
+    let mut spec = engine_pod_spec(did, at, &shape, &Rendezvous::serving(did, at));
+    spec.readiness_gates = Some(vec![PodReadinessGate {
+        condition_type: ACCEPTED_POD_CONDITION.into(),
+    }]);
+    if let Some(engine) = spec.containers.first_mut() {
+        engine.startup_probe = Some(startup_probe(&did.spec));
+        engine.readiness_probe = Some(readiness_probe(&did.spec));
+    }
+    stamp(Pod {
+        metadata: owned_meta(did, name, rank_labels(at)),
+        spec: Some(spec),
+        status: None,
+    })
+}
+
+/// Desired worker pods of a role's group, rank 0 first.
+pub fn group_pods(
+    did: &ValidatedDeployment,
+    role: &RoleSpec,
+    group: i32,
+    revision: &str,
+) -> Vec<Pod> {
+    let shape = group_shape(&did.spec, role);
+    (0..shape.pods)
+        .map(|rank| {
+            worker_pod(
+                did,
+                &RankOf {
+                    role,
+                    revision,
+                    group,
+                    rank,
+                },
+            )
+        })
+        .collect()
+}

@@ -1,0 +1,73 @@
+//! Services: a headless Service per group for rendezvous, a Service per role for traffic.
+
+use super::*;
+
+/// Headless Service of a group: stable DNS for rendezvous, published before readiness.
+pub fn group_service(did: &ValidatedDeployment, role: &str, revision: &str, group: i32) -> Service {
+    let name = group_service_name(&did.name_any(), role, revision, group);
+    let mut extra = group_selector(&did.name_any(), role, revision, group);
+    extra.insert(labels::COMPONENT.to_string(), "rendezvous".to_string());
+    stamp(Service {
+        metadata: owned_meta(did, name, extra),
+        spec: Some(ServiceSpec {
+            cluster_ip: Some("None".into()),
+            selector: Some(group_selector(&did.name_any(), role, revision, group)),
+            publish_not_ready_addresses: Some(true),
+            ports: Some(vec![ServicePort {
+                name: Some("rendezvous".into()),
+                port: RENDEZVOUS_PORT,
+                target_port: Some(IntOrString::Int(RENDEZVOUS_PORT)),
+                // Explicit: server-side apply on older API servers needs the list-map key.
+                protocol: Some("TCP".into()),
+                ..ServicePort::default()
+            }]),
+            ..ServiceSpec::default()
+        }),
+        status: None,
+    })
+}
+
+/// Service of a role: traffic to the group leaders that are Ready (hence accepted and passing
+/// their probes), of any revision, so that both revisions serve while a rollout runs.
+pub fn role_service(did: &ValidatedDeployment, role: &str) -> Service {
+    let name = role_service_name(&did.name_any(), role);
+    let selector = BTreeMap::from([
+        (labels::DEPLOYMENT.to_string(), did.name_any()),
+        (labels::ROLE.to_string(), role.to_string()),
+        (labels::RANK.to_string(), "0".to_string()),
+        (labels::COMPONENT.to_string(), "worker".to_string()),
+    ]);
+    let extra = BTreeMap::from([
+        (labels::ROLE.to_string(), role.to_string()),
+        (labels::COMPONENT.to_string(), "serving".to_string()),
+    ]);
+    stamp(Service {
+        metadata: owned_meta(did, name, extra),
+        spec: Some(ServiceSpec {
+            selector: Some(selector),
+            ports: Some(vec![ServicePort {
+                name: Some("serve".into()),
+                port: SERVE_PORT,
+                target_port: Some(IntOrString::String("serve".into())),
+                // Explicit: server-side apply on older API servers needs the list-map key.
+                protocol: Some("TCP".into()),
+                ..ServicePort::default()
+            }]),
+            ..ServiceSpec::default()
+        }),
+        status: None,
+    })
+}
+
+/// Every Service the deployment should have: one per role, one per group in `groups`
+/// (role, revision, index).
+pub fn services(did: &ValidatedDeployment, groups: &[(String, String, i32)]) -> Vec<Service> {
+    let mut out = Vec::new();
+    for role in &did.spec.roles {
+        out.push(role_service(did, &role.name));
+        for (_, revision, group) in groups.iter().filter(|(r, _, _)| *r == role.name) {
+            out.push(group_service(did, &role.name, revision, *group));
+        }
+    }
+    out
+}

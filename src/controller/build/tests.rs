@@ -1,0 +1,504 @@
+//! Unit tests of the builders.
+
+use super::*;
+use serde_json::json;
+
+const IMAGE: &str = "registry.example.com/deepinfer@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+fn did(accelerator: serde_json::Value, roles: serde_json::Value) -> ValidatedDeployment {
+    valid(raw(accelerator, roles))
+}
+
+fn valid(d: crate::api::DeepInferDeployment) -> ValidatedDeployment {
+    crate::controller::validate::validate(&d, &Default::default()).expect("valid test resource")
+}
+
+fn raw(
+    accelerator: serde_json::Value,
+    roles: serde_json::Value,
+) -> crate::api::DeepInferDeployment {
+    serde_json::from_value(json!({
+        "apiVersion": "deepinfer.io/v1alpha1",
+        "kind": "DeepInferDeployment",
+        "metadata": {"name": "flash", "namespace": "serving", "uid": "u-1"},
+        "spec": {
+            "model": {"name": "deepseek-ai/DeepSeek-V4.1-Flash-1017", "license": "mit",
+                      "source": {"volume": {"claimName": "ckpt", "path": "/model/"}}},
+            "runtime": {"image": IMAGE, "commit": "0123456789abcdef0123456789abcdef01234567",
+                        "args": ["--max_batch_size", "8"]},
+            "accelerator": accelerator,
+            "roles": roles,
+            "acceptance": {"prompts": [{"id": "p", "prompt": "x", "structuredOutput": {"regex": "a"}}]}
+        }
+    }))
+    .expect("valid test resource")
+}
+
+fn env_of(c: &Container) -> BTreeMap<String, String> {
+    c.env
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|e| (e.name, e.value.unwrap_or_default()))
+        .collect()
+}
+
+#[test]
+fn nvidia_pods_are_pinned_placed_gated_and_labelled() {
+    let d = did(
+        json!({"type": "NVIDIA", "product": "NVIDIA-H200"}),
+        json!([{"name": "worker", "replicas": 2, "parallel": {"tensor": 16}}]),
+    );
+    let rev = revision(&d.spec);
+    let pods = group_pods(&d, &d.spec.roles[0], 1, &rev);
+    let short = &rev[..5];
+    assert_eq!(
+        pods.iter().map(ResourceExt::name_any).collect::<Vec<_>>(),
+        [
+            format!("flash-worker-{short}-1-0"),
+            format!("flash-worker-{short}-1-1")
+        ],
+        "names carry the revision, so two revisions' groups exist side by side"
+    );
+    let pod = &pods[1];
+    let labels = pod.labels();
+    for (k, v) in [
+        (labels::DEPLOYMENT, "flash"),
+        (labels::ROLE, "worker"),
+        (labels::GROUP, "1"),
+        (labels::RANK, "1"),
+        (labels::REVISION, rev.as_str()),
+    ] {
+        assert_eq!(labels.get(k).map(String::as_str), Some(v), "label {k}");
+    }
+    assert_eq!(pod.owner_references()[0].uid, "u-1");
+    assert_eq!(pod.owner_references()[0].controller, Some(true));
+    let spec = pod.spec.as_ref().expect("spec");
+    let c = &spec.containers[0];
+    assert_eq!(c.image.as_deref(), Some(IMAGE));
+    assert!(
+        c.command.is_none(),
+        "the image's own entrypoint runs the engine"
+    );
+    assert_eq!(
+        c.args.clone().expect("args"),
+        ["--model_name", "/models/model", "--max_batch_size", "8"]
+    );
+    let res = c.resources.as_ref().expect("resources");
+    assert_eq!(
+        res.requests.as_ref().expect("requests")["nvidia.com/gpu"],
+        res.limits.as_ref().expect("limits")["nvidia.com/gpu"],
+        "device requests equal limits"
+    );
+    assert_eq!(
+        res.limits.as_ref().expect("limits")["nvidia.com/gpu"].0,
+        "8"
+    );
+    let env = env_of(c);
+    assert_eq!(env["HF_HUB_OFFLINE"], "1");
+    assert_eq!(env["DEEPINFER_HF_MODEL_DIR"], MODEL_MOUNT);
+    assert_eq!(env["DEEPINFER_RANK"], "1");
+    assert_eq!(env["DEEPINFER_NUM_PODS"], "2");
+    assert_eq!(env["DEEPINFER_WORLD_SIZE"], "16");
+    assert_eq!(
+        env["DEEPINFER_LEADER_ADDRESS"],
+        format!("rank-0.flash-worker-{short}-1.serving.svc")
+    );
+    let selector = spec.node_selector.clone().expect("selector");
+    assert_eq!(selector["nvidia.com/gpu.present"], "true");
+    assert_eq!(selector["nvidia.com/gpu.product"], "NVIDIA-H200");
+    let term = &spec
+        .affinity
+        .as_ref()
+        .and_then(|a| a.pod_affinity.as_ref())
+        .and_then(|p| {
+            p.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        })
+        .expect("required affinity")[0];
+    assert_eq!(term.topology_key, "nvidia.com/gpu.clique");
+    let together = term
+        .label_selector
+        .as_ref()
+        .and_then(|l| l.match_labels.clone())
+        .expect("group selector");
+    assert_eq!(together[labels::GROUP], "1");
+    assert_eq!(
+        together[labels::REVISION],
+        rev,
+        "a group is placed with its own revision's ranks only"
+    );
+    assert_eq!(
+        spec.readiness_gates.as_ref().expect("gates")[0].condition_type,
+        ACCEPTED_POD_CONDITION
+    );
+    assert_eq!(
+        spec.restart_policy.as_deref(),
+        Some("Never"),
+        "a failed rank fails its pod, so the group is replaced"
+    );
+    assert_eq!(
+        spec.subdomain.clone(),
+        Some(format!("flash-worker-{short}-1"))
+    );
+    let sc = c.security_context.as_ref().expect("security context");
+    assert_eq!(sc.allow_privilege_escalation, Some(false));
+    assert_eq!(sc.run_as_non_root, Some(true));
+    assert_eq!(spec.automount_service_account_token, Some(false));
+}
+
+#[test]
+fn ascend_pods_request_npus_and_stay_in_one_super_pod() {
+    let d = did(
+        json!({"type": "Ascend", "devicesPerPod": 8}),
+        json!([{"name": "decode", "replicas": 1, "parallel": {"tensor": 8, "data": 2, "expert": 16}}]),
+    );
+    let pods = group_pods(&d, &d.spec.roles[0], 0, "r");
+    assert_eq!(pods.len(), 2);
+    let spec = pods[0].spec.as_ref().expect("spec");
+    let limits = spec.containers[0]
+        .resources
+        .as_ref()
+        .and_then(|r| r.limits.clone())
+        .expect("limits");
+    assert_eq!(limits["huawei.com/Ascend910"].0, "8");
+    assert!(!limits.contains_key("nvidia.com/gpu"));
+    assert_eq!(
+        spec.node_selector.clone().expect("selector")["accelerator"],
+        "huawei-Ascend910"
+    );
+    let term = &spec
+        .affinity
+        .as_ref()
+        .and_then(|a| a.pod_affinity.as_ref())
+        .and_then(|p| {
+            p.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        })
+        .expect("affinity")[0];
+    assert_eq!(term.topology_key, "huawei.com/super-pod-id");
+    assert!(spec
+        .tolerations
+        .clone()
+        .expect("tolerations")
+        .iter()
+        .any(|t| t.key.as_deref() == Some("huawei.com/Ascend910")));
+}
+
+#[test]
+fn a_single_pod_group_needs_no_domain_label() {
+    let d = did(
+        json!({"type": "NVIDIA"}),
+        json!([{"name": "worker", "replicas": 1, "parallel": {"tensor": 8}}]),
+    );
+    let pods = group_pods(&d, &d.spec.roles[0], 0, "r");
+    assert_eq!(pods.len(), 1);
+    assert!(pods[0].spec.as_ref().expect("spec").affinity.is_none());
+}
+
+#[test]
+fn the_revision_tracks_running_bits_but_not_replicas_or_prompts() {
+    let a = raw(
+        json!({"type": "NVIDIA"}),
+        json!([{"name": "worker", "replicas": 1, "parallel": {"tensor": 8}}]),
+    );
+    let mut b = a.clone();
+    b.spec.roles[0].replicas = 5;
+    b.spec.acceptance.prompts[0].prompt = "other".into();
+    assert_eq!(revision(&a.spec), revision(&b.spec));
+    let mut c = a.clone();
+    c.spec.runtime.image = IMAGE.replace("0123", "fedc");
+    assert_ne!(revision(&a.spec), revision(&c.spec));
+    let mut d = a.clone();
+    d.spec.roles[0].parallel.expert = 8;
+    assert_ne!(revision(&a.spec), revision(&d.spec));
+}
+
+#[test]
+fn services_route_to_leaders_and_rendezvous_per_group() {
+    let d = did(
+        json!({"type": "NVIDIA"}),
+        json!([{"name": "prefill", "replicas": 2, "parallel": {"tensor": 8}}]),
+    );
+    let groups = [
+        ("prefill".to_string(), "aaaaa11111".to_string(), 0),
+        ("prefill".to_string(), "bbbbb22222".to_string(), 0),
+    ];
+    let svcs = services(&d, &groups);
+    let names: Vec<_> = svcs.iter().map(ResourceExt::name_any).collect();
+    assert_eq!(
+        names,
+        [
+            "flash-prefill",
+            "flash-prefill-aaaaa-0",
+            "flash-prefill-bbbbb-0"
+        ]
+    );
+    let role = svcs[0].spec.as_ref().expect("spec");
+    let selector = role.selector.clone().expect("selector");
+    assert_eq!(selector[labels::RANK], "0");
+    assert!(
+        !selector.contains_key(labels::REVISION),
+        "the role Service routes to leaders of every revision during a rollout"
+    );
+    let group = svcs[2].spec.as_ref().expect("spec");
+    assert_eq!(group.cluster_ip.as_deref(), Some("None"));
+    assert_eq!(group.publish_not_ready_addresses, Some(true));
+    assert_eq!(
+        group.selector.clone().expect("selector")[labels::REVISION],
+        "bbbbb22222"
+    );
+}
+
+#[test]
+fn the_acceptance_leader_runs_the_injected_runner_in_the_engine_image() {
+    let d = did(
+        json!({"type": "NVIDIA"}),
+        json!([{"name": "worker", "replicas": 3, "parallel": {"tensor": 16}}]),
+    );
+    let names = AcceptanceNames::new("flash", "rev1", "");
+    let job = acceptance_job(
+        &d,
+        &names,
+        0,
+        "rev1",
+        "ghcr.io/deepinfer/deepinfer-operator:0.1.0",
+    )
+    .expect("job");
+    let pod = job
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.clone())
+        .expect("pod");
+    let init = &pod.init_containers.as_ref().expect("init")[0];
+    assert_eq!(
+        init.image.as_deref(),
+        Some("ghcr.io/deepinfer/deepinfer-operator:0.1.0")
+    );
+    assert_eq!(init.args.clone().expect("args")[0], "install-runner");
+    let engine = &pod.containers[0];
+    assert_eq!(
+        engine.image.as_deref(),
+        Some(IMAGE),
+        "acceptance runs the very image under test"
+    );
+    assert_eq!(
+        engine.command.clone().expect("command"),
+        [
+            format!("{RUNNER_DIR}/deepinfer-operator"),
+            "accept".to_string()
+        ]
+    );
+    let args = engine.args.clone().expect("args");
+    assert!(args
+        .windows(2)
+        .any(|w| w == ["--layout", "tensor=16,pipeline=1,data=1,expert=1"]));
+    assert!(args
+        .windows(2)
+        .any(|w| w[0] == "--evidence-configmap" && w[1] == names.evidence_configmap));
+    assert_eq!(
+        engine
+            .resources
+            .as_ref()
+            .and_then(|r| r.limits.clone())
+            .expect("limits")["nvidia.com/gpu"]
+            .0,
+        "8"
+    );
+    assert_eq!(
+        pod.service_account_name.as_deref(),
+        Some("flash-acceptance")
+    );
+    assert_eq!(
+        job.spec.as_ref().and_then(|s| s.backoff_limit),
+        Some(0),
+        "no retry storm"
+    );
+    let follower = acceptance_job(&d, &names, 1, "rev1", "op").expect("follower");
+    let fpod = follower.spec.and_then(|s| s.template.spec).expect("pod");
+    assert!(
+        fpod.init_containers.is_none() && fpod.containers[0].command.is_none(),
+        "followers run the engine alone"
+    );
+    assert_eq!(
+        env_of(&fpod.containers[0])["DEEPINFER_LEADER_ADDRESS"],
+        format!("rank-0.{}.serving.svc", names.run),
+        "the run's ranks meet under the run's own Service, not a serving group's"
+    );
+    assert_eq!(fpod.subdomain.as_deref(), Some(names.run.as_str()));
+    let together = fpod
+        .affinity
+        .and_then(|a| a.pod_affinity)
+        .and_then(|p| p.required_during_scheduling_ignored_during_execution)
+        .expect("affinity")[0]
+        .label_selector
+        .clone()
+        .and_then(|l| l.match_labels)
+        .expect("selector");
+    assert_eq!(together[labels::COMPONENT], "acceptance");
+    assert_eq!(together[labels::GROUP], names.run);
+}
+
+#[test]
+fn engines_are_probed_and_never_best_effort() {
+    let d = did(
+        json!({"type": "NVIDIA"}),
+        json!([{"name": "worker", "replicas": 1, "parallel": {"tensor": 8}}]),
+    );
+    let pod = &group_pods(&d, &d.spec.roles[0], 0, "r")[0];
+    let engine = &pod.spec.as_ref().expect("spec").containers[0];
+    let startup = engine.startup_probe.as_ref().expect("startup probe");
+    let get = startup.http_get.as_ref().expect("HTTP GET");
+    assert_eq!(get.path.as_deref(), Some(HEALTH_PATH));
+    assert_eq!(get.port, IntOrString::String("serve".into()));
+    let allowed = startup.period_seconds.unwrap_or(10) * startup.failure_threshold.unwrap_or(3);
+    assert!(
+        allowed >= 30 * 60,
+        "weights get at least 30 minutes to load, not {allowed} s"
+    );
+    assert!(engine.readiness_probe.is_some());
+    let requests = engine
+        .resources
+        .as_ref()
+        .and_then(|r| r.requests.clone())
+        .expect("requests");
+    assert!(
+        requests.contains_key("cpu") && requests.contains_key("memory"),
+        "CPU and memory requests keep the pod out of BestEffort: {requests:?}"
+    );
+    assert_eq!(requests["nvidia.com/gpu"].0, "8");
+}
+
+#[test]
+fn runtime_probes_and_resources_override_the_defaults_but_not_the_devices() {
+    let mut d = raw(
+        json!({"type": "NVIDIA"}),
+        json!([{"name": "worker", "replicas": 1, "parallel": {"tensor": 8}}]),
+    );
+    d.spec.runtime = serde_json::from_value(json!({
+        "image": IMAGE, "commit": "0123456",
+        "readinessProbe": {"tcpSocket": {"port": 8000}, "periodSeconds": 3},
+        "resources": {"limits": {"memory": "64Gi", "nvidia.com/gpu": "1"}, "requests": {"cpu": "12"}}
+    }))
+    .expect("runtime");
+    let d = valid(d);
+    let pod = &group_pods(&d, &d.spec.roles[0], 0, "r")[0];
+    let engine = &pod.spec.as_ref().expect("spec").containers[0];
+    assert_eq!(
+        engine
+            .readiness_probe
+            .as_ref()
+            .and_then(|p| p.period_seconds),
+        Some(3)
+    );
+    let res = engine.resources.as_ref().expect("resources");
+    let requests = res.requests.clone().expect("requests");
+    let limits = res.limits.clone().expect("limits");
+    assert_eq!(requests["cpu"].0, "12");
+    assert_eq!(
+        requests["memory"].0, "64Gi",
+        "a memory limit alone is also the request"
+    );
+    assert_eq!(
+        limits["nvidia.com/gpu"].0, "8",
+        "devices come from spec.accelerator"
+    );
+    assert_eq!(requests["nvidia.com/gpu"].0, "8");
+}
+
+#[test]
+fn the_revision_covers_the_template_version_and_resources_but_not_probes_or_rollout() {
+    let a = raw(
+        json!({"type": "NVIDIA"}),
+        json!([{"name": "worker", "replicas": 1, "parallel": {"tensor": 8}}]),
+    );
+    let mut probed = a.clone();
+    probed.spec.runtime.readiness_probe = Some(health_probe(1, 1));
+    probed.spec.roles[0].rollout.max_unavailable = 1;
+    assert_eq!(revision(&a.spec), revision(&probed.spec));
+    let mut sized = a.clone();
+    sized.spec.runtime.resources = Some(ResourceRequirements::default());
+    assert_ne!(revision(&a.spec), revision(&sized.spec));
+}
+
+/// Hash of the engine container of a fixed resource, recorded at [`TEMPLATE_VERSION`].
+const ENGINE_AT_TEMPLATE_VERSION: (i32, &str) = (2, "bf227d0d7a484d45");
+
+#[test]
+fn the_template_version_moves_with_the_engine_container() {
+    let d = did(
+        json!({"type": "NVIDIA"}),
+        json!([{"name": "worker", "replicas": 1, "parallel": {"tensor": 16}}]),
+    );
+    let pod = &group_pods(&d, &d.spec.roles[0], 0, "r")[0];
+    let mut engine = pod.spec.as_ref().expect("spec").containers[0].clone();
+    // Probes roll without a new judgement; everything else the engine sees is judged.
+    engine.startup_probe = None;
+    engine.readiness_probe = None;
+    let now = (TEMPLATE_VERSION, short_hash(&engine, 16));
+    assert_eq!(
+        (
+            ENGINE_AT_TEMPLATE_VERSION.0,
+            ENGINE_AT_TEMPLATE_VERSION.1.to_string()
+        ),
+        now,
+        "the engine container changed: if the change alters what acceptance judged, bump \
+         TEMPLATE_VERSION; then record the new pair in ENGINE_AT_TEMPLATE_VERSION"
+    );
+}
+
+#[test]
+fn a_budget_per_role_allows_what_the_rollout_allows() {
+    let d = did(
+        json!({"type": "NVIDIA"}),
+        json!([{"name": "decode", "replicas": 2, "parallel": {"tensor": 16},
+                "rollout": {"maxSurge": 0, "maxUnavailable": 1}}]),
+    );
+    let pdb = budget(&d, &d.spec.roles[0]);
+    assert_eq!(pdb.name_any(), "flash-decode");
+    let spec = pdb.spec.expect("spec");
+    assert_eq!(
+        spec.min_available,
+        Some(IntOrString::Int(3)),
+        "2 groups of 2 pods, one pod (hence one group) may be evicted"
+    );
+    assert_eq!(
+        spec.max_unavailable, None,
+        "the owner has no scale subresource"
+    );
+    let selector = spec
+        .selector
+        .and_then(|s| s.match_labels)
+        .expect("selector");
+    assert_eq!(selector[labels::ROLE], "decode");
+    assert_eq!(selector[labels::COMPONENT], "worker");
+    assert_eq!(pdb.metadata.owner_references.expect("owner")[0].uid, "u-1");
+}
+
+#[test]
+fn a_kept_revision_rebuilds_the_groups_of_its_spec() {
+    let old = did(
+        json!({"type": "NVIDIA"}),
+        json!([{"name": "worker", "replicas": 1, "parallel": {"tensor": 8}}]),
+    );
+    let rev = revision(&old.spec);
+    let kept = controller_revision(&old, &rev, 1);
+    let mut now = raw(
+        json!({"type": "NVIDIA"}),
+        json!([{"name": "worker", "replicas": 3, "parallel": {"tensor": 8}}]),
+    );
+    now.spec.runtime.image = IMAGE.replace("0123", "fedc");
+    let now = valid(now);
+    let past = now
+        .with_spec(kept_spec(&kept).expect("spec kept"), &Default::default())
+        .expect("still valid");
+    assert_eq!(revision(&past.spec), rev);
+    let pod = &group_pods(&past, &past.spec.roles[0], 0, &rev)[0];
+    assert_eq!(
+        pod.spec.as_ref().expect("spec").containers[0]
+            .image
+            .as_deref(),
+        Some(IMAGE),
+        "the serving revision's pods keep its image while another is judged"
+    );
+}

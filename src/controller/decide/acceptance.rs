@@ -1,0 +1,491 @@
+//! The acceptance gate's decision for the target revision, from its recorded judgements and the
+//! observed run (Jobs and their pods). A run waiting for devices is not a verdict; a run that
+//! never started, or whose pod is gone, is run again rather than recorded as a failure.
+
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::jiff::Timestamp;
+
+use super::jobs::{started_at, unschedulable, JobState};
+use crate::acceptance::AcceptanceSummary;
+use crate::api::{
+    reasons, AcceptancePrompt, AcceptanceResult, AcceptanceSpec, AcceptanceStatus,
+    DeepInferDeploymentSpec, RERUN_ACCEPTANCE_ANNOTATION,
+};
+use crate::controller::build;
+use crate::controller::status::Gate;
+
+/// What is being judged.
+#[derive(Clone, Debug)]
+pub struct Judging<'a> {
+    /// Revision.
+    pub revision: &'a str,
+    /// Hash of `spec.acceptance`.
+    pub spec_hash: &'a str,
+    /// Value of the rerun annotation.
+    pub token: &'a str,
+    /// Prompts given inline (for a judgement without a summary).
+    pub prompts: usize,
+    /// Seconds after the leader started by which the run must have ended.
+    pub deadline_seconds: i64,
+    /// Now.
+    pub now: Timestamp,
+}
+
+/// What the acceptance gate does in this pass.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Step {
+    /// A judgement of exactly this revision, spec and token is recorded: reuse it.
+    Reuse(AcceptanceStatus),
+    /// No run exists: start one.
+    Start,
+    /// The run is under way.
+    Running,
+    /// A pod of the run waits for devices (the scheduler's message); no deadline runs.
+    WaitingForCapacity(String),
+    /// Record this judgement; stop every rank's Job when `stop_leader`, else the followers'.
+    Record {
+        /// The judgement.
+        judgement: AcceptanceStatus,
+        /// The leader is still running (it overran its deadline).
+        stop_leader: bool,
+    },
+    /// The run ended without a verdict and never ran (or its pod is gone): delete it and run
+    /// it again.
+    Rerun,
+}
+
+/// Decides the acceptance gate's step. `leader` is the state of rank 0's Job, `leader_pods`
+/// its pods, `run_pods` the pods of every rank.
+pub fn decide(
+    recorded: Option<&AcceptanceStatus>,
+    leader: &JobState,
+    leader_pods: &[&Pod],
+    run_pods: &[&Pod],
+    j: &Judging<'_>,
+) -> Step {
+    if let Some(a) = recorded {
+        return Step::Reuse(a.clone());
+    }
+    let message = match leader {
+        JobState::Missing => return Step::Start,
+        JobState::Running => {
+            if let Some(why) = run_pods.iter().find_map(|p| unschedulable(p)) {
+                return Step::WaitingForCapacity(why);
+            }
+            let overdue = leader_pods
+                .iter()
+                .filter_map(|p| started_at(p))
+                .any(|t| j.now.duration_since(t).as_secs() > j.deadline_seconds);
+            if !overdue {
+                return Step::Running;
+            }
+            return Step::Record {
+                judgement: unreadable_judgement(
+                    j,
+                    format!(
+                        "the acceptance run did not finish within {} s of starting (spec.acceptance.timeoutSeconds + 300 s)",
+                        j.deadline_seconds
+                    ),
+                ),
+                stop_leader: true,
+            };
+        }
+        JobState::Succeeded(m) | JobState::Failed(m) => m,
+    };
+    let summary: Option<AcceptanceSummary> = message
+        .as_deref()
+        .and_then(|m| serde_json::from_str(m.trim()).ok());
+    let judgement = match summary {
+        Some(s) => AcceptanceStatus {
+            revision: j.revision.to_string(),
+            result: s.result,
+            prompts: i32::try_from(s.prompts).unwrap_or(i32::MAX),
+            passed: i32::try_from(s.passed).unwrap_or(i32::MAX),
+            failed_prompts: s.failed_prompts,
+            evidence: (!s.evidence.is_empty()).then_some(s.evidence),
+            rerun_token: (!j.token.is_empty()).then(|| j.token.to_string()),
+            spec_hash: Some(j.spec_hash.to_string()),
+            reason: Some(crate::controller::truncate(&s.reason, 1000)),
+            template_version: Some(build::TEMPLATE_VERSION),
+        },
+        None if !leader_pods.iter().any(|p| started_at(p).is_some()) => return Step::Rerun,
+        None => unreadable_judgement(
+            j,
+            format!(
+                "the acceptance Job ended without a summary: {}",
+                message
+                    .as_deref()
+                    .map_or("no termination message", |m| m.trim())
+            ),
+        ),
+    };
+    Step::Record {
+        judgement,
+        stop_leader: false,
+    }
+}
+
+/// A failed judgement for a run that produced no readable summary.
+fn unreadable_judgement(j: &Judging<'_>, why: String) -> AcceptanceStatus {
+    AcceptanceStatus {
+        revision: j.revision.to_string(),
+        result: AcceptanceResult::Failed,
+        prompts: i32::try_from(j.prompts).unwrap_or(i32::MAX),
+        passed: 0,
+        failed_prompts: Vec::new(),
+        evidence: None,
+        rerun_token: (!j.token.is_empty()).then(|| j.token.to_string()),
+        spec_hash: Some(j.spec_hash.to_string()),
+        reason: Some(crate::controller::truncate(&why, 1000)),
+        template_version: Some(crate::controller::build::TEMPLATE_VERSION),
+    }
+}
+
+/// `spec.acceptance` with `promptsFrom` resolved into inline prompts (so the runner needs no
+/// read access to ConfigMaps), or what is missing, naming the ConfigMap and key.
+pub fn resolve(
+    acceptance: &AcceptanceSpec,
+    ns: &str,
+    prompts: Option<&ConfigMap>,
+) -> Result<AcceptanceSpec, String> {
+    let mut spec = acceptance.clone();
+    let Some(from) = spec.prompts_from.take() else {
+        return Ok(spec);
+    };
+    let Some(cm) = prompts else {
+        return Err(format!(
+            "ConfigMap {ns}/{} named by spec.acceptance.promptsFrom does not exist; create it with the prompts under key {}",
+            from.name, from.key
+        ));
+    };
+    let Some(text) = cm.data.as_ref().and_then(|d| d.get(&from.key)) else {
+        return Err(format!(
+            "ConfigMap {ns}/{} has no key {} (spec.acceptance.promptsFrom.key); add the prompts there",
+            from.name, from.key
+        ));
+    };
+    match serde_yaml::from_str::<Vec<AcceptancePrompt>>(text) {
+        Ok(more) => {
+            spec.prompts.extend(more);
+            Ok(spec)
+        }
+        Err(e) => Err(format!(
+            "ConfigMap {ns}/{} key {} is not a YAML list of prompts (spec.acceptance.promptsFrom): {e}",
+            from.name, from.key
+        )),
+    }
+}
+
+/// The gate for a judgement.
+pub fn judged_gate(a: &AcceptanceStatus) -> Gate {
+    let message = acceptance_message(a);
+    if a.passed() {
+        Gate::Passed(reasons::ACCEPTANCE_SUCCEEDED, message)
+    } else {
+        Gate::Failed(
+            reasons::ACCEPTANCE_FAILED,
+            crate::controller::truncate(&message, 2000),
+        )
+    }
+}
+
+pub fn acceptance_message(a: &AcceptanceStatus) -> String {
+    let evidence = a.evidence.as_deref().unwrap_or("none");
+    if a.passed() {
+        format!(
+            "revision {} passed acceptance: {}/{} prompts; evidence in ConfigMap {evidence}",
+            a.revision, a.passed, a.prompts
+        )
+    } else {
+        let failed = if a.failed_prompts.is_empty() {
+            "none recorded".to_string()
+        } else {
+            a.failed_prompts.join(", ")
+        };
+        let why = a
+            .reason
+            .as_deref()
+            .map(|r| format!(" ({r})"))
+            .unwrap_or_default();
+        format!(
+            "revision {} failed acceptance: {}/{} prompts passed; failing prompts: {failed}{why}; evidence in ConfigMap {evidence}. \
+             No pod of this revision serves (pods of an earlier judgement are taken out of service). Fix the image, checkpoint or layout (a spec change re-runs acceptance), \
+             or set annotation {RERUN_ACCEPTANCE_ANNOTATION} to a new value to run it again",
+            a.revision, a.passed, a.prompts
+        )
+    }
+}
+
+/// What one group of `role` needs, for capacity messages: pods × devices, and the domain.
+pub fn capacity_need(spec: &DeepInferDeploymentSpec, role: &crate::api::RoleSpec) -> String {
+    let shape = build::group_shape(spec, role);
+    let domain = if shape.pods > 1 {
+        format!(
+            " inside one {} domain",
+            spec.accelerator.scale_up_domain_key()
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        "{} pod(s) × {} {} ({} devices){domain}",
+        shape.pods,
+        shape.devices_per_pod,
+        spec.accelerator.device_resource(),
+        shape.world_size
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{
+        ContainerState, ContainerStateRunning, ContainerStatus, PodCondition, PodStatus,
+    };
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    fn judging(now: &str) -> Judging<'static> {
+        Judging {
+            revision: "rev1",
+            spec_hash: "h",
+            token: "",
+            prompts: 4,
+            deadline_seconds: 2100,
+            now: now.parse().expect("time"),
+        }
+    }
+
+    fn pending_for_devices() -> Pod {
+        Pod {
+            status: Some(PodStatus {
+                phase: Some("Pending".into()),
+                conditions: Some(vec![PodCondition {
+                    type_: "PodScheduled".into(),
+                    status: "False".into(),
+                    reason: Some("Unschedulable".into()),
+                    message: Some("0/4 nodes are available: 4 Insufficient nvidia.com/gpu".into()),
+                    ..PodCondition::default()
+                }]),
+                ..PodStatus::default()
+            }),
+            ..Pod::default()
+        }
+    }
+
+    fn running_since(at: &str) -> Pod {
+        Pod {
+            status: Some(PodStatus {
+                phase: Some("Running".into()),
+                container_statuses: Some(vec![ContainerStatus {
+                    name: "engine".into(),
+                    state: Some(ContainerState {
+                        running: Some(ContainerStateRunning {
+                            started_at: Some(Time(at.parse().expect("time"))),
+                        }),
+                        ..ContainerState::default()
+                    }),
+                    ..ContainerStatus::default()
+                }]),
+                ..PodStatus::default()
+            }),
+            ..Pod::default()
+        }
+    }
+
+    fn summary(result: &str) -> String {
+        format!(
+            r#"{{"result":"{result}","prompts":4,"passed":3,"failedPrompts":["p2"],"evidence":"ev","reason":"p2: wrong total"}}"#
+        )
+    }
+
+    #[test]
+    fn prompts_from_a_config_map_are_inlined_or_the_missing_piece_is_named() {
+        let spec = AcceptanceSpec {
+            prompts_from: Some(crate::api::ConfigMapKeyRef {
+                name: "prompts".into(),
+                key: "list.yaml".into(),
+            }),
+            ..AcceptanceSpec::default()
+        };
+        let missing = resolve(&spec, "serving", None).expect_err("missing ConfigMap");
+        assert!(missing.contains("ConfigMap serving/prompts") && missing.contains("list.yaml"));
+        let mut cm = ConfigMap::default();
+        let wrong_key = resolve(&spec, "serving", Some(&cm)).expect_err("missing key");
+        assert!(wrong_key.contains("has no key list.yaml"), "{wrong_key}");
+        cm.data = Some(std::collections::BTreeMap::from([(
+            "list.yaml".to_string(),
+            "- id: a\n  prompt: hi\n  structuredOutput: {regex: x}\n".to_string(),
+        )]));
+        let resolved = resolve(&spec, "serving", Some(&cm)).expect("resolved");
+        assert_eq!(resolved.prompts.len(), 1);
+        assert!(
+            resolved.prompts_from.is_none(),
+            "the runner gets the prompts inline"
+        );
+        cm.data = Some(std::collections::BTreeMap::from([(
+            "list.yaml".to_string(),
+            "not: a list".to_string(),
+        )]));
+        assert!(resolve(&spec, "serving", Some(&cm))
+            .expect_err("not a list")
+            .contains("is not a YAML list of prompts"));
+    }
+
+    #[test]
+    fn a_recorded_judgement_is_reused_and_nothing_runs() {
+        let recorded = AcceptanceStatus {
+            revision: "rev1".into(),
+            result: AcceptanceResult::Passed,
+            ..AcceptanceStatus::default()
+        };
+        let step = decide(
+            Some(&recorded),
+            &JobState::Missing,
+            &[],
+            &[],
+            &judging("2026-01-01T00:00:00Z"),
+        );
+        assert_eq!(step, Step::Reuse(recorded));
+    }
+
+    #[test]
+    fn time_pending_for_devices_is_not_a_verdict_and_no_deadline_runs() {
+        let pod = pending_for_devices();
+        // Even days after the Job was created, a pod that never started is only waiting.
+        let step = decide(
+            None,
+            &JobState::Running,
+            &[&pod],
+            &[&pod],
+            &judging("2026-03-01T00:00:00Z"),
+        );
+        assert_eq!(
+            step,
+            Step::WaitingForCapacity(
+                "0/4 nodes are available: 4 Insufficient nvidia.com/gpu".into()
+            )
+        );
+    }
+
+    #[test]
+    fn the_deadline_counts_from_the_engine_start() {
+        let pod = running_since("2026-01-01T00:00:00Z");
+        let within = decide(
+            None,
+            &JobState::Running,
+            &[&pod],
+            &[&pod],
+            &judging("2026-01-01T00:30:00Z"),
+        );
+        assert_eq!(within, Step::Running);
+        let Step::Record {
+            judgement,
+            stop_leader,
+        } = decide(
+            None,
+            &JobState::Running,
+            &[&pod],
+            &[&pod],
+            &judging("2026-01-01T01:00:00Z"),
+        )
+        else {
+            panic!("an overrun is judged");
+        };
+        assert!(stop_leader);
+        assert_eq!(judgement.result, AcceptanceResult::Failed);
+        assert!(judgement
+            .reason
+            .expect("reason")
+            .contains("2100 s of starting"));
+    }
+
+    #[test]
+    fn a_job_that_never_ran_or_whose_pod_is_gone_is_run_again() {
+        let j = judging("2026-01-01T00:00:00Z");
+        assert_eq!(
+            decide(None, &JobState::Failed(None), &[], &[], &j),
+            Step::Rerun,
+            "pod gone"
+        );
+        let pending = pending_for_devices();
+        assert_eq!(
+            decide(None, &JobState::Failed(None), &[&pending], &[&pending], &j),
+            Step::Rerun,
+            "never started"
+        );
+        assert_eq!(
+            decide(None, &JobState::Succeeded(None), &[], &[], &j),
+            Step::Rerun
+        );
+    }
+
+    #[test]
+    fn a_run_that_ended_without_a_summary_after_running_is_a_failure() {
+        let pod = running_since("2026-01-01T00:00:00Z");
+        let Step::Record {
+            judgement,
+            stop_leader,
+        } = decide(
+            None,
+            &JobState::Failed(Some("OOMKilled".into())),
+            &[&pod],
+            &[&pod],
+            &judging("2026-01-01T00:05:00Z"),
+        )
+        else {
+            panic!("recorded");
+        };
+        assert!(!stop_leader);
+        assert_eq!(judgement.prompts, 4);
+        assert!(judgement.reason.expect("reason").contains("OOMKilled"));
+    }
+
+    #[test]
+    fn the_summary_becomes_the_judgement_with_its_identity() {
+        let pod = running_since("2026-01-01T00:00:00Z");
+        for (text, result) in [
+            ("Passed", AcceptanceResult::Passed),
+            ("Failed", AcceptanceResult::Failed),
+        ] {
+            let Step::Record { judgement, .. } = decide(
+                None,
+                &JobState::Succeeded(Some(summary(text))),
+                &[&pod],
+                &[&pod],
+                &judging("2026-01-01T00:05:00Z"),
+            ) else {
+                panic!("recorded");
+            };
+            assert_eq!(judgement.result, result);
+            assert_eq!(judgement.failed_prompts, ["p2"]);
+            assert_eq!(judgement.spec_hash.as_deref(), Some("h"));
+            assert_eq!(judgement.template_version, Some(build::TEMPLATE_VERSION));
+            assert_eq!(judgement.evidence.as_deref(), Some("ev"));
+        }
+    }
+
+    #[test]
+    fn a_failed_judgement_stalls_the_gate_naming_prompts_and_evidence() {
+        let a = AcceptanceStatus {
+            revision: "rev1".into(),
+            result: AcceptanceResult::Failed,
+            prompts: 4,
+            passed: 3,
+            failed_prompts: vec!["p2".into()],
+            evidence: Some("ev".into()),
+            ..AcceptanceStatus::default()
+        };
+        let Gate::Failed(reason, message) = judged_gate(&a) else {
+            panic!("failed gate");
+        };
+        assert_eq!(reason, reasons::ACCEPTANCE_FAILED);
+        assert!(
+            message.contains("p2") && message.contains("ConfigMap ev"),
+            "{message}"
+        );
+        assert!(
+            message.contains(RERUN_ACCEPTANCE_ANNOTATION),
+            "says how to run it again"
+        );
+    }
+}

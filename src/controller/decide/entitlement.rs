@@ -1,0 +1,283 @@
+//! Continuous enforcement: which worker pods may carry `deepinfer.io/accepted=True`.
+//!
+//! A pod is entitled to serve only while both hold: the licence gate is open (annotation equal to
+//! `spec.model.license`, licence on the operator's allow-list), and the newest recorded judgement
+//! of the pod's revision is a pass. Every pass decides this first, before any gate can stop the
+//! pass, so withdrawn trust takes pods out of Service endpoints within one pass; restored trust
+//! brings them back without running anything again.
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+
+use crate::api::{labels, pod_reasons, DeepInferDeploymentStatus, ACCEPTED_POD_CONDITION};
+use crate::controller::validate::LicenseVerdict;
+
+/// Whether pods of one revision may serve, and why (not).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entitlement {
+    /// May serve.
+    pub entitled: bool,
+    /// Reason of the pod condition (see [`pod_reasons`]).
+    pub reason: &'static str,
+    /// Message of the pod condition: what was granted or withdrawn, and why.
+    pub message: String,
+}
+
+/// The entitlement of pods of `revision`.
+pub fn of_revision(
+    licence: &LicenseVerdict,
+    judgements: Option<&DeepInferDeploymentStatus>,
+    revision: &str,
+) -> Entitlement {
+    if !licence.is_accepted() {
+        return Entitlement {
+            entitled: false,
+            reason: pod_reasons::LICENSE_WITHDRAWN,
+            message: format!(
+                "licence gate closed ({}): taken out of service until the licence is accepted again",
+                licence.reason()
+            ),
+        };
+    }
+    match judgements.and_then(|s| s.latest_judgement(revision)) {
+        Some(j) if j.passed() => Entitlement {
+            entitled: true,
+            reason: pod_reasons::ENTITLED,
+            message: format!("revision {revision} passed acceptance"),
+        },
+        Some(j) => Entitlement {
+            entitled: false,
+            reason: pod_reasons::ACCEPTANCE_WITHDRAWN,
+            message: format!(
+                "the latest judgement of revision {revision} failed ({}/{} prompts passed): taken out of service",
+                j.passed, j.prompts
+            ),
+        },
+        None => Entitlement {
+            entitled: false,
+            reason: pod_reasons::NOT_JUDGED,
+            message: format!("no acceptance judgement of revision {revision} is recorded"),
+        },
+    }
+}
+
+/// The `deepinfer.io/accepted` condition status of a pod, if set.
+pub fn accepted_condition(pod: &Pod) -> Option<&str> {
+    pod.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == ACCEPTED_POD_CONDITION)
+        .map(|c| c.status.as_str())
+}
+
+/// A change of one pod's `deepinfer.io/accepted` condition.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mark {
+    /// Pod name.
+    pub pod: String,
+    /// New status: true grants, false withdraws.
+    pub accepted: bool,
+    /// Condition reason.
+    pub reason: &'static str,
+    /// Condition message.
+    pub message: String,
+}
+
+/// The condition changes that bring every worker pod in line with its entitlement. A pod that is
+/// not entitled and was never accepted is left alone (it is not in any endpoint); one that is
+/// being deleted is left alone too.
+pub fn decide(
+    pods: &[Pod],
+    licence: &LicenseVerdict,
+    judgements: Option<&DeepInferDeploymentStatus>,
+) -> Vec<Mark> {
+    let mut marks = Vec::new();
+    for pod in pods {
+        if pod.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let Some(revision) = pod.labels().get(labels::REVISION) else {
+            continue;
+        };
+        let e = of_revision(licence, judgements, revision);
+        let now = accepted_condition(pod);
+        let change = match (e.entitled, now) {
+            (true, Some("True")) => false,
+            (true, _) => true,
+            (false, Some("True")) => true,
+            (false, _) => false,
+        };
+        if change {
+            marks.push(Mark {
+                pod: pod.name_any(),
+                accepted: e.entitled,
+                reason: e.reason,
+                message: e.message,
+            });
+        }
+    }
+    marks
+}
+
+/// One sentence for status and events naming what was withdrawn and why, if anything was.
+pub fn withdrawn_summary(marks: &[Mark]) -> Option<String> {
+    let withdrawn: Vec<&Mark> = marks.iter().filter(|m| !m.accepted).collect();
+    let first = withdrawn.first()?;
+    Some(format!(
+        "{} serving pod(s) taken out of service ({}): {}",
+        withdrawn.len(),
+        first.reason,
+        first.message
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{AcceptanceResult, AcceptanceStatus};
+    use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use std::collections::BTreeMap;
+
+    fn pod(name: &str, revision: &str, accepted: Option<&str>) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                labels: Some(BTreeMap::from([(
+                    labels::REVISION.to_string(),
+                    revision.to_string(),
+                )])),
+                ..ObjectMeta::default()
+            },
+            spec: None,
+            status: Some(PodStatus {
+                conditions: accepted.map(|s| {
+                    vec![PodCondition {
+                        type_: ACCEPTED_POD_CONDITION.into(),
+                        status: s.into(),
+                        ..PodCondition::default()
+                    }]
+                }),
+                ..PodStatus::default()
+            }),
+        }
+    }
+
+    fn judged(entries: &[(&str, AcceptanceResult)]) -> DeepInferDeploymentStatus {
+        DeepInferDeploymentStatus {
+            judgements: entries
+                .iter()
+                .map(|(rev, result)| AcceptanceStatus {
+                    revision: (*rev).into(),
+                    result: *result,
+                    prompts: 3,
+                    passed: if *result == AcceptanceResult::Passed {
+                        3
+                    } else {
+                        1
+                    },
+                    ..AcceptanceStatus::default()
+                })
+                .collect(),
+            ..DeepInferDeploymentStatus::default()
+        }
+    }
+
+    fn not_allowed() -> LicenseVerdict {
+        LicenseVerdict::NotAllowed {
+            license: "mit".into(),
+            allowed: vec![],
+        }
+    }
+
+    #[test]
+    fn licence_revocation_withdraws_every_accepted_pod_in_one_pass() {
+        let status = judged(&[("a", AcceptanceResult::Passed)]);
+        let pods = [
+            pod("p0", "a", Some("True")),
+            pod("p1", "a", Some("True")),
+            pod("p2", "a", None),
+        ];
+        for licence in [
+            LicenseVerdict::AnnotationMissing,
+            not_allowed(),
+            LicenseVerdict::Mismatch {
+                annotation: "apache-2.0".into(),
+                spec: "mit".into(),
+            },
+        ] {
+            let marks = decide(&pods, &licence, Some(&status));
+            assert_eq!(
+                marks.iter().map(|m| m.pod.as_str()).collect::<Vec<_>>(),
+                ["p0", "p1"],
+                "pods that never served need no write"
+            );
+            assert!(marks
+                .iter()
+                .all(|m| !m.accepted && m.reason == pod_reasons::LICENSE_WITHDRAWN));
+            let summary = withdrawn_summary(&marks).expect("summary");
+            assert!(
+                summary.starts_with("2 serving pod(s) taken out of service (LicenseWithdrawn)"),
+                "{summary}"
+            );
+            assert!(
+                summary.contains(licence.reason()),
+                "names the closed gate: {summary}"
+            );
+        }
+    }
+
+    #[test]
+    fn restoring_the_licence_brings_pods_back_from_the_recorded_pass() {
+        let status = judged(&[("a", AcceptanceResult::Passed)]);
+        let pods = [pod("p0", "a", Some("False")), pod("p1", "a", Some("True"))];
+        let marks = decide(&pods, &LicenseVerdict::Accepted, Some(&status));
+        assert_eq!(
+            marks,
+            [Mark {
+                pod: "p0".into(),
+                accepted: true,
+                reason: pod_reasons::ENTITLED,
+                message: "revision a passed acceptance".into(),
+            }]
+        );
+    }
+
+    #[test]
+    fn a_failed_rejudgement_withdraws_only_that_revisions_pods() {
+        // Newest first: revision a was judged again and failed; b still passes.
+        let status = judged(&[
+            ("a", AcceptanceResult::Failed),
+            ("b", AcceptanceResult::Passed),
+            ("a", AcceptanceResult::Passed),
+        ]);
+        let pods = [pod("a0", "a", Some("True")), pod("b0", "b", Some("True"))];
+        let marks = decide(&pods, &LicenseVerdict::Accepted, Some(&status));
+        assert_eq!(marks.len(), 1);
+        assert_eq!(marks[0].pod, "a0");
+        assert!(!marks[0].accepted);
+        assert_eq!(marks[0].reason, pod_reasons::ACCEPTANCE_WITHDRAWN);
+        assert!(
+            marks[0].message.contains("1/3 prompts passed"),
+            "{}",
+            marks[0].message
+        );
+    }
+
+    #[test]
+    fn a_revision_without_a_judgement_is_never_accepted_and_terminating_pods_are_left_alone() {
+        let status = judged(&[("a", AcceptanceResult::Passed)]);
+        let mut leaving = pod("a1", "a", None);
+        leaving.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                "2026-01-01T00:00:00Z".parse().expect("time"),
+            ));
+        let pods = [pod("x0", "x", None), pod("x1", "x", Some("True")), leaving];
+        let marks = decide(&pods, &LicenseVerdict::Accepted, Some(&status));
+        assert_eq!(marks.len(), 1);
+        assert_eq!(marks[0].pod, "x1");
+        assert_eq!(marks[0].reason, pod_reasons::NOT_JUDGED);
+    }
+}

@@ -1,0 +1,106 @@
+//! Reading Jobs and their pods: state, termination message, scheduling and start time.
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
+
+use crate::controller::observe::Observed;
+
+/// State of a Job, from what the pass observed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum JobState {
+    /// No such Job.
+    Missing,
+    /// Not finished.
+    Running,
+    /// Finished with success; the termination message of its pod, if the pod is still there.
+    Succeeded(Option<String>),
+    /// Finished with failure; the termination message of its pod, if any.
+    Failed(Option<String>),
+}
+
+/// The state of the Job `name`, with its pod's termination message once it finished.
+pub fn job_state(observed: &Observed, name: &str) -> JobState {
+    let Some(job) = observed.job(name) else {
+        return JobState::Missing;
+    };
+    let status = job.status.clone().unwrap_or_default();
+    let succeeded = status.succeeded.unwrap_or(0) > 0;
+    let failed = status
+        .conditions
+        .unwrap_or_default()
+        .iter()
+        .any(|c| c.type_ == "Failed" && c.status == "True");
+    if !succeeded && !failed {
+        return JobState::Running;
+    }
+    let message = termination_message(observed.pods_of_job(name).into_iter());
+    if succeeded {
+        JobState::Succeeded(message)
+    } else {
+        JobState::Failed(message)
+    }
+}
+
+/// Termination message of the newest terminated container of these pods.
+pub fn termination_message<'a>(pods: impl Iterator<Item = &'a Pod>) -> Option<String> {
+    let mut best: Option<(String, String)> = None;
+    for pod in pods {
+        let statuses = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.container_statuses.clone())
+            .unwrap_or_default();
+        for cs in statuses {
+            if let Some(t) = cs.state.and_then(|s| s.terminated) {
+                let at = t.finished_at.map(|f| f.0.to_string()).unwrap_or_default();
+                if let Some(msg) = t.message.filter(|m| !m.trim().is_empty()) {
+                    if best.as_ref().is_none_or(|(b, _)| at > *b) {
+                        best = Some((at, msg));
+                    }
+                }
+            }
+        }
+    }
+    best.map(|(_, m)| m)
+}
+
+/// The scheduler's message when a pod cannot be placed.
+pub fn unschedulable(pod: &Pod) -> Option<String> {
+    let status = pod.status.as_ref()?;
+    if status.phase.as_deref() != Some("Pending") {
+        return None;
+    }
+    status
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| {
+            c.type_ == "PodScheduled"
+                && c.status == "False"
+                && c.reason.as_deref() == Some("Unschedulable")
+        })
+        .map(|c| c.message.clone().unwrap_or_else(|| "no node fits".into()))
+}
+
+/// When the first container of the pod started running, if it did.
+pub fn started_at(pod: &Pod) -> Option<Timestamp> {
+    pod.status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .iter()
+        .find_map(|cs| {
+            let state = cs.state.as_ref()?;
+            state
+                .running
+                .as_ref()
+                .and_then(|r| r.started_at.as_ref())
+                .or_else(|| {
+                    state
+                        .terminated
+                        .as_ref()
+                        .and_then(|t| t.started_at.as_ref())
+                })
+                .map(|t| t.0)
+        })
+}

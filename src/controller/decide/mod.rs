@@ -1,0 +1,9 @@
+//! Decide stage: pure functions from what a pass observed (and the previous status) to the
+//! actions to take and each gate's outcome. Nothing here calls the API.
+
+pub mod acceptance;
+pub mod checkpoint;
+pub mod entitlement;
+pub mod jobs;
+pub mod rollout;
+pub mod workers;

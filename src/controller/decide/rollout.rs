@@ -1,0 +1,760 @@
+//! The rollout planner: per role, from the groups observed (of any revision) and the spec, the
+//! groups to create and delete in this pass, and how far the role is.
+//!
+//! Groups are counted whole. While the target revision has a passing judgement, groups that are
+//! not on it (another revision, or the same revision under an older pod template) are replaced
+//! step by step: a new group is created within `maxSurge`, and an old one is removed while the
+//! ready groups stay at least `replicas - maxUnavailable`. While the target is not judged (or
+//! failed), the revisions that passed keep serving at `replicas`: crashed groups are replaced and
+//! replica edits applied. While the licence gate is closed nothing is created or deleted.
+
+use std::collections::BTreeSet;
+
+use crate::api::{RoleStatus, RolloutSpec};
+
+/// How a group is doing, from its pods.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Health {
+    /// Every rank exists, is accepted and passes its probes: the group serves.
+    Ready,
+    /// Every rank exists and none failed; some are starting, loading weights or not accepted.
+    Starting,
+    /// A rank cannot be scheduled; the message says for want of what.
+    Unschedulable(String),
+    /// A rank is missing, failed or being deleted: the group is replaced as a whole.
+    Broken,
+    /// Every pod left is being deleted: the group is going and its names are not free yet.
+    Terminating,
+}
+
+/// One observed serving group.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Group {
+    /// Revision label of its pods.
+    pub revision: String,
+    /// Group index (unique per role and revision).
+    pub index: i32,
+    /// Its pods carry the pod template the operator now builds for their revision.
+    pub current: bool,
+    /// Health.
+    pub health: Health,
+}
+
+impl Group {
+    fn ready(&self) -> bool {
+        self.health == Health::Ready
+    }
+
+    fn updated(&self, target: &str) -> bool {
+        self.revision == target && self.current
+    }
+}
+
+/// Everything the planner needs about one role.
+#[derive(Clone, Debug)]
+pub struct RoleInput<'a> {
+    /// Role name.
+    pub role: &'a str,
+    /// `replicas`.
+    pub desired: i32,
+    /// `rollout`.
+    pub rollout: RolloutSpec,
+    /// Groups observed.
+    pub groups: Vec<Group>,
+    /// Revision of the current spec.
+    pub target: &'a str,
+    /// Revisions whose newest judgement is a pass.
+    pub passed: &'a BTreeSet<String>,
+    /// Revisions whose pods the operator can build (the target, and those whose spec it kept).
+    pub buildable: &'a BTreeSet<String>,
+    /// The licence gate is open.
+    pub licence_open: bool,
+    /// The target's acceptance run waits for devices that this role's groups hold.
+    pub acceptance_needs_room: bool,
+}
+
+/// What to do with one group.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Action {
+    /// Create every pod of group `index` of `revision`.
+    Create {
+        /// Revision.
+        revision: String,
+        /// Group index.
+        index: i32,
+    },
+    /// Delete every pod of group `index` of `revision`.
+    Delete {
+        /// Revision.
+        revision: String,
+        /// Group index.
+        index: i32,
+    },
+}
+
+/// How far a role is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Progress {
+    /// Every group is on the target revision and template, ready, and there are `replicas`.
+    Complete,
+    /// Groups of the target replace older ones (message: `rolling out <rev>: n/m groups updated`).
+    RollingOut(String),
+    /// Groups are being created, replaced or are starting (no change of revision).
+    Converging(String),
+    /// A group cannot be scheduled for want of devices.
+    WaitingForCapacity(String),
+    /// The target has no passing judgement; the serving revisions are kept.
+    HoldingServing(String),
+    /// The licence gate is closed: nothing is created or deleted.
+    Frozen(String),
+}
+
+/// The plan for one role.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RolePlan {
+    /// Groups to create and delete, in order.
+    pub actions: Vec<Action>,
+    /// How far the role is.
+    pub progress: Progress,
+    /// The role's status.
+    pub status: RoleStatus,
+    /// Things done that a person should hear about (e.g. a group taken out to make room).
+    pub notes: Vec<String>,
+}
+
+/// First characters of a revision, as used in names and messages.
+pub fn short(revision: &str) -> &str {
+    &revision[..revision.len().min(5)]
+}
+
+/// Lowest index not used by any live group of `revision`.
+fn free_index(groups: &[Group], taken: &[(String, i32)], revision: &str) -> i32 {
+    let used: BTreeSet<i32> = groups
+        .iter()
+        .filter(|g| g.revision == revision)
+        .map(|g| g.index)
+        .chain(taken.iter().filter(|(r, _)| r == revision).map(|(_, i)| *i))
+        .collect();
+    (0..).find(|i| !used.contains(i)).unwrap_or(0)
+}
+
+/// Order in which groups are given up: those not serving first, then those of revisions without
+/// a pass, then the highest index.
+fn removal_order(groups: &mut [&Group], passed: &BTreeSet<String>) {
+    groups.sort_by_key(|g| {
+        (
+            g.ready(),
+            passed.contains(&g.revision),
+            std::cmp::Reverse(g.index),
+        )
+    });
+}
+
+fn delete(g: &Group) -> Action {
+    Action::Delete {
+        revision: g.revision.clone(),
+        index: g.index,
+    }
+}
+
+/// Plans one role.
+pub fn plan(input: &RoleInput<'_>) -> RolePlan {
+    let desired = input.desired.max(0);
+    let target = input.target;
+    let live: Vec<&Group> = input
+        .groups
+        .iter()
+        .filter(|g| g.health != Health::Terminating)
+        .collect();
+    let ready = live.iter().filter(|g| g.ready()).count();
+    let updated = live
+        .iter()
+        .filter(|g| g.updated(target) && g.health != Health::Broken)
+        .count();
+    let target_passed = input.passed.contains(target);
+    let has_old = live
+        .iter()
+        .any(|g| !g.updated(target) && g.health != Health::Broken);
+    let status = RoleStatus {
+        name: input.role.to_string(),
+        desired_groups: desired,
+        ready_groups: count(ready),
+        updated_groups: count(updated),
+        rolling_out: (target_passed && has_old).then(|| target.to_string()),
+    };
+    let mut plan = RolePlan {
+        actions: Vec::new(),
+        progress: Progress::Complete,
+        status,
+        notes: Vec::new(),
+    };
+    if !input.licence_open {
+        plan.progress = Progress::Frozen(format!(
+            "{}: licence gate closed; {} group(s) kept out of service, none created or deleted",
+            input.role,
+            live.len()
+        ));
+        return plan;
+    }
+    // A group with a missing or failed rank cannot serve: it goes whole.
+    for g in live.iter().filter(|g| g.health == Health::Broken) {
+        plan.actions.push(delete(g));
+    }
+    let healthy: Vec<&Group> = live
+        .into_iter()
+        .filter(|g| g.health != Health::Broken)
+        .collect();
+    if target_passed {
+        roll(input, desired, &healthy, &mut plan);
+    } else {
+        hold(input, desired, &healthy, &mut plan);
+    }
+    if let Some(waiting) = healthy.iter().find_map(|g| match &g.health {
+        Health::Unschedulable(why) => Some(why.clone()),
+        _ => None,
+    }) {
+        if !matches!(plan.progress, Progress::HoldingServing(_)) {
+            plan.progress = Progress::WaitingForCapacity(format!("{}: {waiting}", input.role));
+        }
+    }
+    plan
+}
+
+fn count(n: usize) -> i32 {
+    i32::try_from(n).unwrap_or(i32::MAX)
+}
+
+/// The target passed: replace every group that is not on it, within the rollout's bounds.
+fn roll(input: &RoleInput<'_>, desired: i32, healthy: &[&Group], plan: &mut RolePlan) {
+    let target = input.target;
+    let surge = input.rollout.max_surge.max(0);
+    let unavailable = input.rollout.max_unavailable.max(0);
+    let (mut updated, old): (Vec<&Group>, Vec<&Group>) =
+        healthy.iter().partition(|g| g.updated(target));
+    // Surplus groups of the target (scale-down) go first, those not serving before the rest.
+    removal_order(&mut updated, input.passed);
+    let surplus = updated
+        .len()
+        .saturating_sub(usize::try_from(desired).unwrap_or(0));
+    for g in updated.drain(..surplus) {
+        plan.actions.push(delete(g));
+    }
+    // An old group that does not serve frees its devices at once.
+    let had_old = count(old.len());
+    let (mut old_ready, old_idle): (Vec<&Group>, Vec<&Group>) =
+        old.into_iter().partition(|g| g.ready());
+    for g in old_idle {
+        plan.actions.push(delete(g));
+    }
+    let updated_n = count(updated.len());
+    let want = desired - updated_n;
+    let room = desired + surge - updated_n - count(old_ready.len());
+    let mut taken = Vec::new();
+    for _ in 0..want.min(room).max(0) {
+        let index = free_index(&input.groups, &taken, target);
+        taken.push((target.to_string(), index));
+        plan.actions.push(Action::Create {
+            revision: target.to_string(),
+            index,
+        });
+    }
+    // Serving old groups go while the ready groups stay at least `replicas - maxUnavailable`.
+    let available = count(updated.iter().filter(|g| g.ready()).count()) + count(old_ready.len());
+    let spare_ready = usize::try_from(available - (desired - unavailable)).unwrap_or(0);
+    removal_order(&mut old_ready, input.passed);
+    for g in old_ready.into_iter().take(spare_ready) {
+        plan.actions.push(delete(g));
+    }
+    let ready_updated = updated.iter().filter(|g| g.ready()).count();
+    plan.progress = if had_old > 0 {
+        Progress::RollingOut(format!(
+            "rolling out {}: {}/{desired} groups updated ({}: {} ready, {had_old} old left)",
+            short(target),
+            ready_updated,
+            input.role,
+            plan.status.ready_groups
+        ))
+    } else if count(ready_updated) < desired || updated_n > desired {
+        Progress::Converging(format!(
+            "{} {}/{desired} groups ready",
+            input.role, ready_updated
+        ))
+    } else {
+        Progress::Complete
+    };
+}
+
+/// The target has no pass: keep the groups of revisions that passed at `replicas` (less one
+/// when the target's acceptance run needs their devices and `maxUnavailable` allows it).
+fn hold(input: &RoleInput<'_>, desired: i32, healthy: &[&Group], plan: &mut RolePlan) {
+    let target = input.target;
+    let (mut serving, others): (Vec<&Group>, Vec<&Group>) = healthy
+        .iter()
+        .partition(|g| input.passed.contains(&g.revision));
+    // Groups that can never serve and are not the target hold devices for nothing. Groups of
+    // the target stay (out of service) so that a passing re-run brings them back at once.
+    for g in others.iter().filter(|g| g.revision != target) {
+        plan.actions.push(delete(g));
+    }
+    let make_room = input.acceptance_needs_room && input.rollout.max_unavailable >= 1;
+    let keep = if make_room { desired - 1 } else { desired }.max(0);
+    // The serving revision new groups are made of: the one with most groups here.
+    let mut revisions: Vec<(&str, usize, usize)> = Vec::new();
+    for g in &serving {
+        match revisions.iter_mut().find(|(r, _, _)| *r == g.revision) {
+            Some(entry) => {
+                entry.1 += 1;
+                entry.2 += usize::from(g.ready());
+            }
+            None => revisions.push((&g.revision, 1, usize::from(g.ready()))),
+        }
+    }
+    revisions.sort_by_key(|(r, n, ready)| (std::cmp::Reverse(*n), std::cmp::Reverse(*ready), *r));
+    let base = revisions
+        .first()
+        .map(|(r, _, _)| r.to_string())
+        .filter(|r| input.buildable.contains(r));
+    let serving_n = count(serving.len());
+    if serving_n > keep {
+        removal_order(&mut serving, input.passed);
+        for g in serving
+            .iter()
+            .take(usize::try_from(serving_n - keep).unwrap_or(0))
+        {
+            plan.actions.push(delete(g));
+            if make_room && serving_n == desired {
+                plan.notes.push(format!(
+                    "took group {}-{} of role {} out of service to make room for the acceptance run of revision {} (maxUnavailable {})",
+                    short(&g.revision),
+                    g.index,
+                    input.role,
+                    short(target),
+                    input.rollout.max_unavailable
+                ));
+            }
+        }
+    } else if let Some(base) = &base {
+        let mut taken = Vec::new();
+        for _ in serving_n..keep {
+            let index = free_index(&input.groups, &taken, base);
+            taken.push((base.clone(), index));
+            plan.actions.push(Action::Create {
+                revision: base.clone(),
+                index,
+            });
+        }
+    }
+    let ready = serving.iter().filter(|g| g.ready()).count();
+    plan.progress = Progress::HoldingServing(match &base {
+        Some(base) => format!(
+            "{}: revision {} keeps serving ({ready}/{desired} groups ready) while revision {} has no passing judgement",
+            input.role,
+            short(base),
+            short(target)
+        ),
+        None => format!(
+            "{}: no group is created before revision {} passes acceptance",
+            input.role,
+            short(target)
+        ),
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A: &str = "aaaaa11111";
+    const B: &str = "bbbbb22222";
+
+    fn g(revision: &str, index: i32, health: Health) -> Group {
+        Group {
+            revision: revision.into(),
+            index,
+            current: true,
+            health,
+        }
+    }
+
+    fn set(revisions: &[&str]) -> BTreeSet<String> {
+        revisions.iter().map(|r| (*r).to_string()).collect()
+    }
+
+    struct Case {
+        desired: i32,
+        surge: i32,
+        unavailable: i32,
+        groups: Vec<Group>,
+        target: &'static str,
+        passed: Vec<&'static str>,
+        licence_open: bool,
+        needs_room: bool,
+    }
+
+    impl Case {
+        fn new(desired: i32, target: &'static str, groups: Vec<Group>) -> Self {
+            Self {
+                desired,
+                surge: 1,
+                unavailable: 0,
+                groups,
+                target,
+                passed: vec![A, B],
+                licence_open: true,
+                needs_room: false,
+            }
+        }
+
+        fn plan(&self) -> RolePlan {
+            let passed = set(&self.passed);
+            let buildable = set(&[A, B]);
+            plan(&RoleInput {
+                role: "worker",
+                desired: self.desired,
+                rollout: RolloutSpec {
+                    max_surge: self.surge,
+                    max_unavailable: self.unavailable,
+                },
+                groups: self.groups.clone(),
+                target: self.target,
+                passed: &passed,
+                buildable: &buildable,
+                licence_open: self.licence_open,
+                acceptance_needs_room: self.needs_room,
+            })
+        }
+    }
+
+    /// `+a0` creates group 0 of revision A, `-b1` deletes group 1 of revision B.
+    fn actions(p: &RolePlan) -> Vec<String> {
+        p.actions
+            .iter()
+            .map(|a| match a {
+                Action::Create { revision, index } => format!("+{}{index}", &revision[..1]),
+                Action::Delete { revision, index } => format!("-{}{index}", &revision[..1]),
+            })
+            .collect()
+    }
+
+    /// Applies a plan the way the cluster would: deleted groups vanish, created ones start.
+    fn step(groups: &[Group], p: &RolePlan) -> Vec<Group> {
+        let mut next: Vec<Group> = groups
+            .iter()
+            .filter(|g| {
+                !p.actions.contains(&Action::Delete {
+                    revision: g.revision.clone(),
+                    index: g.index,
+                })
+            })
+            .cloned()
+            .collect();
+        for a in &p.actions {
+            if let Action::Create { revision, index } = a {
+                next.push(g(revision, *index, Health::Starting));
+            }
+        }
+        next
+    }
+
+    fn all_ready(groups: &mut [Group]) {
+        for g in groups {
+            g.health = Health::Ready;
+        }
+    }
+
+    #[test]
+    fn surge_adds_a_new_group_before_removing_an_old_one_and_never_drops_below_desired() {
+        let mut groups = vec![g(A, 0, Health::Ready), g(A, 1, Health::Ready)];
+        let mut min_ready = usize::MAX;
+        for pass in 0..8 {
+            let p = Case::new(2, B, groups.clone()).plan();
+            if p.progress == Progress::Complete {
+                assert!(groups.iter().all(|g| g.revision == B && g.ready()));
+                assert_eq!(groups.len(), 2);
+                assert!(pass >= 4, "two groups replaced one at a time");
+                assert!(min_ready >= 2, "ready groups dipped to {min_ready}");
+                return;
+            }
+            assert!(
+                groups.len()
+                    + p.actions
+                        .iter()
+                        .filter(|a| matches!(a, Action::Create { .. }))
+                        .count()
+                    <= 3,
+                "never more than replicas + maxSurge groups"
+            );
+            groups = step(&groups, &p);
+            min_ready = min_ready.min(groups.iter().filter(|g| g.ready()).count());
+            all_ready(&mut groups);
+        }
+        panic!("the rollout did not complete");
+    }
+
+    #[test]
+    fn the_first_step_creates_one_group_and_says_so_in_the_message() {
+        let p = Case::new(2, B, vec![g(A, 0, Health::Ready), g(A, 1, Health::Ready)]).plan();
+        assert_eq!(actions(&p), ["+b0"]);
+        assert_eq!(p.status.rolling_out.as_deref(), Some(B));
+        assert_eq!(p.status.updated_groups, 0);
+        assert_eq!(p.status.ready_groups, 2);
+        match &p.progress {
+            Progress::RollingOut(m) => assert!(
+                m.starts_with("rolling out bbbbb: 0/2 groups updated"),
+                "{m}"
+            ),
+            other => panic!("{other:?}"),
+        }
+        // The new group is starting: nothing old goes yet.
+        let p = Case::new(
+            2,
+            B,
+            vec![
+                g(A, 0, Health::Ready),
+                g(A, 1, Health::Ready),
+                g(B, 0, Health::Starting),
+            ],
+        )
+        .plan();
+        assert!(p.actions.is_empty(), "{:?}", actions(&p));
+        // It serves: one old group goes.
+        let p = Case::new(
+            2,
+            B,
+            vec![
+                g(A, 0, Health::Ready),
+                g(A, 1, Health::Ready),
+                g(B, 0, Health::Ready),
+            ],
+        )
+        .plan();
+        assert_eq!(actions(&p), ["-a1"]);
+    }
+
+    #[test]
+    fn without_surge_one_group_is_given_up_at_a_time_and_the_rollout_completes() {
+        let mut case = Case::new(2, B, vec![g(A, 0, Health::Ready), g(A, 1, Health::Ready)]);
+        case.surge = 0;
+        case.unavailable = 1;
+        let p = case.plan();
+        assert_eq!(actions(&p), ["-a1"], "no room to surge: make room first");
+        let mut groups = case.groups.clone();
+        let mut min_ready = usize::MAX;
+        for _ in 0..8 {
+            let mut c = Case::new(2, B, groups.clone());
+            c.surge = 0;
+            c.unavailable = 1;
+            let p = c.plan();
+            if p.progress == Progress::Complete {
+                assert!(min_ready >= 1, "ready groups dipped to {min_ready}");
+                return;
+            }
+            groups = step(&groups, &p);
+            min_ready = min_ready.min(groups.iter().filter(|g| g.ready()).count());
+            all_ready(&mut groups);
+        }
+        panic!("the rollout did not complete");
+    }
+
+    #[test]
+    fn stuck_on_capacity_keeps_the_old_groups_and_names_what_is_missing() {
+        let why = "group bbbbb-0 needs 1 pod(s) × 8 nvidia.com/gpu in one nvidia.com/gpu.clique domain; scheduler: 0/2 nodes are available: 2 Insufficient nvidia.com/gpu";
+        let p = Case::new(
+            2,
+            B,
+            vec![
+                g(A, 0, Health::Ready),
+                g(A, 1, Health::Ready),
+                g(B, 0, Health::Unschedulable(why.into())),
+            ],
+        )
+        .plan();
+        assert!(p.actions.is_empty(), "nothing old goes: {:?}", actions(&p));
+        assert_eq!(
+            p.progress,
+            Progress::WaitingForCapacity(format!("worker: {why}"))
+        );
+    }
+
+    #[test]
+    fn a_crash_during_a_rollout_replaces_the_crashed_group_only() {
+        // The new group crashed: it goes whole and is created again under a free index.
+        let p = Case::new(
+            2,
+            B,
+            vec![
+                g(A, 0, Health::Ready),
+                g(A, 1, Health::Ready),
+                g(B, 0, Health::Broken),
+            ],
+        )
+        .plan();
+        assert_eq!(actions(&p), ["-b0", "+b1"]);
+        // An old group crashed: it is not replaced by its own revision but by the new one.
+        let p = Case::new(
+            2,
+            B,
+            vec![
+                g(A, 0, Health::Broken),
+                g(A, 1, Health::Ready),
+                g(B, 0, Health::Ready),
+            ],
+        )
+        .plan();
+        assert_eq!(actions(&p), ["-a0", "+b1"]);
+    }
+
+    #[test]
+    fn rolling_back_mid_rollout_reuses_the_recorded_pass_and_rolls_back_group_by_group() {
+        // A→B was half done; the spec is back at A, which passed before: no judging, no outage.
+        let p = Case::new(
+            2,
+            A,
+            vec![
+                g(A, 1, Health::Ready),
+                g(B, 0, Health::Ready),
+                g(B, 1, Health::Starting),
+            ],
+        )
+        .plan();
+        assert_eq!(
+            actions(&p),
+            ["-b1", "+a0"],
+            "the B group not serving goes, A refills"
+        );
+        assert_eq!(p.status.rolling_out.as_deref(), Some(A));
+    }
+
+    #[test]
+    fn revocation_mid_rollout_freezes_every_group() {
+        let mut case = Case::new(
+            2,
+            B,
+            vec![
+                g(A, 0, Health::Starting),
+                g(A, 1, Health::Starting),
+                g(B, 0, Health::Broken),
+            ],
+        );
+        case.licence_open = false;
+        let p = case.plan();
+        assert!(
+            p.actions.is_empty(),
+            "nothing is created or deleted: {:?}",
+            actions(&p)
+        );
+        assert!(matches!(&p.progress, Progress::Frozen(m) if m.contains("licence gate closed")));
+    }
+
+    #[test]
+    fn an_operator_template_change_rolls_one_group_at_a_time_without_a_new_revision() {
+        let stale = |index| Group {
+            current: false,
+            ..g(A, index, Health::Ready)
+        };
+        let p = Case::new(2, A, vec![stale(0), stale(1)]).plan();
+        assert_eq!(
+            actions(&p),
+            ["+a2"],
+            "a fresh index: the stale groups keep theirs"
+        );
+        let p = Case::new(2, A, vec![stale(0), stale(1), g(A, 2, Health::Ready)]).plan();
+        assert_eq!(actions(&p), ["-a1"]);
+        assert_eq!(p.status.updated_groups, 1);
+    }
+
+    #[test]
+    fn scaling_up_during_a_rollout_creates_new_revision_groups_within_the_surge() {
+        let p = Case::new(
+            3,
+            B,
+            vec![
+                g(A, 0, Health::Ready),
+                g(A, 1, Health::Ready),
+                g(B, 0, Health::Ready),
+            ],
+        )
+        .plan();
+        // 3 groups exist, 3 + 1 allowed: one more B group; A stays until more B groups serve.
+        assert_eq!(actions(&p), ["+b1"]);
+        assert_eq!(p.status.desired_groups, 3);
+    }
+
+    #[test]
+    fn while_the_target_is_judged_the_serving_revision_is_repaired_and_scaled() {
+        let mut case = Case::new(3, B, vec![g(A, 0, Health::Broken), g(A, 1, Health::Ready)]);
+        case.passed = vec![A];
+        let p = case.plan();
+        assert_eq!(
+            actions(&p),
+            ["-a0", "+a2", "+a3"],
+            "crash replaced, replicas edit applied"
+        );
+        assert!(
+            matches!(&p.progress, Progress::HoldingServing(m) if m.contains("revision aaaaa keeps serving"))
+        );
+        assert_eq!(p.status.rolling_out, None);
+        case.desired = 1;
+        case.groups = vec![g(A, 0, Health::Ready), g(A, 1, Health::Starting)];
+        assert_eq!(
+            actions(&case.plan()),
+            ["-a1"],
+            "scale-down gives up the group not serving"
+        );
+    }
+
+    #[test]
+    fn a_full_cluster_gives_up_one_serving_group_for_the_acceptance_run_only_when_allowed() {
+        let mut case = Case::new(2, B, vec![g(A, 0, Health::Ready), g(A, 1, Health::Ready)]);
+        case.passed = vec![A];
+        case.needs_room = true;
+        assert!(
+            case.plan().actions.is_empty(),
+            "maxUnavailable 0: never below replicas"
+        );
+        case.unavailable = 1;
+        let p = case.plan();
+        assert_eq!(actions(&p), ["-a1"]);
+        assert!(
+            p.notes[0].contains("to make room for the acceptance run"),
+            "{:?}",
+            p.notes
+        );
+        // Once room is made, the group is not created again while the run waits.
+        case.groups = vec![g(A, 0, Health::Ready)];
+        assert!(case.plan().actions.is_empty());
+    }
+
+    #[test]
+    fn a_failed_target_keeps_its_groups_out_of_service_and_drops_unjudged_ones() {
+        let mut case = Case::new(
+            1,
+            B,
+            vec![
+                g(B, 0, Health::Starting),
+                g("ccccc33333", 0, Health::Starting),
+            ],
+        );
+        case.passed = vec![];
+        let p = case.plan();
+        assert_eq!(actions(&p), ["-c0"]);
+        assert!(
+            matches!(&p.progress, Progress::HoldingServing(m) if m.contains("no group is created"))
+        );
+    }
+
+    #[test]
+    fn complete_only_when_every_group_is_current_and_ready() {
+        let p = Case::new(
+            2,
+            B,
+            vec![g(B, 0, Health::Ready), g(B, 1, Health::Starting)],
+        )
+        .plan();
+        assert!(matches!(p.progress, Progress::Converging(_)));
+        let p = Case::new(2, B, vec![g(B, 0, Health::Ready), g(B, 1, Health::Ready)]).plan();
+        assert_eq!(p.progress, Progress::Complete);
+        assert!(p.actions.is_empty());
+        assert_eq!(p.status.rolling_out, None);
+    }
+}

@@ -1,0 +1,314 @@
+//! The workers stage's pure parts: groups as observed (revision, index, health, currency) for the
+//! rollout planner, and the WorkersReady gate from every role's progress.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+
+use super::acceptance::capacity_need;
+use super::jobs::unschedulable;
+use super::rollout::{self, Group, Health, Progress};
+use crate::api::{labels, reasons, RoleStatus};
+use crate::controller::status::Gate;
+use crate::controller::validate::ValidatedDeployment;
+use crate::controller::{apply, build};
+
+/// Observed groups of one role: each (revision, index) with its pods and health.
+pub fn group_views<'a>(
+    pods: &'a [Pod],
+    role: &str,
+    specs: &BTreeMap<String, ValidatedDeployment>,
+) -> Vec<(Group, Vec<&'a Pod>)> {
+    let mut buckets: BTreeMap<(String, i32), Vec<&Pod>> = BTreeMap::new();
+    for pod in pods {
+        let l = pod.labels();
+        if l.get(labels::ROLE).map(String::as_str) != Some(role) {
+            continue;
+        }
+        let (Some(revision), Some(index)) = (
+            l.get(labels::REVISION),
+            l.get(labels::GROUP).and_then(|g| g.parse::<i32>().ok()),
+        ) else {
+            continue;
+        };
+        buckets
+            .entry((revision.clone(), index))
+            .or_default()
+            .push(pod);
+    }
+    buckets
+        .into_iter()
+        .map(|((revision, index), members)| {
+            let at = specs.get(&revision);
+            let role_spec = at.and_then(|d| d.spec.roles.iter().find(|r| r.name == role));
+            let expected = at
+                .zip(role_spec)
+                .map(|(d, r)| build::group_pods(d, r, index, &revision));
+            let terminating = |p: &&Pod| p.metadata.deletion_timestamp.is_some();
+            let ended = |p: &&Pod| {
+                matches!(
+                    p.status.as_ref().and_then(|s| s.phase.as_deref()),
+                    Some("Failed" | "Succeeded")
+                )
+            };
+            let current = expected.as_ref().is_none_or(|want| {
+                want.iter().all(|w| {
+                    members.iter().any(|m| {
+                        m.name_any() == w.name_any()
+                            && build::applied_hash(*m) == build::applied_hash(w)
+                    })
+                })
+            });
+            let complete = expected.as_ref().is_none_or(|want| {
+                want.iter()
+                    .all(|w| members.iter().any(|m| m.name_any() == w.name_any()))
+            });
+            let health = if members.iter().all(terminating) {
+                Health::Terminating
+            } else if members.iter().any(terminating) || members.iter().any(ended) || !complete {
+                Health::Broken
+            } else if let Some(why) = members.iter().find_map(|p| unschedulable(p)) {
+                let need = at
+                    .zip(role_spec)
+                    .map(|(d, r)| capacity_need(&d.spec, r))
+                    .unwrap_or_else(|| "devices".into());
+                Health::Unschedulable(format!(
+                    "group {}-{index} needs {need}; scheduler: {why}",
+                    rollout::short(&revision)
+                ))
+            } else if members.iter().all(|p| apply::pod_ready(p)) {
+                Health::Ready
+            } else {
+                Health::Starting
+            };
+            (
+                Group {
+                    revision,
+                    index,
+                    current,
+                    health,
+                },
+                members,
+            )
+        })
+        .collect()
+}
+
+/// The workers' gate from every role's progress: Passed when every role is complete; else the
+/// most pressing role's reason (capacity, then rollout, then the rest) with every role's message.
+pub fn workers_gate(statuses: &[RoleStatus], progress: &[Progress]) -> Gate {
+    let summary = statuses
+        .iter()
+        .map(|s| format!("{} {}/{}", s.name, s.ready_groups, s.desired_groups))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let mut pending: Vec<(u8, &'static str, &str)> = Vec::new();
+    for (p, s) in progress.iter().zip(statuses) {
+        match p {
+            Progress::Complete => {}
+            Progress::WaitingForCapacity(m) => pending.push((0, reasons::WAITING_FOR_CAPACITY, m)),
+            Progress::Frozen(m) => pending.push((1, reasons::SERVING_WITHDRAWN, m)),
+            Progress::RollingOut(m) => pending.push((2, reasons::ROLLING_OUT, m)),
+            Progress::HoldingServing(m) if s.ready_groups < s.desired_groups => {
+                pending.push((3, reasons::GROUPS_NOT_READY, m));
+            }
+            Progress::HoldingServing(_) => {}
+            Progress::Converging(m) => pending.push((3, reasons::GROUPS_NOT_READY, m)),
+        }
+    }
+    pending.sort_by_key(|(rank, _, _)| *rank);
+    match pending.first() {
+        None => Gate::Passed(
+            reasons::GROUPS_READY,
+            format!("ready serving groups: {summary}"),
+        ),
+        Some((_, reason, _)) => Gate::Progressing(
+            reason,
+            format!(
+                "{}; ready serving groups: {summary}",
+                pending
+                    .iter()
+                    .map(|(_, _, m)| *m)
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use serde_json::json;
+
+    fn did() -> ValidatedDeployment {
+        crate::controller::validate::validate(&raw(), &Default::default()).expect("valid")
+    }
+
+    fn raw() -> crate::api::DeepInferDeployment {
+        serde_json::from_value(json!({
+            "apiVersion": "deepinfer.io/v1alpha1",
+            "kind": "DeepInferDeployment",
+            "metadata": {"name": "flash", "namespace": "serving", "uid": "u-1"},
+            "spec": {
+                "model": {"name": "m", "license": "mit",
+                          "source": {"volume": {"claimName": "ckpt", "path": "model"}}},
+                "runtime": {"image": "r.example/e@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+                            "commit": "0123456"},
+                "accelerator": {"type": "NVIDIA"},
+                "roles": [{"name": "worker", "replicas": 2, "parallel": {"tensor": 16}}],
+                "acceptance": {"prompts": [{"id": "p", "prompt": "x", "structuredOutput": {"regex": "a"}}]}
+            }
+        }))
+        .expect("valid")
+    }
+
+    fn with_status(mut pod: Pod, phase: &str, conditions: &[(&str, &str, Option<&str>)]) -> Pod {
+        pod.status = Some(PodStatus {
+            phase: Some(phase.into()),
+            conditions: Some(
+                conditions
+                    .iter()
+                    .map(|(t, s, reason)| PodCondition {
+                        type_: (*t).into(),
+                        status: (*s).into(),
+                        reason: reason.map(Into::into),
+                        message: reason.map(|_| {
+                            "0/4 nodes are available: 4 Insufficient nvidia.com/gpu".into()
+                        }),
+                        ..PodCondition::default()
+                    })
+                    .collect(),
+            ),
+            ..PodStatus::default()
+        });
+        pod
+    }
+
+    fn ready(pod: Pod) -> Pod {
+        with_status(pod, "Running", &[("Ready", "True", None)])
+    }
+
+    #[test]
+    fn groups_of_two_revisions_are_told_apart_with_their_health() {
+        let d = did();
+        let rev = build::revision(&d.spec);
+        let role = &d.spec.roles[0];
+        let specs = BTreeMap::from([(rev.clone(), d.clone())]);
+        let mut pods: Vec<Pod> = build::group_pods(&d, role, 0, &rev)
+            .into_iter()
+            .map(ready)
+            .collect();
+        // Group 1: one rank only (the other crashed and is gone).
+        pods.push(ready(build::group_pods(&d, role, 1, &rev).remove(0)));
+        // Group 2: cannot be placed.
+        pods.extend(build::group_pods(&d, role, 2, &rev).into_iter().map(|p| {
+            with_status(
+                p,
+                "Pending",
+                &[("PodScheduled", "False", Some("Unschedulable"))],
+            )
+        }));
+        // An older revision's group, whose spec is not kept: judged by its pods alone.
+        let mut old = build::group_pods(&d, role, 0, "0ldrev0000");
+        for p in &mut old {
+            p.metadata.deletion_timestamp =
+                Some(Time("2026-01-01T00:00:00Z".parse().expect("time")));
+        }
+        pods.extend(old);
+        let views = group_views(&pods, "worker", &specs);
+        let health: Vec<(String, i32, Health)> = views
+            .iter()
+            .map(|(g, _)| (g.revision.clone(), g.index, g.health.clone()))
+            .collect();
+        assert_eq!(health[0], ("0ldrev0000".into(), 0, Health::Terminating));
+        assert_eq!(health[1], (rev.clone(), 0, Health::Ready));
+        assert_eq!(
+            health[2],
+            (rev.clone(), 1, Health::Broken),
+            "a missing rank breaks the group"
+        );
+        let Health::Unschedulable(why) = &health[3].2 else {
+            panic!("{:?}", health[3]);
+        };
+        assert!(
+            why.contains(
+                "2 pod(s) × 8 nvidia.com/gpu (16 devices) inside one nvidia.com/gpu.clique domain"
+            ) && why.contains("Insufficient nvidia.com/gpu"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn a_group_built_from_another_template_is_not_current() {
+        let d = did();
+        let rev = build::revision(&d.spec);
+        let mut spec = d.spec.clone();
+        spec.runtime.readiness_probe = Some(Default::default());
+        let probed = d.with_spec(spec, &Default::default()).expect("valid");
+        assert_eq!(
+            build::revision(&probed.spec),
+            rev,
+            "probes are not part of the revision"
+        );
+        let pods: Vec<Pod> = build::group_pods(&d, &d.spec.roles[0], 0, &rev)
+            .into_iter()
+            .map(ready)
+            .collect();
+        let specs = BTreeMap::from([(rev.clone(), probed)]);
+        let views = group_views(&pods, "worker", &specs);
+        assert!(!views[0].0.current, "rolls without a new judgement");
+        assert_eq!(views[0].0.health, Health::Ready);
+    }
+
+    fn role(name: &str, ready: i32, desired: i32) -> RoleStatus {
+        RoleStatus {
+            name: name.into(),
+            desired_groups: desired,
+            ready_groups: ready,
+            ..RoleStatus::default()
+        }
+    }
+
+    #[test]
+    fn the_gate_names_the_most_pressing_role_and_counts_every_role() {
+        let statuses = [role("prefill", 2, 2), role("decode", 1, 2)];
+        let gate = workers_gate(
+            &statuses,
+            &[
+                Progress::RollingOut("rolling out 5e2c1: 1/2 groups updated".into()),
+                Progress::WaitingForCapacity("decode: group 5e2c1-1 needs devices".into()),
+            ],
+        );
+        let Gate::Progressing(reason, message) = gate else {
+            panic!("progressing");
+        };
+        assert_eq!(reason, reasons::WAITING_FOR_CAPACITY);
+        assert!(
+            message.contains("rolling out 5e2c1: 1/2 groups updated"),
+            "{message}"
+        );
+        assert!(
+            message.ends_with("ready serving groups: prefill 2/2, decode 1/2"),
+            "{message}"
+        );
+        let gate = workers_gate(&statuses[..1], &[Progress::Complete]);
+        assert_eq!(
+            gate,
+            Gate::Passed(
+                reasons::GROUPS_READY,
+                "ready serving groups: prefill 2/2".into()
+            )
+        );
+        let gate = workers_gate(
+            &statuses[..1],
+            &[Progress::RollingOut(
+                "rolling out 5e2c1: 1/2 groups updated".into(),
+            )],
+        );
+        assert!(matches!(gate, Gate::Progressing(r, _) if r == reasons::ROLLING_OUT));
+    }
+}

@@ -1,0 +1,168 @@
+//! Observe stage: one read of everything a reconcile pass needs, into a plain [`Observed`] value
+//! that the decide functions take. Only objects this resource owns are kept (by owner reference,
+//! never by label alone); pods of its Jobs are kept with the Jobs.
+
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Api, ListParams};
+use kube::{Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+
+use super::{Context, Error};
+use crate::api::{labels, DeepInferDeployment};
+
+/// The owned objects of one resource, as read at the start of a pass.
+#[derive(Clone, Debug, Default)]
+pub struct Observed {
+    /// Worker pods (component `worker`).
+    pub workers: Vec<Pod>,
+    /// Jobs (fetch, verify, acceptance).
+    pub jobs: Vec<Job>,
+    /// Pods of those Jobs.
+    pub job_pods: Vec<Pod>,
+    /// Services (per role and per group, acceptance rendezvous).
+    pub services: Vec<Service>,
+    /// PodDisruptionBudgets (per role).
+    pub budgets: Vec<PodDisruptionBudget>,
+    /// ControllerRevisions: the spec of each revision, to rebuild its groups later.
+    pub revisions: Vec<ControllerRevision>,
+    /// Whether the checkpoint's PersistentVolumeClaim exists (None: the spec names none).
+    pub claim_exists: Option<bool>,
+    /// The ConfigMap named by `spec.acceptance.promptsFrom`, if set and present.
+    pub prompts: Option<ConfigMap>,
+}
+
+fn owned_by(
+    meta_owner: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference],
+    uid: &str,
+) -> bool {
+    meta_owner.iter().any(|o| o.uid == uid)
+}
+
+/// Lists one kind by the deployment label and keeps the objects owned by `uid`.
+async fn list_owned_by<K>(
+    ctx: &Context,
+    ns: &str,
+    deployment: &str,
+    uid: &str,
+) -> Result<Vec<K>, Error>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + k8s_openapi::Resource
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug,
+{
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), ns);
+    let lp = ListParams::default().labels(&format!("{}={deployment}", labels::DEPLOYMENT));
+    let items = api
+        .list(&lp)
+        .await
+        .map_err(|e| {
+            Error::api(
+                "list",
+                <K as k8s_openapi::Resource>::KIND,
+                &format!("{ns}/-l {}={deployment}", labels::DEPLOYMENT),
+                e,
+            )
+        })?
+        .items;
+    Ok(items
+        .into_iter()
+        .filter(|o| owned_by(o.owner_references(), uid))
+        .collect())
+}
+
+async fn get_opt<K>(ctx: &Context, ns: &str, name: &str) -> Result<Option<K>, Error>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + k8s_openapi::Resource
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug,
+{
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), ns);
+    api.get_opt(name).await.map_err(|e| {
+        Error::api(
+            "get",
+            <K as k8s_openapi::Resource>::KIND,
+            &format!("{ns}/{name}"),
+            e,
+        )
+    })
+}
+
+/// Reads every object the pass needs.
+pub async fn observe(ctx: &Context, did: &DeepInferDeployment) -> Result<Observed, Error> {
+    let ns = did
+        .namespace()
+        .ok_or_else(|| Error::NoNamespace(did.name_any()))?;
+    let name = did.name_any();
+    let uid = did.uid().unwrap_or_default();
+    let jobs: Vec<Job> = list_owned_by(ctx, &ns, &name, &uid).await?;
+    let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let lp = ListParams::default().labels(&format!("{}={name}", labels::DEPLOYMENT));
+    let pods = pods_api
+        .list(&lp)
+        .await
+        .map_err(|e| {
+            Error::api(
+                "list",
+                "Pod",
+                &format!("{ns}/-l {}={name}", labels::DEPLOYMENT),
+                e,
+            )
+        })?
+        .items;
+    let job_uids: Vec<String> = jobs.iter().filter_map(|j| j.uid()).collect();
+    let mut workers = Vec::new();
+    let mut job_pods = Vec::new();
+    for pod in pods {
+        if owned_by(pod.owner_references(), &uid) {
+            if pod.labels().get(labels::COMPONENT).map(String::as_str) == Some("worker") {
+                workers.push(pod);
+            }
+        } else if job_uids.iter().any(|j| owned_by(pod.owner_references(), j)) {
+            job_pods.push(pod);
+        }
+    }
+    let claim_exists = match crate::controller::build::checkpoint_location(&did.spec) {
+        Some((claim, _)) => Some(
+            get_opt::<PersistentVolumeClaim>(ctx, &ns, &claim)
+                .await?
+                .is_some(),
+        ),
+        None => None,
+    };
+    let prompts = match &did.spec.acceptance.prompts_from {
+        Some(from) => get_opt::<ConfigMap>(ctx, &ns, &from.name).await?,
+        None => None,
+    };
+    Ok(Observed {
+        claim_exists,
+        prompts,
+        workers,
+        jobs,
+        job_pods,
+        services: list_owned_by(ctx, &ns, &name, &uid).await?,
+        budgets: list_owned_by(ctx, &ns, &name, &uid).await?,
+        revisions: list_owned_by(ctx, &ns, &name, &uid).await?,
+    })
+}
+
+impl Observed {
+    /// The Job of this name.
+    pub fn job(&self, name: &str) -> Option<&Job> {
+        self.jobs.iter().find(|j| j.name_any() == name)
+    }
+
+    /// Pods of the Job of this name.
+    pub fn pods_of_job(&self, name: &str) -> Vec<&Pod> {
+        self.job_pods
+            .iter()
+            .filter(|p| p.labels().get("job-name").map(String::as_str) == Some(name))
+            .collect()
+    }
+}

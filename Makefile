@@ -35,6 +35,10 @@ bench: cluster-up ## Reconcile 1000 resources with a release-built operator and 
 	$(CARGO) build --release --bin deepinfer-operator
 	$(CARGO) run -q -p deepinfer-e2e --bin deepinfer-bench -- --operator target/release/deepinfer-operator $(BENCH_ARGS)
 
+.PHONY: chaos
+chaos: cluster-up ## Fault scenarios beside the invariant monitor; prints one row per scenario (CHAOS_ARGS="--scenarios a,b --seed N")
+	$(CARGO) run -q -p deepinfer-e2e --bin deepinfer-chaos -- $(CHAOS_ARGS)
+
 .PHONY: crds
 crds: ## Regenerate the committed CRD YAML (crds/, the chart, kustomize) and the API reference
 	$(CARGO) run -q --bin deepinfer-operator -- crd > crds/deepinfer.io_deepinferdeployments.yaml

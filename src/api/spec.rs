@@ -20,6 +20,11 @@ pub const MAX_PARALLEL_DEGREE: i32 = 1024;
 pub const MAX_ACCEPTANCE_TIMEOUT_SECONDS: i32 = 86400;
 /// Most groups `spec.roles[].rollout.maxSurge` / `maxUnavailable` may name.
 pub const MAX_ROLLOUT_GROUPS: i32 = 64;
+/// Most serving groups one role may ask for (the CRD's bound on `replicas`).
+pub const MAX_REPLICAS: i32 = 1024;
+/// Default bound on the pods one resource may need (`--max-pods-per-deployment`): every group of
+/// every role, plus the surge groups of a rollout.
+pub const DEFAULT_MAX_PODS_PER_DEPLOYMENT: i64 = 2048;
 /// Roles a serving group may take.
 pub const ROLE_NAMES: [&str; 4] = ["worker", "prefill", "decode", "vision"];
 
@@ -294,6 +299,7 @@ pub struct RoleSpec {
         .message("spec.roles[].name must be one of worker, prefill, decode, vision"))]
     pub name: String,
     /// Number of serving groups of this role.
+    #[schemars(range(max = MAX_REPLICAS))]
     pub replicas: i32,
     /// Parallel layout of one group.
     #[serde(default)]

@@ -54,6 +54,10 @@ pub struct RunArgs {
     /// Most devices one Ascend node has (devicesPerPod may not exceed it).
     #[arg(long, default_value_t = crate::api::DEFAULT_MAX_DEVICES_ASCEND)]
     pub max_devices_ascend: i32,
+    /// Most pods one DeepInferDeployment may need (all groups plus rollout surge); past it the
+    /// resource stalls naming `replicas`.
+    #[arg(long, default_value_t = crate::api::DEFAULT_MAX_PODS_PER_DEPLOYMENT)]
+    pub max_pods_per_deployment: i64,
     /// Log as JSON lines.
     #[arg(long)]
     pub json_logs: bool,
@@ -179,6 +183,7 @@ impl From<&RunArgs> for Settings {
             limits: DeviceLimits {
                 nvidia: a.max_devices_nvidia,
                 ascend: a.max_devices_ascend,
+                max_pods: a.max_pods_per_deployment,
             },
         }
     }

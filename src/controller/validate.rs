@@ -11,18 +11,23 @@ use std::fmt;
 use crate::api::{
     reasons, AcceleratorSpec, AcceleratorType, AcceptanceSpec, DeepInferDeployment,
     DeepInferDeploymentSpec, ModelSpec, RoleSpec, RuntimeSpec, DEFAULT_MAX_DEVICES_ASCEND,
-    DEFAULT_MAX_DEVICES_NVIDIA, LICENSE_ACCEPTED_ANNOTATION, MAX_ACCEPTANCE_TIMEOUT_SECONDS,
-    MAX_PARALLEL_DEGREE, MAX_ROLLOUT_GROUPS, ROLE_NAMES,
+    DEFAULT_MAX_DEVICES_NVIDIA, DEFAULT_MAX_PODS_PER_DEPLOYMENT, LICENSE_ACCEPTED_ANNOTATION,
+    MAX_ACCEPTANCE_TIMEOUT_SECONDS, MAX_PARALLEL_DEGREE, MAX_REPLICAS, MAX_ROLLOUT_GROUPS,
+    ROLE_NAMES,
 };
 
-/// Most devices one node offers, per accelerator type; `spec.accelerator.devicesPerPod` may not
-/// exceed it. Set from the operator's flags; the CRD's CEL rule uses the defaults.
+/// Most devices one node offers, per accelerator type (`spec.accelerator.devicesPerPod` may not
+/// exceed it), and most pods one resource may need. Set from the operator's flags; the CRD's CEL
+/// rule uses the device defaults.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DeviceLimits {
     /// Devices per NVIDIA node.
     pub nvidia: i32,
     /// Devices per Ascend node.
     pub ascend: i32,
+    /// Pods one resource may need at once: every group of every role plus its surge groups. A
+    /// spec past it stalls before anything is built, so no spec can exhaust the operator's memory.
+    pub max_pods: i64,
 }
 
 impl Default for DeviceLimits {
@@ -30,6 +35,7 @@ impl Default for DeviceLimits {
         Self {
             nvidia: DEFAULT_MAX_DEVICES_NVIDIA,
             ascend: DEFAULT_MAX_DEVICES_ASCEND,
+            max_pods: DEFAULT_MAX_PODS_PER_DEPLOYMENT,
         }
     }
 }
@@ -173,6 +179,14 @@ pub fn validate_spec(
     validate_runtime(&spec.runtime, &mut errors);
     let devices_per_pod = validate_accelerator(&spec.accelerator, limits, &mut errors);
     validate_roles(&spec.roles, devices_per_pod, &mut errors);
+    if errors.is_empty() {
+        validate_pod_count(
+            &spec.roles,
+            spec.accelerator.devices_per_pod(),
+            limits,
+            &mut errors,
+        );
+    }
     validate_acceptance(&spec.acceptance, &mut errors);
     if errors.is_empty() {
         Ok(())
@@ -314,9 +328,50 @@ fn validate_roles(roles: &[RoleSpec], devices_per_pod: Option<i32>, errors: &mut
                 format_args!("is {}; it must be 0 or more", role.replicas),
             ));
         }
+        if role.replicas > MAX_REPLICAS {
+            errors.push(FieldError::new(
+                format!("{at}.replicas"),
+                format_args!("is {}; it may be at most {MAX_REPLICAS}", role.replicas),
+            ));
+        }
         validate_parallel(role, &at, devices_per_pod, errors);
         validate_rollout(role, &at, errors);
     }
+}
+
+/// The pods the resource needs at most (every group plus the surge groups of a rollout) must stay
+/// within the operator's bound; the message names the role that needs the most.
+fn validate_pod_count(
+    roles: &[RoleSpec],
+    devices_per_pod: i32,
+    limits: &DeviceLimits,
+    errors: &mut Vec<FieldError>,
+) {
+    let per_role: Vec<i64> = roles
+        .iter()
+        .map(|r| {
+            let pods_per_group =
+                (r.parallel.world_size() / i64::from(devices_per_pod.max(1))).max(1);
+            let groups = i64::from(r.replicas.max(0)) + i64::from(r.rollout.max_surge.max(0));
+            groups.saturating_mul(pods_per_group)
+        })
+        .collect();
+    let total = per_role.iter().fold(0i64, |a, b| a.saturating_add(*b));
+    if total <= limits.max_pods {
+        return;
+    }
+    let (i, largest) = per_role
+        .iter()
+        .enumerate()
+        .max_by_key(|(_, n)| **n)
+        .map_or((0, 0), |(i, n)| (i, *n));
+    errors.push(FieldError::new(
+        format!("spec.roles[{i}].replicas"),
+        format_args!(
+            "asks for {largest} pods (groups plus rollout surge × pods per group), {total} for the whole resource; the operator allows at most {} pods per resource (--max-pods-per-deployment, default {DEFAULT_MAX_PODS_PER_DEPLOYMENT}); lower replicas or the layout, or split the deployment",
+            limits.max_pods
+        ),
+    ));
 }
 
 fn validate_rollout(role: &RoleSpec, at: &str, errors: &mut Vec<FieldError>) {
@@ -586,6 +641,44 @@ impl LicenseVerdict {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    #[test]
+    fn a_spec_needing_more_pods_than_the_bound_is_refused_naming_replicas() {
+        let mut spec: crate::api::DeepInferDeploymentSpec = serde_json::from_value(serde_json::json!({
+            "model": {"name": "deepseek-ai/DeepSeek-V4.1-Flash-1017", "license": "mit",
+                      "source": {"volume": {"claimName": "ckpt", "path": "model"}}},
+            "runtime": {"image": format!("r.example/deepinfer@sha256:{}", "0a".repeat(32)),
+                        "commit": "0123456789abcdef0123456789abcdef01234567"},
+            "accelerator": {"type": "NVIDIA", "devicesPerPod": 8},
+            "roles": [{"name": "worker", "replicas": 1, "parallel": {"tensor": 8}}],
+            "acceptance": {"prompts": [{"id": "p", "prompt": "x", "structuredOutput": {"regex": "a"}}]}
+        }))
+        .expect("valid spec");
+        spec.roles[0].parallel.tensor = 64; // 8 pods per group
+        spec.roles[0].replicas = 255; // 255 + 1 surge groups = 2048 pods: at the bound
+        assert!(validate_spec(&spec, &DeviceLimits::default()).is_ok());
+        spec.roles[0].replicas = 256;
+        let errors = validate_spec(&spec, &DeviceLimits::default()).unwrap_err();
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert_eq!(errors[0].field, "spec.roles[0].replicas");
+        assert!(
+            errors[0].message.contains("--max-pods-per-deployment"),
+            "{}",
+            errors[0]
+        );
+        // A layout that alone would mean a billion pods is refused the same way, without overflow.
+        spec.roles[0].replicas = 1;
+        spec.roles[0].parallel.tensor = MAX_PARALLEL_DEGREE;
+        spec.roles[0].parallel.pipeline = MAX_PARALLEL_DEGREE;
+        spec.roles[0].parallel.data = MAX_PARALLEL_DEGREE;
+        spec.roles[0].parallel.expert = 1;
+        let errors = validate_spec(&spec, &DeviceLimits::default()).unwrap_err();
+        assert!(
+            errors.iter().any(|e| e.field == "spec.roles[0].replicas"),
+            "{errors:?}"
+        );
+    }
 
     #[test]
     fn a_name_too_long_for_child_names_is_refused_naming_the_field() {
@@ -599,7 +692,6 @@ mod tests {
             err.message
         );
     }
-    use super::*;
 
     fn annotated(value: &str) -> BTreeMap<String, String> {
         BTreeMap::from([(LICENSE_ACCEPTED_ANNOTATION.to_owned(), value.to_owned())])

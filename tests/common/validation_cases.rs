@@ -259,6 +259,18 @@ pub fn cases() -> Vec<Case> {
             Invalid("spec.roles[1].replicas")
         ),
         case!(
+            "replicas above the CRD's maximum",
+            nvidia,
+            |s| s["roles"][0]["replicas"] = json!(1_000_000),
+            Invalid("spec.roles[0].replicas")
+        ),
+        case!(
+            "rollout that could never replace a group",
+            nvidia,
+            |s| s["roles"][0]["rollout"] = json!({"maxSurge": 0, "maxUnavailable": 0}),
+            Invalid("spec.roles[0].rollout")
+        ),
+        case!(
             "NVIDIA devicesPerPod above one node",
             nvidia,
             |s| {

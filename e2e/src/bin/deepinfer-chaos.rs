@@ -94,6 +94,9 @@ impl Rng {
 
 const LICENSES: &[&str] = &["mit"];
 
+/// Address space an operator under chaos may reserve (its resident set is far smaller).
+const OPERATOR_ADDRESS_SPACE: u64 = 4 << 30;
+
 /// A one-group deployment of one pod with one GPU, accepted by the stand-in engine.
 fn deployment(name: &str, commit: &str, replicas: i32) -> Value {
     json!({
@@ -114,7 +117,9 @@ fn deployment(name: &str, commit: &str, replicas: i32) -> Value {
 fn ready_now(d: &DeepInferDeployment) -> bool {
     d.status.as_ref().is_some_and(|s| {
         s.conditions.iter().any(|c| {
-            c.type_ == "Ready" && c.status == "True" && c.observed_generation == d.metadata.generation
+            c.type_ == "Ready"
+                && c.status == "True"
+                && c.observed_generation == d.metadata.generation
         })
     })
 }
@@ -148,15 +153,28 @@ struct Bed {
 }
 
 impl Bed {
+    /// Starts the operator with its address space capped at [`OPERATOR_ADDRESS_SPACE`], so an
+    /// operator that would grow without bound fails here (an allocation failure ends it, counted
+    /// as an exit) instead of taking the machine's memory.
     fn operator(&self, ns: &str, log: &std::path::Path) -> OperatorProcess {
-        OperatorProcess::start_binary(
+        let operator = OperatorProcess::start_binary(
             &self.binary,
             ns,
             free_address(),
             &[],
             &[("RUST_LOG", "info")],
             Some(log),
-        )
+        );
+        let capped = Command::new("prlimit")
+            .args(["--pid", &operator.id().to_string()])
+            .arg(format!("--as={OPERATOR_ADDRESS_SPACE}"))
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(
+            capped,
+            "prlimit (util-linux) could not cap the operator's memory"
+        );
+        operator
     }
 }
 
@@ -174,18 +192,27 @@ async fn act(api: &Api<DeepInferDeployment>, names: &[String], phase: Phase) {
     for name in names {
         match phase {
             Phase::Create => {
-                let did: DeepInferDeployment =
-                    serde_json::from_value(deployment(name, "0123456789abcdef0123456789abcdef01234567", 1))
-                        .expect("valid deployment");
-                api.create(&PostParams::default(), &did).await.expect("create");
+                let did: DeepInferDeployment = serde_json::from_value(deployment(
+                    name,
+                    "0123456789abcdef0123456789abcdef01234567",
+                    1,
+                ))
+                .expect("valid deployment");
+                api.create(&PostParams::default(), &did)
+                    .await
+                    .expect("create");
             }
             Phase::Rollout => {
                 let patch = json!({"spec": {"runtime": {"commit": "89abcdef0123456789abcdef0123456789abcdef"}}});
-                api.patch(name, &pp, &Patch::Merge(patch)).await.expect("rollout");
+                api.patch(name, &pp, &Patch::Merge(patch))
+                    .await
+                    .expect("rollout");
             }
             Phase::Scale => {
                 let patch = json!({"spec": {"roles": [{"name": "worker", "replicas": 2, "parallel": {"tensor": 1}}]}});
-                api.patch(name, &pp, &Patch::Merge(patch)).await.expect("scale");
+                api.patch(name, &pp, &Patch::Merge(patch))
+                    .await
+                    .expect("scale");
             }
             Phase::Delete => {
                 let _ = api.delete(name, &DeleteParams::default()).await;
@@ -241,16 +268,25 @@ async fn operator_sigkill(bed: &Bed, rng: &mut Rng, deployments: usize, kills: u
             row.faults += 1;
             operator = bed.operator(&ns.name, &log);
             row.restarts += 1;
-            match converge(Duration::from_secs(180), || reached(&bed.client, &ns.name, &names, *phase)).await {
+            match converge(Duration::from_secs(180), || {
+                reached(&bed.client, &ns.name, &names, *phase)
+            })
+            .await
+            {
                 Some(s) => row.converge.push(s),
-                None => row.failures.push(format!("{phase:?}: did not converge within 180 s after a kill")),
+                None => row.failures.push(format!(
+                    "{phase:?}: did not converge within 180 s after a kill"
+                )),
             }
         }
-        if converge(Duration::from_secs(180), || reached(&bed.client, &ns.name, &names, *phase))
-            .await
-            .is_none()
+        if converge(Duration::from_secs(180), || {
+            reached(&bed.client, &ns.name, &names, *phase)
+        })
+        .await
+        .is_none()
         {
-            row.failures.push(format!("{phase:?}: did not converge within 180 s"));
+            row.failures
+                .push(format!("{phase:?}: did not converge within 180 s"));
         }
     }
     // Orphans are judged 30 s after deletion.
@@ -279,27 +315,55 @@ async fn control_plane_restart(bed: &Bed, deployments: usize) -> Row {
     let api: Api<DeepInferDeployment> = Api::namespaced(bed.client.clone(), &ns.name);
     let names: Vec<String> = (0..deployments).map(|i| format!("p{i:02}")).collect();
     act(&api, &names, Phase::Create).await;
-    if converge(Duration::from_secs(180), || reached(&bed.client, &ns.name, &names, Phase::Create)).await.is_none() {
+    if converge(Duration::from_secs(180), || {
+        reached(&bed.client, &ns.name, &names, Phase::Create)
+    })
+    .await
+    .is_none()
+    {
         row.failures.push("Create: did not converge".into());
     }
     for component in ["kube-apiserver", "etcd"] {
-        act(&api, &names, if component == "etcd" { Phase::Scale } else { Phase::Rollout }).await;
-        let goal = if component == "etcd" { Phase::Scale } else { Phase::Rollout };
+        act(
+            &api,
+            &names,
+            if component == "etcd" {
+                Phase::Scale
+            } else {
+                Phase::Rollout
+            },
+        )
+        .await;
+        let goal = if component == "etcd" {
+            Phase::Scale
+        } else {
+            Phase::Rollout
+        };
         if !bed_script("restart.sh", &[component]) {
             row.failures.push(format!("restarting {component} failed"));
             continue;
         }
         row.faults += 1;
-        match converge(Duration::from_secs(240), || reached(&bed.client, &ns.name, &names, goal)).await {
+        match converge(Duration::from_secs(240), || {
+            reached(&bed.client, &ns.name, &names, goal)
+        })
+        .await
+        {
             Some(s) => row.converge.push(s),
-            None => row.failures.push(format!("{goal:?}: did not converge after restarting {component}")),
+            None => row.failures.push(format!(
+                "{goal:?}: did not converge after restarting {component}"
+            )),
         }
     }
     if operator.wait_exit(Duration::ZERO).is_some() {
-        row.failures.push("the operator exited instead of reconnecting".into());
+        row.failures
+            .push("the operator exited instead of reconnecting".into());
     }
     act(&api, &names, Phase::Delete).await;
-    let _ = converge(Duration::from_secs(120), || reached(&bed.client, &ns.name, &names, Phase::Delete)).await;
+    let _ = converge(Duration::from_secs(120), || {
+        reached(&bed.client, &ns.name, &names, Phase::Delete)
+    })
+    .await;
     tokio::time::sleep(Duration::from_secs(32)).await;
     operator.kill_hard();
     row.violations = monitor.stop().await;
@@ -328,8 +392,14 @@ fn hostile(rng: &mut Rng, name: &str) -> (String, Value) {
         ("/spec/accelerator/devicesPerPod", json!(-8)),
         ("/spec/accelerator/product", json!("NVIDIA H200 !!")),
         ("/spec/accelerator/product", json!(huge.clone())),
-        ("/spec/accelerator/scaleUpDomainKey", json!("not a label key")),
-        ("/spec/runtime/image", json!("registry.example.com/deepinfer:latest")),
+        (
+            "/spec/accelerator/scaleUpDomainKey",
+            json!("not a label key"),
+        ),
+        (
+            "/spec/runtime/image",
+            json!("registry.example.com/deepinfer:latest"),
+        ),
         ("/spec/runtime/image", json!(huge.clone())),
         ("/spec/runtime/image", json!("📦@sha256:zz")),
         ("/spec/runtime/commit", json!("HEAD")),
@@ -338,14 +408,20 @@ fn hostile(rng: &mut Rng, name: &str) -> (String, Value) {
         ("/spec/model/name", json!("")),
         ("/spec/model/license", json!("")),
         ("/spec/model/source", json!({})),
-        ("/spec/model/source/hub", json!({"revision": "main", "claimName": "ckpt"})),
+        (
+            "/spec/model/source/hub",
+            json!({"revision": "main", "claimName": "ckpt"}),
+        ),
         ("/spec/acceptance/prompts", json!([])),
         ("/spec/acceptance/prompts/0/structuredOutput", deep),
         ("/spec/acceptance/prompts/0/id", json!("\u{0000}")),
         ("/spec/roles", json!([])),
         ("/spec/roles", json!("worker")),
         ("/metadata/name", json!(format!("{name}.v2"))),
-        ("/metadata/name", json!(format!("{name}-{}", "a".repeat(40)))),
+        (
+            "/metadata/name",
+            json!(format!("{name}-{}", "a".repeat(40))),
+        ),
     ];
     let (path, value) = choices[rng.below(choices.len() as u64) as usize].clone();
     if let Some(target) = v.pointer_mut(path) {
@@ -382,7 +458,8 @@ async fn hostile_specs(bed: &Bed, rng: &mut Rng, specs: usize, neighbours: usize
         let obj: kube::api::DynamicObject = match serde_json::from_value(spec.clone()) {
             Ok(o) => o,
             Err(e) => {
-                row.failures.push(format!("h{i:03} ({path}): not an object: {e}"));
+                row.failures
+                    .push(format!("h{i:03} ({path}): not an object: {e}"));
                 continue;
             }
         };
@@ -390,9 +467,13 @@ async fn hostile_specs(bed: &Bed, rng: &mut Rng, specs: usize, neighbours: usize
             Ok(created) => admitted.push((created.name_any(), path)),
             Err(kube::Error::Api(e)) if e.code == 422 || e.code == 400 => {
                 refused += 1;
-                let names_field = e.message.contains("spec.") || e.message.contains("metadata.name");
+                let names_field =
+                    e.message.contains("spec.") || e.message.contains("metadata.name");
                 if !names_field {
-                    row.failures.push(format!("h{i:03} ({path}): refused without a field path: {}", e.message));
+                    row.failures.push(format!(
+                        "h{i:03} ({path}): refused without a field path: {}",
+                        e.message
+                    ));
                 }
             }
             Err(kube::Error::Api(e)) if e.code == 413 => refused += 1,
@@ -402,10 +483,13 @@ async fn hostile_specs(bed: &Bed, rng: &mut Rng, specs: usize, neighbours: usize
     // Each admitted one must stall naming a field, or (when the mutation kept it valid) go Ready.
     for (name, path) in &admitted {
         let verdict = converge(Duration::from_secs(120), || async {
-            let Ok(d) = api.get(name).await else { return false };
+            let Ok(d) = api.get(name).await else {
+                return false;
+            };
             let stalled_naming = d.status.as_ref().is_some_and(|s| {
                 s.conditions.iter().any(|c| {
-                    c.type_ == "Stalled" && c.status == "True"
+                    c.type_ == "Stalled"
+                        && c.status == "True"
                         && (c.message.contains("spec.") || c.message.contains("metadata.name"))
                 })
             });
@@ -414,12 +498,20 @@ async fn hostile_specs(bed: &Bed, rng: &mut Rng, specs: usize, neighbours: usize
         .await;
         match verdict {
             Some(_) => stalled += 1,
-            None => row.failures.push(format!("{name} ({path}): admitted, then neither Stalled naming a field nor Ready")),
+            None => row.failures.push(format!(
+                "{name} ({path}): admitted, then neither Stalled naming a field nor Ready"
+            )),
         }
     }
-    match converge(Duration::from_secs(180), || reached(&bed.client, &ns.name, &names, Phase::Create)).await {
+    match converge(Duration::from_secs(180), || {
+        reached(&bed.client, &ns.name, &names, Phase::Create)
+    })
+    .await
+    {
         Some(s) => row.converge.push(s),
-        None => row.failures.push("the valid neighbours did not converge".into()),
+        None => row
+            .failures
+            .push("the valid neighbours did not converge".into()),
     }
     if operator.wait_exit(Duration::ZERO).is_some() {
         row.restarts += 1;
@@ -476,7 +568,10 @@ async fn main() -> anyhow::Result<()> {
             .unwrap_or(1)
             | 1
     });
-    println!("chaos: seed {seed}{}", if args.short { " (short)" } else { "" });
+    println!(
+        "chaos: seed {seed}{}",
+        if args.short { " (short)" } else { "" }
+    );
     let mut rng = Rng(seed);
     let client = support::client().await;
     support::ensure_crd();
@@ -494,7 +589,11 @@ async fn main() -> anyhow::Result<()> {
             args.scenarios.iter().any(|w| w == s)
         }
     };
-    let (deployments, kills, specs) = if args.short { (2, 4, 40) } else { (10, 20, 200) };
+    let (deployments, kills, specs) = if args.short {
+        (2, 4, 40)
+    } else {
+        (10, 20, 200)
+    };
     let mut rows = Vec::new();
     if wanted("operator-sigkill") {
         rows.push(operator_sigkill(&bed, &mut rng, deployments, kills).await);

@@ -53,7 +53,11 @@ macro_rules! cel_devices_per_pod {
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
     // Same bound as `controller::validate::MAX_NAME_LENGTH`; the validation table checks both.
     validation = Rule::new("size(self.metadata.name) <= 36")
-        .message("metadata.name is longer than 36 characters, the most that leaves room for the names of the Jobs, pods and Services the operator derives from it; recreate the resource under a shorter name")
+        .message("metadata.name is longer than 36 characters, the most that leaves room for the names of the Jobs, pods and Services the operator derives from it; recreate the resource under a shorter name"),
+    // Same pattern as `controller::validate::is_dns1035_label`: children's Service names and pod
+    // subdomains must be DNS-1035 labels.
+    validation = Rule::new("self.metadata.name.matches('^[a-z][-a-z0-9]*$') && !self.metadata.name.endsWith('-')")
+        .message("metadata.name must be a DNS-1035 label (lowercase letters, digits and '-', starting with a letter and ending with a letter or digit), because the operator names Services and pod subdomains after it; recreate the resource under such a name")
 )]
 #[serde(rename_all = "camelCase")]
 #[x_kube(
@@ -246,6 +250,8 @@ pub struct AcceleratorSpec {
     /// `node.kubernetes.io/npu.chip.name`), e.g. `NVIDIA-H200`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 128))]
+    #[x_kube(validation = Rule::new("size(self) <= 63 && self.matches('^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$')")
+        .message("spec.accelerator.product must be a label value (at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit), as the node label it selects on holds, e.g. NVIDIA-H200"))]
     pub product: Option<String>,
     /// Devices each pod requests; default 8.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -101,7 +101,26 @@ pub fn validate_name(name: &str) -> Result<(), FieldError> {
             ),
         ));
     }
+    if !is_dns1035_label(name) {
+        return Err(FieldError::new(
+            "metadata.name",
+            format!(
+                "is {name:?}; it must be a DNS-1035 label (lowercase letters, digits and '-', starting with a letter and ending with a letter or digit), because the operator names Services and pod subdomains after it; recreate the resource under such a name"
+            ),
+        ));
+    }
     Ok(())
+}
+
+/// `^[a-z]([-a-z0-9]*[a-z0-9])?$`: what a Service name and a pod subdomain must be.
+pub fn is_dns1035_label(name: &str) -> bool {
+    let bytes = name.as_bytes();
+    let inner = |b: &u8| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-';
+    bytes.first().is_some_and(u8::is_ascii_lowercase)
+        && bytes
+            .last()
+            .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        && bytes.iter().all(inner)
 }
 
 /// A resource whose name and spec passed every rule: the only input the builders take. What
@@ -267,12 +286,67 @@ fn validate_runtime(runtime: &RuntimeSpec, errors: &mut Vec<FieldError>) {
     }
 }
 
+/// A Kubernetes label value: at most 63 characters of `[A-Za-z0-9-_.]`, starting and ending with
+/// a letter or digit (or empty).
+pub fn is_label_value(v: &str) -> bool {
+    let b = v.as_bytes();
+    let edge = |c: &u8| c.is_ascii_alphanumeric();
+    v.len() <= 63
+        && (b.is_empty()
+            || (b.first().is_some_and(edge)
+                && b.last().is_some_and(edge)
+                && b.iter()
+                    .all(|c| c.is_ascii_alphanumeric() || b"-_.".contains(c))))
+}
+
+/// A Kubernetes label key: an optional DNS-subdomain prefix (at most 253) and `/`, then a name
+/// that is a non-empty label value.
+pub fn is_label_key(k: &str) -> bool {
+    let (prefix, name) = match k.rsplit_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, k),
+    };
+    let prefix_ok = prefix.is_none_or(|p| {
+        !p.is_empty()
+            && p.len() <= 253
+            && p.split('.').all(|part| {
+                let b = part.as_bytes();
+                !b.is_empty()
+                    && b[0].is_ascii_alphanumeric()
+                    && b[b.len() - 1].is_ascii_alphanumeric()
+                    && b.iter()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+            })
+    });
+    prefix_ok && !name.is_empty() && is_label_value(name)
+}
+
 /// Returns devicesPerPod when it is usable for the per-role divisibility checks.
 fn validate_accelerator(
     accelerator: &AcceleratorSpec,
     limits: &DeviceLimits,
     errors: &mut Vec<FieldError>,
 ) -> Option<i32> {
+    if let Some(product) = accelerator
+        .product
+        .as_deref()
+        .filter(|p| !is_label_value(p))
+    {
+        errors.push(FieldError::new(
+            "spec.accelerator.product",
+            format_args!("is {product:?}; it must be a label value (at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit), as the node label it selects on holds, e.g. NVIDIA-H200"),
+        ));
+    }
+    if let Some(key) = accelerator
+        .scale_up_domain_key
+        .as_deref()
+        .filter(|k| !is_label_key(k))
+    {
+        errors.push(FieldError::new(
+            "spec.accelerator.scaleUpDomainKey",
+            format_args!("is {key:?}; it must be a node label key such as nvidia.com/gpu.clique ([prefix/]name, the name at most 63 letters, digits, '-', '_' or '.')"),
+        ));
+    }
     const FIELD: &str = "spec.accelerator.devicesPerPod";
     let devices = accelerator.devices_per_pod();
     if devices < 1 {
@@ -642,6 +716,31 @@ impl LicenseVerdict {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn label_values_and_keys_follow_kubernetes_syntax() {
+        for ok in ["", "NVIDIA-H200", "a.b_c-1", &"a".repeat(63)] {
+            assert!(is_label_value(ok), "{ok:?}");
+        }
+        for bad in ["NVIDIA H200", "-a", "a-", "ä", &"a".repeat(64)] {
+            assert!(!is_label_value(bad), "{bad:?}");
+        }
+        for ok in ["nvidia.com/gpu.clique", "huawei.com/super-pod-id", "clique"] {
+            assert!(is_label_key(ok), "{ok:?}");
+        }
+        for bad in ["not a label key", "/x", "Nvidia.com/x", "a/", "a/b/c"] {
+            assert!(!is_label_key(bad), "{bad:?}");
+        }
+        for (name, ok) in [
+            ("flash", true),
+            ("f-2", true),
+            ("flash.v2", false),
+            ("1flash", false),
+            ("flash-", false),
+        ] {
+            assert_eq!(is_dns1035_label(name), ok, "{name}");
+        }
+    }
 
     #[test]
     fn a_spec_needing_more_pods_than_the_bound_is_refused_naming_replicas() {

@@ -253,6 +253,12 @@ pub fn cases() -> Vec<Case> {
             Invalid("spec.roles")
         ),
         case!(
+            "product that is not a label value",
+            nvidia,
+            |s| s["accelerator"]["product"] = json!("NVIDIA H200 !!"),
+            Invalid("spec.accelerator.product")
+        ),
+        case!(
             "negative replicas",
             nvidia,
             |s| s["roles"][1]["replicas"] = json!(-1),
@@ -415,6 +421,10 @@ pub fn name_cases() -> Vec<(String, bool)> {
             false,
         ),
         ("flash".into(), true),
+        ("flash.v2".into(), false),
+        ("1flash".into(), false),
+        ("flash-".into(), false),
+        ("f-2".into(), true),
     ]
 }
 

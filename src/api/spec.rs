@@ -250,7 +250,7 @@ pub struct AcceleratorSpec {
     /// `node.kubernetes.io/npu.chip.name`), e.g. `NVIDIA-H200`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 128))]
-    #[x_kube(validation = Rule::new("size(self) <= 63 && self.matches('^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$')")
+    #[x_kube(validation = Rule::new("size(self) <= 63 && self.matches('^[-A-Za-z0-9_.]*$') && (size(self) == 0 || (self.matches('^[A-Za-z0-9]') && self.matches('[A-Za-z0-9]$')))")
         .message("spec.accelerator.product must be a label value (at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit), as the node label it selects on holds, e.g. NVIDIA-H200"))]
     pub product: Option<String>,
     /// Devices each pod requests; default 8.

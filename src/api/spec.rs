@@ -456,6 +456,8 @@ pub struct EngineCommand {
 pub struct AcceptancePrompt {
     /// Stable id, recorded in the manifest and the evidence.
     #[schemars(length(min = 1, max = 128))]
+    #[x_kube(validation = Rule::new("!self.matches('[[:cntrl:]]')")
+        .message("spec.acceptance.prompts[].id must not contain control characters; it names the prompt in manifests, evidence keys and logs"))]
     pub id: String,
     /// The prompt text.
     pub prompt: String,

@@ -542,6 +542,11 @@ fn validate_acceptance(acceptance: &AcceptanceSpec, errors: &mut Vec<FieldError>
                 format!("{at}.id"),
                 "is empty; give the prompt a stable id",
             ));
+        } else if prompt.id.chars().any(char::is_control) {
+            errors.push(FieldError::new(
+                format!("{at}.id"),
+                format_args!("is {:?}; it must not contain control characters; it names the prompt in manifests, evidence keys and logs", prompt.id),
+            ));
         } else if let Some(first) = acceptance.prompts[..i]
             .iter()
             .position(|q| q.id == prompt.id)

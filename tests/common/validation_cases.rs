@@ -253,6 +253,12 @@ pub fn cases() -> Vec<Case> {
             Invalid("spec.roles")
         ),
         case!(
+            "prompt id with a control character",
+            nvidia,
+            |s| s["acceptance"]["prompts"][0]["id"] = json!("shot\u{0000}plan"),
+            Invalid("spec.acceptance.prompts[0].id")
+        ),
+        case!(
             "product that is not a label value",
             nvidia,
             |s| s["accelerator"]["product"] = json!("NVIDIA H200 !!"),

@@ -132,23 +132,10 @@ pub fn acceptance_service(
 ) -> Service {
     let mut selector = deployment_labels(&did.name_any());
     selector.extend(acceptance_labels(names, revision));
-    stamp(Service {
-        metadata: owned_meta(did, names.run.clone(), acceptance_labels(names, revision)),
-        spec: Some(ServiceSpec {
-            cluster_ip: Some("None".into()),
-            selector: Some(selector),
-            publish_not_ready_addresses: Some(true),
-            ports: Some(vec![ServicePort {
-                name: Some("rendezvous".into()),
-                port: RENDEZVOUS_PORT,
-                target_port: Some(IntOrString::Int(RENDEZVOUS_PORT)),
-                protocol: Some("TCP".into()),
-                ..ServicePort::default()
-            }]),
-            ..ServiceSpec::default()
-        }),
-        status: None,
-    })
+    super::service::rendezvous_service(
+        owned_meta(did, names.run.clone(), acceptance_labels(names, revision)),
+        selector,
+    )
 }
 
 /// The Job of one rank of the acceptance group: the same image, checkpoint, devices, placement

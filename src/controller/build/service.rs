@@ -7,11 +7,20 @@ pub fn group_service(did: &ValidatedDeployment, role: &str, revision: &str, grou
     let name = group_service_name(&did.name_any(), role, revision, group);
     let mut extra = group_selector(&did.name_any(), role, revision, group);
     extra.insert(labels::COMPONENT.to_string(), "rendezvous".to_string());
+    rendezvous_service(
+        owned_meta(did, name, extra),
+        group_selector(&did.name_any(), role, revision, group),
+    )
+}
+
+/// A headless Service on the rendezvous port selecting `selector`, with addresses published
+/// before readiness (ranks find each other while they load): serving groups and acceptance runs.
+pub fn rendezvous_service(metadata: ObjectMeta, selector: BTreeMap<String, String>) -> Service {
     stamp(Service {
-        metadata: owned_meta(did, name, extra),
+        metadata,
         spec: Some(ServiceSpec {
             cluster_ip: Some("None".into()),
-            selector: Some(group_selector(&did.name_any(), role, revision, group)),
+            selector: Some(selector),
             publish_not_ready_addresses: Some(true),
             ports: Some(vec![ServicePort {
                 name: Some("rendezvous".into()),

@@ -406,3 +406,37 @@ pub async fn wait_for_phase(
     )
     .await;
 }
+
+/// Waits until no pod anywhere on the bed holds `resource` (pods of earlier tests whose
+/// namespaces are still being deleted): for tests that need the whole bed's devices.
+pub async fn wait_for_free_devices(client: &Client, resource: &str) {
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::all(client.clone());
+    eventually(
+        Duration::from_secs(120),
+        &format!("every {resource} on the bed to be free"),
+        || {
+            let pods = pods.clone();
+            async move {
+                let list = pods.list(&Default::default()).await.ok()?;
+                let held = list.items.iter().any(|p| {
+                    let ended = matches!(
+                        p.status.as_ref().and_then(|s| s.phase.as_deref()),
+                        Some("Succeeded" | "Failed")
+                    );
+                    !ended
+                        && p.spec.as_ref().is_some_and(|s| {
+                            s.node_name.is_some()
+                                && s.containers.iter().any(|c| {
+                                    c.resources
+                                        .as_ref()
+                                        .and_then(|r| r.limits.as_ref())
+                                        .is_some_and(|l| l.contains_key(resource))
+                                })
+                        })
+                });
+                (!held).then_some(())
+            }
+        },
+    )
+    .await;
+}

@@ -232,6 +232,7 @@ async fn gpu_without_spare_capacity_max_unavailable_one_completes_with_a_group_s
     // Two groups of 2 × 8 GPUs fill the bed's four nodes: the acceptance run and each new group
     // need a group taken out of service first.
     let (client, ns, api, op) = setup("full").await;
+    support::wait_for_free_devices(&client, "nvidia.com/gpu").await;
     create(&api, deployment("full", 2, 16, 0, 1)).await;
     let (min, max, after) = roll_to_new_image(&client, &ns.name, &api, "full").await;
     assert!(min >= 1, "ready groups dropped to {min}");

@@ -165,9 +165,62 @@ pub async fn wait_for_service_account(client: &Client, ns: &str, name: &str) {
 
 impl Drop for TestNamespace {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            print_diagnostics(&self.name);
+        }
         if std::env::var_os("KEEP_TEST_NAMESPACES").is_none() {
             let _ = kubectl(&["delete", "namespace", &self.name, "--wait=false"]);
         }
+    }
+}
+
+/// Prints what a failed test left behind: the namespace's resources with their conditions, its
+/// pods with node and phase, every accelerator pod on the bed, and recent events. Shown in the
+/// test output, so that a failure on a CI machine can be read without the bed.
+pub fn print_diagnostics(ns: &str) {
+    let sections: [(&str, Vec<&str>); 5] = [
+        (
+            "resources",
+            vec![
+                "-n",
+                ns,
+                "get",
+                "deepinferdeployments",
+                "-o",
+                "jsonpath={range .items[*]}{.metadata.name} gen={.metadata.generation} {.status}{\"\\n\"}{end}",
+            ],
+        ),
+        ("pods, jobs, services", vec!["-n", ns, "get", "pods,jobs,services", "-o", "wide"]),
+        (
+            "pod conditions",
+            vec![
+                "-n",
+                ns,
+                "get",
+                "pods",
+                "-o",
+                "jsonpath={range .items[*]}{.metadata.name} {.status.phase} {.status.conditions}{\"\\n\"}{end}",
+            ],
+        ),
+        ("every pod on the bed", vec!["get", "pods", "-A", "-o", "wide"]),
+        ("events", vec!["-n", ns, "get", "events", "--sort-by=.lastTimestamp"]),
+    ];
+    for (title, args) in sections {
+        // Never panics: this runs while a failed test unwinds.
+        let out = Command::new(bed_dir().join("bin/kubectl"))
+            .arg("--kubeconfig")
+            .arg(kubeconfig())
+            .args(&args)
+            .output();
+        let text = match out {
+            Ok(o) => format!(
+                "{}{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            ),
+            Err(e) => format!("kubectl could not run: {e}"),
+        };
+        eprintln!("--- diagnostics of namespace {ns}: {title}\n{text}");
     }
 }
 

@@ -6,7 +6,6 @@
 
 use std::collections::BTreeSet;
 
-use deepinfer_operator::controller::validate::validate_name;
 use kube::core::cel::{self, Validator};
 use serde_json::{json, Value};
 
@@ -137,26 +136,30 @@ fn validation_table_cel_and_operator_agree() {
 #[test]
 fn name_length_cel_and_operator_agree() {
     let schema = object_schema(&crd());
-    for (name, valid) in name_cases() {
-        let api = api_server_errors(&schema, &named_object(&name, nvidia()));
-        let operator = validate_name(&name);
-        assert_eq!(
-            api.is_empty(),
-            valid,
-            "API server on a {}-character name: {api:?}",
-            name.len()
+    for case in name_cases() {
+        let what = format!(
+            "a {}-character name with {} acceptance pods per group",
+            case.name.len(),
+            case.spec["roles"][1]["parallel"]["data"]
         );
+        let api = api_server_errors(&schema, &named_object(&case.name, case.spec.clone()));
+        let operator = operator_name_verdict(&case);
+        assert_eq!(api.is_empty(), case.valid, "API server on {what}: {api:?}");
         assert_eq!(
             operator.is_ok(),
-            valid,
-            "operator on a {}-character name: {operator:?}",
-            name.len()
+            case.valid,
+            "operator on {what}: {operator:?}"
         );
-        if !valid {
+        if !case.valid {
             assert!(api.iter().all(|e| e.contains("metadata.name")), "{api:?}");
-            let err = operator.unwrap_err();
-            assert_eq!(err.field, "metadata.name");
-            assert!(err.message.contains("metadata.name"), "{err}");
+            let errors = operator.unwrap_err();
+            assert!(
+                errors
+                    .iter()
+                    .any(|(field, message)| field == "metadata.name"
+                        && message.contains("metadata.name")),
+                "{what}: {errors:?}"
+            );
         }
     }
 }
@@ -174,7 +177,7 @@ fn validation_table_covers_every_cel_rule() {
     });
     let name_cases = name_cases()
         .into_iter()
-        .map(|(name, _)| named_object(&name, nvidia()));
+        .map(|case| named_object(&case.name, case.spec));
     let mut violated = BTreeSet::new();
     for object in spec_cases.chain(name_cases) {
         if let Err(failures) = Validator::new().validate(&schema, &object, None) {

@@ -4,7 +4,6 @@
 //! the row's expectation and with the operator's own validate stage, row by row.
 
 use deepinfer_e2e::support::{self, TestNamespace};
-use deepinfer_operator::controller::validate::validate_name;
 use http_body_util::BodyExt;
 use kube::Client;
 use serde_json::Value;
@@ -111,16 +110,26 @@ async fn validation_table_real_api_server_and_operator_agree() {
         failures.extend(disagreements(case, &api, &operator));
     }
     let names = name_cases();
-    for (name, valid) in &names {
-        let api = server_errors(&client, &ns.name, named_object(name, nvidia())).await;
-        let operator = validate_name(name);
-        let what = format!("a {}-character name", name.len());
-        if api.is_empty() != *valid {
+    for case in &names {
+        let api = server_errors(
+            &client,
+            &ns.name,
+            named_object(&case.name, case.spec.clone()),
+        )
+        .await;
+        let operator = operator_name_verdict(case);
+        let valid = case.valid;
+        let what = format!(
+            "a {}-character name with {} acceptance pods per group",
+            case.name.len(),
+            case.spec["roles"][1]["parallel"]["data"]
+        );
+        if api.is_empty() != valid {
             failures.push(format!(
                 "[{what}] API server: {api:?}, expected valid={valid}"
             ));
         }
-        if operator.is_ok() != *valid {
+        if operator.is_ok() != valid {
             failures.push(format!(
                 "[{what}] operator: {operator:?}, expected valid={valid}"
             ));
@@ -129,6 +138,13 @@ async fn validation_table_real_api_server_and_operator_agree() {
             failures.push(format!(
                 "[{what}] no API server error names metadata.name: {api:?}"
             ));
+        }
+        if let Err(errors) = &operator {
+            if !errors.iter().any(|(field, _)| field == "metadata.name") {
+                failures.push(format!(
+                    "[{what}] no operator error names metadata.name: {errors:?}"
+                ));
+            }
         }
     }
     let rows = cases.len() + names.len();

@@ -35,6 +35,13 @@ macro_rules! cel_devices_per_pod {
     };
 }
 
+/// [`cel_devices_per_pod`] for rules on the whole object.
+macro_rules! cel_root_devices_per_pod {
+    () => {
+        "(has(self.spec.accelerator.devicesPerPod) ? self.spec.accelerator.devicesPerPod : 8)"
+    };
+}
+
 /// Desired state of a DeepInfer serving deployment: which checkpoint, which runtime, on which
 /// accelerators, in which parallel layout, and what it must pass before it is called Ready.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -57,7 +64,17 @@ macro_rules! cel_devices_per_pod {
     // Same pattern as `controller::validate::is_dns1035_label`: children's Service names and pod
     // subdomains must be DNS-1035 labels.
     validation = Rule::new("self.metadata.name.matches('^[a-z][-a-z0-9]*$') && !self.metadata.name.endsWith('-')")
-        .message("metadata.name must be a DNS-1035 label (lowercase letters, digits and '-', starting with a letter and ending with a letter or digit), because the operator names Services and pod subdomains after it; recreate the resource under such a name")
+        .message("metadata.name must be a DNS-1035 label (lowercase letters, digits and '-', starting with a letter and ending with a letter or digit), because the operator names Services and pod subdomains after it; recreate the resource under such a name"),
+    // Same bound as `controller::validate::validate_acceptance_job_names`: the acceptance Job of
+    // a group's last rank, `<name>-accept-<16 hex>-<rank>`, is also its pods' job-name label (at
+    // most 63 characters), so the name's length plus the digits of that rank is at most 38. Every
+    // role is held to it: any role may become the one acceptance runs on.
+    validation = Rule::new(concat!(
+        "self.spec.roles.all(r, ", cel_root_devices_per_pod!(), " < 1",
+        " || (r.parallel.tensor * r.parallel.pipeline * r.parallel.data) / ", cel_root_devices_per_pod!(), " <= 1",
+        " || size(self.metadata.name) + size(string((r.parallel.tensor * r.parallel.pipeline * r.parallel.data) / ", cel_root_devices_per_pod!(), " - 1)) <= 38)"
+    ))
+    .message("metadata.name is too long for the pods per group of spec.roles[]: the name of the acceptance Job of a group's last rank is also its pods' job-name label, at most 63 characters, which leaves the name's length plus the digits of that rank at most 38; use a shorter name or fewer pods per group (spec.roles[].parallel or spec.accelerator.devicesPerPod)")
 )]
 #[serde(rename_all = "camelCase")]
 #[x_kube(

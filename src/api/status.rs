@@ -273,6 +273,10 @@ pub mod reasons {
     pub const COMPLETE: &str = "Complete";
     /// Writing worker pods or Services failed; retried.
     pub const APPLY_FAILED: &str = "ApplyFailed";
+    /// The API server refused a child object the operator derived from the spec as invalid
+    /// (HTTP 422); the message carries the server's message and the field. Not retried until
+    /// the resource changes.
+    pub const CHILD_REJECTED: &str = "ChildRejected";
     /// A referenced object (PVC, ConfigMap, Secret) is missing.
     pub const MISSING_DEPENDENCY: &str = "MissingDependency";
     /// Groups of a new revision (or pod template) are replacing the serving ones, group by group.

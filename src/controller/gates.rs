@@ -19,6 +19,7 @@ use super::apply;
 use super::build;
 use super::decide::checkpoint::{judge_verify_report, verified_message};
 use super::decide::jobs::{job_state, JobState};
+use super::decide::rejected::rejected_gate;
 use super::decide::rollout::{self, Action as GroupAction, Health, Progress, RoleInput};
 use super::decide::workers::{group_views, workers_gate};
 use super::decide::{acceptance, entitlement};
@@ -111,7 +112,7 @@ pub async fn run_pipeline(
         }
         Err(e) => {
             outcome.checkpoint = api_failure(ctx, &e);
-            retry = Some(Duration::from_secs(10));
+            retry = retry.or(retry_after(&outcome.checkpoint));
         }
     }
     if outcome.checkpoint.passed() {
@@ -132,7 +133,7 @@ pub async fn run_pipeline(
             }
             Err(e) => {
                 outcome.acceptance = api_failure(ctx, &e);
-                retry = Some(Duration::from_secs(10));
+                retry = retry.or(retry_after(&outcome.acceptance));
             }
         }
     }
@@ -148,16 +149,24 @@ pub async fn run_pipeline(
             outcome.roles = roles;
         }
         Err(e) => {
-            tracing::warn!(error = %e, kind = e.metric_label(), "applying workers failed; retrying");
             ctx.metrics.reconcile_failed(e.metric_label());
-            outcome.workers = Gate::Progressing(
-                reasons::APPLY_FAILED,
-                super::truncate(
-                    &format!("applying worker pods and Services failed, retrying: {e}"),
-                    1000,
-                ),
-            );
-            retry = Some(Duration::from_secs(10));
+            outcome.workers = match rejected_gate(&e) {
+                Some(stalled) => {
+                    tracing::warn!(error = %e, "the API server refused a worker object; stalled");
+                    stalled
+                }
+                None => {
+                    tracing::warn!(error = %e, kind = e.metric_label(), "applying workers failed; retrying");
+                    Gate::Progressing(
+                        reasons::APPLY_FAILED,
+                        super::truncate(
+                            &format!("applying worker pods and Services failed, retrying: {e}"),
+                            1000,
+                        ),
+                    )
+                }
+            };
+            retry = retry.or(retry_after(&outcome.workers));
         }
     }
     let action = match retry {
@@ -254,11 +263,22 @@ async fn stop_fetching(ctx: &Context, ns: &str, observed: &Observed) -> Result<(
     Ok(())
 }
 
+/// How soon to retry a pass whose gate met an API failure: soon, unless the API server refused
+/// an object as invalid (the gate stalled; retrying the same object would fail the same way).
+fn retry_after(gate: &Gate) -> Option<Duration> {
+    (!matches!(gate, Gate::Failed(..))).then_some(Duration::from_secs(10))
+}
+
 /// Records an API failure inside a gate on that gate's condition (so status shows it, not only
-/// the log), counts it; the pass is retried soon.
+/// the log), counts it; the pass is retried soon, unless the server refused a child as invalid:
+/// then the gate stalls with the server's message and field.
 fn api_failure(ctx: &Context, error: &Error) -> Gate {
-    tracing::warn!(error = %error, kind = error.metric_label(), "a gate failed to talk to the API; retrying");
     ctx.metrics.reconcile_failed(error.metric_label());
+    if let Some(stalled) = rejected_gate(error) {
+        tracing::warn!(error = %error, "the API server refused a child object; stalled");
+        return stalled;
+    }
+    tracing::warn!(error = %error, kind = error.metric_label(), "a gate failed to talk to the API; retrying");
     let hint = if error.is_forbidden() {
         "; the operator's RBAC lacks a rule: compare its ClusterRole/Role with the chart's"
     } else {

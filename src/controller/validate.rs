@@ -86,7 +86,7 @@ pub fn summarize(errors: &[FieldError]) -> String {
         .join("; ")
 }
 
-/// Longest `metadata.name` whose child names (`<name>-accept-<revision>-<run>-r<rank>`, used as a
+/// Longest `metadata.name` whose child names (`<name>-accept-<run hash>-<rank>`, used as a
 /// Job and in the `job-name` label) stay within Kubernetes' 63-character limit.
 pub const MAX_NAME_LENGTH: usize = 36;
 
@@ -110,6 +110,44 @@ pub fn validate_name(name: &str) -> Result<(), FieldError> {
         ));
     }
     Ok(())
+}
+
+/// Most characters a Job's name may have: it is also its pods' `job-name` label value.
+pub const MAX_JOB_NAME_LENGTH: usize = 63;
+
+/// Checks that the name of every acceptance Job (one per rank of a group) fits
+/// [`MAX_JOB_NAME_LENGTH`] for every role (any role may become the one acceptance runs on);
+/// otherwise the API server would refuse the Job. The CRD's CEL rule states the same bound as
+/// name length plus the digits of the last rank ≤ 38.
+pub fn validate_acceptance_job_names(
+    name: &str,
+    spec: &DeepInferDeploymentSpec,
+) -> Result<(), FieldError> {
+    use crate::controller::build;
+    let Some((index, role, pods)) = spec
+        .roles
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (i, r, build::group_shape(spec, r).pods))
+        .max_by_key(|(_, _, pods)| *pods)
+    else {
+        return Ok(());
+    };
+    // The run hash has a fixed width, so any revision and token give the same length.
+    let last = build::AcceptanceNames::new(name, "", "").job(pods - 1);
+    if last.len() <= MAX_JOB_NAME_LENGTH {
+        return Ok(());
+    }
+    let longest = name.len().saturating_sub(last.len() - MAX_JOB_NAME_LENGTH);
+    Err(FieldError::new(
+        "metadata.name",
+        format_args!(
+            "is {} characters long, and role {} has {pods} pods per group: the acceptance Job of a group's last rank would be named {last} ({} characters), but a Job's name is also its pods' job-name label, at most {MAX_JOB_NAME_LENGTH}; use a name of at most {longest} characters, or fewer pods per group (spec.roles[{index}].parallel or spec.accelerator.devicesPerPod)",
+            name.len(),
+            role.name,
+            last.len()
+        ),
+    ))
 }
 
 /// `^[a-z]([-a-z0-9]*[a-z0-9])?$`: what a Service name and a pod subdomain must be.
@@ -166,6 +204,12 @@ pub fn validate(
     let mut errors = validate_spec(&did.spec, limits).err().unwrap_or_default();
     if let Err(e) = validate_name(&did.metadata.name.clone().unwrap_or_default()) {
         errors.insert(0, e);
+    }
+    if errors.is_empty() {
+        let name = did.metadata.name.clone().unwrap_or_default();
+        if let Err(e) = validate_acceptance_job_names(&name, &did.spec) {
+            errors.push(e);
+        }
     }
     let namespace = did.metadata.namespace.clone().unwrap_or_default();
     if namespace.is_empty() {

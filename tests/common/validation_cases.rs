@@ -5,7 +5,9 @@
 #![allow(dead_code)]
 
 use deepinfer_operator::api::DeepInferDeploymentSpec;
-use deepinfer_operator::controller::validate::{validate_spec, DeviceLimits, MAX_NAME_LENGTH};
+use deepinfer_operator::controller::validate::{
+    validate, validate_spec, DeviceLimits, MAX_NAME_LENGTH,
+};
 use serde_json::{json, Value};
 
 /// The committed CRD (this file is included from the root crate and from `e2e/`).
@@ -417,21 +419,76 @@ pub fn named_object(name: &str, spec: Value) -> Value {
     })
 }
 
-/// Names at and around the bound, with whether both validators must accept them.
-pub fn name_cases() -> Vec<(String, bool)> {
+/// One row of the name table: a name, the spec it is judged with, and whether both validators
+/// must accept it.
+pub struct NameCase {
+    pub name: String,
+    pub spec: Value,
+    pub valid: bool,
+}
+
+/// `nvidia()` whose acceptance role (decode) has `pods` pods per group (tensor 8 × data `pods`
+/// over 8 devices per pod), so the highest acceptance rank is `pods - 1`; no serving group of it
+/// (one surge group stays within the operator's pod bound).
+pub fn nvidia_acceptance_pods(pods: i64) -> Value {
+    let mut s = nvidia();
+    s["roles"][1]["replicas"] = json!(0);
+    s["roles"][1]["parallel"] = json!({"tensor": 8, "data": pods, "expert": 8});
+    s
+}
+
+/// Names at and around the bound, with whether both validators must accept them. The bound on a
+/// name depends on the acceptance role's pods per group: the name of the Job of the highest rank
+/// (`<name>-accept-<run hash>-<rank>`) is also its pods' `job-name` label, at most 63 characters.
+pub fn name_cases() -> Vec<NameCase> {
+    let row = |name: String, spec: Value, valid: bool| NameCase { name, spec, valid };
+    let plain = |name: &str, valid: bool| row(name.to_string(), nvidia(), valid);
     vec![
-        ("a".repeat(MAX_NAME_LENGTH), true),
-        ("a".repeat(MAX_NAME_LENGTH + 1), false),
-        (
-            "flash-h200-prefill-decode-long-name-over-the-bound".into(),
+        plain(&"a".repeat(MAX_NAME_LENGTH), true),
+        plain(&"a".repeat(MAX_NAME_LENGTH + 1), false),
+        plain("flash-h200-prefill-decode-long-name-over-the-bound", false),
+        plain("flash", true),
+        plain("flash.v2", false),
+        plain("1flash", false),
+        plain("flash-", false),
+        plain("f-2", true),
+        // Ranks 0..99 at the longest name: the Job of rank 99 is named in exactly 63 characters.
+        row(
+            "a".repeat(MAX_NAME_LENGTH),
+            nvidia_acceptance_pods(100),
+            true,
+        ),
+        // Rank 100 at the longest name would need a 64-character job-name label.
+        row(
+            "a".repeat(MAX_NAME_LENGTH),
+            nvidia_acceptance_pods(101),
             false,
         ),
-        ("flash".into(), true),
-        ("flash.v2".into(), false),
-        ("1flash".into(), false),
-        ("flash-".into(), false),
-        ("f-2".into(), true),
+        // One character less leaves room for the third digit.
+        row(
+            "a".repeat(MAX_NAME_LENGTH - 1),
+            nvidia_acceptance_pods(101),
+            true,
+        ),
+        row(
+            "a".repeat(MAX_NAME_LENGTH - 1),
+            nvidia_acceptance_pods(1001),
+            false,
+        ),
+        row("flash".into(), nvidia_acceptance_pods(1024), true),
     ]
+}
+
+/// The operator's verdict on a name row: its whole-object validation, keeping only what it says
+/// about `metadata.name` (the row's spec is otherwise valid).
+pub fn operator_name_verdict(case: &NameCase) -> Result<(), Vec<(String, String)>> {
+    let did: deepinfer_operator::api::DeepInferDeployment =
+        serde_json::from_value(named_object(&case.name, case.spec.clone()))
+            .expect("name rows decode");
+    match validate(&did, &DeviceLimits::default()) {
+        Ok(_) => Ok(()),
+        Err(errors) => Err(errors.into_iter().map(|e| (e.field, e.message)).collect()),
+    }
 }
 
 pub fn join(path: &str, key: &str) -> String {

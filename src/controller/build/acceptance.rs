@@ -27,10 +27,16 @@ pub fn acceptance_role(spec: &DeepInferDeploymentSpec) -> Option<&RoleSpec> {
         .or_else(|| spec.roles.first())
 }
 
+/// Hex characters of the run hash in acceptance object names: 64 bits, so that no two runs (of
+/// different revisions, acceptance specs or rerun tokens) can be made to share a name, and so
+/// reuse each other's Jobs or verdicts.
+pub const RUN_HASH_LENGTH: usize = 16;
+
 /// Names of one acceptance run of `revision` (a new rerun token gives new names).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AcceptanceNames {
-    /// Prefix shared by the run's objects: `<name>-accept-<revision>-<token hash>`.
+    /// Prefix shared by the run's objects: `<name>-accept-<run hash>`, the hash over the
+    /// revision and the token (rerun annotation and acceptance spec hash).
     pub run: String,
     /// ConfigMap holding the resolved acceptance spec.
     pub spec_configmap: String,
@@ -43,18 +49,20 @@ pub struct AcceptanceNames {
 impl AcceptanceNames {
     /// Names for `did` at `revision` with rerun token `token`.
     pub fn new(did: &str, revision: &str, token: &str) -> Self {
-        let run = format!("{did}-accept-{revision}-{}", short_hash(&token, 4));
+        let hash = short_hash(&(revision, token), RUN_HASH_LENGTH);
+        let run = format!("{did}-accept-{hash}");
         Self {
             spec_configmap: format!("{run}-spec"),
-            evidence_configmap: format!("{did}-evidence-{revision}-{}", short_hash(&token, 4)),
+            evidence_configmap: format!("{did}-evidence-{hash}"),
             service_account: format!("{did}-acceptance"),
             run,
         }
     }
 
-    /// Job of one rank.
+    /// Job of one rank: `<run>-<rank>`, at most 63 characters (see
+    /// [`crate::controller::validate::validate_acceptance_job_names`]).
     pub fn job(&self, rank: i32) -> String {
-        format!("{}-r{rank}", self.run)
+        format!("{}-{rank}", self.run)
     }
 }
 

@@ -502,3 +502,30 @@ fn a_kept_revision_rebuilds_the_groups_of_its_spec() {
         "the serving revision's pods keep its image while another is judged"
     );
 }
+
+#[test]
+fn acceptance_run_names_carry_a_64_bit_hash_of_revision_and_token() {
+    let a = AcceptanceNames::new("flash", "rev1", "token/spec");
+    let hash = a
+        .run
+        .strip_prefix("flash-accept-")
+        .expect("run name starts with the resource's");
+    assert_eq!(hash.len() * 4, 64, "{hash}");
+    assert!(hash.bytes().all(|b| b.is_ascii_hexdigit()), "{hash}");
+    assert_eq!(a.evidence_configmap, format!("flash-evidence-{hash}"));
+    assert_eq!(a.job(7), format!("flash-accept-{hash}-7"));
+    // Revision and token each change the name.
+    assert_ne!(
+        a.run,
+        AcceptanceNames::new("flash", "rev2", "token/spec").run
+    );
+    assert_ne!(
+        a.run,
+        AcceptanceNames::new("flash", "rev1", "token/spek").run
+    );
+    // At the longest name, ranks up to 99 fit a Job name (and its pods' job-name label).
+    let longest = "a".repeat(crate::controller::validate::MAX_NAME_LENGTH);
+    let names = AcceptanceNames::new(&longest, "rev1", "");
+    assert_eq!(names.job(99).len(), 63);
+    assert_eq!(names.job(100).len(), 64);
+}

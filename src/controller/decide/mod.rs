@@ -5,5 +5,6 @@ pub mod acceptance;
 pub mod checkpoint;
 pub mod entitlement;
 pub mod jobs;
+pub mod rejected;
 pub mod rollout;
 pub mod workers;

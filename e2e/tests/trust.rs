@@ -117,3 +117,180 @@ async fn gpu_a_child_the_api_server_refuses_stalls_its_resource_alone_without_re
     op.stop().await;
     monitor.assert_clean().await;
 }
+
+/// Item 4: a namespace user's pod that copies every label of the failed verify Job's pod and
+/// ends with a passing verifier report of its own (the real verifier over a sound copy of the
+/// checkpoint) does not open the checkpoint gate: only pods of Jobs the resource owns are read.
+#[tokio::test]
+async fn a_users_pod_labelled_like_the_verify_job_cannot_pass_verification() {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{ListParams, Patch, PatchParams};
+    use kube::ResourceExt;
+    let client = support::client().await;
+    support::ensure_crd();
+    let ns = TestNamespace::new(&client, "forged").await;
+    let host = support::checkpoint_claim(&ns.name, "ckpt", &support::fixture_checkpoint(), "model");
+    let shard = host.join("model/model-00002-of-00002.safetensors");
+    let bytes = std::fs::read(&shard).expect("fixture shard");
+    std::fs::write(&shard, &bytes[..bytes.len() / 2]).expect("truncating the shard");
+    support::checkpoint_claim(&ns.name, "sound", &support::fixture_checkpoint(), "model");
+    let api: Api<DeepInferDeployment> = Api::namespaced(client.clone(), &ns.name);
+    let op = Operator::start(&ns.name, &["mit"]).await;
+    create(&api, planner("broken")).await;
+    status_where(&api, "broken", "VerificationFailed", |s| {
+        cond(s, "CheckpointVerified").is_some_and(|c| c.reason == "VerificationFailed")
+    })
+    .await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let verify_pod = pods
+        .list(&ListParams::default().labels("deepinfer.io/component=verify"))
+        .await
+        .expect("pods")
+        .items
+        .into_iter()
+        .next()
+        .expect("the verify Job's pod");
+    let container = &verify_pod.spec.as_ref().expect("spec").containers[0];
+    let forged: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "my-verify", "labels": verify_pod.labels()},
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [{
+                "name": "verify",
+                "image": container.image,
+                "command": container.command,
+                "args": container.args,
+                "volumeMounts": [{"name": "checkpoint", "mountPath": "/checkpoint", "readOnly": true}]
+            }],
+            "volumes": [{"name": "checkpoint", "persistentVolumeClaim": {"claimName": "sound", "readOnly": true}}]
+        }
+    }))
+    .expect("pod");
+    pods.create(&PostParams::default(), &forged)
+        .await
+        .expect("a namespace user may create pods");
+    let message = support::eventually(TIMEOUT, "the user's pod to end with a report", || async {
+        let p = pods.get("my-verify").await.ok()?;
+        p.status?
+            .container_statuses?
+            .into_iter()
+            .find_map(|c| c.state?.terminated?.message)
+    })
+    .await;
+    assert!(
+        message.contains("\"ok\":true") && message.contains("\"license\":\"mit\""),
+        "the forged report says ok: {message}"
+    );
+    // Make the operator look again, several times.
+    for round in 0..3 {
+        api.patch(
+            "broken",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"test/poke": round.to_string()}}})),
+        )
+        .await
+        .expect("poke");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    let st = api
+        .get("broken")
+        .await
+        .expect("get")
+        .status
+        .expect("status");
+    let c = cond(&st, "CheckpointVerified").expect("condition");
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("False", "VerificationFailed"),
+        "{}",
+        c.message
+    );
+    assert!(st.checkpoint.is_none(), "no verified checkpoint recorded");
+    assert!(
+        pods.get_opt("my-verify").await.expect("get").is_some(),
+        "the user's pod is not the operator's to delete"
+    );
+    op.stop().await;
+}
+
+/// Item 4: a user's pod and Service that copy the labels of a worker and of a role Service are
+/// not the operator's: it never deletes them, however many passes it makes.
+#[tokio::test]
+async fn a_users_pod_and_service_with_copied_labels_are_never_deleted() {
+    use k8s_openapi::api::core::v1::{Pod, Service};
+    use kube::api::{Patch, PatchParams};
+    let client = support::client().await;
+    support::ensure_crd();
+    let ns = TestNamespace::new(&client, "copied").await;
+    let api: Api<DeepInferDeployment> = Api::namespaced(client.clone(), &ns.name);
+    let op = Operator::start(&ns.name, &["mit"]).await;
+    // No claim: the checkpoint gate waits, while the workers stage (licence open) reconciles
+    // pods, Services and budgets, deleting what it owns and does not want.
+    create(&api, planner("flash")).await;
+    let labels = |component: &str| {
+        json!({
+            "deepinfer.io/deployment": "flash",
+            "deepinfer.io/component": component,
+            "deepinfer.io/role": "prefill",
+            "deepinfer.io/revision": "0123456789",
+            "deepinfer.io/group": "0",
+            "deepinfer.io/rank": "0",
+            "app.kubernetes.io/managed-by": "deepinfer-operator"
+        })
+    };
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "flash-prefill-01234-0-0", "labels": labels("worker")},
+        "spec": {"nodeSelector": {"nowhere": "true"},
+                 "containers": [{"name": "engine", "image": "registry.example.com/app:1"}]}
+    }))
+    .expect("pod");
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .expect("a user's pod");
+    let services: Api<Service> = Api::namespaced(client.clone(), &ns.name);
+    for (name, component) in [
+        ("flash-prefill", "serving"),
+        ("flash-prefill-01234-0", "rendezvous"),
+    ] {
+        let svc: Service = serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": labels(component)},
+            "spec": {"selector": {"app": "mine"}, "ports": [{"port": 80}]}
+        }))
+        .expect("service");
+        services
+            .create(&PostParams::default(), &svc)
+            .await
+            .expect("a user's Service");
+    }
+    status_where(&api, "flash", "MissingDependency", |s| {
+        cond(s, "CheckpointVerified").is_some_and(|c| c.reason == "MissingDependency")
+    })
+    .await;
+    for round in 0..3 {
+        api.patch(
+            "flash",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"test/poke": round.to_string()}}})),
+        )
+        .await
+        .expect("poke");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    let alive = |o: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>| {
+        o.is_some_and(|m| m.deletion_timestamp.is_none())
+    };
+    let p = pods.get_opt("flash-prefill-01234-0-0").await.expect("get");
+    assert!(
+        alive(p.as_ref().map(|p| &p.metadata)),
+        "the user's pod is kept"
+    );
+    for name in ["flash-prefill", "flash-prefill-01234-0"] {
+        let s = services.get_opt(name).await.expect("get");
+        assert!(
+            alive(s.as_ref().map(|s| &s.metadata)),
+            "the user's Service {name} is kept"
+        );
+    }
+    op.stop().await;
+}

@@ -583,6 +583,33 @@ fn values_select_image_logs_devices_and_scheduling() {
 }
 
 #[test]
+fn job_deadlines_are_values_passed_as_flags() {
+    let a = |objs: &[Value]| -> Vec<String> {
+        args(operator_container(one(objs, "Deployment")))
+            .into_iter()
+            .map(str::to_string)
+            .collect()
+    };
+    let defaults = a(&template(&[]));
+    assert!(
+        defaults.contains(&"--fetch-deadline-seconds=86400".to_string())
+            && defaults.contains(&"--verify-deadline-seconds=3600".to_string()),
+        "{defaults:?}"
+    );
+    let set = a(&template(&[
+        "jobDeadlines.fetchSeconds=7200",
+        "jobDeadlines.verifySeconds=600",
+    ]));
+    assert!(
+        set.contains(&"--fetch-deadline-seconds=7200".to_string())
+            && set.contains(&"--verify-deadline-seconds=600".to_string()),
+        "{set:?}"
+    );
+    let err = template_err(&["jobDeadlines.verifySeconds=0"]);
+    assert!(err.contains("verifySeconds"), "{err}");
+}
+
+#[test]
 fn leader_election_off_runs_one_replica_recreated_without_lease_rights() {
     let objs = template(&["leaderElection.enabled=false"]);
     let deploy = one(&objs, "Deployment");

@@ -66,6 +66,17 @@ impl PodFaults {
     }
 }
 
+/// Whether an image cannot be pulled: its registry host is under the `.invalid` top-level domain,
+/// which never resolves (RFC 6761). Its containers never run; they wait in `ImagePullBackOff`,
+/// as a kubelet's would. E.g. `registry.invalid/deepinfer-operator:dev`.
+pub fn unpullable_image(image: &str) -> bool {
+    let Some((host, _)) = image.split_once('/') else {
+        return false;
+    };
+    let host = host.split(':').next().unwrap_or(host);
+    host.ends_with(".invalid") || host == "invalid"
+}
+
 /// Whether a node's annotations say it is lost.
 pub fn node_not_ready(annotations: Option<&BTreeMap<String, String>>) -> bool {
     annotations
@@ -105,6 +116,14 @@ mod tests {
             of(&[(POD_SLOW_START_SECONDS, "x")]).slow_start,
             Some(Duration::ZERO)
         );
+    }
+
+    #[test]
+    fn only_images_of_an_invalid_registry_host_are_unpullable() {
+        assert!(unpullable_image("registry.invalid/deepinfer-operator:dev"));
+        assert!(unpullable_image("registry.invalid:5000/x/y@sha256:00"));
+        assert!(!unpullable_image("deepinfer-operator:dev"));
+        assert!(!unpullable_image("registry.example.com/invalid:1"));
     }
 
     #[test]

@@ -294,3 +294,110 @@ async fn a_users_pod_and_service_with_copied_labels_are_never_deleted() {
     }
     op.stop().await;
 }
+
+/// Item 5: a verify Job whose image cannot be pulled shows `ImagePullFailed` on
+/// CheckpointVerified (with the kubelet's message), and its deadline ends it as a failed Job
+/// naming `DeadlineExceeded` instead of leaving the resource Verifying forever.
+#[tokio::test]
+async fn a_verify_job_that_cannot_pull_its_image_says_so_and_ends_at_its_deadline() {
+    let (client, ns, api) = setup("pull").await;
+    let op = Operator::start_with(&ns.name, &["mit"], |s| {
+        s.operator_image = "registry.invalid/deepinfer-operator:dev".into();
+        s.job_deadlines.verify_seconds = 25;
+    })
+    .await;
+    create(&api, planner("flash")).await;
+    let st = status_where(&api, "flash", "ImagePullFailed", |s| {
+        cond(s, "CheckpointVerified").is_some_and(|c| c.reason == "ImagePullFailed")
+    })
+    .await;
+    let c = cond(&st, "CheckpointVerified").expect("condition");
+    assert!(
+        c.message.contains("ImagePullBackOff")
+            && c.message
+                .contains("registry.invalid/deepinfer-operator:dev"),
+        "{}",
+        c.message
+    );
+    assert_eq!(
+        cond(&st, "Stalled").map(|c| c.reason.as_str()),
+        Some("ImagePullFailed")
+    );
+    let st = status_where(&api, "flash", "the deadline to end the verify Job", |s| {
+        cond(s, "CheckpointVerified").is_some_and(|c| c.reason == "VerificationFailed")
+    })
+    .await;
+    let c = cond(&st, "CheckpointVerified").expect("condition");
+    assert!(c.message.contains("DeadlineExceeded"), "{}", c.message);
+    drop(client);
+    op.stop().await;
+}
+
+/// Item 5: a fetch Job whose token Secret is missing shows `ContainerConfigError` naming the
+/// Secret, not `Fetching` forever.
+#[tokio::test]
+async fn a_fetch_job_without_its_token_secret_says_which_secret_is_missing() {
+    let (_client, ns, api) = setup("nosecret").await;
+    let op = Operator::start(&ns.name, &["mit"]).await;
+    let mut flash = planner("flash");
+    flash["spec"]["model"]["source"] = json!({"hub": {
+        "revision": "3f1c2a9d8e7b6c5d4e3f2a1b0c9d8e7f6a5b4c3d", "claimName": "ckpt",
+        "path": "fetched", "endpoint": "https://hub.example.com", "tokenSecretName": "hub-token"}});
+    create(&api, flash).await;
+    let st = status_where(&api, "flash", "ContainerConfigError", |s| {
+        cond(s, "CheckpointVerified").is_some_and(|c| c.reason == "ContainerConfigError")
+    })
+    .await;
+    let c = cond(&st, "CheckpointVerified").expect("condition");
+    assert!(
+        c.message.contains("CreateContainerConfigError") && c.message.contains("hub-token"),
+        "{}",
+        c.message
+    );
+    op.stop().await;
+}
+
+/// Item 5: a `volume` checkpoint claim that exists but is not Bound has no volume, so no
+/// checkpoint: `ClaimNotBound`, not a Job that waits forever.
+#[tokio::test]
+async fn an_unbound_checkpoint_claim_has_its_own_reason() {
+    let client = support::client().await;
+    support::ensure_crd();
+    let ns = TestNamespace::new(&client, "unbound").await;
+    let (ok, out) = support::kubectl_stdin(
+        &["-n", &ns.name, "apply", "-f", "-"],
+        r#"apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: ckpt}
+spec:
+  accessModes: [ReadWriteOnce]
+  storageClassName: ""
+  resources: {requests: {storage: 1Gi}}
+"#,
+    );
+    assert!(ok, "{out}");
+    let api: Api<DeepInferDeployment> = Api::namespaced(client.clone(), &ns.name);
+    let op = Operator::start(&ns.name, &["mit"]).await;
+    create(&api, planner("flash")).await;
+    let st = status_where(&api, "flash", "ClaimNotBound", |s| {
+        cond(s, "CheckpointVerified").is_some_and(|c| c.reason == "ClaimNotBound")
+    })
+    .await;
+    let c = cond(&st, "CheckpointVerified").expect("condition");
+    assert!(
+        c.message.contains("is Pending, not Bound")
+            && c.message.contains("spec.model.source.volume.claimName"),
+        "{}",
+        c.message
+    );
+    let jobs: Api<k8s_openapi::api::batch::v1::Job> = Api::namespaced(client.clone(), &ns.name);
+    assert!(
+        jobs.list(&Default::default())
+            .await
+            .expect("jobs")
+            .items
+            .is_empty(),
+        "no Job waits on an unbound claim"
+    );
+    op.stop().await;
+}

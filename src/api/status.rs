@@ -277,6 +277,18 @@ pub mod reasons {
     /// (HTTP 422); the message carries the server's message and the field. Not retried until
     /// the resource changes.
     pub const CHILD_REJECTED: &str = "ChildRejected";
+    /// A Job's pod cannot pull its image (ErrImagePull, ImagePullBackOff, InvalidImageName).
+    pub const IMAGE_PULL_FAILED: &str = "ImagePullFailed";
+    /// A Job's pod cannot be configured (CreateContainerConfigError: a missing Secret,
+    /// ConfigMap or key it refers to).
+    pub const CONTAINER_CONFIG_ERROR: &str = "ContainerConfigError";
+    /// A Job's container cannot be created or started (CreateContainerError, RunContainerError,
+    /// CrashLoopBackOff).
+    pub const CONTAINER_START_FAILED: &str = "ContainerStartFailed";
+    /// The scheduler cannot place a fetch or verify Job's pod.
+    pub const POD_UNSCHEDULABLE: &str = "PodUnschedulable";
+    /// The checkpoint's PersistentVolumeClaim exists but is not Bound.
+    pub const CLAIM_NOT_BOUND: &str = "ClaimNotBound";
     /// A referenced object (PVC, ConfigMap, Secret) is missing.
     pub const MISSING_DEPENDENCY: &str = "MissingDependency";
     /// Groups of a new revision (or pod template) are replacing the serving ones, group by group.

@@ -17,7 +17,9 @@ use kube::ResourceExt;
 
 use super::apply;
 use super::build;
-use super::decide::checkpoint::{judge_verify_report, verified_message};
+use super::decide::checkpoint::{
+    claim_gate, judge_verify_report, running_job_gate, verified_message,
+};
 use super::decide::jobs::{job_state, JobState};
 use super::decide::rejected::rejected_gate;
 use super::decide::rollout::{self, Action as GroupAction, Health, Progress, RoleInput};
@@ -180,8 +182,15 @@ pub async fn run_pipeline(
 fn next_look(outcome: &Outcome) -> Action {
     for gate in [&outcome.checkpoint, &outcome.acceptance] {
         match gate {
-            Gate::Failed(reason, _) if *reason == reasons::MISSING_DEPENDENCY => {
+            Gate::Failed(reason, _)
+                if [reasons::MISSING_DEPENDENCY, reasons::CLAIM_NOT_BOUND].contains(reason) =>
+            {
                 return Action::requeue(Duration::from_secs(15))
+            }
+            // A Job's pod stuck on its image, configuration or placement may recover once the
+            // cause is fixed outside the resource; its pod's changes trigger no reconcile.
+            Gate::Failed(reason, _) if STUCK_POD_REASONS.contains(reason) => {
+                return Action::requeue(RECHECK)
             }
             Gate::Progressing(..) => return Action::requeue(RECHECK),
             _ => {}
@@ -293,6 +302,14 @@ fn api_failure(ctx: &Context, error: &Error) -> Gate {
     )
 }
 
+/// Reasons of a gate whose Job's pod cannot make progress (see `running_job_gate`).
+const STUCK_POD_REASONS: [&str; 4] = [
+    reasons::IMAGE_PULL_FAILED,
+    reasons::CONTAINER_CONFIG_ERROR,
+    reasons::CONTAINER_START_FAILED,
+    reasons::POD_UNSCHEDULABLE,
+];
+
 /// How soon to look at a running Job again if no event arrives.
 const RECHECK: Duration = Duration::from_secs(30);
 
@@ -314,14 +331,23 @@ async fn checkpoint_gate(
         ));
     }
     let claim = &did.claim;
-    if observed.claim_exists != Some(true) {
-        let msg = format!(
-            "PersistentVolumeClaim {ns}/{claim} (spec.model.source) does not exist; create it (it must hold or receive the checkpoint) — the operator checks again every 15 s"
-        );
-        return Ok((Gate::Failed(reasons::MISSING_DEPENDENCY, msg), None));
+    let phase = observed.claim_phase.clone().flatten();
+    let hub = did.spec.model.source.hub.is_some();
+    if let Some(gate) = claim_gate(ns, claim, phase.as_deref(), hub) {
+        return Ok((gate, None));
     }
+    let deadlines = &ctx.job_deadlines;
+    let running = |job: &str, running: Gate, deadline: i64| {
+        running_job_gate(
+            job,
+            &observed.pods_of_job(job),
+            (claim, phase.as_deref()),
+            Some(deadline),
+            running,
+        )
+    };
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), ns);
-    if let Some(fetch) = build::fetch_job(did, &ctx.operator_image) {
+    if let Some(fetch) = build::fetch_job(did, &ctx.operator_image, deadlines) {
         let fetch_name = fetch.name_any();
         let fetching = || {
             Gate::Progressing(
@@ -334,7 +360,12 @@ async fn checkpoint_gate(
                 apply::create_once(&jobs, &fetch).await?;
                 return Ok((fetching(), None));
             }
-            JobState::Running => return Ok((fetching(), None)),
+            JobState::Running => {
+                return Ok((
+                    running(&fetch_name, fetching(), deadlines.fetch_seconds),
+                    None,
+                ))
+            }
             JobState::Failed(message) => {
                 let msg = format!(
                     "Job {fetch_name} failed to fetch the checkpoint: {}; fix the source (spec.model.source.hub) or the hub access, then delete the Job to retry",
@@ -348,7 +379,7 @@ async fn checkpoint_gate(
             JobState::Succeeded(_) => {}
         }
     }
-    let verify = build::verify_job(did, &ctx.operator_image);
+    let verify = build::verify_job(did, &ctx.operator_image, deadlines);
     let verify_name = verify.name_any();
     let progressing = || {
         Gate::Progressing(
@@ -361,7 +392,10 @@ async fn checkpoint_gate(
             apply::create_once(&jobs, &verify).await?;
             Ok((progressing(), None))
         }
-        JobState::Running => Ok((progressing(), None)),
+        JobState::Running => Ok((
+            running(&verify_name, progressing(), deadlines.verify_seconds),
+            None,
+        )),
         JobState::Succeeded(message) | JobState::Failed(message) => {
             let report: Option<crate::checkpoint::VerifyReport> = message
                 .as_deref()
@@ -482,10 +516,23 @@ async fn acceptance_gate(
                 running,
             ))
         }
-        acceptance::Step::Running => Ok(AcceptanceFound::progressing(
-            reasons::ACCEPTANCE_RUNNING,
-            running,
-        )),
+        acceptance::Step::Running => {
+            // A pod that cannot start (engine image, configuration) says so on the gate; the
+            // run's deadline only starts when its engine runs.
+            let gate = running_job_gate(
+                &leader,
+                &run_pods,
+                (&did.claim, Some("Bound")),
+                None,
+                Gate::Progressing(reasons::ACCEPTANCE_RUNNING, running),
+            );
+            Ok(AcceptanceFound {
+                gate,
+                status: None,
+                recorded: None,
+                needs_room: false,
+            })
+        }
         acceptance::Step::WaitingForCapacity(why) => {
             let mut found = AcceptanceFound::progressing(
                 reasons::WAITING_FOR_CAPACITY,

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
+
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, Service};
@@ -58,6 +59,12 @@ pub struct RunArgs {
     /// resource stalls naming `replicas`.
     #[arg(long, default_value_t = crate::api::DEFAULT_MAX_PODS_PER_DEPLOYMENT)]
     pub max_pods_per_deployment: i64,
+    /// Seconds a fetch Job may run (its `activeDeadlineSeconds`, time Pending included).
+    #[arg(long, env = "DEEPINFER_FETCH_DEADLINE_SECONDS", default_value_t = build::DEFAULT_FETCH_DEADLINE_SECONDS, value_parser = clap::value_parser!(i64).range(1..))]
+    pub fetch_deadline_seconds: i64,
+    /// Seconds a verify Job may run (its `activeDeadlineSeconds`, time Pending included).
+    #[arg(long, env = "DEEPINFER_VERIFY_DEADLINE_SECONDS", default_value_t = build::DEFAULT_VERIFY_DEADLINE_SECONDS, value_parser = clap::value_parser!(i64).range(1..))]
+    pub verify_deadline_seconds: i64,
     /// Log as JSON lines.
     #[arg(long)]
     pub json_logs: bool,
@@ -148,6 +155,8 @@ pub struct Context {
     pub operator_image: String,
     /// Devices per node, per accelerator type.
     pub limits: DeviceLimits,
+    /// Deadlines of the fetch and verify Jobs.
+    pub job_deadlines: build::JobDeadlines,
     /// Mutating requests (everything but GET/LIST/WATCH) this controller sent.
     pub writes: Arc<AtomicU64>,
     /// Reconcile passes run.
@@ -167,6 +176,8 @@ pub struct Settings {
     pub operator_image: String,
     /// Devices per node.
     pub limits: DeviceLimits,
+    /// Deadlines of the fetch and verify Jobs.
+    pub job_deadlines: build::JobDeadlines,
 }
 
 impl From<&RunArgs> for Settings {
@@ -184,6 +195,10 @@ impl From<&RunArgs> for Settings {
                 nvidia: a.max_devices_nvidia,
                 ascend: a.max_devices_ascend,
                 max_pods: a.max_pods_per_deployment,
+            },
+            job_deadlines: build::JobDeadlines {
+                fetch_seconds: a.fetch_deadline_seconds,
+                verify_seconds: a.verify_deadline_seconds,
             },
         }
     }
@@ -356,6 +371,7 @@ pub fn context(client: Client, settings: &Settings, writes: Arc<AtomicU64>) -> A
         accepted_licenses: settings.accepted_licenses.clone(),
         operator_image: settings.operator_image.clone(),
         limits: settings.limits,
+        job_deadlines: settings.job_deadlines,
         metrics: Arc::new(crate::metrics::Metrics::new(writes.clone())),
         writes,
         reconciles: AtomicU64::new(0),

@@ -28,8 +28,9 @@ pub struct Observed {
     pub budgets: Vec<PodDisruptionBudget>,
     /// ControllerRevisions: the spec of each revision, to rebuild its groups later.
     pub revisions: Vec<ControllerRevision>,
-    /// Whether the checkpoint's PersistentVolumeClaim exists (None: the spec names none).
-    pub claim_exists: Option<bool>,
+    /// The checkpoint's PersistentVolumeClaim: `None` when the spec names none, `Some(None)`
+    /// when it does not exist, else its `status.phase` (`Pending`, `Bound`, `Lost`).
+    pub claim_phase: Option<Option<String>>,
     /// The ConfigMap named by `spec.acceptance.promptsFrom`, if set and present.
     pub prompts: Option<ConfigMap>,
 }
@@ -128,11 +129,11 @@ pub async fn observe(ctx: &Context, did: &DeepInferDeployment) -> Result<Observe
             job_pods.push(pod);
         }
     }
-    let claim_exists = match crate::controller::build::checkpoint_location(&did.spec) {
+    let claim_phase = match crate::controller::build::checkpoint_location(&did.spec) {
         Some((claim, _)) => Some(
             get_opt::<PersistentVolumeClaim>(ctx, &ns, &claim)
                 .await?
-                .is_some(),
+                .map(|c| c.status.and_then(|s| s.phase).unwrap_or_default()),
         ),
         None => None,
     };
@@ -141,7 +142,7 @@ pub async fn observe(ctx: &Context, did: &DeepInferDeployment) -> Result<Observe
         None => None,
     };
     Ok(Observed {
-        claim_exists,
+        claim_phase,
         prompts,
         workers,
         jobs,

@@ -2,7 +2,33 @@
 
 use super::*;
 
-/// A run-to-completion Job of the operator's own binary over the checkpoint volume.
+/// How long the fetch and verify Jobs may run, counted from the Job's start (time Pending
+/// included), so a pod that can never start ends as a failed Job naming `DeadlineExceeded`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct JobDeadlines {
+    /// `activeDeadlineSeconds` of a fetch Job (`--fetch-deadline-seconds`).
+    pub fetch_seconds: i64,
+    /// `activeDeadlineSeconds` of a verify Job (`--verify-deadline-seconds`).
+    pub verify_seconds: i64,
+}
+
+/// Default fetch deadline: a day, room for a checkpoint of several hundred GB.
+pub const DEFAULT_FETCH_DEADLINE_SECONDS: i64 = 24 * 3600;
+/// Default verify deadline: an hour (verification reads headers and hashes nothing big).
+pub const DEFAULT_VERIFY_DEADLINE_SECONDS: i64 = 3600;
+
+impl Default for JobDeadlines {
+    fn default() -> Self {
+        Self {
+            fetch_seconds: DEFAULT_FETCH_DEADLINE_SECONDS,
+            verify_seconds: DEFAULT_VERIFY_DEADLINE_SECONDS,
+        }
+    }
+}
+
+/// A run-to-completion Job of the operator's own binary over the checkpoint volume, ended by
+/// the Job controller after `deadline_seconds`.
+#[allow(clippy::too_many_arguments)]
 pub fn operator_job(
     did: &ValidatedDeployment,
     name: String,
@@ -11,6 +37,7 @@ pub fn operator_job(
     args: Vec<String>,
     extra_env: Vec<EnvVar>,
     read_only: bool,
+    deadline_seconds: i64,
 ) -> Job {
     let claim = &did.claim;
     let extra = BTreeMap::from([(labels::COMPONENT.to_string(), component.to_string())]);
@@ -35,6 +62,7 @@ pub fn operator_job(
         metadata: meta,
         spec: Some(JobSpec {
             backoff_limit: Some(0),
+            active_deadline_seconds: Some(deadline_seconds),
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta {
                     labels: Some(pod_labels),
@@ -88,7 +116,11 @@ pub fn layout_args(spec: &DeepInferDeploymentSpec) -> Vec<String> {
 }
 
 /// The fetch Job: downloads the pinned hub revision into the claim.
-pub fn fetch_job(did: &ValidatedDeployment, operator_image: &str) -> Option<Job> {
+pub fn fetch_job(
+    did: &ValidatedDeployment,
+    operator_image: &str,
+    deadlines: &JobDeadlines,
+) -> Option<Job> {
     let hub = did.spec.model.source.hub.as_ref()?;
     let rel = &did.checkpoint_dir;
     let mut args = vec![
@@ -127,11 +159,16 @@ pub fn fetch_job(did: &ValidatedDeployment, operator_image: &str) -> Option<Job>
         args,
         env_vars,
         false,
+        deadlines.fetch_seconds,
     ))
 }
 
 /// The verification Job: checks files, shard headers, licence and layout.
-pub fn verify_job(did: &ValidatedDeployment, operator_image: &str) -> Job {
+pub fn verify_job(
+    did: &ValidatedDeployment,
+    operator_image: &str,
+    deadlines: &JobDeadlines,
+) -> Job {
     let spec = &did.spec;
     let rel = &did.checkpoint_dir;
     let revision = spec
@@ -151,5 +188,14 @@ pub fn verify_job(did: &ValidatedDeployment, operator_image: &str) -> Job {
     ];
     args.extend(layout_args(spec));
     let name = format!("{}-verify-{}", did.name_any(), checkpoint_key(spec));
-    operator_job(did, name, "verify", operator_image, args, Vec::new(), true)
+    operator_job(
+        did,
+        name,
+        "verify",
+        operator_image,
+        args,
+        Vec::new(),
+        true,
+        deadlines.verify_seconds,
+    )
 }

@@ -529,3 +529,29 @@ fn acceptance_run_names_carry_a_64_bit_hash_of_revision_and_token() {
     assert_eq!(names.job(99).len(), 63);
     assert_eq!(names.job(100).len(), 64);
 }
+
+#[test]
+fn fetch_and_verify_jobs_carry_the_configured_deadlines() {
+    let mut d = raw(
+        json!({"type": "NVIDIA"}),
+        json!([{"name": "worker", "replicas": 1, "parallel": {"tensor": 8}}]),
+    );
+    d.spec.model.source = serde_json::from_value(json!({"hub": {
+        "revision": "3f1c2a9d8e7b6c5d4e3f2a1b0c9d8e7f6a5b4c3d", "claimName": "ckpt"}}))
+    .expect("hub source");
+    let d = valid(d);
+    let deadlines = JobDeadlines {
+        fetch_seconds: 7200,
+        verify_seconds: 600,
+    };
+    let fetch = fetch_job(&d, "op:1", &deadlines).expect("hub source fetches");
+    let verify = verify_job(&d, "op:1", &deadlines);
+    let deadline = |j: &Job| j.spec.as_ref().and_then(|s| s.active_deadline_seconds);
+    assert_eq!(deadline(&fetch), Some(7200));
+    assert_eq!(deadline(&verify), Some(600));
+    let defaults = JobDeadlines::default();
+    assert!(
+        defaults.fetch_seconds >= 6 * 3600 && defaults.verify_seconds >= 600,
+        "defaults leave room for a large checkpoint: {defaults:?}"
+    );
+}

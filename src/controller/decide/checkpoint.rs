@@ -4,6 +4,73 @@ use crate::api::{reasons, CheckpointStatus};
 use crate::checkpoint::VerifyReport;
 use crate::controller::status::Gate;
 
+/// The checkpoint gate while its claim cannot be used, or `None` when it can. `phase` is what
+/// observe found (`None`: no such claim). A `volume` claim must be Bound: an unbound claim has no
+/// volume, so it holds no checkpoint. A `hub` claim may wait `Pending` for its first consumer
+/// (a `WaitForFirstConsumer` StorageClass binds it when the fetch Job's pod is scheduled).
+pub fn claim_gate(ns: &str, claim: &str, phase: Option<&str>, hub: bool) -> Option<Gate> {
+    let field = if hub {
+        "spec.model.source.hub.claimName"
+    } else {
+        "spec.model.source.volume.claimName"
+    };
+    match phase {
+        None => Some(Gate::Failed(
+            reasons::MISSING_DEPENDENCY,
+            format!(
+                "PersistentVolumeClaim {ns}/{claim} ({field}) does not exist; create it (it must hold or receive the checkpoint) — the operator checks again every 15 s"
+            ),
+        )),
+        Some("Bound") => None,
+        Some("Pending") if hub => None,
+        Some(phase) => {
+            let phase = if phase.is_empty() { "without a phase" } else { phase };
+            Some(Gate::Failed(
+                reasons::CLAIM_NOT_BOUND,
+                format!(
+                    "PersistentVolumeClaim {ns}/{claim} ({field}) is {phase}, not Bound, so no volume backs it{}; bind it to the volume that holds the checkpoint (kubectl describe pvc {claim} says why it waits) — the operator checks again every 15 s",
+                    if hub { "" } else { " and it cannot hold the checkpoint" }
+                ),
+            ))
+        }
+    }
+}
+
+/// The gate of a fetch or verify Job that has not finished: Progressing (`running`), unless
+/// one of its pods cannot make progress without a person (image, configuration, scheduling);
+/// then that reason, with the kubelet's or scheduler's message. A pod that cannot be scheduled
+/// while the claim is still `Pending` is the claim's doing.
+pub fn running_job_gate(
+    job: &str,
+    pods: &[&k8s_openapi::api::core::v1::Pod],
+    claim: (&str, Option<&str>),
+    deadline_seconds: Option<i64>,
+    running: Gate,
+) -> Gate {
+    let Some(trouble) = pods.iter().find_map(|p| super::jobs::pod_trouble(p)) else {
+        return running;
+    };
+    let (claim, phase) = claim;
+    let reason = if trouble.reason == reasons::POD_UNSCHEDULABLE && phase == Some("Pending") {
+        reasons::CLAIM_NOT_BOUND
+    } else {
+        trouble.reason
+    };
+    let message = format!(
+        "Job {job} cannot make progress: {}{}; fix it and the Job carries on{} — see the runbook entry {reason}",
+        trouble.message,
+        if reason == reasons::CLAIM_NOT_BOUND {
+            format!(" (PersistentVolumeClaim {claim} is Pending, not Bound)")
+        } else {
+            String::new()
+        },
+        deadline_seconds.map_or(String::new(), |s| format!(
+            ", else it fails at its deadline ({s} s after it started)"
+        ))
+    );
+    Gate::Failed(reason, crate::controller::truncate(&message, 2000))
+}
+
 pub fn verified_message(done: &CheckpointStatus) -> String {
     format!(
         "checkpoint revision {} verified: {} files, {} bytes, licence {}",
@@ -127,6 +194,56 @@ mod tests {
         );
         let (gate, _) = judge_verify_report("v", "k".into(), None, Some(both));
         assert!(matches!(&gate, Gate::Failed(r, _) if *r == reasons::VERIFICATION_FAILED));
+    }
+
+    #[test]
+    fn a_claim_must_exist_and_a_volume_claim_must_be_bound() {
+        let failed = |g: Option<Gate>| match g {
+            Some(Gate::Failed(r, m)) => (r, m),
+            other => panic!("not failed: {other:?}"),
+        };
+        let (r, m) = failed(claim_gate("ns", "ckpt", None, false));
+        assert_eq!(r, reasons::MISSING_DEPENDENCY);
+        assert!(m.contains("ns/ckpt") && m.contains("spec.model.source.volume.claimName"));
+        let (r, m) = failed(claim_gate("ns", "ckpt", Some("Pending"), false));
+        assert_eq!(r, reasons::CLAIM_NOT_BOUND);
+        assert!(m.contains("is Pending, not Bound"), "{m}");
+        let (r, _) = failed(claim_gate("ns", "ckpt", Some("Lost"), true));
+        assert_eq!(r, reasons::CLAIM_NOT_BOUND);
+        assert_eq!(claim_gate("ns", "ckpt", Some("Bound"), false), None);
+        assert_eq!(
+            claim_gate("ns", "ckpt", Some("Pending"), true),
+            None,
+            "a hub claim may wait for the fetch Job's pod to bind it"
+        );
+    }
+
+    #[test]
+    fn a_stuck_job_pod_fails_the_gate_with_its_own_reason() {
+        let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "f-1"},
+            "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
+                "reason": "Unschedulable", "message": "pod has unbound immediate PersistentVolumeClaims"}]}
+        }))
+        .expect("pod");
+        let running = Gate::Progressing(reasons::FETCHING, "fetching".into());
+        let gate = running_job_gate(
+            "f",
+            &[&pod],
+            ("ckpt", Some("Pending")),
+            Some(60),
+            running.clone(),
+        );
+        assert!(
+            matches!(&gate, Gate::Failed(r, m) if *r == reasons::CLAIM_NOT_BOUND && m.contains("ckpt is Pending") && m.contains("60 s")),
+            "{gate:?}"
+        );
+        let gate = running_job_gate("f", &[&pod], ("ckpt", Some("Bound")), None, running.clone());
+        assert!(matches!(&gate, Gate::Failed(r, _) if *r == reasons::POD_UNSCHEDULABLE));
+        assert_eq!(
+            running_job_gate("f", &[], ("ckpt", Some("Bound")), None, running.clone()),
+            running
+        );
     }
 
     #[test]

@@ -37,8 +37,86 @@ pub fn job_state(observed: &Observed, name: &str) -> JobState {
     if succeeded {
         JobState::Succeeded(message)
     } else {
-        JobState::Failed(message)
+        // No pod message (a deadline ended it before its pod ran, or the pod is gone): the
+        // Job's own Failed condition says why.
+        JobState::Failed(message.or_else(|| failed_condition(job)))
     }
+}
+
+/// `<reason>: <message>` of a Job's Failed condition.
+fn failed_condition(job: &k8s_openapi::api::batch::v1::Job) -> Option<String> {
+    let c = job
+        .status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "Failed" && c.status == "True")?;
+    Some(format!(
+        "{}: {}",
+        c.reason.as_deref().unwrap_or("Failed"),
+        c.message.as_deref().unwrap_or("no message")
+    ))
+}
+
+/// Why a Job's pod cannot make progress: a waiting reason of one of its containers that needs a
+/// person (image, configuration, start), or the scheduler's refusal.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodTrouble {
+    /// Condition reason for it.
+    pub reason: &'static str,
+    /// The pod, the container, the kubelet's or scheduler's reason and message.
+    pub message: String,
+}
+
+/// The condition reason for a container waiting reason, if it is one a person must act on.
+fn waiting_reason(kubelet_reason: &str) -> Option<&'static str> {
+    use crate::api::reasons;
+    Some(match kubelet_reason {
+        "ErrImagePull"
+        | "ImagePullBackOff"
+        | "InvalidImageName"
+        | "ErrImageNeverPull"
+        | "RegistryUnavailable"
+        | "SignatureValidationFailed" => reasons::IMAGE_PULL_FAILED,
+        "CreateContainerConfigError" => reasons::CONTAINER_CONFIG_ERROR,
+        "CreateContainerError"
+        | "RunContainerError"
+        | "CrashLoopBackOff"
+        | "PreStartHookError"
+        | "PostStartHookError" => reasons::CONTAINER_START_FAILED,
+        _ => return None,
+    })
+}
+
+/// What keeps a Job's pod from running, if anything a person must act on.
+pub fn pod_trouble(pod: &Pod) -> Option<PodTrouble> {
+    let name = pod.metadata.name.as_deref().unwrap_or("?");
+    if let Some(why) = unschedulable(pod) {
+        return Some(PodTrouble {
+            reason: crate::api::reasons::POD_UNSCHEDULABLE,
+            message: format!("pod {name} cannot be scheduled: {why}"),
+        });
+    }
+    let status = pod.status.as_ref()?;
+    status
+        .init_container_statuses
+        .iter()
+        .flatten()
+        .chain(status.container_statuses.iter().flatten())
+        .find_map(|cs| {
+            let w = cs.state.as_ref()?.waiting.as_ref()?;
+            let kubelet_reason = w.reason.as_deref()?;
+            let reason = waiting_reason(kubelet_reason)?;
+            Some(PodTrouble {
+                reason,
+                message: format!(
+                    "pod {name}, container {}, is waiting: {kubelet_reason}: {}",
+                    cs.name,
+                    w.message.as_deref().unwrap_or("no message").trim()
+                ),
+            })
+        })
 }
 
 /// Termination message of the newest terminated container of these pods.
@@ -103,4 +181,90 @@ pub fn started_at(pod: &Pod) -> Option<Timestamp> {
                 })
                 .map(|t| t.0)
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::reasons;
+    use serde_json::json;
+
+    fn pod(status: serde_json::Value) -> Pod {
+        serde_json::from_value(
+            json!({"metadata": {"name": "flash-verify-abc-x1"}, "status": status}),
+        )
+        .expect("pod")
+    }
+
+    fn waiting(reason: &str, message: &str) -> Pod {
+        pod(json!({"phase": "Pending", "containerStatuses": [{
+            "name": "verify", "image": "op:1", "imageID": "", "ready": false, "restartCount": 0,
+            "state": {"waiting": {"reason": reason, "message": message}}}]}))
+    }
+
+    #[test]
+    fn every_waiting_reason_of_a_job_pod_has_its_own_condition_reason() {
+        for (waiting_reason, expected) in [
+            ("ErrImagePull", reasons::IMAGE_PULL_FAILED),
+            ("ImagePullBackOff", reasons::IMAGE_PULL_FAILED),
+            ("InvalidImageName", reasons::IMAGE_PULL_FAILED),
+            (
+                "CreateContainerConfigError",
+                reasons::CONTAINER_CONFIG_ERROR,
+            ),
+            ("CreateContainerError", reasons::CONTAINER_START_FAILED),
+            ("RunContainerError", reasons::CONTAINER_START_FAILED),
+            ("CrashLoopBackOff", reasons::CONTAINER_START_FAILED),
+        ] {
+            let p = waiting(waiting_reason, "secret \"hub-token\" not found");
+            let trouble = pod_trouble(&p).unwrap_or_else(|| panic!("{waiting_reason} surfaces"));
+            assert_eq!(trouble.reason, expected, "{waiting_reason}");
+            assert!(
+                trouble.message.contains(waiting_reason)
+                    && trouble.message.contains("secret \"hub-token\" not found")
+                    && trouble.message.contains("flash-verify-abc-x1")
+                    && trouble.message.contains("container verify"),
+                "{}",
+                trouble.message
+            );
+        }
+        assert_eq!(pod_trouble(&waiting("ContainerCreating", "")), None);
+        assert_eq!(pod_trouble(&waiting("PodInitializing", "")), None);
+    }
+
+    #[test]
+    fn an_unschedulable_job_pod_names_the_schedulers_message() {
+        let p = pod(
+            json!({"phase": "Pending", "conditions": [{"type": "PodScheduled",
+            "status": "False", "reason": "Unschedulable",
+            "message": "0/7 nodes are available: pod has unbound immediate PersistentVolumeClaims."}]}),
+        );
+        let trouble = pod_trouble(&p).expect("unschedulable surfaces");
+        assert_eq!(trouble.reason, reasons::POD_UNSCHEDULABLE);
+        assert!(trouble
+            .message
+            .contains("unbound immediate PersistentVolumeClaims"));
+        let running = pod(json!({"phase": "Running"}));
+        assert_eq!(pod_trouble(&running), None);
+    }
+
+    #[test]
+    fn a_job_that_failed_without_a_pod_message_says_why_from_its_condition() {
+        let job: k8s_openapi::api::batch::v1::Job = serde_json::from_value(json!({
+            "metadata": {"name": "flash-fetch-abc"},
+            "status": {"failed": 1, "conditions": [{"type": "Failed", "status": "True",
+                "reason": "DeadlineExceeded", "message": "Job was active longer than specified deadline"}]}
+        }))
+        .expect("job");
+        let observed = Observed {
+            jobs: vec![job],
+            ..Observed::default()
+        };
+        assert_eq!(
+            job_state(&observed, "flash-fetch-abc"),
+            JobState::Failed(Some(
+                "DeadlineExceeded: Job was active longer than specified deadline".into()
+            ))
+        );
+    }
 }

@@ -120,7 +120,7 @@ pub fn plan_pod(pod: &Pod, own: &OwnBinaries) -> PodPlan {
         .iter()
         .map(|c| {
             let plan = match plan_own_image(c, own) {
-                ContainerPlan::Simulated if runs_from_volume(c, &populated) => {
+                ContainerPlan::Simulated if runs_from_volume(c, &populated) && !unpullable(c) => {
                     ContainerPlan::Execute {
                         argv: command_line(c),
                     }
@@ -142,7 +142,18 @@ fn command_line(c: &Container) -> Vec<String> {
         .collect()
 }
 
+/// Whether the container's image cannot be pulled (see [`faults::unpullable_image`]): it never
+/// runs, and is reported waiting in `ImagePullBackOff`.
+pub fn unpullable(c: &Container) -> bool {
+    c.image
+        .as_deref()
+        .is_some_and(deepinfer_e2e::faults::unpullable_image)
+}
+
 fn plan_own_image(c: &Container, own: &OwnBinaries) -> ContainerPlan {
+    if unpullable(c) {
+        return ContainerPlan::Simulated;
+    }
     let Some(image_binary) = c.image.as_deref().and_then(|i| own.for_image(i)) else {
         return ContainerPlan::Simulated;
     };

@@ -297,6 +297,15 @@ impl PodAgent {
                                 .runtime
                                 .report(key, name)
                                 .unwrap_or_else(|| Report::waiting("ContainerCreating", None)),
+                            ContainerPlan::Simulated
+                                if pod_container(&pod, name).is_some_and(plan::unpullable) =>
+                            {
+                                status::image_pull_backoff(
+                                    pod_container(&pod, name)
+                                        .and_then(|c| c.image.as_deref())
+                                        .unwrap_or_default(),
+                                )
+                            }
                             ContainerPlan::Simulated => {
                                 let (report, after) =
                                     status::simulated_report(&pod, name, is_init, &now);
@@ -333,6 +342,19 @@ impl PodAgent {
         }
         Ok(requeue)
     }
+}
+
+/// The container (init or main) of `pod` named `name`.
+fn pod_container<'a>(
+    pod: &'a Pod,
+    name: &str,
+) -> Option<&'a k8s_openapi::api::core::v1::Container> {
+    let spec = pod.spec.as_ref()?;
+    spec.init_containers
+        .iter()
+        .flatten()
+        .chain(&spec.containers)
+        .find(|c| c.name == name)
 }
 
 #[cfg(test)]

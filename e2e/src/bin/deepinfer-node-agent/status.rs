@@ -216,6 +216,17 @@ pub fn resumed_report(pod: &Pod, name: &str, is_init: bool) -> Report {
     }
 }
 
+/// What a kubelet reports for a container whose image cannot be pulled.
+pub fn image_pull_backoff(image: &str) -> Report {
+    let host = image.split('/').next().unwrap_or(image);
+    Report::waiting(
+        "ImagePullBackOff",
+        Some(format!(
+            "Back-off pulling image \"{image}\": ErrImagePull: failed to resolve reference \"{image}\": dial tcp: lookup {host}: no such host"
+        )),
+    )
+}
+
 fn last_terminated(state: Option<&ContainerState>) -> Option<Terminated> {
     let t = state?.terminated.as_ref()?;
     Some(Terminated {

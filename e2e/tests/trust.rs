@@ -401,3 +401,80 @@ spec:
     );
     op.stop().await;
 }
+
+/// Item 8: an edit to the prompts of the ConfigMap named by `promptsFrom` re-runs acceptance
+/// (a new judgement under a new spec hash) without any change to the resource, and the
+/// ConfigMap's content never reaches the status.
+#[tokio::test]
+async fn gpu_an_edit_to_the_prompts_configmap_reruns_acceptance() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let (client, ns, api) = setup("prompts").await;
+    let monitor = Monitor::start(&client, &ns.name, &["mit"], Limits::default());
+    let op = Operator::start(&ns.name, &["mit"]).await;
+    let mut flash = planner("flash");
+    let prompts = flash["spec"]["acceptance"]["prompts"].take();
+    flash["spec"]["acceptance"]
+        .as_object_mut()
+        .expect("acceptance")
+        .remove("prompts");
+    flash["spec"]["acceptance"]["promptsFrom"] = json!({"name": "prompts", "key": "prompts.yaml"});
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    let write = |prompts: &Value| -> ConfigMap {
+        serde_json::from_value(json!({
+            "metadata": {"name": "prompts"},
+            "data": {"prompts.yaml": serde_yaml::to_string(prompts).expect("yaml")}
+        }))
+        .expect("cm")
+    };
+    cms.create(&PostParams::default(), &write(&prompts))
+        .await
+        .expect("prompts ConfigMap");
+    create(&api, flash).await;
+    let first = status_where(&api, "flash", "Ready=True", |s| {
+        cond(s, "Ready").is_some_and(|c| c.status == "True")
+    })
+    .await;
+    let first_hash = first
+        .acceptance
+        .as_ref()
+        .and_then(|a| a.spec_hash.clone())
+        .expect("judged under a spec hash");
+    // The same prompt ids (the stand-in engine answers by id), one prompt's wording changed.
+    let mut edited = prompts.clone();
+    let marker = "Keep it under five words.";
+    edited[2]["prompt"] = json!(format!(
+        "{} {marker}",
+        edited[2]["prompt"].as_str().expect("prompt")
+    ));
+    let mut cm = cms.get("prompts").await.expect("cm");
+    cm.data = write(&edited).data;
+    cms.replace("prompts", &PostParams::default(), &cm)
+        .await
+        .expect("editing the prompts");
+    let second = status_where(
+        &api,
+        "flash",
+        "a new judgement of the edited prompts",
+        |s| {
+            s.judgements.len() >= 2
+                && s.acceptance
+                    .as_ref()
+                    .and_then(|a| a.spec_hash.as_deref())
+                    .is_some_and(|h| h != first_hash)
+                && cond(s, "Ready").is_some_and(|c| c.status == "True")
+        },
+    )
+    .await;
+    assert_eq!(
+        second.acceptance.as_ref().map(|a| a.passed()),
+        Some(true),
+        "{second:?}"
+    );
+    let text = serde_json::to_string(&second).expect("status json");
+    assert!(
+        !text.contains(marker) && !text.contains("harbour"),
+        "no prompt text in status: {text}"
+    );
+    op.stop().await;
+    monitor.assert_clean().await;
+}

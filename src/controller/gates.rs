@@ -448,9 +448,11 @@ async fn acceptance_gate(
         .get(RERUN_ACCEPTANCE_ANNOTATION)
         .cloned()
         .unwrap_or_default();
-    // The prompts and expectations are part of what was judged: a change re-runs acceptance
-    // (the revision's pods keep serving on its last pass until the new verdict).
-    let spec_hash = build::short_hash(&did.spec.acceptance, 10);
+    // The prompts (resolved from promptsFrom) and expectations are part of what was judged: a
+    // change re-runs acceptance (the revision's pods keep serving on its last pass until the
+    // new verdict).
+    let resolved = acceptance::resolve(&did.spec.acceptance, ns, observed.prompts.as_ref());
+    let spec_hash = acceptance::judged_spec_hash(&did.spec.acceptance, resolved.as_ref().ok());
     let names =
         build::AcceptanceNames::new(&did.name_any(), revision, &format!("{token}/{spec_hash}"));
     let Some(role) = build::acceptance_role(&did.spec) else {
@@ -474,7 +476,9 @@ async fn acceptance_gate(
         revision,
         spec_hash: &spec_hash,
         token: &token,
-        prompts: did.spec.acceptance.prompts.len(),
+        prompts: resolved
+            .as_ref()
+            .map_or(did.spec.acceptance.prompts.len(), |r| r.prompts.len()),
         deadline_seconds: build::acceptance_deadline(&did.spec),
         now: Timestamp::now(),
     };
@@ -498,18 +502,17 @@ async fn acceptance_gate(
             needs_room: false,
         }),
         acceptance::Step::Start => {
-            let spec =
-                match acceptance::resolve(&did.spec.acceptance, ns, observed.prompts.as_ref()) {
-                    Ok(spec) => spec,
-                    Err(message) => {
-                        return Ok(AcceptanceFound {
-                            gate: Gate::Failed(reasons::MISSING_DEPENDENCY, message),
-                            status: None,
-                            recorded: None,
-                            needs_room: false,
-                        })
-                    }
-                };
+            let spec = match resolved {
+                Ok(spec) => spec,
+                Err(message) => {
+                    return Ok(AcceptanceFound {
+                        gate: Gate::Failed(reasons::MISSING_DEPENDENCY, message),
+                        status: None,
+                        recorded: None,
+                        needs_room: false,
+                    })
+                }
+            };
             start_acceptance(did, ctx, ns, revision, &names, &spec, shape.pods).await?;
             Ok(AcceptanceFound::progressing(
                 reasons::ACCEPTANCE_RUNNING,

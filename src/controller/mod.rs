@@ -20,12 +20,13 @@ use clap::Args;
 
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
-use kube::core::ApiResource;
+use kube::core::{ApiResource, PartialObjectMeta};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use tracing::{info, warn};
@@ -407,10 +408,24 @@ pub async fn run_with_context(
     let pods: Api<Pod> = scoped(&client, namespace.as_deref());
     let jobs: Api<Job> = scoped(&client, namespace.as_deref());
     let services: Api<Service> = scoped(&client, namespace.as_deref());
-    let controller = Controller::new_with(dids, watcher::Config::default(), ar)
+    // ConfigMaps named by `spec.acceptance.promptsFrom`: a metadata-only watch (no content is
+    // read or kept; an edit moves the resourceVersion) mapped through the resources in the
+    // controller's own cache to those that name the ConfigMap. No ConfigMap is cached.
+    let config_maps: Api<PartialObjectMeta<ConfigMap>> = scoped(&client, namespace.as_deref());
+    let controller = Controller::new_with(dids, watcher::Config::default(), ar.clone());
+    let cache = controller.store();
+    let controller = controller
         .owns(pods, owned.clone())
         .owns(jobs, owned.clone())
         .owns(services, owned)
+        .watches(config_maps, watcher::Config::default(), move |cm| {
+            prompts_referrers(
+                &cache.state(),
+                cm.metadata.namespace.as_deref(),
+                &cm.name_any(),
+                &ar,
+            )
+        })
         .graceful_shutdown_on(shutdown);
     // Deletions are not reconciled; drop deleted objects from the phase gauge once the cache has.
     let forget_deleted = tokio::spawn(forget_deleted(controller.store(), ctx.metrics.clone()));
@@ -423,6 +438,26 @@ pub async fn run_with_context(
         })
         .await;
     forget_deleted.abort();
+}
+
+/// The resources among `dids` whose `spec.acceptance.promptsFrom` names the ConfigMap
+/// `namespace/name` (a resource reads prompts from its own namespace only).
+fn prompts_referrers(
+    dids: &[Arc<DynamicObject>],
+    namespace: Option<&str>,
+    name: &str,
+    ar: &ApiResource,
+) -> Vec<ObjectRef<DynamicObject>> {
+    dids.iter()
+        .filter(|d| d.namespace().as_deref() == namespace)
+        .filter(|d| {
+            d.data
+                .pointer("/spec/acceptance/promptsFrom/name")
+                .and_then(serde_json::Value::as_str)
+                == Some(name)
+        })
+        .map(|d| ObjectRef::from_obj_with(d.as_ref(), ar.clone()))
+        .collect()
 }
 
 /// Every few seconds, forgets the phase of objects no longer in the controller's cache.
@@ -591,4 +626,39 @@ pub fn truncate(s: &str, max: usize) -> String {
         end -= 1;
     }
     format!("{}…", &s[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn did(ns: &str, name: &str, prompts_from: Option<&str>) -> Arc<DynamicObject> {
+        let mut spec = serde_json::json!({"acceptance": {"prompts": []}});
+        if let Some(cm) = prompts_from {
+            spec["acceptance"]["promptsFrom"] = serde_json::json!({"name": cm, "key": "k"});
+        }
+        let mut obj = DynamicObject::new(name, &api_resource()).within(ns);
+        obj.data = serde_json::json!({ "spec": spec });
+        Arc::new(obj)
+    }
+
+    #[test]
+    fn a_configmap_maps_to_the_resources_of_its_namespace_that_name_it() {
+        let ar = api_resource();
+        let dids = [
+            did("a", "one", Some("prompts")),
+            did("a", "two", Some("other")),
+            did("a", "three", None),
+            did("b", "four", Some("prompts")),
+        ];
+        let names = |ns: &str, cm: &str| -> Vec<String> {
+            prompts_referrers(&dids, Some(ns), cm, &ar)
+                .into_iter()
+                .map(|r| format!("{}/{}", r.namespace.unwrap_or_default(), r.name))
+                .collect()
+        };
+        assert_eq!(names("a", "prompts"), ["a/one"]);
+        assert_eq!(names("b", "prompts"), ["b/four"]);
+        assert!(names("a", "unrelated").is_empty());
+    }
 }

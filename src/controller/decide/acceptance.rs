@@ -176,6 +176,15 @@ pub fn resolve(
     }
 }
 
+/// Hash of what a judgement is made by: `spec.acceptance` with `promptsFrom` resolved (see
+/// [`resolve`]), so an edit to the prompts of the ConfigMap is a new judgement; the unresolved
+/// section when the ConfigMap or its key cannot be read (`resolved` is `None`). Without
+/// `promptsFrom` the resolved section is the section itself. Only the hash is kept in status,
+/// never the ConfigMap's content.
+pub fn judged_spec_hash(acceptance: &AcceptanceSpec, resolved: Option<&AcceptanceSpec>) -> String {
+    build::short_hash(resolved.unwrap_or(acceptance), 10)
+}
+
 /// The gate for a judgement.
 pub fn judged_gate(a: &AcceptanceStatus) -> Gate {
     let message = acceptance_message(a);
@@ -486,6 +495,48 @@ mod tests {
         assert!(
             message.contains(RERUN_ACCEPTANCE_ANNOTATION),
             "says how to run it again"
+        );
+    }
+
+    #[test]
+    fn the_judged_hash_covers_the_resolved_prompts_and_nothing_else_of_the_configmap() {
+        let inline: AcceptanceSpec = serde_json::from_value(serde_json::json!({
+            "prompts": [{"id": "p", "prompt": "x", "structuredOutput": {"regex": "a"}}]
+        }))
+        .expect("spec");
+        // Without promptsFrom the hash is the one earlier releases recorded: no re-run on upgrade.
+        assert_eq!(
+            judged_spec_hash(&inline, resolve(&inline, "ns", None).ok().as_ref()),
+            build::short_hash(&inline, 10)
+        );
+        let from: AcceptanceSpec = serde_json::from_value(serde_json::json!({
+            "promptsFrom": {"name": "prompts", "key": "prompts.yaml"}
+        }))
+        .expect("spec");
+        let cm = |text: &str, rv: &str| -> ConfigMap {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "prompts", "resourceVersion": rv, "labels": {"team": rv}},
+                "data": {"prompts.yaml": text}
+            }))
+            .expect("cm")
+        };
+        let hash =
+            |c: &ConfigMap| judged_spec_hash(&from, resolve(&from, "ns", Some(c)).ok().as_ref());
+        let v1 = cm("- {id: p, prompt: x, structuredOutput: {regex: a}}", "1");
+        let v2 = cm("- {id: p, prompt: y, structuredOutput: {regex: a}}", "2");
+        assert_ne!(hash(&v1), hash(&v2), "an edited prompt is a new judgement");
+        assert_eq!(
+            hash(&v1),
+            hash(&cm(
+                "- {id: p, prompt: x, structuredOutput: {regex: a}}",
+                "3"
+            )),
+            "metadata alone is not"
+        );
+        assert_ne!(
+            hash(&v1),
+            judged_spec_hash(&from, None),
+            "a missing ConfigMap is not the same as one with prompts"
         );
     }
 }

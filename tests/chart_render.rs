@@ -185,29 +185,26 @@ fn assert_leader_election_rbac(objs: &[Value], namespace: &str, service_account:
     );
 }
 
-/// The RBAC the operator needs, as shipped: (apiGroup, resource, verbs).
+/// The RBAC the operator needs, as shipped: (apiGroup, resource, verbs). Exactly the verbs its
+/// code uses: no `get` where it only lists and watches, no `update` where it only patches.
 fn expected_rules() -> Vec<(String, String, Vec<String>)> {
     let table: &[(&str, &[&str], &[&str])] = &[
         (
             "deepinfer.io",
             &["deepinferdeployments"],
-            &["get", "list", "watch"],
+            &["list", "watch"],
         ),
-        (
-            "deepinfer.io",
-            &["deepinferdeployments/status"],
-            &["get", "patch", "update"],
-        ),
+        ("deepinfer.io", &["deepinferdeployments/status"], &["patch"]),
         (
             "",
             &["pods"],
-            &["get", "list", "watch", "create", "patch", "delete"],
+            &["list", "watch", "create", "patch", "delete"],
         ),
-        ("", &["pods/status"], &["patch", "update"]),
+        ("", &["pods/status"], &["patch"]),
         (
             "",
             &["services"],
-            &["get", "list", "watch", "create", "patch", "delete"],
+            &["list", "watch", "create", "patch", "delete"],
         ),
         (
             "policy",
@@ -222,7 +219,7 @@ fn expected_rules() -> Vec<(String, String, Vec<String>)> {
         (
             "batch",
             &["jobs"],
-            &["get", "list", "watch", "create", "delete"],
+            &["list", "watch", "create", "patch", "delete"],
         ),
         ("", &["persistentvolumeclaims"], &["get"]),
         (
@@ -232,11 +229,11 @@ fn expected_rules() -> Vec<(String, String, Vec<String>)> {
                 "get", "list", "watch", "create", "update", "patch", "delete",
             ],
         ),
-        ("", &["serviceaccounts"], &["get", "create", "patch"]),
+        ("", &["serviceaccounts"], &["create", "patch"]),
         (
             "rbac.authorization.k8s.io",
             &["roles", "rolebindings"],
-            &["get", "create", "patch"],
+            &["create", "patch"],
         ),
         ("events.k8s.io", &["events"], &["create", "patch"]),
         ("", &["events"], &["create", "patch"]),
@@ -607,6 +604,33 @@ fn job_deadlines_are_values_passed_as_flags() {
     );
     let err = template_err(&["jobDeadlines.verifySeconds=0"]);
     assert!(err.contains("verifySeconds"), "{err}");
+}
+
+#[test]
+fn evidence_and_finished_job_retention_are_values_passed_as_flags() {
+    let a = |objs: &[Value]| -> Vec<String> {
+        args(operator_container(one(objs, "Deployment")))
+            .into_iter()
+            .map(str::to_string)
+            .collect()
+    };
+    let defaults = a(&template(&[]));
+    assert!(
+        defaults.contains(&"--keep-evidence=3".to_string())
+            && defaults.contains(&"--finished-job-ttl-seconds=86400".to_string()),
+        "{defaults:?}"
+    );
+    let set = a(&template(&[
+        "retention.keepEvidence=5",
+        "retention.finishedJobTtlSeconds=600",
+    ]));
+    assert!(
+        set.contains(&"--keep-evidence=5".to_string())
+            && set.contains(&"--finished-job-ttl-seconds=600".to_string()),
+        "{set:?}"
+    );
+    let err = template_err(&["retention.keepEvidence=0"]);
+    assert!(err.contains("keepEvidence"), "{err}");
 }
 
 #[test]

@@ -341,6 +341,7 @@ impl Operator {
             operator_image: "deepinfer-operator:dev".into(),
             limits: Default::default(),
             job_deadlines: Default::default(),
+            retention: Default::default(),
         };
         change(&mut settings);
         let ctx = c::context(client, &settings, writes.clone());

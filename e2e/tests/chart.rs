@@ -336,6 +336,7 @@ async fn gpu_helm_chart_runs_the_operator_under_its_own_service_account_without_
     let (ok, _, _) = support::kubectl(&["get", "clusterrole", &sa]);
     assert!(!ok, "single-namespace mode creates no ClusterRole");
     support::kubectl_ok(&["-n", &work.name, "get", "role,rolebinding", &sa]);
+    assert_confined_to(&ops.name, &sa, &work.name);
     // The manifests enable leader election: the operator pod leads.
     support::wait_for_lease_holder(&client, &ops.name, &sa, &pod.name_any()).await;
 
@@ -349,6 +350,47 @@ async fn gpu_helm_chart_runs_the_operator_under_its_own_service_account_without_
     let (ok, _, _) = support::kubectl(&["-n", &work.name, "get", "role", &sa]);
     assert!(!ok, "helm uninstall removes the Role");
     support::kubectl_ok(&["get", "crd", "deepinferdeployments.deepinfer.io"]);
+}
+
+/// Single-namespace mode is the least-privilege install: the operator's ServiceAccount may read
+/// and write what it manages in the watched namespace, and nothing of the kind anywhere else or
+/// across namespaces (asked of the API server's own authorizer).
+fn assert_confined_to(sa_namespace: &str, sa: &str, watched: &str) {
+    let who = format!("--as=system:serviceaccount:{sa_namespace}:{sa}");
+    let can = |args: &[&str]| -> bool {
+        let mut full = vec!["auth", "can-i"];
+        full.extend_from_slice(args);
+        full.push(&who);
+        let (_, out, _) = support::kubectl(&full);
+        out.trim() == "yes"
+    };
+    for (verb, resource) in [
+        ("list", "configmaps"),
+        ("watch", "configmaps"),
+        ("delete", "configmaps"),
+        ("list", "pods"),
+        ("create", "jobs"),
+        ("watch", "deepinferdeployments.deepinfer.io"),
+    ] {
+        assert!(
+            can(&[verb, resource, "-n", watched]),
+            "{verb} {resource} in the watched namespace"
+        );
+        assert!(
+            !can(&[verb, resource, "-n", "default"]),
+            "{verb} {resource} outside the watched namespace"
+        );
+        assert!(
+            !can(&[verb, resource, "--all-namespaces"]),
+            "{verb} {resource} across namespaces"
+        );
+    }
+    for (verb, resource) in [("get", "secrets"), ("list", "secrets"), ("get", "pods")] {
+        assert!(
+            !can(&[verb, resource, "-n", watched]),
+            "{verb} {resource}: not needed, not granted"
+        );
+    }
 }
 
 /// A test-only overlay of config/default: the operator in `ops` under a unique name prefix (the

@@ -478,3 +478,83 @@ async fn gpu_an_edit_to_the_prompts_configmap_reruns_acceptance() {
     op.stop().await;
     monitor.assert_clean().await;
 }
+
+/// Item 9: finished Jobs whose verdict is in status get `ttlSecondsAfterFinished` and go, with
+/// nothing judged again; only the newest evidence ConfigMaps (`--keep-evidence`) stay, and
+/// always the one the status points at.
+#[tokio::test]
+async fn gpu_finished_jobs_expire_and_only_the_newest_evidence_is_kept() {
+    use k8s_openapi::api::batch::v1::Job;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::{ListParams, Patch, PatchParams};
+    use kube::ResourceExt;
+    let (client, ns, api) = setup("retention").await;
+    let monitor = Monitor::start(&client, &ns.name, &["mit"], Limits::default());
+    let op = Operator::start_with(&ns.name, &["mit"], |s| {
+        s.retention.keep_evidence = 2;
+        s.retention.finished_job_ttl_seconds = 3;
+    })
+    .await;
+    create(&api, planner("flash")).await;
+    let ready = |what: &'static str, runs: usize| {
+        let api = api.clone();
+        async move {
+            status_where(&api, "flash", what, |s| {
+                s.judgements.len() == runs && cond(s, "Ready").is_some_and(|c| c.status == "True")
+            })
+            .await
+        }
+    };
+    ready("Ready after one run", 1).await;
+    for run in 2..=4usize {
+        api.patch(
+            "flash",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {
+                "deepinfer.io/rerun-acceptance": run.to_string()}}})),
+        )
+        .await
+        .expect("rerun");
+        ready("Ready after a re-run", run).await;
+    }
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns.name);
+    support::eventually(TIMEOUT, "every finished Job to expire", || async {
+        let list = jobs.list(&ListParams::default()).await.ok()?;
+        list.items.is_empty().then_some(())
+    })
+    .await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    let evidence: Vec<String> = cms
+        .list(&ListParams::default().labels("deepinfer.io/component=evidence"))
+        .await
+        .expect("evidence")
+        .items
+        .iter()
+        .map(ResourceExt::name_any)
+        .collect();
+    let st = api.get("flash").await.expect("get").status.expect("status");
+    let current = st
+        .acceptance
+        .as_ref()
+        .and_then(|a| a.evidence.clone())
+        .expect("evidence named in status");
+    assert_eq!(evidence.len(), 2, "{evidence:?}");
+    assert!(evidence.contains(&current), "{evidence:?} lacks {current}");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let st = api.get("flash").await.expect("get").status.expect("status");
+    assert_eq!(
+        st.judgements.len(),
+        4,
+        "nothing judged again once its Jobs are gone"
+    );
+    assert!(
+        jobs.list(&ListParams::default())
+            .await
+            .expect("jobs")
+            .items
+            .is_empty(),
+        "no Job made again"
+    );
+    op.stop().await;
+    monitor.assert_clean().await;
+}

@@ -24,7 +24,7 @@ use super::decide::jobs::{job_state, JobState};
 use super::decide::rejected::rejected_gate;
 use super::decide::rollout::{self, Action as GroupAction, Health, Progress, RoleInput};
 use super::decide::workers::{group_views, workers_gate};
-use super::decide::{acceptance, entitlement};
+use super::decide::{self, acceptance, entitlement};
 use super::observe::{observe, Observed};
 use super::status::{Gate, Outcome};
 use super::validate::{license_gate, summarize, validate, LicenseVerdict, ValidatedDeployment};
@@ -117,9 +117,27 @@ pub async fn run_pipeline(
             retry = retry.or(retry_after(&outcome.checkpoint));
         }
     }
+    // Jobs whose verdict is not in status yet: the current checkpoint Jobs until the checkpoint
+    // is recorded, every acceptance Job until its gate says which run is judged.
+    let mut unjudged_jobs: Vec<String> = Vec::new();
+    if previous
+        .and_then(|p| p.checkpoint.as_ref())
+        .is_none_or(|c| c.source_key != build::checkpoint_key(&did.spec))
+    {
+        unjudged_jobs.extend([build::fetch_job_name(did), build::verify_job_name(did)]);
+    }
+    let acceptance_jobs = observed
+        .jobs
+        .iter()
+        .filter(|j| j.labels().get(labels::COMPONENT).map(String::as_str) == Some("acceptance"))
+        .map(ResourceExt::name_any)
+        .collect::<Vec<_>>();
+    let mut acceptance_judged = false;
     if outcome.checkpoint.passed() {
         match acceptance_gate(did, ctx, &ns, &revision, &observed, &known).await {
             Ok(found) => {
+                acceptance_judged = true;
+                unjudged_jobs.extend(found.unjudged.clone());
                 outcome.acceptance = found.gate;
                 needs_room = found.needs_room;
                 if let Some(status) = found.status {
@@ -171,6 +189,10 @@ pub async fn run_pipeline(
             retry = retry.or(retry_after(&outcome.workers));
         }
     }
+    if !acceptance_judged {
+        unjudged_jobs.extend(acceptance_jobs);
+    }
+    expire_finished_jobs(ctx, &ns, &observed, &unjudged_jobs).await;
     let action = match retry {
         Some(after) => Action::requeue(after),
         None => next_look(&outcome),
@@ -420,6 +442,9 @@ struct AcceptanceFound {
     recorded: Option<AcceptanceStatus>,
     /// The run waits for devices.
     needs_room: bool,
+    /// The run's leader Job while its verdict is not in status at the start of the pass (it
+    /// keeps no TTL until then).
+    unjudged: Option<String>,
 }
 
 impl AcceptanceFound {
@@ -429,6 +454,7 @@ impl AcceptanceFound {
             status: None,
             recorded: None,
             needs_room: false,
+            unjudged: None,
         }
     }
 }
@@ -464,6 +490,7 @@ async fn acceptance_gate(
             status: None,
             recorded: None,
             needs_room: false,
+            unjudged: None,
         });
     };
     let shape = build::group_shape(&did.spec, role);
@@ -494,12 +521,15 @@ async fn acceptance_gate(
         role.name, shape.pods
     );
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), ns);
-    match step {
+    // Until a verdict of this run is in status, its leader Job is where it is read from.
+    let unjudged = (!matches!(step, acceptance::Step::Reuse(_))).then(|| leader.clone());
+    let found = match step {
         acceptance::Step::Reuse(a) => Ok(AcceptanceFound {
             gate: acceptance::judged_gate(&a),
             status: Some(a),
             recorded: None,
             needs_room: false,
+            unjudged: None,
         }),
         acceptance::Step::Start => {
             let spec = match resolved {
@@ -510,6 +540,7 @@ async fn acceptance_gate(
                         status: None,
                         recorded: None,
                         needs_room: false,
+                        unjudged: None,
                     })
                 }
             };
@@ -534,6 +565,7 @@ async fn acceptance_gate(
                 status: None,
                 recorded: None,
                 needs_room: false,
+                unjudged: None,
             })
         }
         acceptance::Step::WaitingForCapacity(why) => {
@@ -572,7 +604,74 @@ async fn acceptance_gate(
                     end.duration_since(start).as_secs_f64().max(0.0)
                 })
                 .unwrap_or(0.0);
+            prune_evidence(ctx, ns, did, judgement.evidence.as_deref()).await;
             Ok(record(ctx, judgement, duration))
+        }
+    };
+    found.map(|f| AcceptanceFound { unjudged, ..f })
+}
+
+/// Deletes the resource's evidence ConfigMaps beyond the newest `--keep-evidence`, never the one
+/// of the judgement just recorded. Read as metadata only (evidence is up to 1 MiB each).
+/// Housekeeping: a failure is logged, not a failed pass.
+async fn prune_evidence(ctx: &Context, ns: &str, did: &ValidatedDeployment, pinned: Option<&str>) {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::core::PartialObjectMeta;
+    let name = did.name_any();
+    let uid = did.uid().unwrap_or_default();
+    let metas: Api<PartialObjectMeta<ConfigMap>> = Api::namespaced(ctx.client.clone(), ns);
+    let lp = kube::api::ListParams::default().labels(&format!(
+        "{}={name},{}=evidence",
+        labels::DEPLOYMENT,
+        labels::COMPONENT
+    ));
+    let evidence: Vec<_> = match metas.list(&lp).await {
+        Ok(list) => list
+            .items
+            .into_iter()
+            .map(|m| m.metadata)
+            .filter(|m| m.owner_references.iter().flatten().any(|o| o.uid == uid))
+            .collect(),
+        Err(e) => {
+            tracing::warn!(error = %e, "listing evidence ConfigMaps failed; pruning them later");
+            return;
+        }
+    };
+    let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
+    let keep = usize::from(ctx.retention.keep_evidence);
+    for old in decide::retention::evidence_to_delete(
+        &evidence,
+        keep,
+        &pinned.into_iter().collect::<Vec<_>>(),
+    ) {
+        tracing::info!(configmap = %old, keep, "deleting evidence beyond the newest kept");
+        if let Err(e) = apply::delete_ignoring_missing(&api, &old).await {
+            tracing::warn!(error = %e, "deleting old evidence failed; trying again at the next judgement");
+        }
+    }
+}
+
+/// Gives every finished Job whose verdict is in status (all but `keep`) its
+/// `ttlSecondsAfterFinished`, so the TTL controller removes it and its pods. Housekeeping: a
+/// failure is logged, not a failed pass.
+async fn expire_finished_jobs(ctx: &Context, ns: &str, observed: &Observed, keep: &[String]) {
+    let api: Api<Job> = Api::namespaced(ctx.client.clone(), ns);
+    let ttl = ctx.retention.finished_job_ttl_seconds;
+    for name in decide::retention::jobs_to_expire(&observed.jobs, keep) {
+        let patch = serde_json::json!({"spec": {"ttlSecondsAfterFinished": ttl}});
+        match api
+            .patch(
+                name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&patch),
+            )
+            .await
+        {
+            Ok(_) => tracing::debug!(job = %name, ttl, "finished Job expires"),
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => {
+                tracing::warn!(job = %name, error = %e, "setting a finished Job's TTL failed; trying again next pass")
+            }
         }
     }
 }
@@ -585,6 +684,7 @@ fn record(ctx: &Context, judged: AcceptanceStatus, seconds: f64) -> AcceptanceFo
         status: Some(judged.clone()),
         recorded: Some(judged),
         needs_room: false,
+        unjudged: None,
     }
 }
 

@@ -66,6 +66,13 @@ pub struct RunArgs {
     /// Seconds a verify Job may run (its `activeDeadlineSeconds`, time Pending included).
     #[arg(long, env = "DEEPINFER_VERIFY_DEADLINE_SECONDS", default_value_t = build::DEFAULT_VERIFY_DEADLINE_SECONDS, value_parser = clap::value_parser!(i64).range(1..))]
     pub verify_deadline_seconds: i64,
+    /// Evidence ConfigMaps kept per DeepInferDeployment (the newest, and always the one its
+    /// status points at); older ones are deleted when a new judgement is recorded.
+    #[arg(long, env = "DEEPINFER_KEEP_EVIDENCE", default_value_t = decide::retention::DEFAULT_KEEP_EVIDENCE, value_parser = clap::value_parser!(u16).range(1..))]
+    pub keep_evidence: u16,
+    /// `ttlSecondsAfterFinished` given to a finished Job once its verdict is in status.
+    #[arg(long, env = "DEEPINFER_FINISHED_JOB_TTL_SECONDS", default_value_t = decide::retention::DEFAULT_FINISHED_JOB_TTL_SECONDS, value_parser = clap::value_parser!(i32).range(0..))]
+    pub finished_job_ttl_seconds: i32,
     /// Log as JSON lines.
     #[arg(long)]
     pub json_logs: bool,
@@ -158,6 +165,8 @@ pub struct Context {
     pub limits: DeviceLimits,
     /// Deadlines of the fetch and verify Jobs.
     pub job_deadlines: build::JobDeadlines,
+    /// What is kept of evidence and finished Jobs.
+    pub retention: decide::retention::Retention,
     /// Mutating requests (everything but GET/LIST/WATCH) this controller sent.
     pub writes: Arc<AtomicU64>,
     /// Reconcile passes run.
@@ -179,6 +188,8 @@ pub struct Settings {
     pub limits: DeviceLimits,
     /// Deadlines of the fetch and verify Jobs.
     pub job_deadlines: build::JobDeadlines,
+    /// What is kept of evidence and finished Jobs.
+    pub retention: decide::retention::Retention,
 }
 
 impl From<&RunArgs> for Settings {
@@ -200,6 +211,10 @@ impl From<&RunArgs> for Settings {
             job_deadlines: build::JobDeadlines {
                 fetch_seconds: a.fetch_deadline_seconds,
                 verify_seconds: a.verify_deadline_seconds,
+            },
+            retention: decide::retention::Retention {
+                keep_evidence: a.keep_evidence,
+                finished_job_ttl_seconds: a.finished_job_ttl_seconds,
             },
         }
     }
@@ -373,6 +388,7 @@ pub fn context(client: Client, settings: &Settings, writes: Arc<AtomicU64>) -> A
         operator_image: settings.operator_image.clone(),
         limits: settings.limits,
         job_deadlines: settings.job_deadlines,
+        retention: settings.retention,
         metrics: Arc::new(crate::metrics::Metrics::new(writes.clone())),
         writes,
         reconciles: AtomicU64::new(0),

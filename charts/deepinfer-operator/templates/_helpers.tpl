@@ -57,24 +57,27 @@ Every API permission the operator uses, with exact verbs and no wildcards. The s
 shipped in config/rbac/role.yaml (a test keeps the two equal).
 */}}
 {{- define "deepinfer-operator.rules" -}}
-# The resource it reconciles, and its status.
+# Exactly the verbs the operator's code uses (tests/chart_render.rs keeps the list): it lists and
+# watches what it reads in bulk, gets nothing it lists, and writes by server-side apply (patch;
+# create for a new object).
+# The resource it reconciles (watched), and its status (server-side applied).
 - apiGroups: [deepinfer.io]
   resources: [deepinferdeployments]
-  verbs: [get, list, watch]
+  verbs: [list, watch]
 - apiGroups: [deepinfer.io]
   resources: [deepinferdeployments/status]
-  verbs: [get, patch, update]
+  verbs: [patch]
 # Worker pods (server-side apply = patch) and their deepinfer.io/accepted readiness condition.
 - apiGroups: [""]
   resources: [pods]
-  verbs: [get, list, watch, create, patch, delete]
+  verbs: [list, watch, create, patch, delete]
 - apiGroups: [""]
   resources: [pods/status]
-  verbs: [patch, update]
+  verbs: [patch]
 # A headless Service per serving group and a Service per role.
 - apiGroups: [""]
   resources: [services]
-  verbs: [get, list, watch, create, patch, delete]
+  verbs: [list, watch, create, patch, delete]
 # A PodDisruptionBudget per role, so a node drain takes down no more groups than a rollout may.
 - apiGroups: [policy]
   resources: [poddisruptionbudgets]
@@ -83,26 +86,31 @@ shipped in config/rbac/role.yaml (a test keeps the two equal).
 - apiGroups: [apps]
   resources: [controllerrevisions]
   verbs: [list, create, patch, delete]
-# Checkpoint fetch, verification and acceptance Jobs.
+# Checkpoint fetch, verification and acceptance Jobs; patch gives a finished Job whose verdict is
+# in status its ttlSecondsAfterFinished.
 - apiGroups: [batch]
   resources: [jobs]
-  verbs: [get, list, watch, create, delete]
+  verbs: [list, watch, create, patch, delete]
 # Checks that the checkpoint claim exists and is bound.
 - apiGroups: [""]
   resources: [persistentvolumeclaims]
   verbs: [get]
-# Acceptance spec and evidence. create/get/update are also what the acceptance runner's Role
-# grants, and Kubernetes only lets the operator grant what it holds itself.
+# ConfigMaps: get reads the prompts of spec.acceptance.promptsFrom; list and watch are a
+# metadata-only watch (an edit to those prompts re-runs acceptance) and list the evidence's
+# metadata; patch applies the acceptance spec; delete removes evidence beyond --keep-evidence.
+# create/get/update are also what the acceptance runner's Role grants, and Kubernetes only lets
+# the operator grant what it holds itself. Install in single-namespace mode to hold all of this
+# in one namespace only.
 - apiGroups: [""]
   resources: [configmaps]
   verbs: [get, list, watch, create, update, patch, delete]
-# The acceptance runner's per-deployment identity.
+# The acceptance runner's per-deployment identity (server-side applied).
 - apiGroups: [""]
   resources: [serviceaccounts]
-  verbs: [get, create, patch]
+  verbs: [create, patch]
 - apiGroups: [rbac.authorization.k8s.io]
   resources: [roles, rolebindings]
-  verbs: [get, create, patch]
+  verbs: [create, patch]
 # Events (kube-rs publishes events.k8s.io/v1; core events for older readers).
 - apiGroups: [events.k8s.io]
   resources: [events]

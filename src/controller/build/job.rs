@@ -115,6 +115,16 @@ pub fn layout_args(spec: &DeepInferDeploymentSpec) -> Vec<String> {
         .collect()
 }
 
+/// Name of the fetch Job of the current source (`<name>-fetch-<checkpoint key>`).
+pub fn fetch_job_name(did: &ValidatedDeployment) -> String {
+    format!("{}-fetch-{}", did.name_any(), checkpoint_key(&did.spec))
+}
+
+/// Name of the verify Job of the current source (`<name>-verify-<checkpoint key>`).
+pub fn verify_job_name(did: &ValidatedDeployment) -> String {
+    format!("{}-verify-{}", did.name_any(), checkpoint_key(&did.spec))
+}
+
 /// The fetch Job: downloads the pinned hub revision into the claim.
 pub fn fetch_job(
     did: &ValidatedDeployment,
@@ -150,7 +160,7 @@ pub fn fetch_job(
             }),
         });
     }
-    let name = format!("{}-fetch-{}", did.name_any(), checkpoint_key(&did.spec));
+    let name = fetch_job_name(did);
     Some(operator_job(
         did,
         name,
@@ -187,7 +197,7 @@ pub fn verify_job(
         revision,
     ];
     args.extend(layout_args(spec));
-    let name = format!("{}-verify-{}", did.name_any(), checkpoint_key(spec));
+    let name = verify_job_name(did);
     operator_job(
         did,
         name,

@@ -6,5 +6,6 @@ pub mod checkpoint;
 pub mod entitlement;
 pub mod jobs;
 pub mod rejected;
+pub mod retention;
 pub mod rollout;
 pub mod workers;

@@ -1,0 +1,128 @@
+//! What the operator stops keeping: evidence ConfigMaps beyond the newest few per resource, and
+//! finished Jobs whose verdict is already in status (they get `ttlSecondsAfterFinished`, so
+//! Kubernetes' TTL controller removes them with their pods).
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+/// Default of `--keep-evidence`: evidence ConfigMaps kept per resource.
+pub const DEFAULT_KEEP_EVIDENCE: u16 = 3;
+/// Default of `--finished-job-ttl-seconds`: how long a finished Job whose verdict is in status
+/// stays for its logs.
+pub const DEFAULT_FINISHED_JOB_TTL_SECONDS: i32 = 24 * 3600;
+
+/// Retention settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Retention {
+    /// Evidence ConfigMaps kept per resource (the newest), at least 1.
+    pub keep_evidence: u16,
+    /// `ttlSecondsAfterFinished` given to finished Jobs whose verdict is in status.
+    pub finished_job_ttl_seconds: i32,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        Self {
+            keep_evidence: DEFAULT_KEEP_EVIDENCE,
+            finished_job_ttl_seconds: DEFAULT_FINISHED_JOB_TTL_SECONDS,
+        }
+    }
+}
+
+/// Names of the evidence ConfigMaps to delete: all but the `keep` newest (by creation, then
+/// name), never one named in `pinned` (the evidence the status points at).
+pub fn evidence_to_delete(evidence: &[ObjectMeta], keep: usize, pinned: &[&str]) -> Vec<String> {
+    let mut by_age: Vec<&ObjectMeta> = evidence
+        .iter()
+        .filter(|m| m.deletion_timestamp.is_none())
+        .collect();
+    // Newest first.
+    by_age.sort_by(|a, b| {
+        let key = |m: &ObjectMeta| (m.creation_timestamp.clone().map(|t| t.0), m.name.clone());
+        key(b).cmp(&key(a))
+    });
+    by_age
+        .into_iter()
+        .skip(keep.max(1))
+        .filter_map(|m| m.name.clone())
+        .filter(|n| !pinned.contains(&n.as_str()))
+        .collect()
+}
+
+/// Whether a Job has finished (a Complete or Failed condition).
+fn finished(job: &Job) -> bool {
+    job.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| {
+            cs.iter()
+                .any(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True")
+        })
+}
+
+/// Names of the finished Jobs that get a TTL now: those without one, except `keep` (Jobs whose
+/// verdict is not in status yet and is still read from them).
+pub fn jobs_to_expire<'a>(jobs: &'a [Job], keep: &[String]) -> Vec<&'a str> {
+    jobs.iter()
+        .filter(|j| finished(j))
+        .filter(|j| {
+            j.spec
+                .as_ref()
+                .is_none_or(|s| s.ttl_seconds_after_finished.is_none())
+        })
+        .filter_map(|j| j.metadata.name.as_deref())
+        .filter(|n| !keep.iter().any(|k| k == n))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn meta(name: &str, created: &str) -> ObjectMeta {
+        serde_json::from_value(json!({"name": name, "creationTimestamp": created})).expect("meta")
+    }
+
+    #[test]
+    fn the_newest_evidence_is_kept_and_the_pinned_one_whatever_its_age() {
+        let items = [
+            meta("e1", "2026-01-01T00:00:00Z"),
+            meta("e4", "2026-01-04T00:00:00Z"),
+            meta("e2", "2026-01-02T00:00:00Z"),
+            meta("e5", "2026-01-05T00:00:00Z"),
+            meta("e3", "2026-01-03T00:00:00Z"),
+        ];
+        assert_eq!(evidence_to_delete(&items, 3, &[]), ["e2", "e1"]);
+        assert_eq!(evidence_to_delete(&items, 3, &["e1"]), ["e2"]);
+        assert_eq!(
+            evidence_to_delete(&items, 0, &[]).len(),
+            4,
+            "keeps at least one"
+        );
+        assert!(evidence_to_delete(&items, 5, &[]).is_empty());
+    }
+
+    #[test]
+    fn only_finished_jobs_whose_verdict_is_in_status_expire() {
+        let job = |name: &str, condition: Option<&str>, ttl: Option<i32>| -> Job {
+            serde_json::from_value(json!({
+                "metadata": {"name": name},
+                "spec": {"ttlSecondsAfterFinished": ttl, "template": {}},
+                "status": {"conditions": condition.map(|c| vec![json!({"type": c, "status": "True"})])}
+            }))
+            .expect("job")
+        };
+        let jobs = [
+            job("done", Some("Complete"), None),
+            job("failed", Some("Failed"), None),
+            job("running", None, None),
+            job("expiring", Some("Complete"), Some(60)),
+            job("unrecorded", Some("Failed"), None),
+        ];
+        assert_eq!(
+            jobs_to_expire(&jobs, &["unrecorded".to_string()]),
+            ["done", "failed"]
+        );
+    }
+}

@@ -558,3 +558,56 @@ async fn gpu_finished_jobs_expire_and_only_the_newest_evidence_is_kept() {
     op.stop().await;
     monitor.assert_clean().await;
 }
+
+/// Item 10: `status.license` records when the licence gate opened, for which licence and
+/// annotation value, and when and why it closed; the annotation's editor is in `managedFields`.
+#[tokio::test]
+async fn the_status_records_when_the_licence_gate_opened_and_closed() {
+    use kube::api::{Patch, PatchParams};
+    let client = support::client().await;
+    support::ensure_crd();
+    // No claim: the licence gate opens, the checkpoint gate waits; no accelerator is used.
+    let ns = TestNamespace::new(&client, "licence").await;
+    let api: Api<DeepInferDeployment> = Api::namespaced(client.clone(), &ns.name);
+    let op = Operator::start(&ns.name, &["mit"]).await;
+    create(&api, planner("flash")).await;
+    let st = status_where(&api, "flash", "the licence record", |s| s.license.is_some()).await;
+    let opened = st.license.expect("record");
+    assert_eq!(
+        (opened.license.as_str(), opened.annotation.as_str()),
+        ("mit", "mit")
+    );
+    assert!(opened.closed_at.is_none());
+    api.patch(
+        "flash",
+        &PatchParams::apply("licence-officer").force(),
+        &Patch::Apply(json!({
+            "apiVersion": "deepinfer.io/v1alpha1", "kind": "DeepInferDeployment",
+            "metadata": {"name": "flash", "annotations": {"deepinfer.io/license-accepted": "apache-2.0"}}
+        })),
+    )
+    .await
+    .expect("changing the annotation");
+    let st = status_where(&api, "flash", "the record closed", |s| {
+        s.license.as_ref().is_some_and(|r| r.closed_at.is_some())
+    })
+    .await;
+    let closed = st.license.expect("record");
+    assert_eq!(closed.opened_at, opened.opened_at, "when it opened is kept");
+    assert_eq!(closed.closed_reason.as_deref(), Some("LicenseMismatch"));
+    // Who changed the annotation: the field manager that owns it.
+    let did = api.get("flash").await.expect("get");
+    let owner = did
+        .metadata
+        .managed_fields
+        .unwrap_or_default()
+        .into_iter()
+        .find(|m| {
+            m.fields_v1
+                .as_ref()
+                .is_some_and(|f| f.0.to_string().contains("deepinfer.io/license-accepted"))
+        })
+        .and_then(|m| m.manager);
+    assert_eq!(owner.as_deref(), Some("licence-officer"));
+    op.stop().await;
+}

@@ -39,6 +39,30 @@ pub struct DeepInferDeploymentStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 5))]
     pub judgements: Vec<AcceptanceStatus>,
+    /// The licence gate's last opening: for which licence and annotation value, when, and when
+    /// and why it closed. Who changed the annotation is in the object's `managedFields` and the
+    /// API server's audit log (see the LicenseAccepted runbook entry).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub license: Option<LicenseRecord>,
+}
+
+/// When the licence gate opened and closed. Written only on those transitions.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct LicenseRecord {
+    /// `spec.model.license` when the gate opened.
+    pub license: String,
+    /// Value of the `deepinfer.io/license-accepted` annotation when the gate opened.
+    pub annotation: String,
+    /// When the gate opened (annotation, spec and allow-list agreed).
+    pub opened_at: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+    /// When it closed; absent while it is open.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub closed_at: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    /// Why it closed: the LicenseAccepted condition's reason then (LicenseAnnotationMissing,
+    /// LicenseMismatch, LicenseNotAllowed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub closed_reason: Option<String>,
 }
 
 /// Most judgements kept in `status.judgements`.

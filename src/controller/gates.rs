@@ -26,7 +26,7 @@ use super::decide::rollout::{self, Action as GroupAction, Health, Progress, Role
 use super::decide::workers::{group_views, workers_gate};
 use super::decide::{self, acceptance, entitlement};
 use super::observe::{observe, Observed};
-use super::status::{Gate, Outcome};
+use super::status::{Gate, LicenceSeen, Outcome};
 use super::validate::{license_gate, summarize, validate, LicenseVerdict, ValidatedDeployment};
 use super::{Context, Error};
 use crate::api::{
@@ -51,6 +51,15 @@ pub async fn run_pipeline(
         &did.spec.model.license,
         &ctx.accepted_licenses,
     );
+    outcome.licence = Some(LicenceSeen {
+        license: did.spec.model.license.clone(),
+        annotation: did
+            .annotations()
+            .get(crate::api::LICENSE_ACCEPTED_ANNOTATION)
+            .cloned(),
+        accepted: licence.is_accepted(),
+        reason: licence.reason(),
+    });
     // Judgements recorded so far (a status written before the list existed has one, in
     // `acceptance`).
     let mut known = previous.cloned().unwrap_or_default();

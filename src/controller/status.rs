@@ -7,7 +7,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use crate::api::{
     conditions as ct, reasons, AcceptanceStatus, CheckpointStatus, DeepInferDeploymentStatus,
-    Phase, RoleStatus,
+    LicenseRecord, Phase, RoleStatus,
 };
 
 /// Outcome of one gate or stage.
@@ -55,6 +55,55 @@ pub struct Outcome {
     pub judgements: Vec<AcceptanceStatus>,
     /// What was taken out of service in this pass, and why.
     pub withdrawn: Option<String>,
+    /// The licence gate as this pass saw it (`None`: the pass did not look at it).
+    pub licence: Option<LicenceSeen>,
+}
+
+/// The licence gate's inputs and verdict in one pass, for `status.license`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LicenceSeen {
+    /// `spec.model.license`.
+    pub license: String,
+    /// Value of the `deepinfer.io/license-accepted` annotation, if set.
+    pub annotation: Option<String>,
+    /// Whether the gate is open.
+    pub accepted: bool,
+    /// The gate's reason.
+    pub reason: &'static str,
+}
+
+/// `status.license` after a pass: a new record when the gate opens, the old one closed (once)
+/// when it closes, otherwise unchanged, so an unchanged gate writes nothing.
+fn licence_record(
+    previous: Option<&LicenseRecord>,
+    seen: Option<&LicenceSeen>,
+    now: &Time,
+) -> Option<LicenseRecord> {
+    let Some(seen) = seen else {
+        return previous.cloned();
+    };
+    let open = previous.filter(|r| r.closed_at.is_none());
+    match (seen.accepted, open) {
+        (true, Some(r))
+            if r.license == seen.license
+                && Some(r.annotation.as_str()) == seen.annotation.as_deref() =>
+        {
+            Some(r.clone())
+        }
+        (true, _) => Some(LicenseRecord {
+            license: seen.license.clone(),
+            annotation: seen.annotation.clone().unwrap_or_default(),
+            opened_at: now.clone(),
+            closed_at: None,
+            closed_reason: None,
+        }),
+        (false, Some(r)) => Some(LicenseRecord {
+            closed_at: Some(now.clone()),
+            closed_reason: Some(seen.reason.to_string()),
+            ..r.clone()
+        }),
+        (false, None) => previous.cloned(),
+    }
 }
 
 impl Default for Outcome {
@@ -71,6 +120,7 @@ impl Default for Outcome {
             acceptance_status: None,
             judgements: Vec::new(),
             withdrawn: None,
+            licence: None,
         }
     }
 }
@@ -301,6 +351,11 @@ pub fn compute(
         roles: outcome.roles.clone(),
         acceptance: outcome.acceptance_status.clone(),
         judgements: outcome.judgements.clone(),
+        license: licence_record(
+            previous.and_then(|p| p.license.as_ref()),
+            outcome.licence.as_ref(),
+            &now,
+        ),
     }
 }
 
@@ -452,5 +507,70 @@ mod tests {
             ("False", reasons::ACCEPTANCE_RUNNING)
         );
         assert_eq!(s.phase, Some(Phase::Accepting));
+    }
+
+    fn licence(accepted: bool, annotation: Option<&str>, reason: &'static str) -> LicenceSeen {
+        LicenceSeen {
+            license: "mit".into(),
+            annotation: annotation.map(str::to_string),
+            accepted,
+            reason,
+        }
+    }
+
+    #[test]
+    fn the_licence_record_says_when_the_gate_opened_for_what_and_when_it_closed() {
+        let mut o = ready_outcome();
+        o.licence = Some(licence(true, Some("mit"), reasons::LICENSE_ACCEPTED));
+        let opened = compute(None, &o, Some(1), t("2026-01-01T00:00:00Z"));
+        let record = opened.license.clone().expect("recorded once open");
+        assert_eq!(record.license, "mit");
+        assert_eq!(record.annotation, "mit");
+        assert_eq!(record.opened_at, t("2026-01-01T00:00:00Z"));
+        assert_eq!(record.closed_at, None);
+        // Deterministic: a later pass with the gate still open changes nothing.
+        let again = compute(Some(&opened), &o, Some(1), t("2026-01-01T05:00:00Z"));
+        assert_eq!(again, opened);
+        // Closing keeps when and for what it had opened, and says when and why it closed.
+        o.licence = Some(licence(false, None, reasons::LICENSE_ANNOTATION_MISSING));
+        o.license = Gate::Failed(reasons::LICENSE_ANNOTATION_MISSING, "gone".into());
+        let closed = compute(Some(&again), &o, Some(2), t("2026-01-02T00:00:00Z"));
+        let record = closed.license.clone().expect("kept once closed");
+        assert_eq!(record.opened_at, t("2026-01-01T00:00:00Z"));
+        assert_eq!(record.annotation, "mit");
+        assert_eq!(record.closed_at, Some(t("2026-01-02T00:00:00Z")));
+        assert_eq!(
+            record.closed_reason.as_deref(),
+            Some(reasons::LICENSE_ANNOTATION_MISSING)
+        );
+        let still = compute(Some(&closed), &o, Some(2), t("2026-01-03T00:00:00Z"));
+        assert_eq!(still.license, closed.license, "closing is recorded once");
+        // Opening again starts a new record.
+        o.licence = Some(licence(true, Some("mit"), reasons::LICENSE_ACCEPTED));
+        let reopened = compute(Some(&still), &o, Some(3), t("2026-01-04T00:00:00Z"));
+        let record = reopened.license.expect("open");
+        assert_eq!(record.opened_at, t("2026-01-04T00:00:00Z"));
+        assert_eq!(record.closed_at, None);
+        assert_eq!(record.closed_reason, None);
+    }
+
+    #[test]
+    fn a_pass_that_did_not_look_at_the_licence_keeps_the_record() {
+        let mut o = ready_outcome();
+        o.licence = Some(licence(true, Some("mit"), reasons::LICENSE_ACCEPTED));
+        let opened = compute(None, &o, Some(1), t("2026-01-01T00:00:00Z"));
+        let unread = Outcome {
+            spec: Gate::Failed(reasons::INVALID_SPEC, "does not decode".into()),
+            ..Outcome::default()
+        };
+        let after = compute(Some(&opened), &unread, Some(2), t("2026-01-02T00:00:00Z"));
+        assert_eq!(after.license, opened.license);
+        // Never opened: no record.
+        let mut never = ready_outcome();
+        never.licence = Some(licence(false, None, reasons::LICENSE_ANNOTATION_MISSING));
+        assert_eq!(
+            compute(None, &never, Some(1), t("2026-01-01T00:00:00Z")).license,
+            None
+        );
     }
 }

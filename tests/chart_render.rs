@@ -579,58 +579,74 @@ fn values_select_image_logs_devices_and_scheduling() {
     );
 }
 
-#[test]
-fn job_deadlines_are_values_passed_as_flags() {
-    let a = |objs: &[Value]| -> Vec<String> {
-        args(operator_container(one(objs, "Deployment")))
+/// Each value of `values` (`key`, flag, default) becomes `--flag=<value>`: the default when
+/// unset, the value when set (`set`, as `key=value`); `refused` (`key=value`) fails the schema.
+fn assert_values_become_flags(values: &[(&str, &str, &str)], set: &[&str], refused: &str) {
+    let flags = |sets: &[&str]| -> Vec<String> {
+        args(operator_container(one(&template(sets), "Deployment")))
             .into_iter()
             .map(str::to_string)
             .collect()
     };
-    let defaults = a(&template(&[]));
-    assert!(
-        defaults.contains(&"--fetch-deadline-seconds=86400".to_string())
-            && defaults.contains(&"--verify-deadline-seconds=3600".to_string()),
-        "{defaults:?}"
+    let defaults = flags(&[]);
+    let overridden = flags(set);
+    for ((key, flag, default), given) in values.iter().zip(set) {
+        assert!(
+            defaults.contains(&format!("--{flag}={default}")),
+            "{key}: {defaults:?}"
+        );
+        let value = given.split_once('=').map_or("", |(_, v)| v);
+        assert!(
+            overridden.contains(&format!("--{flag}={value}")),
+            "{key}: {overridden:?}"
+        );
+    }
+    let err = template_err(&[refused]);
+    let key = refused.split_once('=').map_or(refused, |(k, _)| k);
+    let last = key.rsplit('.').next().unwrap_or(key);
+    assert!(err.contains(last), "{err}");
+}
+
+#[test]
+fn job_deadlines_are_values_passed_as_flags() {
+    assert_values_become_flags(
+        &[
+            (
+                "jobDeadlines.fetchSeconds",
+                "fetch-deadline-seconds",
+                "86400",
+            ),
+            (
+                "jobDeadlines.verifySeconds",
+                "verify-deadline-seconds",
+                "3600",
+            ),
+        ],
+        &[
+            "jobDeadlines.fetchSeconds=7200",
+            "jobDeadlines.verifySeconds=600",
+        ],
+        "jobDeadlines.verifySeconds=0",
     );
-    let set = a(&template(&[
-        "jobDeadlines.fetchSeconds=7200",
-        "jobDeadlines.verifySeconds=600",
-    ]));
-    assert!(
-        set.contains(&"--fetch-deadline-seconds=7200".to_string())
-            && set.contains(&"--verify-deadline-seconds=600".to_string()),
-        "{set:?}"
-    );
-    let err = template_err(&["jobDeadlines.verifySeconds=0"]);
-    assert!(err.contains("verifySeconds"), "{err}");
 }
 
 #[test]
 fn evidence_and_finished_job_retention_are_values_passed_as_flags() {
-    let a = |objs: &[Value]| -> Vec<String> {
-        args(operator_container(one(objs, "Deployment")))
-            .into_iter()
-            .map(str::to_string)
-            .collect()
-    };
-    let defaults = a(&template(&[]));
-    assert!(
-        defaults.contains(&"--keep-evidence=3".to_string())
-            && defaults.contains(&"--finished-job-ttl-seconds=86400".to_string()),
-        "{defaults:?}"
+    assert_values_become_flags(
+        &[
+            ("retention.keepEvidence", "keep-evidence", "3"),
+            (
+                "retention.finishedJobTtlSeconds",
+                "finished-job-ttl-seconds",
+                "86400",
+            ),
+        ],
+        &[
+            "retention.keepEvidence=5",
+            "retention.finishedJobTtlSeconds=600",
+        ],
+        "retention.keepEvidence=0",
     );
-    let set = a(&template(&[
-        "retention.keepEvidence=5",
-        "retention.finishedJobTtlSeconds=600",
-    ]));
-    assert!(
-        set.contains(&"--keep-evidence=5".to_string())
-            && set.contains(&"--finished-job-ttl-seconds=600".to_string()),
-        "{set:?}"
-    );
-    let err = template_err(&["retention.keepEvidence=0"]);
-    assert!(err.contains("keepEvidence"), "{err}");
 }
 
 #[test]

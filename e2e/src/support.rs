@@ -505,3 +505,80 @@ pub async fn wait_for_free_devices(client: &Client, resource: &str) {
     )
     .await;
 }
+
+/// A namespace of one test holding the fixture checkpoint on claim `ckpt` (under `model`), and
+/// the API of its DeepInferDeployments.
+pub async fn namespace_with_checkpoint(
+    prefix: &str,
+) -> (
+    Client,
+    TestNamespace,
+    Api<deepinfer_operator::api::DeepInferDeployment>,
+) {
+    let client = client().await;
+    ensure_crd();
+    let ns = TestNamespace::new(&client, prefix).await;
+    checkpoint_claim(&ns.name, "ckpt", &fixture_checkpoint(), "model");
+    let api = Api::namespaced(client.clone(), &ns.name);
+    (client, ns, api)
+}
+
+/// Creates the DeepInferDeployment `object` (JSON as users write it).
+pub async fn create_deployment(
+    api: &Api<deepinfer_operator::api::DeepInferDeployment>,
+    object: serde_json::Value,
+) {
+    let did: deepinfer_operator::api::DeepInferDeployment =
+        serde_json::from_value(object).expect("a valid test object");
+    api.create(&PostParams::default(), &did)
+        .await
+        .expect("creating the DeepInferDeployment");
+}
+
+/// The condition of `type_` in a status.
+pub fn condition<'a>(
+    status: &'a deepinfer_operator::api::DeepInferDeploymentStatus,
+    type_: &str,
+) -> Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    status.conditions.iter().find(|c| c.type_ == type_)
+}
+
+/// Waits up to `timeout` until the status of `name` satisfies `pred`, and returns it.
+pub async fn status_where(
+    api: &Api<deepinfer_operator::api::DeepInferDeployment>,
+    name: &str,
+    what: &str,
+    timeout: Duration,
+    pred: impl Fn(&deepinfer_operator::api::DeepInferDeploymentStatus) -> bool,
+) -> deepinfer_operator::api::DeepInferDeploymentStatus {
+    eventually(timeout, what, || async {
+        api.get(name).await.ok()?.status.filter(|s| pred(s))
+    })
+    .await
+}
+
+/// Makes the operator look at `name` again `rounds` times, two seconds apart, by changing a
+/// test annotation (a change the operator ignores).
+pub async fn poke(
+    api: &Api<deepinfer_operator::api::DeepInferDeployment>,
+    name: &str,
+    rounds: u32,
+) {
+    use kube::api::{Patch, PatchParams};
+    for round in 0..rounds {
+        let patch =
+            serde_json::json!({"metadata": {"annotations": {"test/poke": round.to_string()}}});
+        api.patch(name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+            .expect("poking the resource");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+}
+
+/// Cuts the fixture's second shard under the checkpoint directory `host` (as
+/// [`checkpoint_claim`] returns it) in half: verification must fail naming it.
+pub fn truncate_second_shard(host: &Path) {
+    let shard = host.join("model/model-00002-of-00002.safetensors");
+    let bytes = std::fs::read(&shard).expect("fixture shard");
+    std::fs::write(&shard, &bytes[..bytes.len() / 2]).expect("truncating the shard");
+}

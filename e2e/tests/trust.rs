@@ -33,26 +33,18 @@ fn planner(name: &str) -> Value {
 }
 
 async fn setup(prefix: &str) -> (Client, TestNamespace, Api<DeepInferDeployment>) {
-    let client = support::client().await;
-    support::ensure_crd();
-    let ns = TestNamespace::new(&client, prefix).await;
-    support::checkpoint_claim(&ns.name, "ckpt", &support::fixture_checkpoint(), "model");
-    let api = Api::namespaced(client.clone(), &ns.name);
-    (client, ns, api)
+    support::namespace_with_checkpoint(prefix).await
 }
 
 async fn create(api: &Api<DeepInferDeployment>, obj: Value) {
-    let did: DeepInferDeployment = serde_json::from_value(obj).expect("valid object");
-    api.create(&PostParams::default(), &did)
-        .await
-        .expect("create");
+    support::create_deployment(api, obj).await
 }
 
 fn cond<'a>(
     s: &'a DeepInferDeploymentStatus,
     t: &str,
 ) -> Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
-    s.conditions.iter().find(|c| c.type_ == t)
+    support::condition(s, t)
 }
 
 async fn status_where(
@@ -61,10 +53,7 @@ async fn status_where(
     what: &str,
     pred: impl Fn(&DeepInferDeploymentStatus) -> bool,
 ) -> DeepInferDeploymentStatus {
-    support::eventually(TIMEOUT, what, || async {
-        api.get(name).await.ok()?.status.filter(|s| pred(s))
-    })
-    .await
+    support::status_where(api, name, what, TIMEOUT, pred).await
 }
 
 /// Item 3: a spec that passes validation but yields a child the API server refuses (CPU requests
@@ -124,15 +113,13 @@ async fn gpu_a_child_the_api_server_refuses_stalls_its_resource_alone_without_re
 #[tokio::test]
 async fn a_users_pod_labelled_like_the_verify_job_cannot_pass_verification() {
     use k8s_openapi::api::core::v1::Pod;
-    use kube::api::{ListParams, Patch, PatchParams};
+    use kube::api::ListParams;
     use kube::ResourceExt;
     let client = support::client().await;
     support::ensure_crd();
     let ns = TestNamespace::new(&client, "forged").await;
     let host = support::checkpoint_claim(&ns.name, "ckpt", &support::fixture_checkpoint(), "model");
-    let shard = host.join("model/model-00002-of-00002.safetensors");
-    let bytes = std::fs::read(&shard).expect("fixture shard");
-    std::fs::write(&shard, &bytes[..bytes.len() / 2]).expect("truncating the shard");
+    support::truncate_second_shard(&host);
     support::checkpoint_claim(&ns.name, "sound", &support::fixture_checkpoint(), "model");
     let api: Api<DeepInferDeployment> = Api::namespaced(client.clone(), &ns.name);
     let op = Operator::start(&ns.name, &["mit"]).await;
@@ -182,16 +169,7 @@ async fn a_users_pod_labelled_like_the_verify_job_cannot_pass_verification() {
         "the forged report says ok: {message}"
     );
     // Make the operator look again, several times.
-    for round in 0..3 {
-        api.patch(
-            "broken",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"annotations": {"test/poke": round.to_string()}}})),
-        )
-        .await
-        .expect("poke");
-        tokio::time::sleep(Duration::from_secs(2)).await;
-    }
+    support::poke(&api, "broken", 3).await;
     let st = api
         .get("broken")
         .await
@@ -218,7 +196,6 @@ async fn a_users_pod_labelled_like_the_verify_job_cannot_pass_verification() {
 #[tokio::test]
 async fn a_users_pod_and_service_with_copied_labels_are_never_deleted() {
     use k8s_openapi::api::core::v1::{Pod, Service};
-    use kube::api::{Patch, PatchParams};
     let client = support::client().await;
     support::ensure_crd();
     let ns = TestNamespace::new(&client, "copied").await;
@@ -267,16 +244,8 @@ async fn a_users_pod_and_service_with_copied_labels_are_never_deleted() {
         cond(s, "CheckpointVerified").is_some_and(|c| c.reason == "MissingDependency")
     })
     .await;
-    for round in 0..3 {
-        api.patch(
-            "flash",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"annotations": {"test/poke": round.to_string()}}})),
-        )
-        .await
-        .expect("poke");
-        tokio::time::sleep(Duration::from_secs(2)).await;
-    }
+    // Make the operator look again, several times.
+    support::poke(&api, "flash", 3).await;
     let alive = |o: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>| {
         o.is_some_and(|m| m.deletion_timestamp.is_none())
     };

@@ -669,3 +669,39 @@ pub fn truncate(s: &str, max: usize) -> String {
     }
     format!("{}…", &s[..end])
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+
+    #[test]
+    fn the_placement_flags_parse_with_units_and_refuse_nonsense() {
+        let cli =
+            Cli::try_parse_from(["op", "--gang-scheduling=off", "--partial-group-timeout=5m"])
+                .expect("valid flags");
+        let settings = Settings::from(&cli.run);
+        assert_eq!(settings.gang_scheduling, placement::GangScheduling::Off);
+        assert_eq!(settings.partial_group_timeout, Duration::from_secs(300));
+        let defaults = Settings::from(&Cli::try_parse_from(["op"]).expect("defaults").run);
+        assert_eq!(defaults.gang_scheduling, placement::GangScheduling::Auto);
+        assert_eq!(
+            defaults.partial_group_timeout,
+            DEFAULT_PARTIAL_GROUP_TIMEOUT
+        );
+        assert_eq!(parse_duration("90"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        let err = Cli::try_parse_from(["op", "--partial-group-timeout=2 weeks"])
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(err.contains("unknown unit"), "{err}");
+        assert!(Cli::try_parse_from(["op", "--gang-scheduling=always"]).is_err());
+    }
+}

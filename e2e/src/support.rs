@@ -321,12 +321,25 @@ impl Operator {
         Self::start_with(ns, licenses, |s| s.limits = limits).await
     }
 
-    /// Starts an operator for `ns` with `change` applied to its default settings.
+    /// Starts an operator for `ns` that accepts `licenses`, with `change` applied to its default
+    /// settings.
     pub async fn start_with(
         ns: &str,
         licenses: &[&str],
         change: impl FnOnce(&mut deepinfer_operator::controller::Settings),
     ) -> Self {
+        use deepinfer_operator::controller as c;
+        let mut settings = c::Settings::new(
+            Some(ns.to_string()),
+            licenses.iter().map(|s| s.to_string()).collect(),
+        );
+        settings.operator_image = "deepinfer-operator:dev".into();
+        change(&mut settings);
+        Self::start_with_settings(settings).await
+    }
+
+    /// Starts an operator with `settings` (its namespace among them).
+    pub async fn start_with_settings(settings: deepinfer_operator::controller::Settings) -> Self {
         use deepinfer_operator::controller as c;
         let kc = kube::config::Kubeconfig::read_from(kubeconfig()).expect("bed kubeconfig");
         let config =
@@ -335,15 +348,6 @@ impl Operator {
                 .expect("config");
         let writes = Arc::new(AtomicU64::new(0));
         let client = c::counting_client(config, writes.clone()).expect("counting client");
-        let mut settings = c::Settings {
-            namespace: Some(ns.to_string()),
-            accepted_licenses: licenses.iter().map(|s| s.to_string()).collect(),
-            operator_image: "deepinfer-operator:dev".into(),
-            limits: Default::default(),
-            job_deadlines: Default::default(),
-            retention: Default::default(),
-        };
-        change(&mut settings);
         let ctx = c::context(client, &settings, writes.clone());
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(c::run_with_context(

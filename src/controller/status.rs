@@ -55,6 +55,8 @@ pub struct Outcome {
     pub judgements: Vec<AcceptanceStatus>,
     /// What was taken out of service in this pass, and why.
     pub withdrawn: Option<String>,
+    /// Look again no later than this (a watchdog or backoff deadline of the workers).
+    pub wake_after: Option<std::time::Duration>,
     /// The licence gate as this pass saw it (`None`: the pass did not look at it).
     pub licence: Option<LicenceSeen>,
 }
@@ -121,6 +123,7 @@ impl Default for Outcome {
             judgements: Vec::new(),
             withdrawn: None,
             licence: None,
+            wake_after: None,
         }
     }
 }

@@ -124,7 +124,10 @@ pub fn acceptance_spec_configmap(
     })
 }
 
-fn acceptance_labels(names: &AcceptanceNames, revision: &str) -> BTreeMap<String, String> {
+pub(super) fn acceptance_labels(
+    names: &AcceptanceNames,
+    revision: &str,
+) -> BTreeMap<String, String> {
     BTreeMap::from([
         (labels::COMPONENT.to_string(), "acceptance".to_string()),
         (labels::REVISION.to_string(), revision.to_string()),
@@ -171,6 +174,7 @@ pub fn acceptance_job(
         service: names.run.clone(),
         members: group_labels.clone(),
         subdomain: shape.pods > 1,
+        pod_group: (did.pod_groups && shape.pods > 1).then(|| names.run.clone()),
     };
     let mut pod = engine_pod_spec(did, &at, &shape, &rendezvous);
     let engine = pod.containers.first_mut()?;
@@ -273,10 +277,13 @@ pub fn acceptance_job(
         spec: Some(JobSpec {
             backoff_limit: Some(0),
             template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(pod_labels),
-                    ..ObjectMeta::default()
-                }),
+                metadata: Some(super::pod::with_scheduling_meta(
+                    spec,
+                    ObjectMeta {
+                        labels: Some(pod_labels),
+                        ..ObjectMeta::default()
+                    },
+                )),
                 spec: Some(pod),
             },
             ..JobSpec::default()

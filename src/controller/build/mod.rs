@@ -8,6 +8,7 @@ mod acceptance;
 mod budget;
 mod job;
 mod pod;
+mod pod_group;
 mod revision;
 mod service;
 
@@ -15,6 +16,7 @@ pub use acceptance::*;
 pub use budget::*;
 pub use job::*;
 pub use pod::*;
+pub use pod_group::*;
 pub use revision::*;
 pub use service::*;
 
@@ -24,9 +26,9 @@ use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
     Affinity, Capabilities, ConfigMap, ConfigMapVolumeSource, Container, EmptyDirVolumeSource,
     EnvVar, EnvVarSource, ObjectFieldSelector, PersistentVolumeClaimVolumeSource, Pod, PodAffinity,
-    PodAffinityTerm, PodReadinessGate, PodSecurityContext, PodSpec, PodTemplateSpec,
-    ResourceRequirements, SeccompProfile, SecurityContext, Service, ServiceAccount, ServicePort,
-    ServiceSpec, Toleration, Volume, VolumeMount,
+    PodAffinityTerm, PodReadinessGate, PodSchedulingGroup, PodSecurityContext, PodSpec,
+    PodTemplateSpec, ResourceRequirements, SeccompProfile, SecurityContext, Service,
+    ServiceAccount, ServicePort, ServiceSpec, Toleration, Volume, VolumeMount,
 };
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;

@@ -84,14 +84,19 @@ pub struct Rendezvous {
     pub members: BTreeMap<String, String>,
     /// Whether pods join the Service's subdomain (a single-pod run needs no rendezvous).
     pub subdomain: bool,
+    /// PodGroup the pods belong to (`spec.schedulingGroup`), so that the scheduler binds every
+    /// rank or none; `None` where groups are not PodGroups.
+    pub pod_group: Option<String>,
 }
 
 impl Rendezvous {
     /// The rendezvous of a serving group.
     pub fn serving(did: &ValidatedDeployment, at: &RankOf<'_>) -> Self {
         let name = did.name_any();
+        let service = group_service_name(&name, &at.role.name, at.revision, at.group);
         Self {
-            service: group_service_name(&name, &at.role.name, at.revision, at.group),
+            pod_group: did.pod_groups.then(|| service.clone()),
+            service,
             members: group_selector(&name, &at.role.name, at.revision, at.group),
             subdomain: true,
         }
@@ -200,6 +205,16 @@ pub(super) fn engine_pod_spec(
             }),
             ..Affinity::default()
         }),
+        scheduling_group: rendezvous
+            .pod_group
+            .as_ref()
+            .map(|name| PodSchedulingGroup {
+                pod_group_name: Some(name.clone()),
+            }),
+        scheduler_name: spec
+            .scheduling
+            .as_ref()
+            .and_then(|s| s.scheduler_name.clone()),
         hostname: Some(format!("rank-{}", at.rank)),
         subdomain: rendezvous.subdomain.then(|| rendezvous.service.clone()),
         restart_policy: Some("Never".into()),
@@ -208,6 +223,30 @@ pub(super) fn engine_pod_spec(
         security_context: Some(restricted_pod()),
         ..PodSpec::default()
     }
+}
+
+/// Pod metadata plus `spec.scheduling`'s labels and annotations for another scheduler or queue;
+/// the operator's own labels win.
+pub(super) fn with_scheduling_meta(
+    spec: &DeepInferDeploymentSpec,
+    mut meta: ObjectMeta,
+) -> ObjectMeta {
+    let Some(scheduling) = &spec.scheduling else {
+        return meta;
+    };
+    if !scheduling.pod_labels.is_empty() {
+        let labels = meta.labels.get_or_insert_with(BTreeMap::new);
+        for (k, v) in &scheduling.pod_labels {
+            labels.entry(k.clone()).or_insert_with(|| v.clone());
+        }
+    }
+    if !scheduling.pod_annotations.is_empty() {
+        let annotations = meta.annotations.get_or_insert_with(BTreeMap::new);
+        for (k, v) in &scheduling.pod_annotations {
+            annotations.entry(k.clone()).or_insert_with(|| v.clone());
+        }
+    }
+    meta
 }
 
 /// Labels of one rank's pod.
@@ -241,7 +280,7 @@ pub fn worker_pod(did: &ValidatedDeployment, at: &RankOf<'_>) -> Pod {
         engine.readiness_probe = Some(readiness_probe(&did.spec));
     }
     stamp(Pod {
-        metadata: owned_meta(did, name, rank_labels(at)),
+        metadata: with_scheduling_meta(&did.spec, owned_meta(did, name, rank_labels(at))),
         spec: Some(spec),
         status: None,
     })

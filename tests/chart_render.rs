@@ -228,9 +228,7 @@ fn expected_rules() -> Vec<(String, String, Vec<String>)> {
         (
             "",
             &["configmaps"],
-            &[
-                "get", "list", "watch", "create", "update", "patch", "delete",
-            ],
+            &["get", "create", "update", "patch"],
         ),
         ("", &["serviceaccounts"], &["get", "create", "patch"]),
         (

@@ -81,6 +81,12 @@ pub enum EngineExit {
         /// Why.
         error: String,
     },
+    /// The engine's container never reported how the engine ended (it did not start, or it
+    /// stopped without a report); seen by the judge.
+    Lost {
+        /// Why.
+        reason: String,
+    },
 }
 
 impl EngineExit {
@@ -97,6 +103,7 @@ impl EngineExit {
             Self::Signalled { signal } => Some(format!("engine was killed by signal {signal}")),
             Self::TimedOut { seconds } => Some(format!("timed out after {seconds}s")),
             Self::SpawnFailed { error } => Some(format!("engine could not be started: {error}")),
+            Self::Lost { reason } => Some(reason.clone()),
         }
     }
 }

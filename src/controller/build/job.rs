@@ -2,6 +2,11 @@
 
 use super::*;
 
+/// The fetch Job's component label and container name.
+pub const FETCH: &str = "fetch";
+/// The verify Job's component label and container name.
+pub const VERIFY: &str = "verify";
+
 /// A run-to-completion Job of the operator's own binary over the checkpoint volume.
 pub fn operator_job(
     did: &ValidatedDeployment,
@@ -122,7 +127,7 @@ pub fn fetch_job(did: &ValidatedDeployment, operator_image: &str) -> Option<Job>
     Some(operator_job(
         did,
         name,
-        "fetch",
+        FETCH,
         operator_image,
         args,
         env_vars,
@@ -151,5 +156,5 @@ pub fn verify_job(did: &ValidatedDeployment, operator_image: &str) -> Job {
     ];
     args.extend(layout_args(spec));
     let name = format!("{}-verify-{}", did.name_any(), checkpoint_key(spec));
-    operator_job(did, name, "verify", operator_image, args, Vec::new(), true)
+    operator_job(did, name, VERIFY, operator_image, args, Vec::new(), true)
 }

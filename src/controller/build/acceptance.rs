@@ -291,12 +291,6 @@ fn judge_container(
     let spec = &did.spec;
     let role = acceptance_role(spec);
     let p = role.map(|r| r.parallel.clone()).unwrap_or_default();
-    let checkpoint_revision = spec
-        .model
-        .source
-        .hub
-        .as_ref()
-        .map_or_else(|| "volume".to_string(), |h| h.revision.clone());
     Container {
         name: JUDGE_CONTAINER.into(),
         image: Some(operator_image.into()),
@@ -317,7 +311,7 @@ fn judge_container(
             "--runtime-commit".into(),
             spec.runtime.commit.clone(),
             "--checkpoint-revision".into(),
-            checkpoint_revision,
+            checkpoint_revision(spec),
             "--layout".into(),
             format!(
                 "tensor={},pipeline={},data={},expert={}",

@@ -135,16 +135,20 @@ pub fn fetch_job(did: &ValidatedDeployment, operator_image: &str) -> Option<Job>
     ))
 }
 
+/// The checkpoint revision recorded for a run: the hub commit, or `volume` for a given volume.
+pub fn checkpoint_revision(spec: &DeepInferDeploymentSpec) -> String {
+    spec.model
+        .source
+        .hub
+        .as_ref()
+        .map_or_else(|| "volume".to_string(), |h| h.revision.clone())
+}
+
 /// The verification Job: checks files, shard headers, licence and layout.
 pub fn verify_job(did: &ValidatedDeployment, operator_image: &str) -> Job {
     let spec = &did.spec;
     let rel = &did.checkpoint_dir;
-    let revision = spec
-        .model
-        .source
-        .hub
-        .as_ref()
-        .map_or_else(|| "volume".to_string(), |h| h.revision.clone());
+    let revision = checkpoint_revision(spec);
     let mut args = vec![
         "verify-checkpoint".into(),
         "--dir".into(),

@@ -34,7 +34,7 @@ pub enum Command {
     RunEngine(crate::acceptance::handoff::RunEngineArgs),
     /// Judge kept engine outputs against an acceptance spec, offline.
     Check(CheckArgs),
-    /// Init-container entrypoint: copy this binary into a shared volume (acceptance runner injection).
+    /// Init-container entrypoint: copy this binary into a shared volume (injected into the acceptance engine container).
     InstallRunner(InstallRunnerArgs),
 }
 

@@ -66,12 +66,12 @@ pub enum EngineExit {
         /// Exit code.
         code: i32,
     },
-    /// Killed by this signal (not by the runner).
+    /// Killed by this signal (not at the timeout).
     Signalled {
         /// Signal number.
         signal: i32,
     },
-    /// Killed by the runner at the timeout.
+    /// Killed at the timeout.
     TimedOut {
         /// The timeout.
         seconds: u64,

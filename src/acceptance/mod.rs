@@ -1,4 +1,5 @@
-//! Acceptance gate: the checker, the runner (`accept`, the acceptance Job's entrypoint) and
+//! Acceptance gate: the checker, the engine side (`run-engine`, in the engine container), the
+//! judge (`accept`, in the judge container; alone it also runs the engine side) and
 //! offline re-judging of kept evidence (`check`). Contracts: docs/acceptance.md.
 
 pub mod checker;
@@ -175,7 +176,7 @@ pub fn judge_file(compiled: &CompiledSpec, outputs: &Path) -> anyhow::Result<Vec
     Ok(compiled.judge(&parsed))
 }
 
-/// Runs `accept`; returns the process exit code (0 passed, 1 failed, 2 the runner itself failed).
+/// Runs `accept`; returns the process exit code (0 passed, 1 failed, 2 the judge itself failed).
 pub async fn accept(args: AcceptArgs) -> anyhow::Result<i32> {
     Ok(runner::run(&args).await)
 }

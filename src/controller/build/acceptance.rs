@@ -10,7 +10,7 @@
 use super::*;
 
 /// Seconds after the acceptance leader's engine container started by which the run must have
-/// ended: the runner's own timeout plus five minutes for writing the evidence.
+/// ended: the engine side's own timeout plus five minutes for the judge's wait and the evidence.
 pub fn acceptance_deadline(spec: &DeepInferDeploymentSpec) -> i64 {
     i64::from(spec.acceptance.timeout_seconds) + 300
 }
@@ -111,7 +111,8 @@ pub fn acceptance_rbac(
     (sa, role, binding)
 }
 
-/// The ConfigMap carrying the resolved acceptance spec (prompts inline) for the runner.
+/// The ConfigMap carrying the resolved acceptance spec (prompts inline) for the engine side and
+/// the judge.
 pub fn acceptance_spec_configmap(
     did: &ValidatedDeployment,
     names: &AcceptanceNames,

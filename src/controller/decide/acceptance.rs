@@ -148,7 +148,7 @@ fn unreadable_judgement(j: &Judging<'_>, why: String) -> AcceptanceStatus {
     }
 }
 
-/// `spec.acceptance` with `promptsFrom` resolved into inline prompts (so the runner needs no
+/// `spec.acceptance` with `promptsFrom` resolved into inline prompts (so the judge needs no
 /// read access to ConfigMaps), or what is missing, naming the ConfigMap and key.
 pub fn resolve(
     acceptance: &AcceptanceSpec,

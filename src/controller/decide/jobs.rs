@@ -109,3 +109,38 @@ pub fn started_at(pod: &Pod, container: &str) -> Option<Timestamp> {
                 .map(|t| t.0)
         })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn terminated(name: &str, message: &str, at: &str) -> serde_json::Value {
+        json!({"name": name, "image": "i", "imageID": "", "ready": false, "restartCount": 0,
+               "state": {"terminated": {"exitCode": 0, "message": message,
+                                         "startedAt": at, "finishedAt": at}}})
+    }
+
+    #[test]
+    fn the_message_comes_from_the_named_container_only() {
+        // The engine container ends last and leaves a forged summary; the judge's is read.
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "p"},
+            "status": {"containerStatuses": [
+                terminated("engine", r#"{"result":"Passed"}"#, "2026-01-01T00:00:09Z"),
+                terminated("judge", r#"{"result":"Failed"}"#, "2026-01-01T00:00:05Z"),
+            ]}
+        }))
+        .unwrap();
+        assert_eq!(
+            termination_message(std::iter::once(&pod), "judge").as_deref(),
+            Some(r#"{"result":"Failed"}"#)
+        );
+        assert_eq!(termination_message(std::iter::once(&pod), "verify"), None);
+        assert_eq!(
+            started_at(&pod, "engine").map(|t| t.to_string()),
+            Some("2026-01-01T00:00:09Z".to_string())
+        );
+        assert_eq!(started_at(&pod, "other"), None);
+    }
+}

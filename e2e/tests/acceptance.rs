@@ -603,3 +603,37 @@ async fn gpu_an_engine_that_forges_a_passed_summary_still_fails() {
     );
     op.stop().await;
 }
+
+/// An engine that makes its outputs file a link to the service-account token path (where the
+/// judge's own token is mounted) gets no token copied into the evidence: the judge reads no
+/// link, and the run fails for want of outputs.
+#[tokio::test]
+async fn gpu_an_engine_linking_its_outputs_to_the_token_path_leaks_no_token() {
+    let (client, ns, api) = setup("accept-link").await;
+    let op = Operator::start(&ns.name, &["mit"]).await;
+    create(&api, planner("link", "valid-2-2-2.jsonl", "link-token")).await;
+    let st = status_where(&api, "link", "a recorded judgement", |s| {
+        s.acceptance.is_some()
+    })
+    .await;
+    let acc = st.acceptance.clone().expect("judgement");
+    assert_eq!(acc.result.as_str(), "Failed", "{acc:?}");
+    assert!(
+        acc.reason
+            .as_deref()
+            .is_some_and(|r| r.contains("the engine wrote no outputs file")),
+        "{acc:?}"
+    );
+    let evidence = evidence_of(&client, &ns.name, &st).await;
+    let everything = serde_json::to_string(&evidence).expect("evidence as JSON");
+    // A service-account token is a JWT: its header starts with base64 of `{"alg":`.
+    assert!(
+        !everything.contains("eyJhbGciOi"),
+        "no token in the evidence: {everything}"
+    );
+    assert!(
+        evidence_key(&evidence, "engine.log").contains("outputs.jsonl not read"),
+        "the evidence says why the outputs were not read"
+    );
+    op.stop().await;
+}

@@ -16,7 +16,10 @@
 //! - `forge`: a hostile engine. It writes its canned outputs (use failing ones), then a forged
 //!   "Passed" summary wherever a summary could be read from (its termination-message file, the
 //!   work directory), and kills its parent process (the program that started it) so that nothing
-//!   after it can overwrite the forgery.
+//!   after it can overwrite the forgery;
+//! - `link-token`: a hostile engine that writes no outputs but makes the outputs file and its
+//!   log links to the service-account token path, hoping that whoever reads them next (and holds
+//!   a token there) copies the token into the evidence.
 //!
 //! It takes DeepInfer's flags (`--model_name`, `--prompts`, `--output`,
 //! `--check_structured_output`), so the acceptance spec's engine command can name it in place of
@@ -75,6 +78,7 @@ enum Mode {
     Hang,
     ProbeApi,
     Forge,
+    LinkToken,
 }
 
 fn main() -> ExitCode {
@@ -109,6 +113,9 @@ fn run(args: &Args) -> anyhow::Result<ExitCode> {
         }
     }
     println!("DEEPINFER_EVENT warmup_done");
+    if args.mode == Mode::LinkToken {
+        return link_token(&args.output);
+    }
     let mut out = std::fs::File::create(&args.output)
         .with_context(|| format!("creating {}", args.output.display()))?;
     for (n, id) in ids.iter().enumerate() {
@@ -219,6 +226,24 @@ fn probe_api(namespace: &str) -> anyhow::Result<()> {
         }
         anyhow::Ok(())
     })
+}
+
+/// Replaces the outputs file and the work directory's log with links to the token path.
+fn link_token(output: &Path) -> anyhow::Result<ExitCode> {
+    let mut links = vec![output.to_path_buf()];
+    if let Some(dir) = output.parent() {
+        links.push(dir.join("engine.log"));
+    }
+    for link in &links {
+        let _ = std::fs::remove_file(link);
+        std::os::unix::fs::symlink(TOKEN_PATH, link)
+            .with_context(|| format!("linking {}", link.display()))?;
+        eprintln!(
+            "deepinfer-fake-engine: {} now links to {TOKEN_PATH}",
+            link.display()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// A summary claiming that every prompt passed, as the acceptance runner would write it.

@@ -642,7 +642,7 @@ mod tests {
     #[test]
     fn a_flood_of_unknown_ids_stays_within_one_configmap() {
         use crate::acceptance::checker::CompiledSpec;
-        use crate::acceptance::runner::overall;
+        use crate::acceptance::runner::{overall, OutputsFile};
 
         let prompts = 1_000;
         let id = |i: usize| format!("prompt-{i:04}-{}", "x".repeat(48));
@@ -675,7 +675,7 @@ mod tests {
         let verdicts = compiled.judge(&parsed);
         let ids: Vec<String> = compiled.prompt_ids().map(str::to_string).collect();
         let exit = EngineExit::Exited { code: 0 };
-        let (result, reason) = overall(&exit, true, &parsed, &verdicts, prompts);
+        let (result, reason) = overall(&exit, OutputsFile::Present, &parsed, &verdicts, prompts);
         let facts = RunFacts {
             result,
             reason,

@@ -92,8 +92,10 @@ pub struct EngineSide {
     pub report: EngineReport,
     /// The log tail.
     pub log: Vec<u8>,
-    /// The outputs file; `None` when there is none.
+    /// The outputs file; `None` when there is none or it was not read.
     pub outputs: Option<Vec<u8>>,
+    /// Why an outputs file that exists was not read (not a regular file, a link, too large).
+    pub outputs_unread: Option<String>,
 }
 
 /// The run's timeout from the spec (at least one second).
@@ -299,19 +301,21 @@ pub fn collect(dir: &Path, report: EngineReport) -> EngineSide {
 
 /// The report and log with the outputs file in `dir`.
 pub fn beside(dir: &Path, report: EngineReport, mut log: Vec<u8>) -> EngineSide {
-    let outputs = match read_untrusted(&dir.join(OUTPUTS_FILE), MAX_OUTPUTS_BYTES) {
-        Ok(outputs) => outputs,
+    let (outputs, outputs_unread) = match read_untrusted(&dir.join(OUTPUTS_FILE), MAX_OUTPUTS_BYTES)
+    {
+        Ok(outputs) => (outputs, None),
         Err(err) => {
             log.extend_from_slice(
                 format!("[deepinfer-operator: {OUTPUTS_FILE} not read: {err}]\n").as_bytes(),
             );
-            None
+            (None, Some(err.to_string()))
         }
     };
     EngineSide {
         report,
         log,
         outputs,
+        outputs_unread,
     }
 }
 
@@ -324,6 +328,12 @@ fn open_untrusted(path: &Path) -> std::io::Result<Option<std::fs::File>> {
     {
         Ok(file) => file,
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(err) if err.raw_os_error() == Some(nix::errno::Errno::ELOOP as i32) => {
+            return Err(std::io::Error::other(format!(
+                "{} is a symbolic link (not followed)",
+                path.display()
+            )))
+        }
         Err(err) => return Err(err),
     };
     if !file.metadata()?.is_file() {
@@ -392,7 +402,10 @@ mod tests {
         assert!(read_untrusted(&d.join("missing"), 2).unwrap().is_none());
         std::os::unix::fs::symlink(d.join("a"), d.join("link")).unwrap();
         assert!(
-            read_untrusted(&d.join("link"), 10).is_err(),
+            read_untrusted(&d.join("link"), 10)
+                .unwrap_err()
+                .to_string()
+                .ends_with("link is a symbolic link (not followed)"),
             "a symlink (e.g. to the judge's token) is never followed"
         );
         std::fs::create_dir(d.join("sub")).unwrap();

@@ -87,6 +87,7 @@ async fn execute(args: &AcceptArgs) -> (AcceptanceSummary, i32) {
         report,
         log,
         outputs,
+        outputs_unread,
     } = engine_side;
     if let Some(error) = report.error {
         return runner_error(error);
@@ -94,9 +95,14 @@ async fn execute(args: &AcceptArgs) -> (AcceptanceSummary, i32) {
     let parsed = engine_io::parse_outputs(outputs.as_deref().unwrap_or_default());
     let verdicts = compiled.judge(&parsed);
     let prompt_ids: Vec<String> = compiled.prompt_ids().map(str::to_string).collect();
+    let outputs_file = match (&outputs, &outputs_unread) {
+        (Some(_), _) => OutputsFile::Present,
+        (None, Some(why)) => OutputsFile::Unread(why),
+        (None, None) => OutputsFile::Missing,
+    };
     let (result, reason) = overall(
         &report.exit,
-        outputs.is_some(),
+        outputs_file,
         &parsed,
         &verdicts,
         prompt_ids.len(),
@@ -198,18 +204,31 @@ fn target(args: &AcceptArgs) -> EvidenceTarget {
     }
 }
 
+/// What became of the engine's outputs file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutputsFile<'a> {
+    /// Read.
+    Present,
+    /// There is none.
+    Missing,
+    /// There is one, but it was not read (not a regular file, a link, too large): why.
+    Unread(&'a str),
+}
+
 /// The run's result and reason: the engine's exit, a missing or malformed outputs file, and every
 /// failing verdict. Passed only when all of them are clean.
 pub fn overall(
     exit: &EngineExit,
-    outputs_present: bool,
+    outputs: OutputsFile<'_>,
     parsed: &ParsedOutputs,
     verdicts: &[Verdict],
     prompt_count: usize,
 ) -> (AcceptanceResult, String) {
     let mut parts: Vec<String> = exit.failure().into_iter().collect();
-    if !outputs_present {
-        parts.push("the engine wrote no outputs file".into());
+    match outputs {
+        OutputsFile::Present => {}
+        OutputsFile::Missing => parts.push("the engine wrote no outputs file".into()),
+        OutputsFile::Unread(why) => parts.push(format!("the outputs file was not read: {why}")),
     }
     if !parsed.errors.is_empty() {
         let mut listed: Vec<String> = parsed
@@ -263,12 +282,12 @@ mod tests {
         let ok = [verdict("a", true, ""), verdict("b", true, "")];
         let clean = EngineExit::Exited { code: 0 };
         assert_eq!(
-            overall(&clean, true, &Default::default(), &ok, 2),
+            overall(&clean, OutputsFile::Present, &Default::default(), &ok, 2),
             (AcceptanceResult::Passed, "all 2 prompts passed".into())
         );
         let (r, reason) = overall(
             &EngineExit::Exited { code: 70 },
-            true,
+            OutputsFile::Present,
             &Default::default(),
             &ok,
             2,
@@ -295,7 +314,7 @@ mod tests {
         ];
         let (r, reason) = overall(
             &EngineExit::TimedOut { seconds: 30 },
-            false,
+            OutputsFile::Missing,
             &parsed,
             &verdicts,
             2,

@@ -220,6 +220,11 @@ fn expected_rules() -> Vec<(String, String, Vec<String>)> {
             &["list", "create", "patch", "delete"],
         ),
         (
+            "scheduling.k8s.io",
+            &["podgroups"],
+            &["list", "create", "patch", "delete"],
+        ),
+        (
             "batch",
             &["jobs"],
             &["get", "list", "watch", "create", "delete"],
@@ -498,6 +503,8 @@ fn operator_pod_is_restricted_bounded_and_probed_on_the_metrics_port() {
         "--metrics-address=0.0.0.0:9443",
         "--max-devices-nvidia=8",
         "--max-devices-ascend=16",
+        "--gang-scheduling=auto",
+        "--partial-group-timeout=120s",
         "--json-logs",
         "--leader-elect",
         "--leader-election-id=rel-deepinfer-operator",

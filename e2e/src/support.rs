@@ -319,6 +319,18 @@ impl Operator {
         limits: deepinfer_operator::controller::validate::DeviceLimits,
     ) -> Self {
         use deepinfer_operator::controller as c;
+        let mut settings = c::Settings::new(
+            Some(ns.to_string()),
+            licenses.iter().map(|s| s.to_string()).collect(),
+        );
+        settings.operator_image = "deepinfer-operator:dev".into();
+        settings.limits = limits;
+        Self::start_with_settings(settings).await
+    }
+
+    /// Starts an operator with `settings` (its namespace among them).
+    pub async fn start_with_settings(settings: deepinfer_operator::controller::Settings) -> Self {
+        use deepinfer_operator::controller as c;
         let kc = kube::config::Kubeconfig::read_from(kubeconfig()).expect("bed kubeconfig");
         let config =
             kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
@@ -326,12 +338,6 @@ impl Operator {
                 .expect("config");
         let writes = Arc::new(AtomicU64::new(0));
         let client = c::counting_client(config, writes.clone()).expect("counting client");
-        let settings = c::Settings {
-            namespace: Some(ns.to_string()),
-            accepted_licenses: licenses.iter().map(|s| s.to_string()).collect(),
-            operator_image: "deepinfer-operator:dev".into(),
-            limits,
-        };
         let ctx = c::context(client, &settings, writes.clone());
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(c::run_with_context(

@@ -161,6 +161,14 @@ pub struct RoleStatus {
     /// Revision being rolled out to this role's groups, while a rollout runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rolling_out: Option<String>,
+    /// Groups of this role deleted in a row because they stayed partly placed (some ranks
+    /// bound, others unschedulable) past `--partial-group-timeout`; cleared once every group
+    /// is placed. New groups wait a backoff after each (15 s, doubling, at most 5 min).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement_retries: Option<i32>,
+    /// When the last partly placed group of this role was deleted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_placement_retry: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
 }
 
 /// The last acceptance run.

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
 use kube::runtime::controller::Action;
@@ -20,9 +21,10 @@ use super::build;
 use super::decide::checkpoint::{judge_verify_report, verified_message};
 use super::decide::jobs::{job_state, JobState};
 use super::decide::rollout::{self, Action as GroupAction, Health, Progress, RoleInput};
-use super::decide::workers::{group_views, workers_gate};
+use super::decide::workers::{group_views, placement_retry, workers_gate, Watchdog};
 use super::decide::{acceptance, entitlement};
 use super::observe::{observe, Observed};
+use super::placement::partial_placement;
 use super::status::{Gate, Outcome};
 use super::validate::{license_gate, summarize, validate, LicenseVerdict, ValidatedDeployment};
 use super::{Context, Error};
@@ -42,7 +44,8 @@ pub async fn run_pipeline(
         .namespace()
         .ok_or_else(|| Error::NoNamespace(did.name_any()))?;
     let name = did.name_any();
-    let mut observed = observe(ctx, did).await?;
+    let pod_groups = ctx.pod_groups().await?;
+    let mut observed = observe(ctx, did, pod_groups).await?;
     let licence = license_gate(
         did.annotations(),
         &did.spec.model.license,
@@ -74,7 +77,7 @@ pub async fn run_pipeline(
 
     // 1. validate (the CRD's CEL rules, for API servers that do not enforce them)
     let did = match validate(did, &ctx.limits) {
-        Ok(valid) => valid,
+        Ok(valid) => valid.placed_as_pod_groups(pod_groups),
         Err(errors) => {
             outcome.spec = Gate::Failed(reasons::INVALID_SPEC, summarize(&errors));
             return Ok((outcome, Action::await_change()));
@@ -93,7 +96,7 @@ pub async fn run_pipeline(
         }
         outcome.license = Gate::Failed(licence.reason(), message);
         // Nothing is created or deleted; the roles' status still says where they are.
-        let (gate, roles) =
+        let (gate, roles, _) =
             workers(did, ctx, &ns, &observed, &revision, &known, false, false).await?;
         outcome.workers = withdrawn_or(&outcome, gate);
         outcome.roles = roles;
@@ -143,9 +146,10 @@ pub async fn run_pipeline(
     )
     .await
     {
-        Ok((gate, roles)) => {
+        Ok((gate, roles, wake)) => {
             outcome.workers = withdrawn_or(&outcome, gate);
             outcome.roles = roles;
+            outcome.wake_after = wake;
         }
         Err(e) => {
             tracing::warn!(error = %e, kind = e.metric_label(), "applying workers failed; retrying");
@@ -169,19 +173,24 @@ pub async fn run_pipeline(
 
 /// When to look again if no event arrives.
 fn next_look(outcome: &Outcome) -> Action {
+    let after = next_look_after(outcome);
+    Action::requeue(outcome.wake_after.map_or(after, |wake| wake.min(after)))
+}
+
+fn next_look_after(outcome: &Outcome) -> Duration {
     for gate in [&outcome.checkpoint, &outcome.acceptance] {
         match gate {
             Gate::Failed(reason, _) if *reason == reasons::MISSING_DEPENDENCY => {
-                return Action::requeue(Duration::from_secs(15))
+                return Duration::from_secs(15)
             }
-            Gate::Progressing(..) => return Action::requeue(RECHECK),
+            Gate::Progressing(..) => return RECHECK,
             _ => {}
         }
     }
     if matches!(outcome.workers, Gate::Progressing(..)) {
-        return Action::requeue(RECHECK);
+        return RECHECK;
     }
-    Action::requeue(super::RESYNC)
+    super::RESYNC
 }
 
 /// Withdrawn service is news that outranks the workers' progress.
@@ -557,6 +566,12 @@ async fn start_acceptance(
         )
         .await?;
     }
+    // The run's PodGroup before its pods: they wait for it, then are bound all at once.
+    if let Some(group) =
+        build::acceptance_pod_group(did, names, revision).filter(|_| did.pod_groups)
+    {
+        apply::apply_if_changed(&Api::namespaced(client.clone(), ns), &group, None).await?;
+    }
     let jobs: Api<Job> = Api::namespaced(client.clone(), ns);
     // Followers first, so the leader's engine finds them when it starts.
     for rank in (0..pods).rev() {
@@ -583,6 +598,10 @@ async fn stop_acceptance(
     if pods > 1 {
         let svc_api: Api<Service> = Api::namespaced(ctx.client.clone(), ns);
         apply::delete_ignoring_missing(&svc_api, &names.run).await?;
+        if ctx.pod_groups().await? {
+            let groups: Api<PodGroup> = Api::namespaced(ctx.client.clone(), ns);
+            apply::delete_ignoring_missing(&groups, &names.run).await?;
+        }
     }
     Ok(())
 }
@@ -600,7 +619,7 @@ async fn workers(
     known: &DeepInferDeploymentStatus,
     act: bool,
     acceptance_needs_room: bool,
-) -> Result<(Gate, Vec<RoleStatus>), Error> {
+) -> Result<(Gate, Vec<RoleStatus>, Option<Duration>), Error> {
     let name = did.name_any();
     let mut specs = std::collections::BTreeMap::new();
     for kept in &observed.revisions {
@@ -628,9 +647,47 @@ async fn workers(
     let mut progress = Vec::new();
     let mut groups_kept: Vec<(String, String, i32)> = Vec::new();
     let acceptance_role = build::acceptance_role(&did.spec).map(|r| r.name.clone());
+    let watchdog = Watchdog {
+        timeout: ctx.partial_group_timeout,
+        now: Timestamp::now(),
+    };
+    let mut wake: Option<Duration> = None;
+    let mut wake_by = |d: Duration| wake = Some(wake.map_or(d, |w: Duration| w.min(d)));
+    let pod_groups_api: Api<PodGroup> = Api::namespaced(ctx.client.clone(), ns);
     for role in &did.spec.roles {
-        let views = group_views(&observed.workers, &role.name, &specs);
-        let plan = rollout::plan(&RoleInput {
+        let views = group_views(&observed.workers, &role.name, &specs, watchdog);
+        let stranded: Vec<&str> = views
+            .iter()
+            .filter_map(|(g, _)| match &g.health {
+                Health::Stranded(why) => Some(why.as_str()),
+                _ => None,
+            })
+            .collect();
+        // The watchdog looks again when a partly placed group's time is up.
+        for (_, members) in &views {
+            if let Some(p) = partial_placement(members, members.len()) {
+                wake_by(
+                    watchdog
+                        .timeout
+                        .saturating_sub(p.age(watchdog.now))
+                        .max(Duration::from_secs(1)),
+                );
+            }
+        }
+        let key = (did.uid().unwrap_or_default(), role.name.clone());
+        let previous =
+            remembered_retry(ctx, &key, known.roles.iter().find(|r| r.name == role.name));
+        let retry = placement_retry(&role.name, previous.as_ref(), stranded.len(), watchdog.now);
+        if let Some(wait) = retry.wait {
+            wake_by(wait.max(Duration::from_secs(1)));
+        }
+        if act {
+            for why in &stranded {
+                tracing::warn!(role = %role.name, %why, "deleting a partly placed group");
+                publish_warning(ctx, did, "GroupPartlyPlaced", "DeleteGroup", why).await;
+            }
+        }
+        let mut plan = rollout::plan(&RoleInput {
             role: &role.name,
             desired: role.replicas,
             rollout: role.rollout.clone(),
@@ -641,7 +698,25 @@ async fn workers(
             licence_open: act,
             acceptance_needs_room: acceptance_needs_room
                 && acceptance_role.as_deref() == Some(role.name.as_str()),
+            placement_hold: retry.hold.clone(),
         });
+        // A role whose groups all serve has nothing left to retry.
+        let keep = (plan.progress != Progress::Complete && retry.retries > 0)
+            .then_some(retry.retries)
+            .zip(retry.last);
+        if let Some((retries, last)) = keep {
+            plan.status.placement_retries = Some(retries);
+            plan.status.last_placement_retry =
+                Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(last));
+        }
+        if act {
+            if let Ok(mut memory) = ctx.placement_retries.lock() {
+                match keep {
+                    Some(record) => memory.insert(key, record),
+                    None => memory.remove(&key),
+                };
+            }
+        }
         for note in &plan.notes {
             tracing::info!(%note, "making room for acceptance");
         }
@@ -684,6 +759,12 @@ async fn workers(
                             continue;
                         };
                         groups_kept.push((role.name.clone(), revision.clone(), *index));
+                        // The group's PodGroup before its pods: they wait for it, then are
+                        // bound all at once.
+                        if at.pod_groups {
+                            let group = build::group_pod_group(at, role_at, revision, *index);
+                            apply::apply_if_changed(&pod_groups_api, &group, None).await?;
+                        }
                         for pod in build::group_pods(at, role_at, *index, revision) {
                             apply::apply_if_changed(&pods_api, &pod, None).await?;
                         }
@@ -712,6 +793,16 @@ async fn workers(
             .cloned()
             .collect();
         apply::apply_all(&svc_api, &build::services(did, &groups_kept), &existing).await?;
+        if did.pod_groups {
+            let serving: Vec<PodGroup> = observed
+                .pod_groups
+                .iter()
+                .filter(|g| g.labels().get(labels::COMPONENT).map(String::as_str) == Some("worker"))
+                .cloned()
+                .collect();
+            let desired = build::serving_pod_groups(did, &specs, &groups_kept);
+            apply::apply_all(&pod_groups_api, &desired, &serving).await?;
+        }
         let pdb_api: Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> =
             Api::namespaced(ctx.client.clone(), ns);
         let budgets: Vec<_> = did
@@ -724,7 +815,7 @@ async fn workers(
         keep_revisions(did, ctx, ns, observed, target, target_kept).await?;
     }
     let _ = name;
-    Ok((workers_gate(&statuses, &progress), statuses))
+    Ok((workers_gate(&statuses, &progress), statuses, wake))
 }
 
 /// Keeps a ControllerRevision for the target (so its groups can be rebuilt once the spec moves
@@ -762,4 +853,54 @@ async fn keep_revisions(
         }
     }
     Ok(())
+}
+
+/// Publishes a Warning event on the resource (best effort: a failure is logged, never retried).
+async fn publish_warning(
+    ctx: &Context,
+    did: &ValidatedDeployment,
+    reason: &str,
+    action: &str,
+    note: &str,
+) {
+    use kube::runtime::events::{Event, EventType};
+    let reference = kube::Resource::object_ref(&**did, &());
+    let event = Event {
+        type_: EventType::Warning,
+        reason: reason.into(),
+        note: Some(super::truncate(note, 900)),
+        action: action.into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&event, &reference).await {
+        tracing::warn!("publishing event: {e}");
+    }
+}
+
+/// The role's retry record: the status's, or this operator's own if newer (the status read in
+/// the pass right after a deletion may predate it).
+fn remembered_retry(
+    ctx: &Context,
+    key: &(String, String),
+    status: Option<&RoleStatus>,
+) -> Option<RoleStatus> {
+    let mut out = status.cloned();
+    let memory = ctx
+        .placement_retries
+        .lock()
+        .ok()
+        .and_then(|m| m.get(key).copied());
+    if let Some((retries, last)) = memory {
+        let stored = out
+            .as_ref()
+            .and_then(|s| s.last_placement_retry.as_ref())
+            .map(|t| t.0);
+        if stored.is_none_or(|t| t < last) {
+            let s = out.get_or_insert_with(RoleStatus::default);
+            s.placement_retries = Some(retries);
+            s.last_placement_retry =
+                Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(last));
+        }
+    }
+    out
 }

@@ -9,6 +9,7 @@ pub mod build;
 pub mod decide;
 mod gates;
 pub mod observe;
+pub mod placement;
 pub mod status;
 pub mod validate;
 
@@ -58,6 +59,15 @@ pub struct RunArgs {
     /// resource stalls naming `replicas`.
     #[arg(long, default_value_t = crate::api::DEFAULT_MAX_PODS_PER_DEPLOYMENT)]
     pub max_pods_per_deployment: i64,
+    /// Gang scheduling of multi-pod groups: `auto` makes every serving group and multi-pod
+    /// acceptance run a `scheduling.k8s.io/v1beta1` PodGroup where the API server serves it,
+    /// `native` requires it, `off` never uses it.
+    #[arg(long, env = "DEEPINFER_GANG_SCHEDULING", value_enum, default_value_t = placement::GangScheduling::Auto)]
+    pub gang_scheduling: placement::GangScheduling,
+    /// How long a group may stay partly placed (some ranks bound, others unschedulable) before
+    /// it is deleted whole to free its devices and retried with backoff, e.g. `120s`, `5m`.
+    #[arg(long, default_value = "120s", value_parser = parse_duration)]
+    pub partial_group_timeout: Duration,
     /// Log as JSON lines.
     #[arg(long)]
     pub json_logs: bool,
@@ -77,6 +87,24 @@ pub struct RunArgs {
     /// Namespace of the leader Lease; default: `$POD_NAMESPACE`, else the client's namespace.
     #[arg(long, env = "POD_NAMESPACE")]
     pub leader_election_namespace: Option<String>,
+}
+
+/// Parses `90s`, `2m`, `1h` or plain seconds.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let (number, unit) = text
+        .find(|c: char| !c.is_ascii_digit())
+        .map_or((text, "s"), |at| text.split_at(at));
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration; write e.g. 120s, 5m or 1h"))?;
+    let scale = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        _ => return Err(format!("{text:?}: unknown unit {unit:?}; use s, m or h")),
+    };
+    Ok(Duration::from_secs(n.saturating_mul(scale)))
 }
 
 /// Errors of one reconcile pass. Spec problems are not errors: they become conditions.
@@ -104,6 +132,9 @@ pub enum Error {
     /// The object has no namespace (the resource is namespaced, so this is a bug upstream).
     #[error("object {0} has no namespace")]
     NoNamespace(String),
+    /// Gang scheduling could not be resolved against the API server.
+    #[error("gang scheduling: {0}")]
+    Placement(String),
 }
 
 impl Error {
@@ -132,6 +163,7 @@ impl Error {
             Error::Kube(_) | Error::Api { .. } => "kube",
             Error::Serde(_) => "serde",
             Error::NoNamespace(_) => "no_namespace",
+            Error::Placement(_) => "placement",
         }
     }
 }
@@ -154,6 +186,38 @@ pub struct Context {
     pub reconciles: AtomicU64,
     /// Prometheus metrics, served on `/metrics`.
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// Gang scheduling as asked (`--gang-scheduling`).
+    pub gang_scheduling: placement::GangScheduling,
+    /// Whether groups are PodGroups, once resolved against the API server.
+    pub pod_groups: tokio::sync::OnceCell<bool>,
+    /// How long a group may stay partly placed before it is deleted and retried.
+    pub partial_group_timeout: Duration,
+    /// The watchdog's latest retry per (resource UID, role): the pass after a deletion may
+    /// still read the status from before it, so the backoff is also kept here.
+    pub placement_retries: std::sync::Mutex<
+        std::collections::BTreeMap<(String, String), (i32, k8s_openapi::jiff::Timestamp)>,
+    >,
+}
+
+impl Context {
+    /// Whether groups become PodGroups here: `--gang-scheduling` resolved once against the API
+    /// server's discovery (a failed lookup is retried on the next pass).
+    pub async fn pod_groups(&self) -> Result<bool, Error> {
+        self.pod_groups
+            .get_or_try_init(|| async {
+                let native = placement::resolve(&self.client, self.gang_scheduling)
+                    .await
+                    .map_err(|e| Error::Placement(e.to_string()))?;
+                info!(
+                    mode = ?self.gang_scheduling,
+                    pod_groups = native,
+                    "gang scheduling resolved"
+                );
+                Ok(native)
+            })
+            .await
+            .copied()
+    }
 }
 
 /// Settings of a controller instance, for embedding (tests) as well as `run`.
@@ -167,6 +231,27 @@ pub struct Settings {
     pub operator_image: String,
     /// Devices per node.
     pub limits: DeviceLimits,
+    /// Gang scheduling as asked.
+    pub gang_scheduling: placement::GangScheduling,
+    /// How long a group may stay partly placed.
+    pub partial_group_timeout: Duration,
+}
+
+/// Default of `--partial-group-timeout`.
+pub const DEFAULT_PARTIAL_GROUP_TIMEOUT: Duration = Duration::from_secs(120);
+
+impl Settings {
+    /// Settings for one namespace (or all) with the given licences, and defaults elsewhere.
+    pub fn new(namespace: Option<String>, accepted_licenses: Vec<String>) -> Self {
+        Self {
+            namespace,
+            accepted_licenses,
+            operator_image: concat!("deepinfer-operator:", env!("CARGO_PKG_VERSION")).into(),
+            limits: DeviceLimits::default(),
+            gang_scheduling: placement::GangScheduling::Auto,
+            partial_group_timeout: DEFAULT_PARTIAL_GROUP_TIMEOUT,
+        }
+    }
 }
 
 impl From<&RunArgs> for Settings {
@@ -185,6 +270,8 @@ impl From<&RunArgs> for Settings {
                 ascend: a.max_devices_ascend,
                 max_pods: a.max_pods_per_deployment,
             },
+            gang_scheduling: a.gang_scheduling,
+            partial_group_timeout: a.partial_group_timeout,
         }
     }
 }
@@ -244,6 +331,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         },
     ));
     check_crd_installed(&ctx.client, settings.namespace.as_deref()).await?;
+    // `--gang-scheduling=native` on a cluster without PodGroups stops here, with the fix.
+    ctx.pod_groups().await?;
     // A standby is ready too: it is healthy, and serves as soon as the leader goes.
     endpoints.set_ready(true);
     let stop_endpoints = || async {
@@ -359,6 +448,10 @@ pub fn context(client: Client, settings: &Settings, writes: Arc<AtomicU64>) -> A
         metrics: Arc::new(crate::metrics::Metrics::new(writes.clone())),
         writes,
         reconciles: AtomicU64::new(0),
+        gang_scheduling: settings.gang_scheduling,
+        pod_groups: tokio::sync::OnceCell::new(),
+        partial_group_timeout: settings.partial_group_timeout,
+        placement_retries: std::sync::Mutex::default(),
     })
 }
 
@@ -575,4 +668,40 @@ pub fn truncate(s: &str, max: usize) -> String {
         end -= 1;
     }
     format!("{}…", &s[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+
+    #[test]
+    fn the_placement_flags_parse_with_units_and_refuse_nonsense() {
+        let cli =
+            Cli::try_parse_from(["op", "--gang-scheduling=off", "--partial-group-timeout=5m"])
+                .expect("valid flags");
+        let settings = Settings::from(&cli.run);
+        assert_eq!(settings.gang_scheduling, placement::GangScheduling::Off);
+        assert_eq!(settings.partial_group_timeout, Duration::from_secs(300));
+        let defaults = Settings::from(&Cli::try_parse_from(["op"]).expect("defaults").run);
+        assert_eq!(defaults.gang_scheduling, placement::GangScheduling::Auto);
+        assert_eq!(
+            defaults.partial_group_timeout,
+            DEFAULT_PARTIAL_GROUP_TIMEOUT
+        );
+        assert_eq!(parse_duration("90"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        let err = Cli::try_parse_from(["op", "--partial-group-timeout=2 weeks"])
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(err.contains("unknown unit"), "{err}");
+        assert!(Cli::try_parse_from(["op", "--gang-scheduling=always"]).is_err());
+    }
 }

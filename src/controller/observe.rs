@@ -6,6 +6,7 @@ use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 use kube::api::{Api, ListParams};
 use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
@@ -28,6 +29,8 @@ pub struct Observed {
     pub budgets: Vec<PodDisruptionBudget>,
     /// ControllerRevisions: the spec of each revision, to rebuild its groups later.
     pub revisions: Vec<ControllerRevision>,
+    /// PodGroups of serving groups and acceptance runs (empty where groups are not PodGroups).
+    pub pod_groups: Vec<PodGroup>,
     /// Whether the checkpoint's PersistentVolumeClaim exists (None: the spec names none).
     pub claim_exists: Option<bool>,
     /// The ConfigMap named by `spec.acceptance.promptsFrom`, if set and present.
@@ -94,8 +97,12 @@ where
     })
 }
 
-/// Reads every object the pass needs.
-pub async fn observe(ctx: &Context, did: &DeepInferDeployment) -> Result<Observed, Error> {
+/// Reads every object the pass needs; PodGroups only when groups are PodGroups here.
+pub async fn observe(
+    ctx: &Context,
+    did: &DeepInferDeployment,
+    pod_groups: bool,
+) -> Result<Observed, Error> {
     let ns = did
         .namespace()
         .ok_or_else(|| Error::NoNamespace(did.name_any()))?;
@@ -149,6 +156,11 @@ pub async fn observe(ctx: &Context, did: &DeepInferDeployment) -> Result<Observe
         services: list_owned_by(ctx, &ns, &name, &uid).await?,
         budgets: list_owned_by(ctx, &ns, &name, &uid).await?,
         revisions: list_owned_by(ctx, &ns, &name, &uid).await?,
+        pod_groups: if pod_groups {
+            list_owned_by(ctx, &ns, &name, &uid).await?
+        } else {
+            Vec::new()
+        },
     })
 }
 

@@ -55,6 +55,8 @@ pub struct Outcome {
     pub judgements: Vec<AcceptanceStatus>,
     /// What was taken out of service in this pass, and why.
     pub withdrawn: Option<String>,
+    /// Look again no later than this (a watchdog or backoff deadline of the workers).
+    pub wake_after: Option<std::time::Duration>,
 }
 
 impl Default for Outcome {
@@ -71,6 +73,7 @@ impl Default for Outcome {
             acceptance_status: None,
             judgements: Vec::new(),
             withdrawn: None,
+            wake_after: None,
         }
     }
 }

@@ -134,6 +134,9 @@ pub struct ValidatedDeployment {
     pub claim: String,
     /// The checkpoint's directory inside the claim, without leading or trailing slashes.
     pub checkpoint_dir: String,
+    /// Whether multi-pod groups are placed as PodGroups on this cluster (the operator's
+    /// `--gang-scheduling`, resolved; set by the reconciler, false from [`validate`]).
+    pub pod_groups: bool,
 }
 
 impl std::ops::Deref for ValidatedDeployment {
@@ -153,7 +156,13 @@ impl ValidatedDeployment {
     ) -> Result<Self, Vec<FieldError>> {
         let mut past = self.resource.clone();
         past.spec = spec;
-        validate(&past, limits)
+        validate(&past, limits).map(|v| v.placed_as_pod_groups(self.pod_groups))
+    }
+
+    /// The same resource, its groups placed as PodGroups or not.
+    pub fn placed_as_pod_groups(mut self, pod_groups: bool) -> Self {
+        self.pod_groups = pod_groups;
+        self
     }
 }
 
@@ -181,6 +190,7 @@ pub fn validate(
             namespace,
             claim,
             checkpoint_dir,
+            pod_groups: false,
         }),
         // validate_model already reported the missing source.
         _ => Err(errors),

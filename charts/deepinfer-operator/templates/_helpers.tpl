@@ -83,6 +83,11 @@ shipped in config/rbac/role.yaml (a test keeps the two equal).
 - apiGroups: [apps]
   resources: [controllerrevisions]
   verbs: [list, create, patch, delete]
+# A PodGroup per serving group and multi-pod acceptance run, so the scheduler binds all ranks or none
+# (only used where the API server serves scheduling.k8s.io/v1beta1).
+- apiGroups: [scheduling.k8s.io]
+  resources: [podgroups]
+  verbs: [list, create, patch, delete]
 # Checkpoint fetch, verification and acceptance Jobs.
 - apiGroups: [batch]
   resources: [jobs]

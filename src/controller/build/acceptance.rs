@@ -148,7 +148,10 @@ pub fn acceptance_evidence_configmap(
     )
 }
 
-fn acceptance_labels(names: &AcceptanceNames, revision: &str) -> BTreeMap<String, String> {
+pub(super) fn acceptance_labels(
+    names: &AcceptanceNames,
+    revision: &str,
+) -> BTreeMap<String, String> {
     BTreeMap::from([
         (labels::COMPONENT.to_string(), "acceptance".to_string()),
         (labels::REVISION.to_string(), revision.to_string()),
@@ -195,6 +198,7 @@ pub fn acceptance_job(
         service: names.run.clone(),
         members: group_labels.clone(),
         subdomain: shape.pods > 1,
+        pod_group: (did.pod_groups && shape.pods > 1).then(|| names.run.clone()),
     };
     let mut pod = engine_pod_spec(did, &at, &shape, &rendezvous);
     if rank == 0 {

@@ -8,6 +8,7 @@ mod acceptance;
 mod budget;
 mod job;
 mod pod;
+mod pod_group;
 mod revision;
 mod service;
 
@@ -15,6 +16,7 @@ pub use acceptance::*;
 pub use budget::*;
 pub use job::*;
 pub use pod::*;
+pub use pod_group::*;
 pub use revision::*;
 pub use service::*;
 
@@ -25,10 +27,10 @@ use k8s_openapi::api::core::v1::{
     Affinity, Capabilities, ConfigMap, ConfigMapProjection, ConfigMapVolumeSource, Container,
     DownwardAPIProjection, DownwardAPIVolumeFile, EmptyDirVolumeSource, EnvVar, EnvVarSource,
     KeyToPath, ObjectFieldSelector, PersistentVolumeClaimVolumeSource, Pod, PodAffinity,
-    PodAffinityTerm, PodReadinessGate, PodSecurityContext, PodSpec, PodTemplateSpec,
-    ProjectedVolumeSource, ResourceRequirements, SeccompProfile, SecurityContext, Service,
-    ServiceAccount, ServiceAccountTokenProjection, ServicePort, ServiceSpec, Toleration, Volume,
-    VolumeMount, VolumeProjection,
+    PodAffinityTerm, PodReadinessGate, PodSchedulingGroup, PodSecurityContext, PodSpec,
+    PodTemplateSpec, ProjectedVolumeSource, ResourceRequirements, SeccompProfile, SecurityContext,
+    Service, ServiceAccount, ServiceAccountTokenProjection, ServicePort, ServiceSpec, Toleration,
+    Volume, VolumeMount, VolumeProjection,
 };
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;

@@ -84,14 +84,19 @@ pub struct Rendezvous {
     pub members: BTreeMap<String, String>,
     /// Whether pods join the Service's subdomain (a single-pod run needs no rendezvous).
     pub subdomain: bool,
+    /// PodGroup the pods belong to (`spec.schedulingGroup`), so that the scheduler binds every
+    /// rank or none; `None` where groups are not PodGroups.
+    pub pod_group: Option<String>,
 }
 
 impl Rendezvous {
     /// The rendezvous of a serving group.
     pub fn serving(did: &ValidatedDeployment, at: &RankOf<'_>) -> Self {
         let name = did.name_any();
+        let service = group_service_name(&name, &at.role.name, at.revision, at.group);
         Self {
-            service: group_service_name(&name, &at.role.name, at.revision, at.group),
+            pod_group: did.pod_groups.then(|| service.clone()),
+            service,
             members: group_selector(&name, &at.role.name, at.revision, at.group),
             subdomain: true,
         }
@@ -200,6 +205,12 @@ pub(super) fn engine_pod_spec(
             }),
             ..Affinity::default()
         }),
+        scheduling_group: rendezvous
+            .pod_group
+            .as_ref()
+            .map(|name| PodSchedulingGroup {
+                pod_group_name: Some(name.clone()),
+            }),
         hostname: Some(format!("rank-{}", at.rank)),
         subdomain: rendezvous.subdomain.then(|| rendezvous.service.clone()),
         restart_policy: Some("Never".into()),

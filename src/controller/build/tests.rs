@@ -600,3 +600,114 @@ fn the_judge_may_only_read_and_update_its_own_evidence_which_the_operator_create
         ("DeepInferDeployment", Some(true))
     );
 }
+
+#[test]
+fn where_groups_are_pod_groups_each_group_is_one_gang_its_pods_name() {
+    let d = did(
+        json!({"type": "NVIDIA"}),
+        json!([{"name": "worker", "replicas": 2, "parallel": {"tensor": 16}}]),
+    )
+    .placed_as_pod_groups(true);
+    let rev = revision(&d.spec);
+    let role = &d.spec.roles[0];
+    let group = group_pod_group(&d, role, &rev, 1);
+    let name = group_service_name("flash", "worker", &rev, 1);
+    assert_eq!(group.name_any(), name);
+    assert_eq!(
+        group
+            .spec
+            .scheduling_policy
+            .gang
+            .as_ref()
+            .map(|g| g.min_count),
+        Some(2),
+        "all ranks or none"
+    );
+    assert!(group.spec.scheduling_policy.basic.is_none());
+    let topology = group
+        .spec
+        .scheduling_constraints
+        .and_then(|c| c.topology)
+        .unwrap_or_default();
+    assert_eq!(topology.len(), 1);
+    assert_eq!(topology[0].key, "nvidia.com/gpu.clique");
+    assert_eq!(
+        group.metadata.owner_references.unwrap_or_default()[0].uid,
+        "u-1"
+    );
+    let labels = group.metadata.labels.unwrap_or_default();
+    assert_eq!(labels.get(labels::GROUP).map(String::as_str), Some("1"));
+    assert_eq!(
+        labels.get(labels::COMPONENT).map(String::as_str),
+        Some("worker")
+    );
+    for pod in group_pods(&d, role, 1, &rev) {
+        let spec = pod.spec.expect("spec");
+        assert_eq!(
+            spec.scheduling_group.and_then(|g| g.pod_group_name),
+            Some(name.clone())
+        );
+        assert!(
+            spec.affinity.is_some(),
+            "the domain affinity stays where the scheduler has no topology-aware placement"
+        );
+    }
+    let affinity_only = did(
+        json!({"type": "NVIDIA"}),
+        json!([{"name": "worker", "replicas": 2, "parallel": {"tensor": 16}}]),
+    );
+    assert!(group_pods(&affinity_only, role, 1, &rev).iter().all(|p| p
+        .spec
+        .as_ref()
+        .is_some_and(|s| s.scheduling_group.is_none())));
+}
+
+#[test]
+fn a_single_pod_group_is_a_gang_of_one_without_a_domain() {
+    let d = did(
+        json!({"type": "NVIDIA"}),
+        json!([{"name": "worker", "replicas": 1, "parallel": {"tensor": 8}}]),
+    )
+    .placed_as_pod_groups(true);
+    let group = group_pod_group(&d, &d.spec.roles[0], "rev1", 0);
+    assert_eq!(
+        group.spec.scheduling_policy.gang.map(|g| g.min_count),
+        Some(1)
+    );
+    assert!(group.spec.scheduling_constraints.is_none());
+}
+
+#[test]
+fn a_multi_pod_acceptance_run_is_one_gang_and_a_single_pod_run_is_none() {
+    let d = did(
+        json!({"type": "NVIDIA"}),
+        json!([{"name": "worker", "replicas": 1, "parallel": {"tensor": 16}}]),
+    )
+    .placed_as_pod_groups(true);
+    let names = AcceptanceNames::new("flash", "rev1", "");
+    let group = acceptance_pod_group(&d, &names, "rev1").expect("two ranks");
+    assert_eq!(group.name_any(), names.run);
+    assert_eq!(
+        group.spec.scheduling_policy.gang.map(|g| g.min_count),
+        Some(2)
+    );
+    for rank in 0..2 {
+        let job = acceptance_job(&d, &names, rank, "rev1", "op").expect("job");
+        let pod = job.spec.and_then(|s| s.template.spec).expect("pod spec");
+        assert_eq!(
+            pod.scheduling_group.and_then(|g| g.pod_group_name),
+            Some(names.run.clone())
+        );
+    }
+    let single = did(
+        json!({"type": "NVIDIA"}),
+        json!([{"name": "worker", "replicas": 1, "parallel": {"tensor": 8}}]),
+    )
+    .placed_as_pod_groups(true);
+    assert!(acceptance_pod_group(&single, &names, "rev1").is_none());
+    let job = acceptance_job(&single, &names, 0, "rev1", "op").expect("job");
+    assert!(job
+        .spec
+        .and_then(|s| s.template.spec)
+        .is_some_and(|p| p.scheduling_group.is_none()));
+}

@@ -23,6 +23,9 @@ pub enum Health {
     Unschedulable(String),
     /// A rank is missing, failed or being deleted: the group is replaced as a whole.
     Broken,
+    /// Partly placed for longer than the watchdog allows (the message says how): the group is
+    /// deleted as a whole to free its devices and placed again after a backoff.
+    Stranded(String),
     /// Every pod left is being deleted: the group is going and its names are not free yet.
     Terminating,
 }
@@ -43,6 +46,11 @@ pub struct Group {
 impl Group {
     fn ready(&self) -> bool {
         self.health == Health::Ready
+    }
+
+    /// Goes whole in this pass: a rank is missing or failed, or it is stranded half placed.
+    fn doomed(&self) -> bool {
+        matches!(self.health, Health::Broken | Health::Stranded(_))
     }
 
     fn updated(&self, target: &str) -> bool {
@@ -71,6 +79,8 @@ pub struct RoleInput<'a> {
     pub licence_open: bool,
     /// The target's acceptance run waits for devices that this role's groups hold.
     pub acceptance_needs_room: bool,
+    /// Why no group may be created now (the watchdog's retry backoff), if so.
+    pub placement_hold: Option<String>,
 }
 
 /// What to do with one group.
@@ -169,18 +179,17 @@ pub fn plan(input: &RoleInput<'_>) -> RolePlan {
     let ready = live.iter().filter(|g| g.ready()).count();
     let updated = live
         .iter()
-        .filter(|g| g.updated(target) && g.health != Health::Broken)
+        .filter(|g| g.updated(target) && !g.doomed())
         .count();
     let target_passed = input.passed.contains(target);
-    let has_old = live
-        .iter()
-        .any(|g| !g.updated(target) && g.health != Health::Broken);
+    let has_old = live.iter().any(|g| !g.updated(target) && !g.doomed());
     let status = RoleStatus {
         name: input.role.to_string(),
         desired_groups: desired,
         ready_groups: count(ready),
         updated_groups: count(updated),
         rolling_out: (target_passed && has_old).then(|| target.to_string()),
+        ..RoleStatus::default()
     };
     let mut plan = RolePlan {
         actions: Vec::new(),
@@ -196,18 +205,29 @@ pub fn plan(input: &RoleInput<'_>) -> RolePlan {
         ));
         return plan;
     }
-    // A group with a missing or failed rank cannot serve: it goes whole.
-    for g in live.iter().filter(|g| g.health == Health::Broken) {
+    // A group with a missing or failed rank cannot serve, nor can one stranded half placed: it
+    // goes whole.
+    for g in live.iter().filter(|g| g.doomed()) {
         plan.actions.push(delete(g));
     }
-    let healthy: Vec<&Group> = live
-        .into_iter()
-        .filter(|g| g.health != Health::Broken)
-        .collect();
+    let stranded = live.iter().find_map(|g| match &g.health {
+        Health::Stranded(why) => Some(why.clone()),
+        _ => None,
+    });
+    let healthy: Vec<&Group> = live.into_iter().filter(|g| !g.doomed()).collect();
     if target_passed {
         roll(input, desired, &healthy, &mut plan);
     } else {
         hold(input, desired, &healthy, &mut plan);
+    }
+    // Nothing new is placed while a stranded group's devices are being freed or the backoff
+    // runs.
+    if input.placement_hold.is_some() || stranded.is_some() {
+        plan.actions.retain(|a| !matches!(a, Action::Create { .. }));
+    }
+    if let Some(why) = stranded.as_ref().or(input.placement_hold.as_ref()) {
+        plan.progress = Progress::WaitingForCapacity(format!("{}: {why}", input.role));
+        return plan;
     }
     if let Some(waiting) = healthy.iter().find_map(|g| match &g.health {
         Health::Unschedulable(why) => Some(why.clone()),
@@ -389,6 +409,7 @@ mod tests {
         passed: Vec<&'static str>,
         licence_open: bool,
         needs_room: bool,
+        hold: Option<String>,
     }
 
     impl Case {
@@ -402,6 +423,7 @@ mod tests {
                 passed: vec![A, B],
                 licence_open: true,
                 needs_room: false,
+                hold: None,
             }
         }
 
@@ -421,6 +443,7 @@ mod tests {
                 buildable: &buildable,
                 licence_open: self.licence_open,
                 acceptance_needs_room: self.needs_room,
+                placement_hold: self.hold.clone(),
             })
         }
     }
@@ -460,6 +483,37 @@ mod tests {
         for g in groups {
             g.health = Health::Ready;
         }
+    }
+
+    #[test]
+    fn a_stranded_group_goes_whole_and_the_role_says_it_waits_for_capacity() {
+        let why = "group a-1 of role worker was partly placed (1/2 pods bound) for 121 s";
+        let p = Case::new(
+            2,
+            A,
+            vec![
+                g(A, 0, Health::Ready),
+                g(A, 1, Health::Stranded(why.into())),
+            ],
+        )
+        .plan();
+        assert_eq!(actions(&p), ["-a1"]);
+        assert_eq!(
+            p.progress,
+            Progress::WaitingForCapacity(format!("worker: {why}"))
+        );
+        assert_eq!(p.status.ready_groups, 1);
+    }
+
+    #[test]
+    fn while_the_placement_backoff_runs_no_group_is_created_but_broken_ones_still_go() {
+        let mut case = Case::new(3, A, vec![g(A, 0, Health::Ready), g(A, 1, Health::Broken)]);
+        case.hold = Some("placing groups again at 12:00:15Z (retry 1, backoff 15 s)".into());
+        let p = case.plan();
+        assert_eq!(actions(&p), ["-a1"]);
+        assert!(matches!(&p.progress, Progress::WaitingForCapacity(m) if m.contains("retry 1")));
+        case.hold = None;
+        assert_eq!(actions(&case.plan()), ["-a1", "+a2", "+a3"]);
     }
 
     #[test]

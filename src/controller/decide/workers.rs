@@ -6,19 +6,33 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
+use k8s_openapi::jiff::Timestamp;
+
 use super::acceptance::capacity_need;
 use super::jobs::unschedulable;
 use super::rollout::{self, Group, Health, Progress};
 use crate::api::{labels, reasons, RoleStatus};
+use crate::controller::placement::partial_placement;
 use crate::controller::status::Gate;
 use crate::controller::validate::ValidatedDeployment;
 use crate::controller::{apply, build};
+
+/// The partial-placement watchdog's clock: a group partly placed for longer than `timeout` at
+/// `now` is deleted whole.
+#[derive(Clone, Copy, Debug)]
+pub struct Watchdog {
+    /// `--partial-group-timeout`.
+    pub timeout: std::time::Duration,
+    /// The pass's time.
+    pub now: Timestamp,
+}
 
 /// Observed groups of one role: each (revision, index) with its pods and health.
 pub fn group_views<'a>(
     pods: &'a [Pod],
     role: &str,
     specs: &BTreeMap<String, ValidatedDeployment>,
+    watchdog: Watchdog,
 ) -> Vec<(Group, Vec<&'a Pod>)> {
     let mut buckets: BTreeMap<(String, i32), Vec<&Pod>> = BTreeMap::new();
     for pod in pods {
@@ -73,10 +87,29 @@ pub fn group_views<'a>(
                     .zip(role_spec)
                     .map(|(d, r)| capacity_need(&d.spec, r))
                     .unwrap_or_else(|| "devices".into());
-                Health::Unschedulable(format!(
-                    "group {}-{index} needs {need}; scheduler: {why}",
-                    rollout::short(&revision)
-                ))
+                let group = format!("group {}-{index} of role {role}", rollout::short(&revision));
+                let expected_pods = expected.as_ref().map_or(members.len(), Vec::len);
+                match partial_placement(&members, expected_pods) {
+                    Some(p) if p.age(watchdog.now) >= watchdog.timeout => Health::Stranded(format!(
+                        "{group} was partly placed ({}/{} pods bound) for {} s (--partial-group-timeout {} s): deleted whole to free its devices, then placed again; it needs {need}; scheduler: {}",
+                        p.bound,
+                        p.total,
+                        p.age(watchdog.now).as_secs(),
+                        watchdog.timeout.as_secs(),
+                        p.why
+                    )),
+                    Some(p) => Health::Unschedulable(format!(
+                        "{group} is partly placed ({}/{} pods bound since {}; deleted whole once partly placed for {} s); it needs {need}; scheduler: {}",
+                        p.bound,
+                        p.total,
+                        p.since,
+                        watchdog.timeout.as_secs(),
+                        p.why
+                    )),
+                    None => Health::Unschedulable(format!(
+                        "{group} needs {need}; scheduler: {why}"
+                    )),
+                }
             } else if members.iter().all(|p| apply::pod_ready(p)) {
                 Health::Ready
             } else {
@@ -93,6 +126,65 @@ pub fn group_views<'a>(
             )
         })
         .collect()
+}
+
+/// The partial-placement watchdog's record of one role after a pass.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlacementRetry {
+    /// Partly placed groups deleted in a row (0: none since every group was last placed).
+    pub retries: i32,
+    /// When the last one was deleted.
+    pub last: Option<Timestamp>,
+    /// Why new groups must wait, while the backoff runs.
+    pub hold: Option<String>,
+    /// How long the backoff still runs.
+    pub wait: Option<std::time::Duration>,
+}
+
+/// Carries the role's retry record forward: `stranded` groups deleted in this pass count up and
+/// restart the backoff. (A role whose groups all became ready clears it: see the caller.)
+pub fn placement_retry(
+    role: &str,
+    previous: Option<&RoleStatus>,
+    stranded: usize,
+    now: Timestamp,
+) -> PlacementRetry {
+    let before = previous.and_then(|p| p.placement_retries).unwrap_or(0);
+    let (retries, last) = if stranded > 0 {
+        (
+            before.saturating_add(i32::try_from(stranded).unwrap_or(i32::MAX)),
+            Some(now),
+        )
+    } else {
+        (
+            before,
+            previous.and_then(|p| p.last_placement_retry.as_ref().map(|t| t.0)),
+        )
+    };
+    let mut out = PlacementRetry {
+        retries,
+        last,
+        hold: None,
+        wait: None,
+    };
+    if let (true, Some(last)) = (retries > 0, last) {
+        let backoff = crate::controller::placement::retry_backoff(retries);
+        let elapsed: std::time::Duration = now
+            .duration_since(last)
+            .try_into()
+            .unwrap_or(std::time::Duration::ZERO);
+        if elapsed < backoff {
+            let at = last
+                .checked_add(backoff)
+                .map_or_else(|_| "later".to_string(), |t| t.to_string());
+            out.hold = Some(format!(
+                "{retries} partly placed group(s) of role {role} deleted in a row (see the GroupPartlyPlaced events); new groups are placed again at {at} (backoff {} s)",
+                backoff.as_secs()
+            ));
+            out.wait = Some(backoff - elapsed);
+        }
+    }
+    out
 }
 
 /// The workers' gate from every role's progress: Passed when every role is complete; else the
@@ -219,7 +311,7 @@ mod tests {
                 Some(Time("2026-01-01T00:00:00Z".parse().expect("time")));
         }
         pods.extend(old);
-        let views = group_views(&pods, "worker", &specs);
+        let views = group_views(&pods, "worker", &specs, watchdog(0));
         let health: Vec<(String, i32, Health)> = views
             .iter()
             .map(|(g, _)| (g.revision.clone(), g.index, g.health.clone()))
@@ -242,6 +334,102 @@ mod tests {
         );
     }
 
+    fn watchdog(now: i64) -> Watchdog {
+        Watchdog {
+            timeout: std::time::Duration::from_secs(120),
+            now: Timestamp::from_second(now).expect("time"),
+        }
+    }
+
+    /// Group 0 with rank 0 bound at t=1000 and rank 1 unschedulable.
+    fn partly_placed(d: &ValidatedDeployment, rev: &str) -> Vec<Pod> {
+        let mut pods = build::group_pods(d, &d.spec.roles[0], 0, rev);
+        let at = Time(Timestamp::from_second(1_000).expect("time"));
+        pods[0] = with_status(
+            pods[0].clone(),
+            "Pending",
+            &[("PodScheduled", "True", None)],
+        );
+        let bound = &mut pods[0];
+        if let (Some(spec), Some(c)) = (
+            bound.spec.as_mut(),
+            bound
+                .status
+                .as_mut()
+                .and_then(|s| s.conditions.as_mut())
+                .and_then(|c| c.first_mut()),
+        ) {
+            spec.node_name = Some("nvidia-0".into());
+            c.last_transition_time = Some(at);
+        }
+        pods[1] = with_status(
+            pods[1].clone(),
+            "Pending",
+            &[("PodScheduled", "False", Some("Unschedulable"))],
+        );
+        pods
+    }
+
+    #[test]
+    fn a_partly_placed_group_waits_out_the_timeout_then_is_stranded_with_the_reason() {
+        let d = did();
+        let rev = build::revision(&d.spec);
+        let specs = BTreeMap::from([(rev.clone(), d.clone())]);
+        let pods = partly_placed(&d, &rev);
+        let early = group_views(&pods, "worker", &specs, watchdog(1_060));
+        let Health::Unschedulable(why) = &early[0].0.health else {
+            panic!("{:?}", early[0].0.health);
+        };
+        assert!(
+            why.contains("partly placed (1/2 pods bound since 1970-01-01T00:16:40Z;"),
+            "{why}"
+        );
+        let late = group_views(&pods, "worker", &specs, watchdog(1_120));
+        let Health::Stranded(why) = &late[0].0.health else {
+            panic!("{:?}", late[0].0.health);
+        };
+        assert!(
+            why.starts_with(&format!(
+                "group {}-0 of role worker was partly placed (1/2 pods bound) for 120 s",
+                &rev[..5]
+            )) && why.contains("deleted whole to free its devices")
+                && why.contains("2 pod(s) × 8 nvidia.com/gpu (16 devices) inside one nvidia.com/gpu.clique domain")
+                && why.contains("Insufficient nvidia.com/gpu"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn each_stranded_group_counts_a_retry_and_new_groups_wait_the_backoff() {
+        let t = |s: i64| Timestamp::from_second(s).expect("time");
+        let first = placement_retry("worker", None, 1, t(1_000));
+        assert_eq!((first.retries, first.last), (1, Some(t(1_000))));
+        assert!(
+            first
+                .hold
+                .as_deref()
+                .is_some_and(|h| h.contains("backoff 15 s")),
+            "{first:?}"
+        );
+        assert_eq!(first.wait, Some(std::time::Duration::from_secs(15)));
+        let previous = RoleStatus {
+            placement_retries: Some(1),
+            last_placement_retry: Some(Time(t(1_000))),
+            ..RoleStatus::default()
+        };
+        let waiting = placement_retry("worker", Some(&previous), 0, t(1_010));
+        assert_eq!(waiting.wait, Some(std::time::Duration::from_secs(5)));
+        let after = placement_retry("worker", Some(&previous), 0, t(1_016));
+        assert_eq!(
+            (after.retries, after.hold),
+            (1, None),
+            "the backoff is over"
+        );
+        let second = placement_retry("worker", Some(&previous), 1, t(1_100));
+        assert_eq!(second.retries, 2);
+        assert_eq!(second.wait, Some(std::time::Duration::from_secs(30)));
+    }
+
     #[test]
     fn a_group_built_from_another_template_is_not_current() {
         let d = did();
@@ -259,7 +447,7 @@ mod tests {
             .map(ready)
             .collect();
         let specs = BTreeMap::from([(rev.clone(), probed)]);
-        let views = group_views(&pods, "worker", &specs);
+        let views = group_views(&pods, "worker", &specs, watchdog(0));
         assert!(!views[0].0.current, "rolls without a new judgement");
         assert_eq!(views[0].0.health, Health::Ready);
     }

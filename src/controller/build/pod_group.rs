@@ -1,0 +1,92 @@
+//! PodGroups (`scheduling.k8s.io/v1beta1`): one per serving group and per multi-pod acceptance
+//! run, gang-scheduled so that the scheduler binds every rank of a group or none, and kept
+//! inside one scale-up domain where the scheduler places groups by topology.
+
+use k8s_openapi::api::scheduling::v1beta1::{
+    GangSchedulingPolicy, PodGroup, PodGroupSchedulingConstraints, PodGroupSchedulingPolicy,
+    PodGroupSpec, TopologyConstraint,
+};
+
+use super::*;
+
+/// A gang of `pods` pods named by `metadata`, kept inside one domain of `domain_key` when it has
+/// more than one pod (the API server keeps the constraint only where topology-aware workload
+/// scheduling is enabled; the pods' domain affinity holds everywhere).
+fn gang(metadata: ObjectMeta, pods: i32, domain_key: &str) -> PodGroup {
+    stamp(PodGroup {
+        metadata,
+        spec: PodGroupSpec {
+            scheduling_policy: PodGroupSchedulingPolicy {
+                gang: Some(GangSchedulingPolicy {
+                    min_count: pods.max(1),
+                }),
+                basic: None,
+            },
+            scheduling_constraints: (pods > 1).then(|| PodGroupSchedulingConstraints {
+                topology: Some(vec![TopologyConstraint {
+                    key: domain_key.to_string(),
+                }]),
+            }),
+            ..PodGroupSpec::default()
+        },
+        status: None,
+    })
+}
+
+/// The PodGroup of serving group `group` of `role` at `revision`, named like its rendezvous
+/// Service; its pods name it in `spec.schedulingGroup`.
+pub fn group_pod_group(
+    did: &ValidatedDeployment,
+    role: &RoleSpec,
+    revision: &str,
+    group: i32,
+) -> PodGroup {
+    let did_name = did.name_any();
+    let name = group_service_name(&did_name, &role.name, revision, group);
+    let mut extra = group_selector(&did_name, &role.name, revision, group);
+    extra.insert(labels::COMPONENT.to_string(), "worker".to_string());
+    let shape = group_shape(&did.spec, role);
+    gang(
+        owned_meta(did, name, extra),
+        shape.pods,
+        did.spec.accelerator.scale_up_domain_key(),
+    )
+}
+
+/// The PodGroup of a multi-pod acceptance run, named like the run; `None` for a one-pod run.
+pub fn acceptance_pod_group(
+    did: &ValidatedDeployment,
+    names: &AcceptanceNames,
+    revision: &str,
+) -> Option<PodGroup> {
+    let role = acceptance_role(&did.spec)?;
+    let shape = group_shape(&did.spec, role);
+    (shape.pods > 1).then(|| {
+        gang(
+            owned_meta(
+                did,
+                names.run.clone(),
+                super::acceptance::acceptance_labels(names, revision),
+            ),
+            shape.pods,
+            did.spec.accelerator.scale_up_domain_key(),
+        )
+    })
+}
+
+/// Every serving PodGroup the deployment should have: one per group in `groups` (role,
+/// revision, index) of a role the spec still has.
+pub fn serving_pod_groups(
+    did: &ValidatedDeployment,
+    specs: &BTreeMap<String, ValidatedDeployment>,
+    groups: &[(String, String, i32)],
+) -> Vec<PodGroup> {
+    groups
+        .iter()
+        .filter_map(|(role, revision, index)| {
+            let at = specs.get(revision).unwrap_or(did);
+            let role = at.spec.roles.iter().find(|r| r.name == *role)?;
+            Some(group_pod_group(at, role, revision, *index))
+        })
+        .collect()
+}

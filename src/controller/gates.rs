@@ -468,7 +468,7 @@ async fn acceptance_gate(
                         })
                     }
                 };
-            start_acceptance(did, ctx, ns, revision, &names, &spec, shape.pods).await?;
+            start_acceptance(did, ctx, revision, &names, &spec, shape.pods, observed).await?;
             Ok(AcceptanceFound::progressing(
                 reasons::ACCEPTANCE_RUNNING,
                 running,
@@ -536,14 +536,15 @@ fn record(ctx: &Context, judged: AcceptanceStatus, seconds: f64) -> AcceptanceFo
 async fn start_acceptance(
     did: &ValidatedDeployment,
     ctx: &Context,
-    ns: &str,
     revision: &str,
     names: &build::AcceptanceNames,
     spec: &AcceptanceSpec,
     pods: i32,
+    observed: &Observed,
 ) -> Result<(), Error> {
+    let ns = did.namespace.as_str();
     let spec_yaml = serde_yaml::to_string(spec).unwrap_or_default();
-    let (sa, role_obj, binding) = build::acceptance_rbac(did, names);
+    let (sa, role_obj, binding) = build::acceptance_rbac(did, names, &in_flight_evidence(observed));
     let client = &ctx.client;
     apply::apply_if_changed(&Api::namespaced(client.clone(), ns), &sa, None).await?;
     apply::apply_if_changed(&Api::namespaced(client.clone(), ns), &role_obj, None).await?;
@@ -580,6 +581,21 @@ async fn start_acceptance(
         }
     }
     Ok(())
+}
+
+/// The evidence ConfigMaps of this deployment's acceptance runs whose Jobs are still running.
+fn in_flight_evidence(observed: &Observed) -> Vec<String> {
+    observed
+        .jobs
+        .iter()
+        .filter(|j| {
+            matches!(
+                job_state(observed, &j.name_any(), build::JUDGE_CONTAINER),
+                JobState::Running
+            )
+        })
+        .filter_map(build::evidence_of_job)
+        .collect()
 }
 
 /// Deletes the Jobs of ranks `from..pods` of a run (and its rendezvous Service when every rank

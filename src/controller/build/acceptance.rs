@@ -74,11 +74,19 @@ impl AcceptanceNames {
 }
 
 /// The ServiceAccount, Role and RoleBinding that let the judge read and update the evidence
-/// ConfigMap of the current run, by name, and nothing else (no create, list or other name).
+/// ConfigMap of the run being started, by name, and nothing else (no create, list or other
+/// name). `in_flight` names the evidence of this deployment's runs still going (of a revision
+/// that was the target before): they stay writable, so their judges can still record evidence.
 pub fn acceptance_rbac(
     did: &ValidatedDeployment,
     names: &AcceptanceNames,
+    in_flight: &[String],
 ) -> (ServiceAccount, Role, RoleBinding) {
+    let evidence: std::collections::BTreeSet<String> = in_flight
+        .iter()
+        .cloned()
+        .chain(std::iter::once(names.evidence_configmap.clone()))
+        .collect();
     let extra = BTreeMap::from([(labels::COMPONENT.to_string(), "acceptance".to_string())]);
     let sa = stamp(ServiceAccount {
         metadata: owned_meta(did, names.service_account.clone(), extra.clone()),
@@ -89,7 +97,7 @@ pub fn acceptance_rbac(
         rules: Some(vec![PolicyRule {
             api_groups: Some(vec![String::new()]),
             resources: Some(vec!["configmaps".into()]),
-            resource_names: Some(vec![names.evidence_configmap.clone()]),
+            resource_names: Some(evidence.into_iter().collect()),
             verbs: vec!["get".into(), "update".into()],
             ..PolicyRule::default()
         }]),
@@ -131,6 +139,17 @@ pub fn acceptance_spec_configmap(
         )])),
         ..ConfigMap::default()
     })
+}
+
+/// The evidence ConfigMap an acceptance leader Job's judge writes, from the Job the operator
+/// built (`None` for other Jobs).
+pub fn evidence_of_job(job: &Job) -> Option<String> {
+    let pod = job.spec.as_ref()?.template.spec.as_ref()?;
+    let judge = pod.containers.iter().find(|c| c.name == JUDGE_CONTAINER)?;
+    let args = judge.args.as_ref()?;
+    args.windows(2)
+        .find(|w| w[0] == "--evidence-configmap")
+        .map(|w| w[1].clone())
 }
 
 /// The evidence ConfigMap, empty, created before the run so that the judge needs no right to

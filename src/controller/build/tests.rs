@@ -576,7 +576,7 @@ fn the_judge_may_only_read_and_update_its_own_evidence_which_the_operator_create
         json!([{"name": "worker", "replicas": 1, "parallel": {"tensor": 8}}]),
     );
     let names = AcceptanceNames::new("flash", "rev1", "");
-    let (_, role, binding) = acceptance_rbac(&d, &names);
+    let (_, role, binding) = acceptance_rbac(&d, &names, &[]);
     let rules = role.rules.expect("rules");
     assert_eq!(rules.len(), 1);
     assert_eq!(rules[0].api_groups, Some(vec![String::new()]));
@@ -587,6 +587,24 @@ fn the_judge_may_only_read_and_update_its_own_evidence_which_the_operator_create
     );
     assert_eq!(rules[0].verbs, ["get", "update"]);
     assert_eq!(binding.role_ref.name, names.service_account);
+    // A run of an earlier target still going keeps its own evidence writable.
+    let job = acceptance_job(
+        &d,
+        &AcceptanceNames::new("flash", "rev0", ""),
+        0,
+        "rev0",
+        "op",
+    )
+    .expect("job");
+    let earlier = evidence_of_job(&job).expect("the leader's judge names its evidence");
+    assert_eq!(
+        earlier,
+        AcceptanceNames::new("flash", "rev0", "").evidence_configmap
+    );
+    let (_, role, _) = acceptance_rbac(&d, &names, std::slice::from_ref(&earlier));
+    let mut both = vec![earlier, names.evidence_configmap.clone()];
+    both.sort();
+    assert_eq!(role.rules.expect("rules")[0].resource_names, Some(both));
     let evidence = acceptance_evidence_configmap(&d, &names, "rev1");
     assert_eq!(evidence.name_any(), names.evidence_configmap);
     assert!(evidence.data.unwrap_or_default().is_empty());

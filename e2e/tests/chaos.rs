@@ -1,6 +1,7 @@
 //! The short version of `make chaos`: the operator SIGKILLed at random moments while deployments
-//! go create → Ready → revision change → scale → delete, and generated hostile specs beside
-//! valid neighbours, each beside the invariant monitor. Control-plane restarts run only under
+//! go create → Ready → revision change → scale → delete, the leader of two replicas SIGKILLed
+//! (take-over timed, no write by a non-leader in the audit log), and generated hostile specs
+//! beside valid neighbours, each beside the invariant monitor. Control-plane restarts run only under
 //! `make chaos` (they would disturb the other suites sharing the bed).
 
 use std::process::Command;
@@ -19,7 +20,7 @@ fn gpu_short_chaos_converges_with_zero_violations_and_zero_panics() {
         "deepinfer-chaos --short failed:\n{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    for scenario in ["operator-sigkill", "hostile-specs"] {
+    for scenario in ["operator-sigkill", "leader-kill", "hostile-specs"] {
         assert!(stdout.contains(scenario), "no row for {scenario}");
     }
 }

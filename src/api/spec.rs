@@ -81,6 +81,34 @@ pub struct DeepInferDeploymentSpec {
     pub roles: Vec<RoleSpec>,
     /// The acceptance workload that must pass on exactly this configuration before Ready.
     pub acceptance: AcceptanceSpec,
+    /// Scheduler and queue of the pods, for clusters that place them with another scheduler
+    /// (Volcano, Kueue, KAI); default: the cluster's default scheduler. A change replaces the
+    /// groups one at a time (no new acceptance run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduling: Option<SchedulingSpec>,
+}
+
+/// Scheduler and queue settings passed through to every worker and acceptance pod.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct SchedulingSpec {
+    /// `spec.schedulerName` of the pods, e.g. `volcano` or `kai-scheduler`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub scheduler_name: Option<String>,
+    /// Labels added to the pods, e.g. `kueue.x-k8s.io/queue-name: team-a` or
+    /// `kai.scheduler/queue: team-a`. Keys under `deepinfer.io/` are the operator's.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 32))]
+    #[x_kube(validation = Rule::new("self.all(k, !k.startsWith('deepinfer.io/'))")
+        .message("spec.scheduling.podLabels: keys under deepinfer.io/ are set by the operator; use another prefix"))]
+    pub pod_labels: std::collections::BTreeMap<String, String>,
+    /// Annotations added to the pods, e.g. `scheduling.volcano.sh/queue-name: team-a`.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 32))]
+    #[x_kube(validation = Rule::new("self.all(k, !k.startsWith('deepinfer.io/'))")
+        .message("spec.scheduling.podAnnotations: keys under deepinfer.io/ are set by the operator; use another prefix"))]
+    pub pod_annotations: std::collections::BTreeMap<String, String>,
 }
 
 /// The checkpoint: a hub id, its licence, and exactly one source.

@@ -697,10 +697,21 @@ async fn workers(
         if let Some(wait) = retry.wait {
             wake_by(wait.max(Duration::from_secs(1)));
         }
+        let broken: Vec<&str> = views
+            .iter()
+            .filter_map(|(g, _)| match &g.health {
+                Health::Broken(why) => Some(why.as_str()),
+                _ => None,
+            })
+            .collect();
         if act {
             for why in &stranded {
                 tracing::warn!(role = %role.name, %why, "deleting a partly placed group");
                 publish_warning(ctx, did, "GroupPartlyPlaced", "DeleteGroup", why).await;
+            }
+            for why in &broken {
+                tracing::warn!(role = %role.name, %why, "replacing a broken group");
+                publish_warning(ctx, did, "GroupReplaced", "DeleteGroup", why).await;
             }
         }
         let mut plan = rollout::plan(&RoleInput {
@@ -791,6 +802,17 @@ async fn workers(
         let mut p = plan.progress.clone();
         if let (Some(note), Progress::HoldingServing(m)) = (plan.notes.first(), &plan.progress) {
             p = Progress::HoldingServing(format!("{m}; {note}"));
+        }
+        // Why a group goes whole is news for whoever reads the condition, not only the event.
+        if !broken.is_empty() && act {
+            let why = broken.join("; ");
+            p = match p {
+                Progress::Converging(m) => Progress::Converging(format!("{m}; {why}")),
+                Progress::RollingOut(m) => Progress::RollingOut(format!("{m}; {why}")),
+                Progress::HoldingServing(m) => Progress::HoldingServing(format!("{m}; {why}")),
+                Progress::Complete => Progress::Converging(why),
+                other => other,
+            };
         }
         statuses.push(plan.status);
         progress.push(p);

@@ -276,15 +276,36 @@ impl From<&RunArgs> for Settings {
     }
 }
 
-/// Builds a client whose mutating requests are counted in `writes`.
+/// `deepinfer-operator/<version> (<identity>)`: the User-Agent of every request, so the API
+/// server's audit log tells which replica (pod name, else host and process id) wrote what.
+pub fn user_agent(identity: &str) -> Option<http::HeaderValue> {
+    let clean: String = identity
+        .chars()
+        .filter(|c| c.is_ascii_graphic() && !matches!(c, '(' | ')'))
+        .take(128)
+        .collect();
+    http::HeaderValue::from_str(&format!(
+        "deepinfer-operator/{} ({clean})",
+        env!("CARGO_PKG_VERSION")
+    ))
+    .ok()
+}
+
+/// Builds a client whose mutating requests are counted in `writes`, with the operator's
+/// [`user_agent`].
 pub fn counting_client(
     config: kube::Config,
     writes: Arc<AtomicU64>,
 ) -> Result<Client, kube::Error> {
     use tower::util::MapRequestLayer;
-    let layer = MapRequestLayer::new(move |req: http::Request<kube::client::Body>| {
+    let agent = user_agent(&crate::leader::default_identity());
+    let layer = MapRequestLayer::new(move |mut req: http::Request<kube::client::Body>| {
         if req.method() != http::Method::GET {
             writes.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Some(agent) = &agent {
+            req.headers_mut()
+                .insert(http::header::USER_AGENT, agent.clone());
         }
         req
     });
@@ -679,6 +700,23 @@ mod tests {
     struct Cli {
         #[command(flatten)]
         run: RunArgs,
+    }
+
+    #[test]
+    fn the_user_agent_names_the_replica_and_never_breaks_on_odd_identities() {
+        assert_eq!(
+            user_agent("deepinfer-operator-7c9d-x2")
+                .and_then(|v| v.to_str().ok().map(String::from)),
+            Some(format!(
+                "deepinfer-operator/{} (deepinfer-operator-7c9d-x2)",
+                env!("CARGO_PKG_VERSION")
+            ))
+        );
+        let odd = user_agent("host (1)\n\u{7f}é").expect("still a header");
+        assert!(
+            odd.to_str().is_ok_and(|s| s.ends_with("(host1)")),
+            "{odd:?}"
+        );
     }
 
     #[test]

@@ -217,6 +217,9 @@ pub fn validate_spec(
         );
     }
     validate_acceptance(&spec.acceptance, &mut errors);
+    if let Some(scheduling) = &spec.scheduling {
+        validate_scheduling(scheduling, &mut errors);
+    }
     if errors.is_empty() {
         Ok(())
     } else {
@@ -316,19 +319,68 @@ pub fn is_label_key(k: &str) -> bool {
         Some((p, n)) => (Some(p), n),
         None => (None, k),
     };
-    let prefix_ok = prefix.is_none_or(|p| {
-        !p.is_empty()
-            && p.len() <= 253
-            && p.split('.').all(|part| {
-                let b = part.as_bytes();
-                !b.is_empty()
-                    && b[0].is_ascii_alphanumeric()
-                    && b[b.len() - 1].is_ascii_alphanumeric()
-                    && b.iter()
-                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-            })
-    });
-    prefix_ok && !name.is_empty() && is_label_value(name)
+    prefix.is_none_or(is_dns1123_subdomain) && !name.is_empty() && is_label_value(name)
+}
+
+/// A DNS-1123 subdomain: at most 253 characters, dot-separated parts of lowercase letters,
+/// digits and '-', each starting and ending with a letter or digit.
+pub fn is_dns1123_subdomain(p: &str) -> bool {
+    !p.is_empty()
+        && p.len() <= 253
+        && p.split('.').all(|part| {
+            let b = part.as_bytes();
+            !b.is_empty()
+                && b[0].is_ascii_alphanumeric()
+                && b[b.len() - 1].is_ascii_alphanumeric()
+                && b.iter()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        })
+}
+
+fn validate_scheduling(scheduling: &crate::api::SchedulingSpec, errors: &mut Vec<FieldError>) {
+    if let Some(name) = scheduling
+        .scheduler_name
+        .as_deref()
+        .filter(|n| !is_dns1123_subdomain(n))
+    {
+        errors.push(FieldError::new(
+            "spec.scheduling.schedulerName",
+            format_args!("is {name:?}; it must be a scheduler's name (lowercase letters, digits, '-' and '.'), e.g. volcano or kai-scheduler, or be left out for the default scheduler"),
+        ));
+    }
+    for (field, map, values_are_labels) in [
+        ("spec.scheduling.podLabels", &scheduling.pod_labels, true),
+        (
+            "spec.scheduling.podAnnotations",
+            &scheduling.pod_annotations,
+            false,
+        ),
+    ] {
+        if map.len() > 32 {
+            errors.push(FieldError::new(
+                field,
+                format_args!("has {} entries; at most 32 are allowed", map.len()),
+            ));
+        }
+        for (key, value) in map {
+            if key.starts_with("deepinfer.io/") {
+                errors.push(FieldError::new(
+                    field,
+                    format_args!("key {key:?}: keys under deepinfer.io/ are set by the operator; use another prefix"),
+                ));
+            } else if !is_label_key(key) {
+                errors.push(FieldError::new(
+                    field,
+                    format_args!("key {key:?} is not a valid key ([prefix/]name, the name at most 63 letters, digits, '-', '_' or '.')"),
+                ));
+            } else if values_are_labels && !is_label_value(value) {
+                errors.push(FieldError::new(
+                    field,
+                    format_args!("value {value:?} of {key:?} is not a label value (at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit)"),
+                ));
+            }
+        }
+    }
 }
 
 /// Returns devicesPerPod when it is usable for the per-role divisibility checks.

@@ -259,6 +259,28 @@ pub fn cases() -> Vec<Case> {
             Invalid("spec.acceptance.prompts[0].id")
         ),
         case!(
+            "another scheduler with queue labels and annotations",
+            nvidia,
+            |s| s["scheduling"] = json!({
+                "schedulerName": "kai-scheduler",
+                "podLabels": {"kai.scheduler/queue": "team-a", "kueue.x-k8s.io/queue-name": "team-a"},
+                "podAnnotations": {"scheduling.volcano.sh/queue-name": "team-a"}
+            }),
+            Valid
+        ),
+        case!(
+            "pod label under the operator's prefix",
+            nvidia,
+            |s| s["scheduling"] = json!({"podLabels": {"deepinfer.io/role": "decode"}}),
+            Invalid("spec.scheduling.podLabels")
+        ),
+        case!(
+            "pod annotation under the operator's prefix",
+            nvidia,
+            |s| s["scheduling"] = json!({"podAnnotations": {"deepinfer.io/applied-hash": "x"}}),
+            Invalid("spec.scheduling.podAnnotations")
+        ),
+        case!(
             "product that is not a label value",
             nvidia,
             |s| s["accelerator"]["product"] = json!("NVIDIA H200 !!"),

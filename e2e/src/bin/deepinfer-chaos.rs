@@ -6,6 +6,11 @@
 //! Scenarios:
 //! - `operator-sigkill`: N deployments go create → Ready → revision change → scale → delete
 //!   while the operator process is SIGKILLed at random moments and started again;
+//! - `leader-kill`: two replicas with leader election while deployments roll out and scale; the
+//!   leader is SIGKILLed repeatedly (a new standby starts each time). Take-over is measured from
+//!   the kill to the standby's `acquireTime` (goal: lease duration + 2 s), and the bed's audit log
+//!   (writes by User-Agent, which names the replica) proves that no replica wrote while another
+//!   held the Lease;
 //! - `control-plane-restart`: kube-apiserver restarted during a revision change, then etcd; the
 //!   operator must reconnect and converge without restarting (`make chaos` only: it disturbs every
 //!   other client of the bed);
@@ -157,12 +162,25 @@ impl Bed {
     /// operator that would grow without bound fails here (an allocation failure ends it, counted
     /// as an exit) instead of taking the machine's memory.
     fn operator(&self, ns: &str, log: &std::path::Path) -> OperatorProcess {
+        self.operator_with(ns, log, &[], &[])
+    }
+
+    /// As [`Bed::operator`], with extra arguments and environment.
+    fn operator_with(
+        &self,
+        ns: &str,
+        log: &std::path::Path,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> OperatorProcess {
+        let mut vars = vec![("RUST_LOG", "info")];
+        vars.extend_from_slice(env);
         let operator = OperatorProcess::start_binary(
             &self.binary,
             ns,
             free_address(),
-            &[],
-            &[("RUST_LOG", "info")],
+            extra,
+            &vars,
             Some(log),
         );
         let capped = Command::new("prlimit")
@@ -294,6 +312,217 @@ async fn operator_sigkill(bed: &Bed, rng: &mut Rng, deployments: usize, kills: u
     drop(operator);
     row.violations = monitor.stop().await;
     row.panics = panics_in(&log);
+    row
+}
+
+/// Who held the Lease from when: (holder, acquireTime), in order, as sampled.
+type Leadership = Vec<(String, k8s_openapi::jiff::Timestamp)>;
+
+/// Samples the Lease `ns/name` every 100 ms and records each new (holder, acquireTime).
+fn watch_leadership(
+    client: &Client,
+    ns: &str,
+    name: &str,
+) -> (
+    std::sync::Arc<std::sync::Mutex<Leadership>>,
+    tokio::task::JoinHandle<()>,
+) {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Leadership::new()));
+    let api: Api<Lease> = Api::namespaced(client.clone(), ns);
+    let (name, out) = (name.to_string(), seen.clone());
+    let task = tokio::spawn(async move {
+        loop {
+            if let Ok(Some(lease)) = api.get_opt(&name).await {
+                let spec = lease.spec.unwrap_or_default();
+                if let (Some(holder), Some(at)) = (spec.holder_identity, spec.acquire_time) {
+                    if let Ok(mut seen) = out.lock() {
+                        if seen.last().is_none_or(|(h, t)| *h != holder || *t != at.0) {
+                            seen.push((holder, at.0));
+                        }
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    (seen, task)
+}
+
+/// Writes the operator replicas sent in namespace `ns` (from the bed's audit log, by the
+/// User-Agent naming each replica), other than to Leases: (replica, time, verb, object).
+fn replica_writes(
+    ns: &str,
+    since: k8s_openapi::jiff::Timestamp,
+) -> Vec<(String, k8s_openapi::jiff::Timestamp, String, String)> {
+    let log = support::bed_dir().join("logs/audit.log");
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let Ok(e) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        let agent = e["userAgent"].as_str().unwrap_or("");
+        let Some(replica) = agent
+            .strip_prefix("deepinfer-operator/")
+            .and_then(|rest| rest.split_once(" ("))
+            .and_then(|(_, r)| r.strip_suffix(')'))
+        else {
+            continue;
+        };
+        let object = &e["objectRef"];
+        if object["namespace"].as_str() != Some(ns) || object["resource"] == "leases" {
+            continue;
+        }
+        let Some(at) = e["requestReceivedTimestamp"]
+            .as_str()
+            .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
+            .filter(|t| *t >= since)
+        else {
+            continue;
+        };
+        out.push((
+            replica.to_string(),
+            at,
+            e["verb"].as_str().unwrap_or("").to_string(),
+            format!(
+                "{}/{}",
+                object["resource"].as_str().unwrap_or(""),
+                object["name"].as_str().unwrap_or("")
+            ),
+        ));
+    }
+    out
+}
+
+/// Two replicas with leader election; the leader SIGKILLed `kills` times (a new standby started
+/// each time) while deployments roll out and scale. Measures the take-over (kill → the standby's
+/// acquireTime; the goal is lease duration + 2 s) and proves from the audit log that every write
+/// came from the replica holding the Lease at that moment.
+async fn leader_kill(bed: &Bed, rng: &mut Rng, deployments: usize, kills: usize) -> Row {
+    const LEASE_SECONDS: f64 = 15.0;
+    let mut row = Row::new("leader-kill");
+    let ns = TestNamespace::new(&bed.client, "chaos-leader").await;
+    support::checkpoint_claim(&ns.name, "ckpt", &support::fixture_checkpoint(), "model");
+    let monitor = Monitor::start(&bed.client, &ns.name, LICENSES, Limits::default());
+    let log = std::env::temp_dir().join(format!("deepinfer-chaos-{}.log", ns.name));
+    let lease = "deepinfer-chaos-leader";
+    let start_replica = |n: usize| {
+        let identity = format!("replica-{n}");
+        let process = bed.operator_with(
+            &ns.name,
+            &log,
+            &[
+                "--leader-elect",
+                "--leader-election-id",
+                lease,
+                "--leader-election-namespace",
+                &ns.name,
+            ],
+            &[("POD_NAME", &identity)],
+        );
+        (identity, process)
+    };
+    let since = k8s_openapi::jiff::Timestamp::now();
+    let (leadership, sampler) = watch_leadership(&bed.client, &ns.name, lease);
+    let mut replicas: Vec<(String, OperatorProcess)> = vec![start_replica(0), start_replica(1)];
+    let mut started = 2;
+    let api: Api<DeepInferDeployment> = Api::namespaced(bed.client.clone(), &ns.name);
+    let names: Vec<String> = (0..deployments).map(|i| format!("l{i:02}")).collect();
+    let phases = [Phase::Create, Phase::Rollout, Phase::Scale, Phase::Delete];
+    for (p, phase) in phases.iter().enumerate() {
+        act(&api, &names, *phase).await;
+        let here = kills / phases.len() + usize::from(p < kills % phases.len());
+        for _ in 0..here {
+            tokio::time::sleep(Duration::from_millis(rng.below(2500))).await;
+            let Some(leader) = support::lease_holder(&bed.client, &ns.name, lease).await else {
+                row.failures.push("no leader to kill".into());
+                continue;
+            };
+            let Some(at) = replicas.iter().position(|(id, _)| *id == leader) else {
+                row.failures
+                    .push(format!("the Lease names {leader}, which is not running"));
+                continue;
+            };
+            let (_, mut process) = replicas.remove(at);
+            process.kill_hard();
+            let killed = k8s_openapi::jiff::Timestamp::now();
+            row.faults += 1;
+            replicas.push(start_replica(started));
+            started += 1;
+            row.restarts += 1;
+            // Take-over: the next holder's acquireTime after the kill.
+            let took = converge(Duration::from_secs(60), || async {
+                leadership
+                    .lock()
+                    .map(|l| l.iter().any(|(h, t)| *h != leader && *t > killed))
+                    .unwrap_or(false)
+            })
+            .await;
+            let acquired = leadership.lock().ok().and_then(|l| {
+                l.iter()
+                    .find(|(h, t)| *h != leader && *t > killed)
+                    .map(|(_, t)| *t)
+            });
+            match (took, acquired) {
+                (Some(_), Some(t)) => {
+                    let seconds = t.duration_since(killed).as_secs_f64();
+                    row.converge.push(seconds);
+                    if seconds > LEASE_SECONDS + 2.0 {
+                        row.failures.push(format!(
+                            "take-over after killing {leader} took {seconds:.1} s (lease {LEASE_SECONDS} s + 2 s)"
+                        ));
+                    }
+                }
+                _ => row.failures.push(format!(
+                    "no replica took over within 60 s after killing {leader}"
+                )),
+            }
+        }
+        if converge(Duration::from_secs(180), || {
+            reached(&bed.client, &ns.name, &names, *phase)
+        })
+        .await
+        .is_none()
+        {
+            row.failures
+                .push(format!("{phase:?}: did not converge within 180 s"));
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(32)).await;
+    drop(replicas);
+    sampler.abort();
+    row.violations = monitor.stop().await;
+    row.panics = panics_in(&log);
+    // Every write in the namespace came from the replica that held the Lease when it was sent.
+    let leaders = leadership.lock().map(|l| l.clone()).unwrap_or_default();
+    let writes = replica_writes(&ns.name, since);
+    if writes.is_empty() {
+        row.failures
+            .push("the audit log shows no write by any replica".into());
+    }
+    let mut by_non_leader = 0;
+    for (replica, at, verb, object) in &writes {
+        let holder = leaders
+            .iter()
+            .rev()
+            .find(|(_, t)| t <= at)
+            .map(|(h, _)| h.as_str());
+        if holder != Some(replica.as_str()) {
+            by_non_leader += 1;
+            if by_non_leader <= 5 {
+                row.failures.push(format!(
+                    "{replica} wrote ({verb} {object}) at {at} while {} held the Lease",
+                    holder.unwrap_or("no replica")
+                ));
+            }
+        }
+    }
+    println!(
+        "leader-kill: {} writes in the audit log, {by_non_leader} by a replica not holding the Lease; {} leadership changes",
+        writes.len(),
+        leaders.len()
+    );
     row
 }
 
@@ -590,14 +819,17 @@ async fn main() -> anyhow::Result<()> {
             args.scenarios.iter().any(|w| w == s)
         }
     };
-    let (deployments, kills, specs) = if args.short {
-        (2, 4, 40)
+    let (deployments, kills, leader_kills, specs) = if args.short {
+        (2, 4, 2, 40)
     } else {
-        (10, 20, 200)
+        (10, 20, 5, 200)
     };
     let mut rows = Vec::new();
     if wanted("operator-sigkill") {
         rows.push(operator_sigkill(&bed, &mut rng, deployments, kills).await);
+    }
+    if wanted("leader-kill") {
+        rows.push(leader_kill(&bed, &mut rng, deployments, leader_kills).await);
     }
     if wanted("control-plane-restart") {
         rows.push(control_plane_restart(&bed, deployments).await);

@@ -292,10 +292,13 @@ pub fn acceptance_job(
         spec: Some(JobSpec {
             backoff_limit: Some(0),
             template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(pod_labels),
-                    ..ObjectMeta::default()
-                }),
+                metadata: Some(super::pod::with_scheduling_meta(
+                    spec,
+                    ObjectMeta {
+                        labels: Some(pod_labels),
+                        ..ObjectMeta::default()
+                    },
+                )),
                 spec: Some(pod),
             },
             ..JobSpec::default()

@@ -211,6 +211,10 @@ pub(super) fn engine_pod_spec(
             .map(|name| PodSchedulingGroup {
                 pod_group_name: Some(name.clone()),
             }),
+        scheduler_name: spec
+            .scheduling
+            .as_ref()
+            .and_then(|s| s.scheduler_name.clone()),
         hostname: Some(format!("rank-{}", at.rank)),
         subdomain: rendezvous.subdomain.then(|| rendezvous.service.clone()),
         restart_policy: Some("Never".into()),
@@ -219,6 +223,30 @@ pub(super) fn engine_pod_spec(
         security_context: Some(restricted_pod()),
         ..PodSpec::default()
     }
+}
+
+/// Pod metadata plus `spec.scheduling`'s labels and annotations for another scheduler or queue;
+/// the operator's own labels win.
+pub(super) fn with_scheduling_meta(
+    spec: &DeepInferDeploymentSpec,
+    mut meta: ObjectMeta,
+) -> ObjectMeta {
+    let Some(scheduling) = &spec.scheduling else {
+        return meta;
+    };
+    if !scheduling.pod_labels.is_empty() {
+        let labels = meta.labels.get_or_insert_with(BTreeMap::new);
+        for (k, v) in &scheduling.pod_labels {
+            labels.entry(k.clone()).or_insert_with(|| v.clone());
+        }
+    }
+    if !scheduling.pod_annotations.is_empty() {
+        let annotations = meta.annotations.get_or_insert_with(BTreeMap::new);
+        for (k, v) in &scheduling.pod_annotations {
+            annotations.entry(k.clone()).or_insert_with(|| v.clone());
+        }
+    }
+    meta
 }
 
 /// Labels of one rank's pod.
@@ -252,7 +280,7 @@ pub fn worker_pod(did: &ValidatedDeployment, at: &RankOf<'_>) -> Pod {
         engine.readiness_probe = Some(readiness_probe(&did.spec));
     }
     stamp(Pod {
-        metadata: owned_meta(did, name, rank_labels(at)),
+        metadata: with_scheduling_meta(&did.spec, owned_meta(did, name, rank_labels(at))),
         spec: Some(spec),
         status: None,
     })

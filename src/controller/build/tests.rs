@@ -729,3 +729,65 @@ fn a_multi_pod_acceptance_run_is_one_gang_and_a_single_pod_run_is_none() {
         .and_then(|s| s.template.spec)
         .is_some_and(|p| p.scheduling_group.is_none()));
 }
+
+#[test]
+fn another_scheduler_and_its_queue_labels_reach_every_engine_pod() {
+    let mut raw = raw(
+        json!({"type": "NVIDIA"}),
+        json!([{"name": "worker", "replicas": 1, "parallel": {"tensor": 16}}]),
+    );
+    raw.spec.scheduling = Some(crate::api::SchedulingSpec {
+        scheduler_name: Some("kai-scheduler".into()),
+        pod_labels: BTreeMap::from([
+            ("kai.scheduler/queue".into(), "team-a".into()),
+            ("kueue.x-k8s.io/queue-name".into(), "team-a".into()),
+        ]),
+        pod_annotations: BTreeMap::from([(
+            "scheduling.volcano.sh/queue-name".into(),
+            "team-a".into(),
+        )]),
+    });
+    let before = revision(&raw.spec);
+    let d = valid(raw);
+    assert_eq!(
+        revision(&d.spec),
+        before,
+        "scheduling is not part of the revision"
+    );
+    let pod = group_pods(&d, &d.spec.roles[0], 0, "rev1").remove(0);
+    let job = acceptance_job(
+        &d,
+        &AcceptanceNames::new("flash", "rev1", ""),
+        0,
+        "rev1",
+        "op",
+    )
+    .and_then(|j| j.spec)
+    .expect("job");
+    for (meta, spec) in [
+        (pod.metadata, pod.spec.expect("pod spec")),
+        (
+            job.template.metadata.expect("template metadata"),
+            job.template.spec.expect("template spec"),
+        ),
+    ] {
+        assert_eq!(spec.scheduler_name.as_deref(), Some("kai-scheduler"));
+        let labels = meta.labels.unwrap_or_default();
+        assert_eq!(
+            labels.get("kai.scheduler/queue").map(String::as_str),
+            Some("team-a")
+        );
+        assert_eq!(
+            labels.get("kueue.x-k8s.io/queue-name").map(String::as_str),
+            Some("team-a")
+        );
+        assert!(labels.contains_key(labels::DEPLOYMENT));
+        assert_eq!(
+            meta.annotations
+                .unwrap_or_default()
+                .get("scheduling.volcano.sh/queue-name")
+                .map(String::as_str),
+            Some("team-a")
+        );
+    }
+}

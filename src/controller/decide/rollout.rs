@@ -21,8 +21,9 @@ pub enum Health {
     Starting,
     /// A rank cannot be scheduled; the message says for want of what.
     Unschedulable(String),
-    /// A rank is missing, failed or being deleted: the group is replaced as a whole.
-    Broken,
+    /// A rank is missing, failed or being deleted (the message says which and why): the group
+    /// is replaced as a whole.
+    Broken(String),
     /// Partly placed for longer than the watchdog allows (the message says how): the group is
     /// deleted as a whole to free its devices and placed again after a backoff.
     Stranded(String),
@@ -50,7 +51,7 @@ impl Group {
 
     /// Goes whole in this pass: a rank is missing or failed, or it is stranded half placed.
     fn doomed(&self) -> bool {
-        matches!(self.health, Health::Broken | Health::Stranded(_))
+        matches!(self.health, Health::Broken(_) | Health::Stranded(_))
     }
 
     fn updated(&self, target: &str) -> bool {
@@ -507,7 +508,14 @@ mod tests {
 
     #[test]
     fn while_the_placement_backoff_runs_no_group_is_created_but_broken_ones_still_go() {
-        let mut case = Case::new(3, A, vec![g(A, 0, Health::Ready), g(A, 1, Health::Broken)]);
+        let mut case = Case::new(
+            3,
+            A,
+            vec![
+                g(A, 0, Health::Ready),
+                g(A, 1, Health::Broken("rank 1 failed".into())),
+            ],
+        );
         case.hold = Some("placing groups again at 12:00:15Z (retry 1, backoff 15 s)".into());
         let p = case.plan();
         assert_eq!(actions(&p), ["-a1"]);
@@ -639,7 +647,7 @@ mod tests {
             vec![
                 g(A, 0, Health::Ready),
                 g(A, 1, Health::Ready),
-                g(B, 0, Health::Broken),
+                g(B, 0, Health::Broken("rank 1 failed".into())),
             ],
         )
         .plan();
@@ -649,7 +657,7 @@ mod tests {
             2,
             B,
             vec![
-                g(A, 0, Health::Broken),
+                g(A, 0, Health::Broken("rank 1 failed".into())),
                 g(A, 1, Health::Ready),
                 g(B, 0, Health::Ready),
             ],
@@ -687,7 +695,7 @@ mod tests {
             vec![
                 g(A, 0, Health::Starting),
                 g(A, 1, Health::Starting),
-                g(B, 0, Health::Broken),
+                g(B, 0, Health::Broken("rank 1 failed".into())),
             ],
         );
         case.licence_open = false;
@@ -736,7 +744,14 @@ mod tests {
 
     #[test]
     fn while_the_target_is_judged_the_serving_revision_is_repaired_and_scaled() {
-        let mut case = Case::new(3, B, vec![g(A, 0, Health::Broken), g(A, 1, Health::Ready)]);
+        let mut case = Case::new(
+            3,
+            B,
+            vec![
+                g(A, 0, Health::Broken("rank 1 failed".into())),
+                g(A, 1, Health::Ready),
+            ],
+        );
         case.passed = vec![A];
         let p = case.plan();
         assert_eq!(

@@ -81,7 +81,21 @@ pub fn group_views<'a>(
             let health = if members.iter().all(terminating) {
                 Health::Terminating
             } else if members.iter().any(terminating) || members.iter().any(ended) || !complete {
-                Health::Broken
+                let missing: Vec<String> = expected
+                    .iter()
+                    .flatten()
+                    .filter(|w| !members.iter().any(|m| m.name_any() == w.name_any()))
+                    .map(|w| rank_of(w).to_string())
+                    .collect();
+                let mut why: Vec<String> = members.iter().filter_map(|p| rank_trouble(p)).collect();
+                if !missing.is_empty() {
+                    why.push(format!("rank {} missing", missing.join(", ")));
+                }
+                Health::Broken(format!(
+                    "group {}-{index} of role {role} is replaced whole: {}",
+                    rollout::short(&revision),
+                    why.join("; ")
+                ))
             } else if let Some(why) = members.iter().find_map(|p| unschedulable(p)) {
                 let need = at
                     .zip(role_spec)
@@ -126,6 +140,45 @@ pub fn group_views<'a>(
             )
         })
         .collect()
+}
+
+fn rank_of(pod: &Pod) -> &str {
+    pod.labels().get(labels::RANK).map_or("?", String::as_str)
+}
+
+/// What is wrong with one rank of a group, if anything: being deleted, or ended (with the
+/// container's reason and exit code), and on which node.
+fn rank_trouble(pod: &Pod) -> Option<String> {
+    let node = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .map(|n| format!(" on node {n}"))
+        .unwrap_or_default();
+    let rank = rank_of(pod);
+    if pod.metadata.deletion_timestamp.is_some() {
+        return Some(format!("rank {rank} is being deleted{node}"));
+    }
+    let status = pod.status.as_ref()?;
+    let phase = status.phase.as_deref()?;
+    if !matches!(phase, "Failed" | "Succeeded") {
+        return None;
+    }
+    let ended = status
+        .container_statuses
+        .iter()
+        .flatten()
+        .find_map(|c| c.state.as_ref()?.terminated.clone());
+    let detail = match (ended, status.reason.as_deref()) {
+        (Some(t), _) => format!(
+            "{}exit code {}",
+            t.reason.map(|r| format!("{r}, ")).unwrap_or_default(),
+            t.exit_code
+        ),
+        (None, Some(reason)) => reason.to_string(),
+        (None, None) => "no container status".to_string(),
+    };
+    Some(format!("rank {rank} ended {phase} ({detail}){node}"))
 }
 
 /// The partial-placement watchdog's record of one role after a pass.
@@ -320,8 +373,15 @@ mod tests {
         assert_eq!(health[1], (rev.clone(), 0, Health::Ready));
         assert_eq!(
             health[2],
-            (rev.clone(), 1, Health::Broken),
-            "a missing rank breaks the group"
+            (
+                rev.clone(),
+                1,
+                Health::Broken(format!(
+                    "group {}-1 of role worker is replaced whole: rank 1 missing",
+                    &rev[..5]
+                ))
+            ),
+            "a missing rank breaks the group, and the message says which"
         );
         let Health::Unschedulable(why) = &health[3].2 else {
             panic!("{:?}", health[3]);
@@ -428,6 +488,49 @@ mod tests {
         let second = placement_retry("worker", Some(&previous), 1, t(1_100));
         assert_eq!(second.retries, 2);
         assert_eq!(second.wait, Some(std::time::Duration::from_secs(30)));
+    }
+
+    #[test]
+    fn a_broken_group_says_which_rank_failed_how_and_where() {
+        use k8s_openapi::api::core::v1::{
+            ContainerState, ContainerStateTerminated, ContainerStatus, PodSpec,
+        };
+        let d = did();
+        let rev = build::revision(&d.spec);
+        let specs = BTreeMap::from([(rev.clone(), d.clone())]);
+        let mut pods: Vec<Pod> = build::group_pods(&d, &d.spec.roles[0], 0, &rev)
+            .into_iter()
+            .map(ready)
+            .collect();
+        let oom = &mut pods[1];
+        oom.spec = Some(PodSpec {
+            node_name: Some("nvidia-2".into()),
+            ..oom.spec.clone().unwrap_or_default()
+        });
+        oom.status = Some(PodStatus {
+            phase: Some("Failed".into()),
+            container_statuses: Some(vec![ContainerStatus {
+                name: "engine".into(),
+                state: Some(ContainerState {
+                    terminated: Some(ContainerStateTerminated {
+                        exit_code: 137,
+                        reason: Some("OOMKilled".into()),
+                        ..ContainerStateTerminated::default()
+                    }),
+                    ..ContainerState::default()
+                }),
+                ..ContainerStatus::default()
+            }]),
+            ..PodStatus::default()
+        });
+        let views = group_views(&pods, "worker", &specs, watchdog(0));
+        assert_eq!(
+            views[0].0.health,
+            Health::Broken(format!(
+                "group {}-0 of role worker is replaced whole: rank 1 ended Failed (OOMKilled, exit code 137) on node nvidia-2",
+                &rev[..5]
+            ))
+        );
     }
 
     #[test]

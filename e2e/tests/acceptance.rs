@@ -637,3 +637,66 @@ async fn gpu_an_engine_linking_its_outputs_to_the_token_path_leaks_no_token() {
     );
     op.stop().await;
 }
+
+/// Container faults injected into the acceptance pods themselves (through the pod annotations
+/// `spec.scheduling.podAnnotations` passes on to the simulated kubelet): a rank SIGKILLed or
+/// OOM-killed mid-run never yields a pass and says why; a rank slow to start still passes.
+#[tokio::test]
+async fn gpu_acceptance_pods_killed_or_oom_killed_mid_run_never_pass_and_slow_starts_do() {
+    use deepinfer_e2e::faults;
+    let (client, ns, api) = setup("accept-faults").await;
+    let monitor = Monitor::start(&client, &ns.name, &["mit"], Limits::default());
+    let op = Operator::start(&ns.name, &["mit"]).await;
+    // (name, fault, value, stand-in engine mode, passes): the killed runs hang (as a loading
+    // engine would), so the kill at 1 s lands mid-run, well before the 60 s deadline.
+    let cases = [
+        ("killed", faults::POD_KILL_AFTER_SECONDS, "1", "hang", false),
+        ("oom", faults::POD_OOM_AFTER_SECONDS, "1", "hang", false),
+        ("slow", faults::POD_SLOW_START_SECONDS, "3", "replay", true),
+    ];
+    for (name, fault, value, mode, _) in cases {
+        let mut did = planner(name, "valid-2-2-2.jsonl", mode);
+        did["spec"]["accelerator"] = json!({"type": "NVIDIA", "devicesPerPod": 1});
+        did["spec"]["roles"] =
+            json!([{"name": "worker", "replicas": 1, "parallel": {"tensor": 1}}]);
+        did["spec"]["acceptance"]["timeoutSeconds"] = json!(60);
+        did["spec"]["scheduling"] = json!({"podAnnotations": {fault: value}});
+        create(&api, did).await;
+    }
+    for (name, _, _, _, passes) in cases {
+        let st = status_where(&api, name, "a verdict on acceptance", |s| {
+            cond(s, "AcceptancePassed").is_some_and(|c| {
+                c.reason == "AcceptanceFailed" || c.reason == "AcceptanceSucceeded"
+            })
+        })
+        .await;
+        let c = cond(&st, "AcceptancePassed").expect("condition");
+        if passes {
+            assert_eq!(c.status, "True", "{name}: {}", c.message);
+            status_where(&api, name, "Ready", |s| {
+                cond(s, "Ready").is_some_and(|r| r.status == "True")
+            })
+            .await;
+        } else {
+            assert_eq!(c.status, "False", "{name}: no pass: {}", c.message);
+            let needle = if name == "oom" {
+                "OOMKilled, exit code 137"
+            } else {
+                "exit code 137"
+            };
+            assert!(
+                c.message.contains(needle),
+                "{name}: how the run ended is given: {}",
+                c.message
+            );
+            assert!(
+                workers(&client, &ns.name, name).await.is_empty(),
+                "{name}: no worker for a revision without a pass"
+            );
+        }
+        println!("{name}: AcceptancePassed={} {}", c.status, c.message);
+    }
+    let violations = monitor.stop().await;
+    assert!(violations.is_empty(), "{violations:?}");
+    op.stop().await;
+}

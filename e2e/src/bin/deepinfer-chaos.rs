@@ -11,6 +11,9 @@
 //!   the kill to the standby's `acquireTime` (goal: lease duration + 2 s), and the bed's audit log
 //!   (writes by User-Agent, which names the replica) proves that no replica wrote while another
 //!   held the Lease;
+//! - `node-loss`: the node of one serving group stops its heartbeats, then its Node object is
+//!   deleted; the group comes back whole on other capacity and the other group keeps its pod
+//!   (`make chaos` only: it restarts the bed's node agent to bring the node back);
 //! - `control-plane-restart`: kube-apiserver restarted during a revision change, then etcd; the
 //!   operator must reconnect and converge without restarting (`make chaos` only: it disturbs every
 //!   other client of the bed);
@@ -526,6 +529,135 @@ async fn leader_kill(bed: &Bed, rng: &mut Rng, deployments: usize, kills: usize)
     row
 }
 
+/// A node lost while serving: the node of one group stops its heartbeats (NotReady), then its
+/// Node object is deleted. The group is recreated whole on other capacity, the other group keeps
+/// its pod, and the bed's node agent is restarted afterwards to bring the node back.
+async fn node_loss(bed: &Bed) -> Row {
+    use deepinfer_e2e::faults;
+    use k8s_openapi::api::core::v1::Node;
+    let mut row = Row::new("node-loss");
+    let ns = TestNamespace::new(&bed.client, "chaos-node").await;
+    support::checkpoint_claim(&ns.name, "ckpt", &support::fixture_checkpoint(), "model");
+    let monitor = Monitor::start(&bed.client, &ns.name, LICENSES, Limits::default());
+    let log = std::env::temp_dir().join(format!("deepinfer-chaos-{}.log", ns.name));
+    let operator = bed.operator(&ns.name, &log);
+    let api: Api<DeepInferDeployment> = Api::namespaced(bed.client.clone(), &ns.name);
+    // Two groups of one 8-GPU pod: one node each.
+    let mut did = deployment("lost", "0123456789abcdef0123456789abcdef01234567", 2);
+    did["spec"]["accelerator"]["devicesPerPod"] = json!(8);
+    did["spec"]["roles"] = json!([{"name": "worker", "replicas": 2, "parallel": {"tensor": 8}}]);
+    let did: DeepInferDeployment = serde_json::from_value(did).expect("valid deployment");
+    api.create(&PostParams::default(), &did)
+        .await
+        .expect("create");
+    let names = vec!["lost".to_string()];
+    if converge(Duration::from_secs(180), || {
+        reached(&bed.client, &ns.name, &names, Phase::Create)
+    })
+    .await
+    .is_none()
+    {
+        row.failures.push("not Ready before the node loss".into());
+        return row;
+    }
+    let pods: Api<Pod> = Api::namespaced(bed.client.clone(), &ns.name);
+    let before = pods
+        .list(&ListParams::default().labels("deepinfer.io/component=worker"))
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default();
+    let node_of = |p: &Pod| p.spec.as_ref().and_then(|s| s.node_name.clone());
+    let (Some(victim), Some(survivor)) = (before.first(), before.get(1)) else {
+        row.failures
+            .push(format!("{} worker pods, not 2", before.len()));
+        return row;
+    };
+    let (lost_node, survivor_uid) = (node_of(victim).unwrap_or_default(), survivor.uid());
+    let nodes: Api<Node> = Api::all(bed.client.clone());
+    let annotate = json!({"metadata": {"annotations": {faults::NODE_NOT_READY: "true"}}});
+    let _ = nodes
+        .patch(&lost_node, &PatchParams::default(), &Patch::Merge(annotate))
+        .await;
+    row.faults += 1;
+    let lost_at = Instant::now();
+    let not_ready = converge(Duration::from_secs(120), || async {
+        nodes.get(&lost_node).await.ok().is_some_and(|n| {
+            n.status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status != "True")
+        })
+    })
+    .await;
+    if not_ready.is_none() {
+        row.failures
+            .push(format!("{lost_node} never went NotReady"));
+    }
+    let _ = nodes.delete(&lost_node, &DeleteParams::default()).await;
+    row.faults += 1;
+    // The group is back whole on another node, the other group untouched.
+    let recovered = converge(Duration::from_secs(240), || async {
+        let now = pods
+            .list(&ListParams::default().labels("deepinfer.io/component=worker"))
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default();
+        let live: Vec<&Pod> = now
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .collect();
+        live.len() == 2
+            && live
+                .iter()
+                .all(|p| node_of(p).as_deref() != Some(lost_node.as_str()))
+            && live.iter().any(|p| p.uid() == survivor_uid)
+            && reached(&bed.client, &ns.name, &names, Phase::Create).await
+    })
+    .await;
+    match recovered {
+        Some(_) => row.converge.push(lost_at.elapsed().as_secs_f64()),
+        None => row.failures.push(format!(
+            "the group on {lost_node} was not recreated elsewhere with the other group untouched within 240 s"
+        )),
+    }
+    // The other group kept its pod all along.
+    let still = pods
+        .list(&ListParams::default().labels("deepinfer.io/component=worker"))
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default();
+    if !still.iter().any(|p| p.uid() == survivor_uid) {
+        row.failures
+            .push("the group on a healthy node was replaced too".into());
+    }
+    let _ = api.delete("lost", &DeleteParams::default()).await;
+    tokio::time::sleep(Duration::from_secs(32)).await;
+    drop(operator);
+    row.violations = monitor.stop().await;
+    row.panics = panics_in(&log);
+    // Bring the node back: the agent registers its nodes again when it starts.
+    if !bed_script("restart.sh", &["node-agent"]) {
+        row.failures.push("restarting the node agent failed".into());
+    }
+    let back = converge(Duration::from_secs(60), || async {
+        nodes.get(&lost_node).await.ok().is_some_and(|n| {
+            n.status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True")
+        })
+    })
+    .await;
+    if back.is_none() {
+        row.failures.push(format!(
+            "{lost_node} did not come back after the agent restarted"
+        ));
+    }
+    row
+}
+
 /// Runs a bed script (`e2e/bed/<script>`) with arguments.
 fn bed_script(script: &str, args: &[&str]) -> bool {
     Command::new(support::repo_root().join("e2e/bed").join(script))
@@ -814,7 +946,7 @@ async fn main() -> anyhow::Result<()> {
     };
     let wanted = |s: &str| {
         if args.scenarios.is_empty() {
-            !(args.short && s == "control-plane-restart")
+            !(args.short && matches!(s, "control-plane-restart" | "node-loss"))
         } else {
             args.scenarios.iter().any(|w| w == s)
         }
@@ -830,6 +962,9 @@ async fn main() -> anyhow::Result<()> {
     }
     if wanted("leader-kill") {
         rows.push(leader_kill(&bed, &mut rng, deployments, leader_kills).await);
+    }
+    if wanted("node-loss") {
+        rows.push(node_loss(&bed).await);
     }
     if wanted("control-plane-restart") {
         rows.push(control_plane_restart(&bed, deployments).await);

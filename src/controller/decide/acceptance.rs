@@ -119,16 +119,44 @@ pub fn decide(
         None => unreadable_judgement(
             j,
             format!(
-                "the acceptance Job ended without a summary: {}",
+                "the acceptance Job ended without a summary: {}{}",
                 message
                     .as_deref()
-                    .map_or("no termination message", |m| m.trim())
+                    .map_or("no termination message", |m| m.trim()),
+                containers_ended(leader_pods)
             ),
         ),
     };
     Step::Record {
         judgement,
         stop_leader: false,
+    }
+}
+
+/// How the run's containers ended (`; container engine: OOMKilled, exit code 137`), so a run
+/// killed from outside says so; empty when none has ended.
+fn containers_ended(pods: &[&Pod]) -> String {
+    let ended: Vec<String> = pods
+        .iter()
+        .filter_map(|p| p.status.as_ref()?.container_statuses.as_ref())
+        .flatten()
+        .filter_map(|c| {
+            let t = c.state.as_ref()?.terminated.as_ref()?;
+            Some(format!(
+                "container {}: {}exit code {}",
+                c.name,
+                t.reason
+                    .as_deref()
+                    .map(|r| format!("{r}, "))
+                    .unwrap_or_default(),
+                t.exit_code
+            ))
+        })
+        .collect();
+    if ended.is_empty() {
+        String::new()
+    } else {
+        format!("; {}", ended.join("; "))
     }
 }
 

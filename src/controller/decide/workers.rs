@@ -157,7 +157,27 @@ fn rank_trouble(pod: &Pod) -> Option<String> {
         .unwrap_or_default();
     let rank = rank_of(pod);
     if pod.metadata.deletion_timestamp.is_some() {
-        return Some(format!("rank {rank} is being deleted{node}"));
+        // Who is deleting it, when Kubernetes says (eviction, preemption, a node gone).
+        let by = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|cs| {
+                cs.iter()
+                    .find(|c| c.type_ == "DisruptionTarget" && c.status == "True")
+            })
+            .map(|c| {
+                format!(
+                    " ({}{})",
+                    c.reason.as_deref().unwrap_or("disrupted"),
+                    c.message
+                        .as_deref()
+                        .map(|m| format!(": {m}"))
+                        .unwrap_or_default()
+                )
+            })
+            .unwrap_or_default();
+        return Some(format!("rank {rank} is being deleted{node}{by}"));
     }
     let status = pod.status.as_ref()?;
     let phase = status.phase.as_deref()?;
@@ -528,6 +548,27 @@ mod tests {
             views[0].0.health,
             Health::Broken(format!(
                 "group {}-0 of role worker is replaced whole: rank 1 ended Failed (OOMKilled, exit code 137) on node nvidia-2",
+                &rev[..5]
+            ))
+        );
+        // A rank being deleted by Kubernetes says by whom.
+        let gone = &mut pods[1];
+        gone.metadata.deletion_timestamp = Some(Time(Timestamp::from_second(5).expect("time")));
+        gone.status = Some(PodStatus {
+            conditions: Some(vec![PodCondition {
+                type_: "DisruptionTarget".into(),
+                status: "True".into(),
+                reason: Some("DeletionByPodGC".into()),
+                message: Some("PodGC: node no longer exists".into()),
+                ..PodCondition::default()
+            }]),
+            ..PodStatus::default()
+        });
+        let views = group_views(&pods, "worker", &specs, watchdog(0));
+        assert_eq!(
+            views[0].0.health,
+            Health::Broken(format!(
+                "group {}-0 of role worker is replaced whole: rank 1 is being deleted on node nvidia-2 (DeletionByPodGC: PodGC: node no longer exists)",
                 &rev[..5]
             ))
         );

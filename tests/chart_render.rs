@@ -230,13 +230,7 @@ fn expected_rules() -> Vec<(String, String, Vec<String>)> {
             &["get", "list", "watch", "create", "delete"],
         ),
         ("", &["persistentvolumeclaims"], &["get"]),
-        (
-            "",
-            &["configmaps"],
-            &[
-                "get", "list", "watch", "create", "update", "patch", "delete",
-            ],
-        ),
+        ("", &["configmaps"], &["get", "create", "update", "patch"]),
         ("", &["serviceaccounts"], &["get", "create", "patch"]),
         (
             "rbac.authorization.k8s.io",

@@ -96,12 +96,13 @@ shipped in config/rbac/role.yaml (a test keeps the two equal).
 - apiGroups: [""]
   resources: [persistentvolumeclaims]
   verbs: [get]
-# Acceptance spec and evidence. create/get/update are also what the acceptance runner's Role
-# grants, and Kubernetes only lets the operator grant what it holds itself.
+# Acceptance spec (get for promptsFrom, server-side apply = create + patch) and the evidence
+# ConfigMap it creates before each run. get/update are also what the acceptance judge's Role
+# grants on that one name, and Kubernetes only lets the operator grant what it holds itself.
 - apiGroups: [""]
   resources: [configmaps]
-  verbs: [get, list, watch, create, update, patch, delete]
-# The acceptance runner's per-deployment identity.
+  verbs: [get, create, update, patch]
+# The acceptance judge's per-deployment identity.
 - apiGroups: [""]
   resources: [serviceaccounts]
   verbs: [get, create, patch]

@@ -2,6 +2,11 @@
 
 use super::*;
 
+/// The fetch Job's component label and container name.
+pub const FETCH: &str = "fetch";
+/// The verify Job's component label and container name.
+pub const VERIFY: &str = "verify";
+
 /// A run-to-completion Job of the operator's own binary over the checkpoint volume.
 pub fn operator_job(
     did: &ValidatedDeployment,
@@ -122,7 +127,7 @@ pub fn fetch_job(did: &ValidatedDeployment, operator_image: &str) -> Option<Job>
     Some(operator_job(
         did,
         name,
-        "fetch",
+        FETCH,
         operator_image,
         args,
         env_vars,
@@ -130,16 +135,20 @@ pub fn fetch_job(did: &ValidatedDeployment, operator_image: &str) -> Option<Job>
     ))
 }
 
+/// The checkpoint revision recorded for a run: the hub commit, or `volume` for a given volume.
+pub fn checkpoint_revision(spec: &DeepInferDeploymentSpec) -> String {
+    spec.model
+        .source
+        .hub
+        .as_ref()
+        .map_or_else(|| "volume".to_string(), |h| h.revision.clone())
+}
+
 /// The verification Job: checks files, shard headers, licence and layout.
 pub fn verify_job(did: &ValidatedDeployment, operator_image: &str) -> Job {
     let spec = &did.spec;
     let rel = &did.checkpoint_dir;
-    let revision = spec
-        .model
-        .source
-        .hub
-        .as_ref()
-        .map_or_else(|| "volume".to_string(), |h| h.revision.clone());
+    let revision = checkpoint_revision(spec);
     let mut args = vec![
         "verify-checkpoint".into(),
         "--dir".into(),
@@ -151,5 +160,5 @@ pub fn verify_job(did: &ValidatedDeployment, operator_image: &str) -> Job {
     ];
     args.extend(layout_args(spec));
     let name = format!("{}-verify-{}", did.name_any(), checkpoint_key(spec));
-    operator_job(did, name, "verify", operator_image, args, Vec::new(), true)
+    operator_job(did, name, VERIFY, operator_image, args, Vec::new(), true)
 }

@@ -26,11 +26,15 @@ pub enum Command {
     FetchCheckpoint(crate::checkpoint::FetchArgs),
     /// Job entrypoint: verify a checkpoint directory and report the result.
     VerifyCheckpoint(crate::checkpoint::VerifyArgs),
-    /// Job entrypoint: run the acceptance workload and write the evidence.
+    /// Job entrypoint (judge container): judge the acceptance workload's outputs, write the
+    /// evidence and the summary; without `--engine-dir` it runs the engine itself.
     Accept(Box<crate::acceptance::AcceptArgs>),
+    /// Job entrypoint (engine container, no API token): run the engine command and leave its
+    /// outputs and report in the directory shared with the judge.
+    RunEngine(crate::acceptance::handoff::RunEngineArgs),
     /// Judge kept engine outputs against an acceptance spec, offline.
     Check(CheckArgs),
-    /// Init-container entrypoint: copy this binary into a shared volume (acceptance runner injection).
+    /// Init-container entrypoint: copy this binary into a shared volume (injected into the acceptance engine container).
     InstallRunner(InstallRunnerArgs),
 }
 

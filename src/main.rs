@@ -28,6 +28,7 @@ async fn main() -> ExitCode {
         cli::Command::FetchCheckpoint(args) => checkpoint::fetch(args).await,
         cli::Command::VerifyCheckpoint(args) => checkpoint::verify(args).await,
         cli::Command::Accept(args) => acceptance::accept(*args).await,
+        cli::Command::RunEngine(args) => acceptance::run_engine(args).await,
         cli::Command::Check(args) => acceptance::check(&args),
         cli::Command::InstallRunner(args) => install_runner(&args),
     };

@@ -109,6 +109,9 @@ pub struct Judge {
     known: BTreeMap<String, (String, Option<Instant>)>,
     /// Every violation recorded, once each.
     pub violations: BTreeSet<Violation>,
+    /// End of the last outage during which no operator could act (no leader, API server or etcd
+    /// down): a breach's limit runs from then at the earliest.
+    excused_until: Option<Instant>,
 }
 
 fn label<'a>(meta: &'a kube::core::ObjectMeta, key: &str) -> Option<&'a str> {
@@ -151,7 +154,15 @@ impl Judge {
     ) -> bool {
         seen.insert((invariant, key.clone()));
         let first = *self.first_seen.entry((invariant, key)).or_insert(now);
-        now.duration_since(first) > limit
+        let start = self.excused_until.map_or(first, |end| first.max(end));
+        now.saturating_duration_since(start) > limit
+    }
+
+    /// An outage during which no operator could act ended at `end` (a leader killed and its
+    /// successor just took over, the API server or etcd just came back): the limits of breaches
+    /// open during it run from `end`, so they measure the operator, not the outage.
+    pub fn outage_ended(&mut self, end: Instant) {
+        self.excused_until = Some(self.excused_until.map_or(end, |e| e.max(end)));
     }
 
     fn record(&mut self, invariant: &'static str, detail: String) {
@@ -505,6 +516,14 @@ impl Monitor {
         }
     }
 
+    /// See [`Judge::outage_ended`].
+    pub fn outage_ended(&self, end: Instant) {
+        self.judge
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .outage_ended(end);
+    }
+
     /// Violations so far.
     pub fn violations(&self) -> Vec<Violation> {
         let judge = self.judge.lock().unwrap_or_else(|e| e.into_inner());
@@ -708,6 +727,26 @@ mod tests {
         );
         judge.check(&after, t0 + 32 * SEC);
         assert_eq!(names(&judge), [invariants::ORPHAN]);
+    }
+
+    #[test]
+    fn a_breach_open_during_an_outage_counts_from_its_end() {
+        let mut judge = Judge::new(Limits::default(), &["mit"]);
+        let t0 = Instant::now();
+        let s = Snapshot {
+            deployments: vec![did(Some("mit"), 3, Some(2))],
+            ..Snapshot::default()
+        };
+        judge.check(&s, t0);
+        // No leader from t0 to t0 + 15 s: the 10 s limit runs from t0 + 15 s.
+        judge.outage_ended(t0 + 15 * SEC);
+        judge.check(&s, t0 + 20 * SEC);
+        assert!(
+            names(&judge).is_empty(),
+            "within the limit after the outage"
+        );
+        judge.check(&s, t0 + 26 * SEC);
+        assert_eq!(names(&judge), [invariants::READY_ON_STALE_GENERATION]);
     }
 
     #[test]

@@ -586,3 +586,31 @@ pub fn truncate_second_shard(host: &Path) {
     let bytes = std::fs::read(&shard).expect("fixture shard");
     std::fs::write(&shard, &bytes[..bytes.len() / 2]).expect("truncating the shard");
 }
+
+/// A client that acts as `ns/sa` with a token from the TokenRequest API.
+pub async fn client_as(admin: &Client, ns: &str, sa: &str) -> Client {
+    let sas: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(admin.clone(), ns);
+    let request: k8s_openapi::api::authentication::v1::TokenRequest =
+        serde_json::from_value(serde_json::json!({
+            "spec": {"audiences": [], "expirationSeconds": 3600}
+        }))
+        .expect("token request");
+    let token = sas
+        .create_token_request(sa, &PostParams::default(), &request)
+        .await
+        .expect("token for the ServiceAccount")
+        .status
+        .expect("token status")
+        .token
+        .expect("a token in the TokenRequest status");
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig()).expect("bed kubeconfig");
+    let mut config =
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await
+            .expect("bed kubeconfig is valid");
+    config.auth_info = kube::config::AuthInfo {
+        token: Some(token.into()),
+        ..Default::default()
+    };
+    Client::try_from(config).expect("client")
+}

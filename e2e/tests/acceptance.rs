@@ -403,6 +403,241 @@ async fn gpu_a_new_image_digest_reruns_acceptance_and_a_restart_does_not() {
     monitor.assert_clean().await;
 }
 
+/// The evidence ConfigMap of the recorded judgement.
+async fn evidence_of(client: &Client, ns: &str, st: &DeepInferDeploymentStatus) -> ConfigMap {
+    let name = st
+        .acceptance
+        .as_ref()
+        .and_then(|a| a.evidence.clone())
+        .expect("the judgement names its evidence");
+    Api::<ConfigMap>::namespaced(client.clone(), ns)
+        .get(&name)
+        .await
+        .expect("evidence ConfigMap")
+}
+
+fn evidence_key(cm: &ConfigMap, key: &str) -> String {
+    cm.data
+        .as_ref()
+        .and_then(|d| d.get(key).cloned())
+        .unwrap_or_else(|| panic!("evidence key {key}"))
+}
+
+/// The engine runs with no API token: a stand-in engine that tries the API from inside its
+/// container finds no token at the standard path and every request it sends is refused
+/// (401 or 403), including creating a ConfigMap.
+#[tokio::test]
+async fn gpu_the_engine_container_holds_no_api_token_and_every_api_call_is_refused() {
+    let (client, ns, api) = setup("accept-probe").await;
+    let op = Operator::start(&ns.name, &["mit"]).await;
+    let mut did = planner("probe", "valid-2-2-2.jsonl", "probe-api");
+    let command = did["spec"]["acceptance"]["engine"]["command"]
+        .as_array_mut()
+        .expect("command");
+    command.extend([json!("--probe-namespace"), json!(ns.name.clone())]);
+    create(&api, did).await;
+    let st = status_where(&api, "probe", "a recorded judgement", |s| {
+        cond(s, "AcceptancePassed")
+            .is_some_and(|c| c.reason.starts_with("Acceptance") && c.reason != "AcceptanceRunning")
+    })
+    .await;
+    let evidence = evidence_of(&client, &ns.name, &st).await;
+    let log = evidence_key(&evidence, "engine.log");
+    let probes: Vec<&str> = log
+        .lines()
+        .filter_map(|l| l.split_once("DEEPINFER_PROBE ").map(|(_, p)| p))
+        .collect();
+    assert_eq!(
+        probes.first().copied(),
+        Some("token=absent"),
+        "no service-account token inside the engine container: {log}"
+    );
+    assert_eq!(probes.len(), 6, "the probe ran every request: {log}");
+    for probe in &probes[1..] {
+        let status = probe.rsplit(" -> ").next().unwrap_or_default();
+        assert!(
+            status == "401" || status == "403",
+            "refused by the API server: {probe}"
+        );
+    }
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    assert!(
+        cms.get_opt("probe-written-by-the-engine")
+            .await
+            .expect("get")
+            .is_none(),
+        "the engine wrote no ConfigMap"
+    );
+    // The stand-in's outputs are valid: the run itself passed.
+    assert_eq!(
+        cond(&st, "AcceptancePassed").expect("condition").status,
+        "True"
+    );
+    op.stop().await;
+}
+
+/// The acceptance ServiceAccount's token (the judge's) may read and update its run's evidence
+/// ConfigMap and nothing else: any other ConfigMap, by any verb, is refused with 403, as is
+/// creating, listing or deleting ConfigMaps.
+#[tokio::test]
+async fn gpu_the_judges_token_is_refused_on_every_other_configmap() {
+    let (client, ns, api) = setup("accept-rbac").await;
+    let op = Operator::start(&ns.name, &["mit"]).await;
+    create(&api, planner("plan", "valid-2-2-2.jsonl", "replay")).await;
+    let st = status_where(&api, "plan", "Ready=True", |s| {
+        cond(s, "Ready").is_some_and(|c| c.status == "True")
+    })
+    .await;
+    op.stop().await;
+    let evidence = st
+        .acceptance
+        .as_ref()
+        .and_then(|a| a.evidence.clone())
+        .expect("evidence");
+    let admin_cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    let other: ConfigMap = serde_json::from_value(
+        json!({"metadata": {"name": "someone-elses-config"}, "data": {"k": "v"}}),
+    )
+    .expect("configmap");
+    admin_cms
+        .create(&PostParams::default(), &other)
+        .await
+        .expect("another app's ConfigMap");
+
+    let judge = support::client_as(&client, &ns.name, "plan-acceptance").await;
+    let cms: Api<ConfigMap> = Api::namespaced(judge, &ns.name);
+    // Its own evidence: get and update.
+    let mut own = cms
+        .get(&evidence)
+        .await
+        .expect("the judge reads its evidence");
+    own.data
+        .get_or_insert_with(Default::default)
+        .insert("probe".into(), "1".into());
+    cms.replace(&evidence, &PostParams::default(), &own)
+        .await
+        .expect("the judge updates its evidence");
+
+    let forbidden = |what: &str, result: Result<(), kube::Error>| match result {
+        Err(kube::Error::Api(s)) if s.code == 403 => {}
+        other => panic!("{what}: expected 403 Forbidden, got {other:?}"),
+    };
+    let mut stolen = other.clone();
+    stolen.data = Some([("k".to_string(), "forged".to_string())].into());
+    forbidden(
+        "get another ConfigMap",
+        cms.get("someone-elses-config").await.map(drop),
+    );
+    forbidden(
+        "update another ConfigMap",
+        cms.replace("someone-elses-config", &PostParams::default(), &stolen)
+            .await
+            .map(drop),
+    );
+    let spec_cm = format!(
+        "plan-accept-{}",
+        evidence.trim_start_matches("plan-evidence-")
+    ) + "-spec";
+    forbidden(
+        "get the acceptance spec ConfigMap",
+        cms.get(&spec_cm).await.map(drop),
+    );
+    let fresh: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "made-by-the-judge"}})).expect("cm");
+    forbidden(
+        "create a ConfigMap",
+        cms.create(&PostParams::default(), &fresh).await.map(drop),
+    );
+    forbidden(
+        "list ConfigMaps",
+        cms.list(&ListParams::default()).await.map(drop),
+    );
+    forbidden(
+        "delete its evidence",
+        cms.delete(&evidence, &Default::default()).await.map(drop),
+    );
+    assert_eq!(
+        admin_cms
+            .get("someone-elses-config")
+            .await
+            .expect("still there")
+            .data,
+        other.data,
+        "the other ConfigMap is untouched"
+    );
+}
+
+/// An engine whose outputs fail, and which then forges a "Passed" summary wherever it can (its
+/// own termination message, the shared work directory) and kills the program that started it,
+/// still yields Failed: the verdict is the judge's alone.
+#[tokio::test]
+async fn gpu_an_engine_that_forges_a_passed_summary_still_fails() {
+    let (client, ns, api) = setup("accept-forge").await;
+    let op = Operator::start(&ns.name, &["mit"]).await;
+    create(&api, planner("forge", "invalid-2-2-3.jsonl", "forge")).await;
+    let st = status_where(&api, "forge", "a recorded judgement", |s| {
+        s.acceptance.is_some()
+    })
+    .await;
+    let acc = st.acceptance.clone().expect("judgement");
+    assert_eq!(acc.result.as_str(), "Failed", "{acc:?}");
+    assert_eq!(acc.failed_prompts, vec!["shot-plan".to_string()]);
+    let c = cond(&st, "AcceptancePassed").expect("condition");
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("False", "AcceptanceFailed")
+    );
+    assert_eq!(cond(&st, "Ready").expect("Ready").status, "False");
+    assert!(workers(&client, &ns.name, "forge").await.is_empty());
+    // The evidence holds the judge's verdicts and the engine's failing outputs as written.
+    let evidence = evidence_of(&client, &ns.name, &st).await;
+    let verdicts: Value =
+        serde_json::from_str(&evidence_key(&evidence, "verdicts.json")).expect("verdicts");
+    assert!(
+        verdicts
+            .as_array()
+            .expect("list")
+            .iter()
+            .any(|v| v["id"] == "shot-plan" && v["passed"] == false),
+        "{verdicts}"
+    );
+    op.stop().await;
+}
+
+/// An engine that makes its outputs file a link to the service-account token path (where the
+/// judge's own token is mounted) gets no token copied into the evidence: the judge reads no
+/// link, and the run fails for want of outputs.
+#[tokio::test]
+async fn gpu_an_engine_linking_its_outputs_to_the_token_path_leaks_no_token() {
+    let (client, ns, api) = setup("accept-link").await;
+    let op = Operator::start(&ns.name, &["mit"]).await;
+    create(&api, planner("link", "valid-2-2-2.jsonl", "link-token")).await;
+    let st = status_where(&api, "link", "a recorded judgement", |s| {
+        s.acceptance.is_some()
+    })
+    .await;
+    let acc = st.acceptance.clone().expect("judgement");
+    assert_eq!(acc.result.as_str(), "Failed", "{acc:?}");
+    assert!(
+        acc.reason
+            .as_deref()
+            .is_some_and(|r| r.contains("outputs.jsonl is a symbolic link (not followed)")),
+        "{acc:?}"
+    );
+    let evidence = evidence_of(&client, &ns.name, &st).await;
+    let everything = serde_json::to_string(&evidence).expect("evidence as JSON");
+    // A service-account token is a JWT: its header starts with base64 of `{"alg":`.
+    assert!(
+        !everything.contains("eyJhbGciOi"),
+        "no token in the evidence: {everything}"
+    );
+    assert!(
+        evidence_key(&evidence, "engine.log").contains("outputs.jsonl not read"),
+        "the evidence says why the outputs were not read"
+    );
+    op.stop().await;
+}
+
 /// Container faults injected into the acceptance pods themselves (through the pod annotations
 /// `spec.scheduling.podAnnotations` passes on to the simulated kubelet): a rank SIGKILLed or
 /// OOM-killed mid-run never yields a pass and says why; a rank slow to start still passes.

@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 
 use deepinfer_e2e::support::{self, TestNamespace};
 use deepinfer_operator::leader::{Config, Elector, Timing};
-use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
@@ -145,33 +144,6 @@ async fn a_holder_whose_lease_is_taken_stops_leading() {
     assert!(reason.contains("operator-z"), "{reason}");
 }
 
-/// A client that acts as `ns/sa` with a token from the TokenRequest API.
-async fn client_as(admin: &Client, ns: &str, sa: &str) -> Client {
-    let sas: Api<ServiceAccount> = Api::namespaced(admin.clone(), ns);
-    let request: TokenRequest = serde_json::from_value(json!({
-        "spec": {"audiences": [], "expirationSeconds": 3600}
-    }))
-    .expect("token request");
-    let token = sas
-        .create_token_request(sa, &PostParams::default(), &request)
-        .await
-        .expect("token for the ServiceAccount")
-        .status
-        .expect("token status")
-        .token
-        .expect("a token in the TokenRequest status");
-    let kc = kube::config::Kubeconfig::read_from(support::kubeconfig()).expect("bed kubeconfig");
-    let mut config =
-        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-            .await
-            .expect("bed kubeconfig is valid");
-    config.auth_info = kube::config::AuthInfo {
-        token: Some(token.into()),
-        ..Default::default()
-    };
-    Client::try_from(config).expect("client")
-}
-
 #[tokio::test]
 async fn a_holder_whose_renewals_are_refused_stops_leading() {
     let admin = support::client().await;
@@ -208,7 +180,7 @@ async fn a_holder_whose_renewals_are_refused_stops_leading() {
         .expect("RoleBinding");
 
     // Exactly the chart's Lease rights are enough to lead.
-    let client = client_as(&admin, n, "elector").await;
+    let client = support::client_as(&admin, n, "elector").await;
     let mut a = tokio::time::timeout(
         Duration::from_secs(15),
         elector(&client, n, "operator-a").acquire(),

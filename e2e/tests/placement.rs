@@ -2,8 +2,9 @@
 //! group partly placed: one 8-GPU node of a two-node NVLink clique is taken by another pod, so
 //! a 2 × 8-GPU group can start on the free node but never finish there.
 //!
-//! - With native gang scheduling (PodGroups, real kube-scheduler v1.37), no group is ever partly
-//!   bound: a sampler counts partly bound groups every 500 ms and prints the maximum.
+//! - With native gang scheduling (PodGroups, real kube-scheduler v1.37), no group is left partly
+//!   bound: a sampler reads the pods every 500 ms, and no group is seen partly bound in two
+//!   consecutive samples (one sighting can fall between the separate bind calls of one gang).
 //! - With `--gang-scheduling=off`, the watchdog deletes the partly placed group at
 //!   `--partial-group-timeout`, says so in status and in an event, and places it again (with
 //!   backoff) once capacity returns. It prints how long the group held devices for nothing.
@@ -346,11 +347,20 @@ async fn gpu_gang_scheduled_groups_are_never_partly_bound_where_affinity_alone_s
     scale(&api, "gang", 2).await;
     status_where(&api, "gang", "Ready with 2 groups", |s| ready_groups(s, 2)).await;
     let (max_partial, samples, spans) = sampler.finish().await;
+    // The scheduler binds a gang's pods with one API call each, so a sample can fall between
+    // two binds of one scheduling decision: such a sighting lasts one sample. A group left
+    // partly placed is seen again 500 ms later.
+    let persisting: Vec<&(String, Duration)> = spans.iter().filter(|(_, d)| !d.is_zero()).collect();
     println!(
-        "native gang scheduling: at most {max_partial} partly bound group(s) over {samples} samples (every 500 ms); while waiting: {}",
+        "native gang scheduling: {} group(s) partly bound in two or more consecutive samples, over {samples} samples (every 500 ms); {} single-sample sighting(s) between the binds of one gang (at most {max_partial} at once); while waiting: {}",
+        persisting.len(),
+        spans.len() - persisting.len(),
         condition(&waiting, "WorkersReady").map_or(String::new(), |c| c.2)
     );
-    assert_eq!(max_partial, 0, "partly bound groups seen: {spans:?}");
+    assert!(
+        persisting.is_empty(),
+        "groups left partly bound: {persisting:?}"
+    );
     op.stop().await;
 }
 

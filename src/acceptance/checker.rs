@@ -75,7 +75,7 @@ impl std::fmt::Debug for CompiledSpec {
 
 impl CompiledSpec {
     /// Compiles the spec. `promptsFrom` must already be resolved into `prompts` (the controller
-    /// does that before it hands the spec to the runner).
+    /// does that before it hands the spec to the judge).
     pub fn compile(spec: &AcceptanceSpec) -> Result<Self, SpecError> {
         if let Some(from) = &spec.prompts_from {
             return Err(SpecError(format!(

@@ -31,7 +31,7 @@ pub struct Device {
     pub memory_total: String,
 }
 
-/// What the runner could learn about its devices.
+/// What the engine side could learn about its devices.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct DeviceInventory {

@@ -66,12 +66,12 @@ pub enum EngineExit {
         /// Exit code.
         code: i32,
     },
-    /// Killed by this signal (not by the runner).
+    /// Killed by this signal (not at the timeout).
     Signalled {
         /// Signal number.
         signal: i32,
     },
-    /// Killed by the runner at the timeout.
+    /// Killed at the timeout.
     TimedOut {
         /// The timeout.
         seconds: u64,
@@ -80,6 +80,12 @@ pub enum EngineExit {
     SpawnFailed {
         /// Why.
         error: String,
+    },
+    /// The engine's container never reported how the engine ended (it did not start, or it
+    /// stopped without a report); seen by the judge.
+    Lost {
+        /// Why.
+        reason: String,
     },
 }
 
@@ -97,6 +103,7 @@ impl EngineExit {
             Self::Signalled { signal } => Some(format!("engine was killed by signal {signal}")),
             Self::TimedOut { seconds } => Some(format!("timed out after {seconds}s")),
             Self::SpawnFailed { error } => Some(format!("engine could not be started: {error}")),
+            Self::Lost { reason } => Some(reason.clone()),
         }
     }
 }

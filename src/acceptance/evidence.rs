@@ -387,7 +387,8 @@ fn cap_outputs(
 /// Where evidence goes.
 #[derive(Debug, Clone)]
 pub enum EvidenceTarget {
-    /// A ConfigMap, created or replaced.
+    /// A ConfigMap the operator created before the run, owned by the deployment: replaced by
+    /// name (get, then update with its resourceVersion). The judge may not create ConfigMaps.
     ConfigMap {
         /// Name.
         name: String,
@@ -479,7 +480,7 @@ pub async fn write(target: &EvidenceTarget, evidence: &Evidence) -> anyhow::Resu
             let mut attempt = 0;
             loop {
                 attempt += 1;
-                match create_or_replace(&api, name, &cm).await {
+                match replace_own(&api, name, &owner.1, &cm).await {
                     Ok(()) => return Ok(name.clone()),
                     Err(err) if attempt < 4 && retriable(&err) => {
                         tracing::warn!(%err, attempt, "writing the evidence ConfigMap failed; retrying");
@@ -494,29 +495,50 @@ pub async fn write(target: &EvidenceTarget, evidence: &Evidence) -> anyhow::Resu
     }
 }
 
-async fn create_or_replace(
-    api: &Api<ConfigMap>,
-    name: &str,
-    cm: &ConfigMap,
-) -> Result<(), kube::Error> {
-    match api.create(&PostParams::default(), cm).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(status)) if status.is_already_exists() => {
-            let existing = api.get(name).await?;
-            let mut replacement = cm.clone();
-            replacement.metadata.resource_version = existing.metadata.resource_version;
-            api.replace(name, &PostParams::default(), &replacement)
-                .await
-                .map(|_| ())
-        }
-        Err(err) => Err(err),
-    }
+/// Why the evidence ConfigMap cannot be written, beyond API errors.
+#[derive(Debug, thiserror::Error)]
+enum WriteError {
+    #[error("{0}")]
+    Api(#[from] kube::Error),
+    #[error("it does not exist (the operator creates it before the run, and the judge may not create ConfigMaps)")]
+    Missing,
+    #[error("it is not owned by the deployment with uid {0}; not overwriting it")]
+    NotOwned(String),
 }
 
-fn retriable(err: &kube::Error) -> bool {
+/// Replaces the evidence ConfigMap the operator created, only if its controller is the
+/// deployment with `owner_uid`.
+async fn replace_own(
+    api: &Api<ConfigMap>,
+    name: &str,
+    owner_uid: &str,
+    cm: &ConfigMap,
+) -> Result<(), WriteError> {
+    let existing = api.get_opt(name).await?.ok_or(WriteError::Missing)?;
+    let owned = existing
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.controller == Some(true) && o.uid == owner_uid);
+    if !owned {
+        return Err(WriteError::NotOwned(owner_uid.to_string()));
+    }
+    let mut replacement = cm.clone();
+    replacement.metadata.resource_version = existing.metadata.resource_version;
+    api.replace(name, &PostParams::default(), &replacement)
+        .await
+        .map(|_| ())
+        .map_err(Into::into)
+}
+
+fn retriable(err: &WriteError) -> bool {
     match err {
-        kube::Error::Api(status) => status.code == 409 || status.code == 429 || status.code >= 500,
-        _ => true,
+        WriteError::Api(kube::Error::Api(status)) => {
+            status.code == 409 || status.code == 429 || status.code >= 500
+        }
+        WriteError::Api(_) => true,
+        WriteError::Missing | WriteError::NotOwned(_) => false,
     }
 }
 
@@ -620,7 +642,7 @@ mod tests {
     #[test]
     fn a_flood_of_unknown_ids_stays_within_one_configmap() {
         use crate::acceptance::checker::CompiledSpec;
-        use crate::acceptance::runner::overall;
+        use crate::acceptance::runner::{overall, OutputsFile};
 
         let prompts = 1_000;
         let id = |i: usize| format!("prompt-{i:04}-{}", "x".repeat(48));
@@ -653,7 +675,7 @@ mod tests {
         let verdicts = compiled.judge(&parsed);
         let ids: Vec<String> = compiled.prompt_ids().map(str::to_string).collect();
         let exit = EngineExit::Exited { code: 0 };
-        let (result, reason) = overall(&exit, true, &parsed, &verdicts, prompts);
+        let (result, reason) = overall(&exit, OutputsFile::Present, &parsed, &verdicts, prompts);
         let facts = RunFacts {
             result,
             reason,

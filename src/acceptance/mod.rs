@@ -1,4 +1,5 @@
-//! Acceptance gate: the checker, the runner (`accept`, the acceptance Job's entrypoint) and
+//! Acceptance gate: the checker, the engine side (`run-engine`, in the engine container), the
+//! judge (`accept`, in the judge container; alone it also runs the engine side) and
 //! offline re-judging of kept evidence (`check`). Contracts: docs/acceptance.md.
 
 pub mod checker;
@@ -7,6 +8,7 @@ pub mod engine;
 pub mod engine_io;
 pub mod evidence;
 pub mod grammar;
+pub mod handoff;
 pub mod manifest;
 pub mod rules;
 pub mod runner;
@@ -48,9 +50,17 @@ pub struct AcceptArgs {
     /// Write the evidence as files into this directory instead of a ConfigMap (tests, local runs).
     #[arg(long)]
     pub evidence_dir: Option<PathBuf>,
-    /// Scratch directory for the prompts and outputs files; the engine runs in it.
+    /// Scratch directory for the prompts and outputs files; the engine runs in it (when `accept`
+    /// runs the engine itself, without `--engine-dir`).
     #[arg(long, default_value = "/tmp/deepinfer-acceptance")]
     pub work_dir: PathBuf,
+    /// Judge only: do not run the engine; wait for the report that `run-engine` (in the engine's
+    /// own container) leaves in this shared directory, then judge what it left there.
+    #[arg(long)]
+    pub engine_dir: Option<PathBuf>,
+    /// With `--engine-dir`: how long to wait for the engine's container to start.
+    #[arg(long, default_value_t = 3600)]
+    pub engine_start_seconds: u64,
     /// Where the JSON summary goes (the container's termination message).
     #[arg(
         long,
@@ -166,9 +176,14 @@ pub fn judge_file(compiled: &CompiledSpec, outputs: &Path) -> anyhow::Result<Vec
     Ok(compiled.judge(&parsed))
 }
 
-/// Runs `accept`; returns the process exit code (0 passed, 1 failed, 2 the runner itself failed).
+/// Runs `accept`; returns the process exit code (0 passed, 1 failed, 2 the judge itself failed).
 pub async fn accept(args: AcceptArgs) -> anyhow::Result<i32> {
     Ok(runner::run(&args).await)
+}
+
+/// Runs `run-engine` (the engine container's entrypoint); returns the process exit code.
+pub async fn run_engine(args: handoff::RunEngineArgs) -> anyhow::Result<i32> {
+    Ok(handoff::run_engine_side(&args).await)
 }
 
 /// Runs `check`; returns the process exit code (0 all pass, 1 any fail, 2 bad input).

@@ -5,16 +5,22 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::checker::{failure_summary, tally, Verdict};
-use super::engine::{self, EngineExit};
+use super::engine::EngineExit;
 use super::engine_io::{self, ParsedOutputs};
 use super::evidence::{self, EvidenceTarget};
+use super::handoff::{self, EngineReport, EngineSide, Patience};
 use super::manifest::{
     build_manifest, AcceptanceResult, AcceptanceSummary, EngineRecord, RunFacts, RunIdentity,
 };
-use super::{devices, load_spec, AcceptArgs};
+use super::{load_spec, AcceptArgs};
 
 /// Output line errors named in a reason before the rest are counted.
 const LINE_ERRORS_IN_REASON: usize = 3;
+
+/// After the engine side started: how long past the spec's timeout the judge waits for its report.
+const ENGINE_REPORT_GRACE: Duration = Duration::from_secs(120);
+/// A heartbeat this old means the engine side is gone.
+const ENGINE_HEARTBEAT_STALE: Duration = Duration::from_secs(60);
 
 /// Exit codes of `accept`.
 pub mod exit {
@@ -60,41 +66,43 @@ async fn execute(args: &AcceptArgs) -> (AcceptanceSummary, i32) {
         Ok(loaded) => loaded,
         Err(err) => return runner_error(format!("acceptance spec: {err:#}")),
     };
-    if !args.model_dir.is_dir() {
-        return runner_error(format!(
-            "model directory {} does not exist",
-            args.model_dir.display()
-        ));
-    }
-    let prompts_file = args.work_dir.join("prompts.jsonl");
-    let outputs_file = args.work_dir.join("outputs.jsonl");
-    if let Err(err) = prepare_work_dir(&args.work_dir, &prompts_file, &outputs_file, &spec.prompts)
-    {
-        return runner_error(format!(
-            "work directory {}: {err:#}",
-            args.work_dir.display()
-        ));
-    }
-
-    let template: Vec<String> = match &spec.engine {
-        Some(engine) => engine.command.clone(),
-        None => engine::DEFAULT_COMMAND
-            .iter()
-            .map(|s| s.to_string())
-            .collect(),
+    let engine_side = match &args.engine_dir {
+        Some(dir) => {
+            let patience = Patience {
+                start: Duration::from_secs(args.engine_start_seconds),
+                grace: ENGINE_REPORT_GRACE,
+                stale: ENGINE_HEARTBEAT_STALE,
+            };
+            match handoff::wait_for_engine(dir, handoff::timeout_of(&spec), patience).await {
+                Ok(side) => side,
+                Err(reason) => lost_engine(dir, &spec, reason),
+            }
+        }
+        None => {
+            let (report, log) = handoff::run_engine(&spec, &args.model_dir, &args.work_dir).await;
+            handoff::beside(&args.work_dir, report, log)
+        }
     };
-    let command = engine::render_command(&template, &args.model_dir, &prompts_file, &outputs_file);
-    let devices = devices::inventory().await;
-    let timeout = Duration::from_secs(u64::try_from(spec.timeout_seconds).unwrap_or(1).max(1));
-    let engine_run = engine::run(&command, &args.work_dir, timeout).await;
-
-    let outputs = std::fs::read(&outputs_file).ok();
+    let EngineSide {
+        report,
+        log,
+        outputs,
+        outputs_unread,
+    } = engine_side;
+    if let Some(error) = report.error {
+        return runner_error(error);
+    }
     let parsed = engine_io::parse_outputs(outputs.as_deref().unwrap_or_default());
     let verdicts = compiled.judge(&parsed);
     let prompt_ids: Vec<String> = compiled.prompt_ids().map(str::to_string).collect();
+    let outputs_file = match (&outputs, &outputs_unread) {
+        (Some(_), _) => OutputsFile::Present,
+        (None, Some(why)) => OutputsFile::Unread(why),
+        (None, None) => OutputsFile::Missing,
+    };
     let (result, reason) = overall(
-        &engine_run.exit,
-        outputs.is_some(),
+        &report.exit,
+        outputs_file,
         &parsed,
         &verdicts,
         prompt_ids.len(),
@@ -114,21 +122,21 @@ async fn execute(args: &AcceptArgs) -> (AcceptanceSummary, i32) {
     let facts = RunFacts {
         result,
         reason: reason.clone(),
-        devices,
+        devices: report.devices,
         engine: EngineRecord {
-            command,
-            exit: engine_run.exit.clone(),
-            timeout_seconds: timeout.as_secs(),
+            command: report.command,
+            exit: report.exit,
+            timeout_seconds: report.timeout_seconds,
         },
-        timings: engine_run.timings.clone(),
+        timings: report.timings,
     };
     let manifest = build_manifest(&identity, facts, &prompt_ids, &parsed, &verdicts);
     let evidence = evidence::assemble(
         manifest,
         outputs.as_deref().unwrap_or_default(),
         &verdicts,
-        &engine_run.log.to_vec(),
-        engine_run.log.dropped,
+        &log,
+        report.log_dropped,
     );
 
     let (prompts, passed) = tally(&verdicts, prompt_ids.len());
@@ -167,18 +175,18 @@ async fn execute(args: &AcceptArgs) -> (AcceptanceSummary, i32) {
     }
 }
 
-fn prepare_work_dir(
-    dir: &Path,
-    prompts_file: &Path,
-    outputs_file: &Path,
-    prompts: &[crate::api::AcceptancePrompt],
-) -> anyhow::Result<()> {
-    std::fs::create_dir_all(dir)?;
-    std::fs::write(prompts_file, engine_io::prompts_jsonl(prompts)?)?;
-    match std::fs::remove_file(outputs_file) {
-        Err(err) if err.kind() != std::io::ErrorKind::NotFound => Err(err.into()),
-        _ => Ok(()),
-    }
+/// What the judge has when the engine side never reported: whatever it left, and the reason.
+fn lost_engine(dir: &Path, spec: &crate::api::AcceptanceSpec, reason: String) -> EngineSide {
+    let report = EngineReport {
+        command: Vec::new(),
+        exit: EngineExit::Lost { reason },
+        timeout_seconds: handoff::timeout_of(spec).as_secs(),
+        timings: Default::default(),
+        devices: Default::default(),
+        log_dropped: 0,
+        error: None,
+    };
+    handoff::collect(dir, report)
 }
 
 fn target(args: &AcceptArgs) -> EvidenceTarget {
@@ -196,18 +204,31 @@ fn target(args: &AcceptArgs) -> EvidenceTarget {
     }
 }
 
+/// What became of the engine's outputs file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutputsFile<'a> {
+    /// Read.
+    Present,
+    /// There is none.
+    Missing,
+    /// There is one, but it was not read (not a regular file, a link, too large): why.
+    Unread(&'a str),
+}
+
 /// The run's result and reason: the engine's exit, a missing or malformed outputs file, and every
 /// failing verdict. Passed only when all of them are clean.
 pub fn overall(
     exit: &EngineExit,
-    outputs_present: bool,
+    outputs: OutputsFile<'_>,
     parsed: &ParsedOutputs,
     verdicts: &[Verdict],
     prompt_count: usize,
 ) -> (AcceptanceResult, String) {
     let mut parts: Vec<String> = exit.failure().into_iter().collect();
-    if !outputs_present {
-        parts.push("the engine wrote no outputs file".into());
+    match outputs {
+        OutputsFile::Present => {}
+        OutputsFile::Missing => parts.push("the engine wrote no outputs file".into()),
+        OutputsFile::Unread(why) => parts.push(format!("the outputs file was not read: {why}")),
     }
     if !parsed.errors.is_empty() {
         let mut listed: Vec<String> = parsed
@@ -261,12 +282,12 @@ mod tests {
         let ok = [verdict("a", true, ""), verdict("b", true, "")];
         let clean = EngineExit::Exited { code: 0 };
         assert_eq!(
-            overall(&clean, true, &Default::default(), &ok, 2),
+            overall(&clean, OutputsFile::Present, &Default::default(), &ok, 2),
             (AcceptanceResult::Passed, "all 2 prompts passed".into())
         );
         let (r, reason) = overall(
             &EngineExit::Exited { code: 70 },
-            true,
+            OutputsFile::Present,
             &Default::default(),
             &ok,
             2,
@@ -293,7 +314,7 @@ mod tests {
         ];
         let (r, reason) = overall(
             &EngineExit::TimedOut { seconds: 30 },
-            false,
+            OutputsFile::Missing,
             &parsed,
             &verdicts,
             2,

@@ -213,7 +213,7 @@ pub struct AcceptanceStatus {
     /// ConfigMap holding the manifest and every output, failures included.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub evidence: Option<String>,
-    /// The runner's short account of the result (first failure, or why it could not judge).
+    /// The judge's short account of the result (first failure, or why it could not judge).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// Hash of the `spec.acceptance` section the run judged by; a change re-runs acceptance.

@@ -301,8 +301,11 @@ fn set_condition(pod: &mut Pod, mark: &entitlement::Mark) {
 async fn stop_fetching(ctx: &Context, ns: &str, observed: &Observed) -> Result<(), Error> {
     let api: Api<Job> = Api::namespaced(ctx.client.clone(), ns);
     for job in observed.jobs.iter().filter(|j| {
-        j.labels().get(labels::COMPONENT).map(String::as_str) == Some("fetch")
-            && matches!(job_state(observed, &j.name_any()), JobState::Running)
+        j.labels().get(labels::COMPONENT).map(String::as_str) == Some(build::FETCH)
+            && matches!(
+                job_state(observed, &j.name_any(), build::FETCH),
+                JobState::Running
+            )
     }) {
         tracing::info!(job = %job.name_any(), "licence withdrawn: stopping the fetch Job");
         apply::delete_ignoring_missing(&api, &job.name_any()).await?;
@@ -393,7 +396,7 @@ async fn checkpoint_gate(
                 format!("Job {fetch_name} is fetching the pinned revision into {claim}"),
             )
         };
-        match job_state(observed, &fetch_name) {
+        match job_state(observed, &fetch_name, build::FETCH) {
             JobState::Missing => {
                 apply::create_once(&jobs, &fetch).await?;
                 return Ok((fetching(), None));
@@ -425,7 +428,7 @@ async fn checkpoint_gate(
             format!("Job {verify_name} is verifying the checkpoint on {claim}"),
         )
     };
-    match job_state(observed, &verify_name) {
+    match job_state(observed, &verify_name, build::VERIFY) {
         JobState::Missing => {
             apply::create_once(&jobs, &verify).await?;
             Ok((progressing(), None))
@@ -527,7 +530,7 @@ async fn acceptance_gate(
     };
     let step = acceptance::decide(
         known.recorded_judgement(revision, &spec_hash, &token),
-        &job_state(observed, &leader),
+        &job_state(observed, &leader, build::JUDGE_CONTAINER),
         &leader_pods,
         &run_pods,
         &judging,
@@ -560,7 +563,7 @@ async fn acceptance_gate(
                     })
                 }
             };
-            start_acceptance(did, ctx, ns, revision, &names, &spec, shape.pods).await?;
+            start_acceptance(did, ctx, revision, &names, &spec, shape.pods, observed).await?;
             Ok(AcceptanceFound::progressing(
                 reasons::ACCEPTANCE_RUNNING,
                 running,
@@ -704,25 +707,34 @@ fn record(ctx: &Context, judged: AcceptanceStatus, seconds: f64) -> AcceptanceFo
     }
 }
 
-/// Creates the objects of one acceptance run: RBAC for the runner, the spec ConfigMap, the
-/// rendezvous Service of a multi-pod group, and one Job per rank.
+/// Creates the objects of one acceptance run: RBAC for the judge, the spec ConfigMap, the empty
+/// evidence ConfigMap (the judge may only update it), the rendezvous Service of a multi-pod
+/// group, and one Job per rank.
 async fn start_acceptance(
     did: &ValidatedDeployment,
     ctx: &Context,
-    ns: &str,
     revision: &str,
     names: &build::AcceptanceNames,
     spec: &AcceptanceSpec,
     pods: i32,
+    observed: &Observed,
 ) -> Result<(), Error> {
+    let ns = did.namespace.as_str();
     let spec_yaml = serde_yaml::to_string(spec).unwrap_or_default();
-    let (sa, role_obj, binding) = build::acceptance_rbac(did, names);
+    let (sa, role_obj, binding) = build::acceptance_rbac(did, names, &in_flight_evidence(observed));
     let client = &ctx.client;
     apply::apply_if_changed(&Api::namespaced(client.clone(), ns), &sa, None).await?;
     apply::apply_if_changed(&Api::namespaced(client.clone(), ns), &role_obj, None).await?;
     apply::apply_if_changed(&Api::namespaced(client.clone(), ns), &binding, None).await?;
     let cm = build::acceptance_spec_configmap(did, names, revision, spec_yaml);
-    apply::apply_if_changed(&Api::namespaced(client.clone(), ns), &cm, None).await?;
+    let configmaps: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(client.clone(), ns);
+    apply::apply_if_changed(&configmaps, &cm, None).await?;
+    apply::create_once(
+        &configmaps,
+        &build::acceptance_evidence_configmap(did, names, revision),
+    )
+    .await?;
     if pods > 1 {
         let svc_api: Api<Service> = Api::namespaced(client.clone(), ns);
         apply::apply_if_changed(
@@ -746,6 +758,21 @@ async fn start_acceptance(
         }
     }
     Ok(())
+}
+
+/// The evidence ConfigMaps of this deployment's acceptance runs whose Jobs are still running.
+fn in_flight_evidence(observed: &Observed) -> Vec<String> {
+    observed
+        .jobs
+        .iter()
+        .filter(|j| {
+            matches!(
+                job_state(observed, &j.name_any(), build::JUDGE_CONTAINER),
+                JobState::Running
+            )
+        })
+        .filter_map(build::evidence_of_job)
+        .collect()
 }
 
 /// Deletes the Jobs of ranks `from..pods` of a run (and its rendezvous Service when every rank

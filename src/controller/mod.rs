@@ -48,7 +48,7 @@ pub struct RunArgs {
     /// Licence ids the cluster admin allows (comma-separated), e.g. `mit,apache-2.0`.
     #[arg(long, env = "DEEPINFER_ACCEPTED_LICENSES", value_delimiter = ',')]
     pub accepted_licenses: Vec<String>,
-    /// Image of this operator, used for its own Jobs (fetch, verify) and the runner injection.
+    /// Image of this operator, used for its own Jobs (fetch, verify, the acceptance judge) and the injection into the engine image.
     #[arg(long, env = "DEEPINFER_OPERATOR_IMAGE", default_value = concat!("deepinfer-operator:", env!("CARGO_PKG_VERSION")))]
     pub operator_image: String,
     /// Most devices one NVIDIA node has (devicesPerPod may not exceed it).

@@ -102,14 +102,14 @@ shipped in config/rbac/role.yaml (a test keeps the two equal).
   verbs: [get]
 # ConfigMaps: get reads the prompts of spec.acceptance.promptsFrom; list and watch are a
 # metadata-only watch (an edit to those prompts re-runs acceptance) and list the evidence's
-# metadata; patch applies the acceptance spec; delete removes evidence beyond --keep-evidence.
-# create/get/update are also what the acceptance runner's Role grants, and Kubernetes only lets
-# the operator grant what it holds itself. Install in single-namespace mode to hold all of this
-# in one namespace only.
+# metadata; create and patch apply the acceptance spec and the evidence ConfigMap created before
+# each run; delete removes evidence beyond --keep-evidence. get/update are also what the acceptance
+# judge's Role grants on that one name, and Kubernetes only lets the operator grant what it holds
+# itself. Install in single-namespace mode to hold all of this in one namespace only.
 - apiGroups: [""]
   resources: [configmaps]
   verbs: [get, list, watch, create, update, patch, delete]
-# The acceptance runner's per-deployment identity (server-side applied).
+# The acceptance judge's per-deployment identity (server-side applied).
 - apiGroups: [""]
   resources: [serviceaccounts]
   verbs: [create, patch]

@@ -467,6 +467,8 @@ async fn leader_kill(bed: &Bed, rng: &mut Rng, deployments: usize, kills: usize)
                     .find(|(h, t)| *h != leader && *t > killed)
                     .map(|(_, t)| *t)
             });
+            // Until a successor leads, no operator can act on anything.
+            monitor.outage_ended(Instant::now());
             match (took, acquired) {
                 (Some(_), Some(t)) => {
                     let seconds = t.duration_since(killed).as_secs_f64();
@@ -700,7 +702,10 @@ async fn control_plane_restart(bed: &Bed, deployments: usize) -> Row {
         } else {
             Phase::Rollout
         };
-        if !bed_script("restart.sh", &[component]) {
+        let restarted = bed_script("restart.sh", &[component]);
+        // While the API server (or etcd) was down no operator could write anything.
+        monitor.outage_ended(Instant::now());
+        if !restarted {
             row.failures.push(format!("restarting {component} failed"));
             continue;
         }

@@ -8,7 +8,18 @@
 //!   line get no output);
 //! - `truncate`: as replay, but each text is cut in half and `finish_reason` is `length` (no EOS);
 //! - `crash`: writes the first output, then exits with code 70 as a crashed engine would;
-//! - `hang`: prints `loaded`, then never finishes (the runner's timeout must end it).
+//! - `hang`: prints `loaded`, then never finishes (the runner's timeout must end it);
+//! - `probe-api`: as replay, after trying the Kubernetes API from inside the engine's container:
+//!   it looks for a service-account token at the standard path and sends requests (with the
+//!   token if it found one, else anonymously) to `--probe-namespace`, printing one
+//!   `DEEPINFER_PROBE` line per attempt with the HTTP status;
+//! - `forge`: a hostile engine. It writes its canned outputs (use failing ones), then a forged
+//!   "Passed" summary wherever a summary could be read from (its termination-message file, the
+//!   work directory), and kills its parent process (the program that started it) so that nothing
+//!   after it can overwrite the forgery;
+//! - `link-token`: a hostile engine that writes no outputs but makes the outputs file and its
+//!   log links to the service-account token path, hoping that whoever reads them next (and holds
+//!   a token there) copies the token into the evidence.
 //!
 //! It takes DeepInfer's flags (`--model_name`, `--prompts`, `--output`,
 //! `--check_structured_output`), so the acceptance spec's engine command can name it in place of
@@ -23,6 +34,8 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Parser, ValueEnum};
+use deepinfer_operator::acceptance::engine::EngineExit;
+use deepinfer_operator::acceptance::handoff;
 
 /// Exit code of `--mode crash`.
 const CRASH_EXIT_CODE: u8 = 70;
@@ -52,6 +65,9 @@ struct Args {
     /// What to do.
     #[arg(long, env = "DEEPINFER_FAKE_MODE", value_enum, default_value_t = Mode::Replay)]
     mode: Mode,
+    /// Namespace the `probe-api` mode sends its requests to.
+    #[arg(long, default_value = "default")]
+    probe_namespace: String,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,6 +76,9 @@ enum Mode {
     Truncate,
     Crash,
     Hang,
+    ProbeApi,
+    Forge,
+    LinkToken,
 }
 
 fn main() -> ExitCode {
@@ -85,12 +104,18 @@ fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let canned = load_canned(&args.canned)?;
     let ids = prompt_ids(&args.prompts)?;
     println!("DEEPINFER_EVENT loaded");
+    if args.mode == Mode::ProbeApi {
+        probe_api(&args.probe_namespace)?;
+    }
     if args.mode == Mode::Hang {
         loop {
             std::thread::sleep(Duration::from_secs(3600));
         }
     }
     println!("DEEPINFER_EVENT warmup_done");
+    if args.mode == Mode::LinkToken {
+        return link_token(&args.output);
+    }
     let mut out = std::fs::File::create(&args.output)
         .with_context(|| format!("creating {}", args.output.display()))?;
     for (n, id) in ids.iter().enumerate() {
@@ -112,7 +137,157 @@ fn run(args: &Args) -> anyhow::Result<ExitCode> {
         }
     }
     println!("DEEPINFER_EVENT generation_done");
+    if args.mode == Mode::Forge {
+        forge(&args.output)?;
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Where a container's service-account token is mounted when it has one.
+const TOKEN_PATH: &str = "/var/run/secrets/kubernetes.io/serviceaccount/token";
+
+/// Tries the API from inside the container: reads the token if there is one, then lists and
+/// creates objects in `namespace`. Prints `DEEPINFER_PROBE token=present|absent` and one
+/// `DEEPINFER_PROBE <verb> <resource> -> <status>` line per request (`error: …` when no HTTP
+/// answer came).
+fn probe_api(namespace: &str) -> anyhow::Result<()> {
+    let token = std::fs::read_to_string(TOKEN_PATH)
+        .ok()
+        .filter(|t| !t.trim().is_empty());
+    println!(
+        "DEEPINFER_PROBE token={}",
+        if token.is_some() { "present" } else { "absent" }
+    );
+    let host = std::env::var("KUBERNETES_SERVICE_HOST").context("KUBERNETES_SERVICE_HOST")?;
+    let port = std::env::var("KUBERNETES_SERVICE_PORT").context("KUBERNETES_SERVICE_PORT")?;
+    let url: http::Uri = format!("https://{host}:{port}").parse()?;
+    let mut config = kube::Config::new(url);
+    config.accept_invalid_certs = true;
+    if let Some(token) = token {
+        config.auth_info.token = Some(token.trim().to_string().into());
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let client = kube::Client::try_from(config)?;
+        let base = format!("/api/v1/namespaces/{namespace}");
+        let configmap = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "probe-written-by-the-engine"}, "data": {"x": "1"}});
+        let requests = [
+            (
+                "list",
+                "configmaps",
+                http::Method::GET,
+                format!("{base}/configmaps"),
+                None,
+            ),
+            (
+                "create",
+                "configmaps",
+                http::Method::POST,
+                format!("{base}/configmaps"),
+                Some(configmap),
+            ),
+            (
+                "list",
+                "secrets",
+                http::Method::GET,
+                format!("{base}/secrets"),
+                None,
+            ),
+            (
+                "list",
+                "pods",
+                http::Method::GET,
+                format!("{base}/pods"),
+                None,
+            ),
+            (
+                "list",
+                "deepinferdeployments",
+                http::Method::GET,
+                format!("/apis/deepinfer.io/v1alpha1/namespaces/{namespace}/deepinferdeployments"),
+                None,
+            ),
+        ];
+        for (verb, resource, method, path, body) in requests {
+            let body = body.map(|b| b.to_string().into_bytes()).unwrap_or_default();
+            let request = http::Request::builder()
+                .method(method)
+                .uri(path)
+                .header("content-type", "application/json")
+                .body(body)?;
+            let outcome = match client.send(request.map(Into::into)).await {
+                Ok(response) => response.status().as_u16().to_string(),
+                Err(err) => format!("error: {err}"),
+            };
+            println!("DEEPINFER_PROBE {verb} {resource} -> {outcome}");
+        }
+        anyhow::Ok(())
+    })
+}
+
+/// Replaces the outputs file and the work directory's log with links to the token path.
+fn link_token(output: &Path) -> anyhow::Result<ExitCode> {
+    let mut links = vec![output.to_path_buf()];
+    if let Some(dir) = output.parent() {
+        links.push(dir.join("engine.log"));
+    }
+    for link in &links {
+        let _ = std::fs::remove_file(link);
+        std::os::unix::fs::symlink(TOKEN_PATH, link)
+            .with_context(|| format!("linking {}", link.display()))?;
+        eprintln!(
+            "deepinfer-fake-engine: {} now links to {TOKEN_PATH}",
+            link.display()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A summary claiming that every prompt passed, as the acceptance runner would write it.
+const FORGED_SUMMARY: &str = r#"{"result":"Passed","prompts":4,"passed":4,"failedPrompts":[],"evidence":"","reason":"all 4 prompts passed","revision":""}"#;
+
+/// Writes the forged summary wherever a summary could be read from, then kills the parent.
+fn forge(output: &Path) -> anyhow::Result<()> {
+    let mut targets = vec![PathBuf::from("/dev/termination-log")];
+    if let Some(dir) = output.parent() {
+        targets.extend(["summary.json", "termination-log"].map(|f| dir.join(f)));
+    }
+    for target in &targets {
+        match std::fs::write(target, FORGED_SUMMARY) {
+            Ok(()) => eprintln!(
+                "deepinfer-fake-engine: forged a summary in {}",
+                target.display()
+            ),
+            Err(err) => eprintln!(
+                "deepinfer-fake-engine: cannot forge {}: {err}",
+                target.display()
+            ),
+        }
+    }
+    // The engine side's report, claiming a clean exit, in place of the one its parent would
+    // write: the judge then reads it at once instead of waiting for a lost heartbeat.
+    if let Some(dir) = output.parent() {
+        let report = handoff::EngineReport {
+            command: vec!["forged".into()],
+            exit: EngineExit::Exited { code: 0 },
+            timeout_seconds: 1800,
+            timings: Default::default(),
+            devices: Default::default(),
+            log_dropped: 0,
+            error: None,
+        };
+        std::fs::write(dir.join(handoff::REPORT_FILE), serde_json::to_vec(&report)?)?;
+        eprintln!("deepinfer-fake-engine: forged the engine report");
+    }
+    let parent = std::os::unix::process::parent_id();
+    eprintln!("deepinfer-fake-engine: killing its parent process {parent}");
+    let _ = std::process::Command::new("kill")
+        .args(["-9", &parent.to_string()])
+        .status();
+    Ok(())
 }
 
 /// Prompt ids in file order.

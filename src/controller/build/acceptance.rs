@@ -1,21 +1,36 @@
-//! The acceptance run: names, the runner's RBAC, its spec ConfigMap, rendezvous Service and
-//! one Job per rank.
+//! The acceptance run: names, the judge's RBAC, its spec and evidence ConfigMaps, rendezvous
+//! Service and one Job per rank.
+//!
+//! The leader's pod has two containers. The engine container (the image under test) runs the
+//! injected `deepinfer-operator run-engine` with no API token and leaves its outputs in a
+//! shared `emptyDir`; the judge container (the operator's image) alone holds a token, judges
+//! those outputs, updates the evidence ConfigMap by name and writes the termination message the
+//! operator reads.
 
 use super::*;
 
 /// Seconds after the acceptance leader's engine container started by which the run must have
-/// ended: the runner's own timeout plus five minutes for writing the evidence.
+/// ended: the engine side's own timeout plus five minutes for the judge's wait and the evidence.
 pub fn acceptance_deadline(spec: &DeepInferDeploymentSpec) -> i64 {
     i64::from(spec.acceptance.timeout_seconds) + 300
 }
 
 /// Where the injected runner lives inside the engine container of an acceptance pod.
 pub const RUNNER_DIR: &str = "/deepinfer/bin";
+/// The acceptance leader's container that judges; the only one whose termination message the
+/// operator reads.
+pub const JUDGE_CONTAINER: &str = "judge";
+/// The container that runs the engine (every engine pod's).
+pub const ENGINE_CONTAINER: &str = "engine";
+/// Where the judge's service-account token is mounted (the path in-cluster clients read).
+pub const JUDGE_TOKEN_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+/// Lifetime requested for the judge's projected token (the kubelet renews it before expiry).
+const JUDGE_TOKEN_SECONDS: i64 = 3600;
 /// Where the acceptance spec ConfigMap is mounted.
 pub const ACCEPTANCE_SPEC_DIR: &str = "/deepinfer/spec";
 /// Key of the resolved acceptance spec inside its ConfigMap.
 pub const ACCEPTANCE_SPEC_KEY: &str = "acceptance.yaml";
-/// Scratch space of the runner (prompts and outputs files).
+/// The directory the engine and the judge share (prompts, outputs, log, report).
 pub const ACCEPTANCE_WORK_DIR: &str = "/deepinfer/work";
 
 /// The role whose group shape the acceptance workload runs on: `worker` (colocated) if present,
@@ -40,9 +55,9 @@ pub struct AcceptanceNames {
     pub run: String,
     /// ConfigMap holding the resolved acceptance spec.
     pub spec_configmap: String,
-    /// ConfigMap the runner writes the manifest and outputs into.
+    /// ConfigMap the judge writes the manifest and outputs into (the operator creates it).
     pub evidence_configmap: String,
-    /// ServiceAccount (and Role, RoleBinding) the runner acts as.
+    /// ServiceAccount (and Role, RoleBinding) the judge acts as.
     pub service_account: String,
 }
 
@@ -66,12 +81,20 @@ impl AcceptanceNames {
     }
 }
 
-/// The ServiceAccount, Role and RoleBinding that let the acceptance runner write its evidence
-/// ConfigMap (and nothing else).
+/// The ServiceAccount, Role and RoleBinding that let the judge read and update the evidence
+/// ConfigMap of the run being started, by name, and nothing else (no create, list or other
+/// name). `in_flight` names the evidence of this deployment's runs still going (of a revision
+/// that was the target before): they stay writable, so their judges can still record evidence.
 pub fn acceptance_rbac(
     did: &ValidatedDeployment,
     names: &AcceptanceNames,
+    in_flight: &[String],
 ) -> (ServiceAccount, Role, RoleBinding) {
+    let evidence: std::collections::BTreeSet<String> = in_flight
+        .iter()
+        .cloned()
+        .chain(std::iter::once(names.evidence_configmap.clone()))
+        .collect();
     let extra = BTreeMap::from([(labels::COMPONENT.to_string(), "acceptance".to_string())]);
     let sa = stamp(ServiceAccount {
         metadata: owned_meta(did, names.service_account.clone(), extra.clone()),
@@ -82,7 +105,8 @@ pub fn acceptance_rbac(
         rules: Some(vec![PolicyRule {
             api_groups: Some(vec![String::new()]),
             resources: Some(vec!["configmaps".into()]),
-            verbs: vec!["create".into(), "get".into(), "update".into()],
+            resource_names: Some(evidence.into_iter().collect()),
+            verbs: vec!["get".into(), "update".into()],
             ..PolicyRule::default()
         }]),
     });
@@ -103,7 +127,8 @@ pub fn acceptance_rbac(
     (sa, role, binding)
 }
 
-/// The ConfigMap carrying the resolved acceptance spec (prompts inline) for the runner.
+/// The ConfigMap carrying the resolved acceptance spec (prompts inline) for the engine side and
+/// the judge.
 pub fn acceptance_spec_configmap(
     did: &ValidatedDeployment,
     names: &AcceptanceNames,
@@ -122,6 +147,32 @@ pub fn acceptance_spec_configmap(
         )])),
         ..ConfigMap::default()
     })
+}
+
+/// The evidence ConfigMap an acceptance leader Job's judge writes, from the Job the operator
+/// built (`None` for other Jobs).
+pub fn evidence_of_job(job: &Job) -> Option<String> {
+    let pod = job.spec.as_ref()?.template.spec.as_ref()?;
+    let judge = pod.containers.iter().find(|c| c.name == JUDGE_CONTAINER)?;
+    let args = judge.args.as_ref()?;
+    args.windows(2)
+        .find(|w| w[0] == "--evidence-configmap")
+        .map(|w| w[1].clone())
+}
+
+/// The evidence ConfigMap, empty, created before the run so that the judge needs no right to
+/// create ConfigMaps: owned by the resource, labelled as the judge labels it.
+pub fn acceptance_evidence_configmap(
+    did: &ValidatedDeployment,
+    names: &AcceptanceNames,
+    revision: &str,
+) -> ConfigMap {
+    crate::acceptance::evidence::configmap(
+        &names.evidence_configmap,
+        &(did.name_any(), did.uid().unwrap_or_default()),
+        revision,
+        &crate::acceptance::evidence::Evidence::default(),
+    )
 }
 
 pub(super) fn acceptance_labels(
@@ -150,8 +201,8 @@ pub fn acceptance_service(
 }
 
 /// The Job of one rank of the acceptance group: the same image, checkpoint, devices, placement
-/// and layout as a serving group of the acceptance role. Rank 0 runs the injected runner
-/// (`deepinfer-operator accept`), which starts the engine; other ranks run the engine alone.
+/// and layout as a serving group of the acceptance role. Rank 0 runs the injected
+/// `run-engine` in the engine container beside the judge; other ranks run the engine alone.
 pub fn acceptance_job(
     did: &ValidatedDeployment,
     names: &AcceptanceNames,
@@ -177,58 +228,27 @@ pub fn acceptance_job(
         pod_group: (did.pod_groups && shape.pods > 1).then(|| names.run.clone()),
     };
     let mut pod = engine_pod_spec(did, &at, &shape, &rendezvous);
-    let engine = pod.containers.first_mut()?;
     if rank == 0 {
-        let p = &role.parallel;
-        let checkpoint_revision = spec
-            .model
-            .source
-            .hub
-            .as_ref()
-            .map_or_else(|| "volume".to_string(), |h| h.revision.clone());
+        let engine = pod.containers.first_mut()?;
         engine.command = Some(vec![
             format!("{RUNNER_DIR}/deepinfer-operator"),
-            "accept".into(),
+            "run-engine".into(),
         ]);
         engine.args = Some(vec![
             "--spec-file".into(),
             format!("{ACCEPTANCE_SPEC_DIR}/{ACCEPTANCE_SPEC_KEY}"),
             "--model-dir".into(),
             model_dir(did),
-            "--revision".into(),
-            revision.to_string(),
-            "--image".into(),
-            spec.runtime.image.clone(),
-            "--template-version".into(),
-            TEMPLATE_VERSION.to_string(),
-            "--runtime-commit".into(),
-            spec.runtime.commit.clone(),
-            "--checkpoint-revision".into(),
-            checkpoint_revision,
-            "--layout".into(),
-            format!(
-                "tensor={},pipeline={},data={},expert={}",
-                p.tensor, p.pipeline, p.data, p.expert
-            ),
-            "--evidence-configmap".into(),
-            names.evidence_configmap.clone(),
-            "--owner-name".into(),
-            did.name_any(),
-            "--owner-uid".into(),
-            did.uid().unwrap_or_default(),
             "--work-dir".into(),
             ACCEPTANCE_WORK_DIR.into(),
         ]);
-        engine
-            .env
-            .get_or_insert_with(Vec::new)
-            .push(env_field("POD_NAMESPACE", "metadata.namespace"));
-        engine.termination_message_policy = Some("File".into());
         engine.volume_mounts.get_or_insert_with(Vec::new).extend([
             mount("runner", RUNNER_DIR, true),
             mount("acceptance-spec", ACCEPTANCE_SPEC_DIR, true),
             mount("work", ACCEPTANCE_WORK_DIR, false),
         ]);
+        pod.containers
+            .push(judge_container(did, names, revision, operator_image));
         pod.init_containers = Some(vec![Container {
             name: "install-runner".into(),
             image: Some(operator_image.into()),
@@ -242,6 +262,7 @@ pub fn acceptance_job(
                 read_only_root_filesystem: Some(true),
                 ..restricted_container()
             }),
+            resources: Some(judge_resources()),
             ..Container::default()
         }]);
         let volumes = pod.volumes.get_or_insert_with(Vec::new);
@@ -263,15 +284,17 @@ pub fn acceptance_job(
             }),
             ..Volume::default()
         });
+        volumes.push(judge_token_volume());
         pod.service_account_name = Some(names.service_account.clone());
-        pod.automount_service_account_token = Some(true);
+        // No container gets a token by default; the judge mounts its own (above).
+        pod.automount_service_account_token = Some(false);
     }
     let mut job_labels = acceptance_labels(names, revision);
     job_labels.insert(labels::RANK.to_string(), rank.to_string());
     let mut pod_labels = group_labels;
     pod_labels.insert(labels::RANK.to_string(), rank.to_string());
-    // No activeDeadlineSeconds: it would count time spent Pending for devices. The runner's own
-    // timeout ends the run; the controller ends a pod stuck past it (see `acceptance_deadline`).
+    // No activeDeadlineSeconds: it would count time spent Pending for devices. The engine side's
+    // own timeout ends the run; the controller ends a pod stuck past it (see `acceptance_deadline`).
     Some(stamp(Job {
         metadata: owned_meta(did, names.job(rank), job_labels),
         spec: Some(JobSpec {
@@ -290,4 +313,124 @@ pub fn acceptance_job(
         }),
         status: None,
     }))
+}
+
+/// The judge: the operator's image running `accept --engine-dir`, with the service-account
+/// token mounted into it alone, reading the shared directory read-only.
+fn judge_container(
+    did: &ValidatedDeployment,
+    names: &AcceptanceNames,
+    revision: &str,
+    operator_image: &str,
+) -> Container {
+    let spec = &did.spec;
+    let role = acceptance_role(spec);
+    let p = role.map(|r| r.parallel.clone()).unwrap_or_default();
+    Container {
+        name: JUDGE_CONTAINER.into(),
+        image: Some(operator_image.into()),
+        command: Some(vec!["deepinfer-operator".into(), "accept".into()]),
+        args: Some(vec![
+            "--spec-file".into(),
+            format!("{ACCEPTANCE_SPEC_DIR}/{ACCEPTANCE_SPEC_KEY}"),
+            "--engine-dir".into(),
+            ACCEPTANCE_WORK_DIR.into(),
+            "--model-dir".into(),
+            model_dir(did),
+            "--revision".into(),
+            revision.to_string(),
+            "--image".into(),
+            spec.runtime.image.clone(),
+            "--template-version".into(),
+            TEMPLATE_VERSION.to_string(),
+            "--runtime-commit".into(),
+            spec.runtime.commit.clone(),
+            "--checkpoint-revision".into(),
+            checkpoint_revision(spec),
+            "--layout".into(),
+            format!(
+                "tensor={},pipeline={},data={},expert={}",
+                p.tensor, p.pipeline, p.data, p.expert
+            ),
+            "--evidence-configmap".into(),
+            names.evidence_configmap.clone(),
+            "--owner-name".into(),
+            did.name_any(),
+            "--owner-uid".into(),
+            did.uid().unwrap_or_default(),
+        ]),
+        env: Some(vec![env_field("POD_NAMESPACE", "metadata.namespace")]),
+        volume_mounts: Some(vec![
+            mount("acceptance-spec", ACCEPTANCE_SPEC_DIR, true),
+            mount("work", ACCEPTANCE_WORK_DIR, true),
+            mount("judge-token", JUDGE_TOKEN_DIR, true),
+        ]),
+        resources: Some(judge_resources()),
+        security_context: Some(SecurityContext {
+            read_only_root_filesystem: Some(true),
+            ..restricted_container()
+        }),
+        termination_message_policy: Some("File".into()),
+        ..Container::default()
+    }
+}
+
+/// CPU and memory of the judge and the runner's installer (never BestEffort).
+fn judge_resources() -> ResourceRequirements {
+    let q = |v: &str| Quantity(v.to_string());
+    ResourceRequirements {
+        requests: Some(BTreeMap::from([
+            ("cpu".to_string(), q("100m")),
+            ("memory".to_string(), q("128Mi")),
+        ])),
+        limits: Some(BTreeMap::from([("memory".to_string(), q("512Mi"))])),
+        ..ResourceRequirements::default()
+    }
+}
+
+/// The judge's token, CA and namespace, as the API server would project them for an
+/// automounted token, but as a volume only the judge mounts.
+fn judge_token_volume() -> Volume {
+    Volume {
+        name: "judge-token".into(),
+        projected: Some(ProjectedVolumeSource {
+            sources: Some(vec![
+                VolumeProjection {
+                    service_account_token: Some(ServiceAccountTokenProjection {
+                        path: "token".into(),
+                        expiration_seconds: Some(JUDGE_TOKEN_SECONDS),
+                        ..ServiceAccountTokenProjection::default()
+                    }),
+                    ..VolumeProjection::default()
+                },
+                VolumeProjection {
+                    config_map: Some(ConfigMapProjection {
+                        name: "kube-root-ca.crt".into(),
+                        items: Some(vec![KeyToPath {
+                            key: "ca.crt".into(),
+                            path: "ca.crt".into(),
+                            ..KeyToPath::default()
+                        }]),
+                        optional: None,
+                    }),
+                    ..VolumeProjection::default()
+                },
+                VolumeProjection {
+                    downward_api: Some(DownwardAPIProjection {
+                        items: Some(vec![DownwardAPIVolumeFile {
+                            path: "namespace".into(),
+                            field_ref: Some(ObjectFieldSelector {
+                                api_version: Some("v1".into()),
+                                field_path: "metadata.namespace".into(),
+                            }),
+                            ..DownwardAPIVolumeFile::default()
+                        }]),
+                    }),
+                    ..VolumeProjection::default()
+                },
+            ]),
+            ..ProjectedVolumeSource::default()
+        }),
+        ..Volume::default()
+    }
 }

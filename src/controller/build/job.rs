@@ -2,6 +2,11 @@
 
 use super::*;
 
+/// The fetch Job's component label and container name.
+pub const FETCH: &str = "fetch";
+/// The verify Job's component label and container name.
+pub const VERIFY: &str = "verify";
+
 /// How long the fetch and verify Jobs may run, counted from the Job's start (time Pending
 /// included), so a pod that can never start ends as a failed Job naming `DeadlineExceeded`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -164,13 +169,22 @@ pub fn fetch_job(
     Some(operator_job(
         did,
         name,
-        "fetch",
+        FETCH,
         operator_image,
         args,
         env_vars,
         false,
         deadlines.fetch_seconds,
     ))
+}
+
+/// The checkpoint revision recorded for a run: the hub commit, or `volume` for a given volume.
+pub fn checkpoint_revision(spec: &DeepInferDeploymentSpec) -> String {
+    spec.model
+        .source
+        .hub
+        .as_ref()
+        .map_or_else(|| "volume".to_string(), |h| h.revision.clone())
 }
 
 /// The verification Job: checks files, shard headers, licence and layout.
@@ -181,12 +195,7 @@ pub fn verify_job(
 ) -> Job {
     let spec = &did.spec;
     let rel = &did.checkpoint_dir;
-    let revision = spec
-        .model
-        .source
-        .hub
-        .as_ref()
-        .map_or_else(|| "volume".to_string(), |h| h.revision.clone());
+    let revision = checkpoint_revision(spec);
     let mut args = vec![
         "verify-checkpoint".into(),
         "--dir".into(),
@@ -201,7 +210,7 @@ pub fn verify_job(
     operator_job(
         did,
         name,
-        "verify",
+        VERIFY,
         operator_image,
         args,
         Vec::new(),

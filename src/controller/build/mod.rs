@@ -24,11 +24,13 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
-    Affinity, Capabilities, ConfigMap, ConfigMapVolumeSource, Container, EmptyDirVolumeSource,
-    EnvVar, EnvVarSource, ObjectFieldSelector, PersistentVolumeClaimVolumeSource, Pod, PodAffinity,
+    Affinity, Capabilities, ConfigMap, ConfigMapProjection, ConfigMapVolumeSource, Container,
+    DownwardAPIProjection, DownwardAPIVolumeFile, EmptyDirVolumeSource, EnvVar, EnvVarSource,
+    KeyToPath, ObjectFieldSelector, PersistentVolumeClaimVolumeSource, Pod, PodAffinity,
     PodAffinityTerm, PodReadinessGate, PodSchedulingGroup, PodSecurityContext, PodSpec,
-    PodTemplateSpec, ResourceRequirements, SeccompProfile, SecurityContext, Service,
-    ServiceAccount, ServicePort, ServiceSpec, Toleration, Volume, VolumeMount,
+    PodTemplateSpec, ProjectedVolumeSource, ResourceRequirements, SeccompProfile, SecurityContext,
+    Service, ServiceAccount, ServiceAccountTokenProjection, ServicePort, ServiceSpec, Toleration,
+    Volume, VolumeMount, VolumeProjection,
 };
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;

@@ -157,7 +157,7 @@ pub(super) fn engine_pod_spec(
     let spec = &did.spec;
     let claim = &did.claim;
     let container = Container {
-        name: "engine".into(),
+        name: ENGINE_CONTAINER.into(),
         image: Some(spec.runtime.image.clone()),
         args: Some(engine_args(did)),
         env: Some(engine_env(did, at, shape, rendezvous)),

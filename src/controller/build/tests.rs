@@ -277,6 +277,7 @@ fn the_acceptance_leader_runs_the_injected_runner_in_the_engine_image() {
     );
     assert_eq!(init.args.clone().expect("args")[0], "install-runner");
     let engine = &pod.containers[0];
+    assert_eq!(engine.name, ENGINE_CONTAINER);
     assert_eq!(
         engine.image.as_deref(),
         Some(IMAGE),
@@ -286,16 +287,9 @@ fn the_acceptance_leader_runs_the_injected_runner_in_the_engine_image() {
         engine.command.clone().expect("command"),
         [
             format!("{RUNNER_DIR}/deepinfer-operator"),
-            "accept".to_string()
+            "run-engine".to_string()
         ]
     );
-    let args = engine.args.clone().expect("args");
-    assert!(args
-        .windows(2)
-        .any(|w| w == ["--layout", "tensor=16,pipeline=1,data=1,expert=1"]));
-    assert!(args
-        .windows(2)
-        .any(|w| w[0] == "--evidence-configmap" && w[1] == names.evidence_configmap));
     assert_eq!(
         engine
             .resources
@@ -304,6 +298,78 @@ fn the_acceptance_leader_runs_the_injected_runner_in_the_engine_image() {
             .expect("limits")["nvidia.com/gpu"]
             .0,
         "8"
+    );
+    let judge = &pod.containers[1];
+    assert_eq!(judge.name, JUDGE_CONTAINER);
+    assert_eq!(
+        judge.image.as_deref(),
+        Some("ghcr.io/deepinfer/deepinfer-operator:0.1.0"),
+        "the judge is the operator's image, never the image under test"
+    );
+    assert_eq!(
+        judge.command.clone().expect("command"),
+        ["deepinfer-operator", "accept"]
+    );
+    let args = judge.args.clone().expect("args");
+    assert!(args
+        .windows(2)
+        .any(|w| w == ["--layout", "tensor=16,pipeline=1,data=1,expert=1"]));
+    assert!(args
+        .windows(2)
+        .any(|w| w[0] == "--evidence-configmap" && w[1] == names.evidence_configmap));
+    assert!(args
+        .windows(2)
+        .any(|w| w == ["--engine-dir", ACCEPTANCE_WORK_DIR]));
+    assert!(
+        judge
+            .resources
+            .as_ref()
+            .is_some_and(|r| r.requests.is_some()),
+        "the judge is never BestEffort"
+    );
+    // No API token in the pod but the judge's own, mounted into the judge alone.
+    assert_eq!(pod.automount_service_account_token, Some(false));
+    let token_volumes: Vec<&str> = pod
+        .volumes
+        .iter()
+        .flatten()
+        .filter(|v| {
+            v.projected.as_ref().is_some_and(|p| {
+                p.sources
+                    .iter()
+                    .flatten()
+                    .any(|s| s.service_account_token.is_some())
+            })
+        })
+        .map(|v| v.name.as_str())
+        .collect();
+    assert_eq!(token_volumes.len(), 1);
+    let mounting: Vec<&str> = pod
+        .init_containers
+        .iter()
+        .flatten()
+        .chain(&pod.containers)
+        .filter(|c| {
+            c.volume_mounts
+                .iter()
+                .flatten()
+                .any(|m| m.name == token_volumes[0])
+        })
+        .map(|c| c.name.as_str())
+        .collect();
+    assert_eq!(mounting, [JUDGE_CONTAINER]);
+    let work = |c: &Container| {
+        c.volume_mounts
+            .iter()
+            .flatten()
+            .find(|m| m.mount_path == ACCEPTANCE_WORK_DIR)
+            .map(|m| (m.name.clone(), m.read_only == Some(true)))
+    };
+    assert_eq!(work(engine), Some(("work".into(), false)));
+    assert_eq!(
+        work(judge),
+        Some(("work".into(), true)),
+        "the judge reads the shared directory read-only"
     );
     assert_eq!(
         pod.service_account_name.as_deref(),
@@ -553,6 +619,56 @@ fn fetch_and_verify_jobs_carry_the_configured_deadlines() {
     assert!(
         defaults.fetch_seconds >= 6 * 3600 && defaults.verify_seconds >= 600,
         "defaults leave room for a large checkpoint: {defaults:?}"
+    );
+}
+
+#[test]
+fn the_judge_may_only_read_and_update_its_own_evidence_which_the_operator_creates() {
+    let d = did(
+        json!({"type": "NVIDIA"}),
+        json!([{"name": "worker", "replicas": 1, "parallel": {"tensor": 8}}]),
+    );
+    let names = AcceptanceNames::new("flash", "rev1", "");
+    let (_, role, binding) = acceptance_rbac(&d, &names, &[]);
+    let rules = role.rules.expect("rules");
+    assert_eq!(rules.len(), 1);
+    assert_eq!(rules[0].api_groups, Some(vec![String::new()]));
+    assert_eq!(rules[0].resources, Some(vec!["configmaps".to_string()]));
+    assert_eq!(
+        rules[0].resource_names,
+        Some(vec![names.evidence_configmap.clone()])
+    );
+    assert_eq!(rules[0].verbs, ["get", "update"]);
+    assert_eq!(binding.role_ref.name, names.service_account);
+    // A run of an earlier target still going keeps its own evidence writable.
+    let job = acceptance_job(
+        &d,
+        &AcceptanceNames::new("flash", "rev0", ""),
+        0,
+        "rev0",
+        "op",
+    )
+    .expect("job");
+    let earlier = evidence_of_job(&job).expect("the leader's judge names its evidence");
+    assert_eq!(
+        earlier,
+        AcceptanceNames::new("flash", "rev0", "").evidence_configmap
+    );
+    let (_, role, _) = acceptance_rbac(&d, &names, std::slice::from_ref(&earlier));
+    let mut both = vec![earlier, names.evidence_configmap.clone()];
+    both.sort();
+    assert_eq!(role.rules.expect("rules")[0].resource_names, Some(both));
+    let evidence = acceptance_evidence_configmap(&d, &names, "rev1");
+    assert_eq!(evidence.name_any(), names.evidence_configmap);
+    assert!(evidence.data.unwrap_or_default().is_empty());
+    let labels = evidence.metadata.labels.expect("labels");
+    assert_eq!(labels[labels::COMPONENT], "evidence");
+    assert_eq!(labels[labels::REVISION], "rev1");
+    assert_eq!(labels[labels::DEPLOYMENT], "flash");
+    let owner = &evidence.metadata.owner_references.expect("owner")[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.controller),
+        ("DeepInferDeployment", Some(true))
     );
 }
 

@@ -74,7 +74,7 @@ pub fn decide(
             }
             let overdue = leader_pods
                 .iter()
-                .filter_map(|p| started_at(p))
+                .filter_map(|p| started_at(p, build::ENGINE_CONTAINER))
                 .any(|t| j.now.duration_since(t).as_secs() > j.deadline_seconds);
             if !overdue {
                 return Step::Running;
@@ -108,7 +108,14 @@ pub fn decide(
             reason: Some(crate::controller::truncate(&s.reason, 1000)),
             template_version: Some(build::TEMPLATE_VERSION),
         },
-        None if !leader_pods.iter().any(|p| started_at(p).is_some()) => return Step::Rerun,
+        None if !leader_pods.iter().any(|p| {
+            [build::ENGINE_CONTAINER, build::JUDGE_CONTAINER]
+                .iter()
+                .any(|c| started_at(p, c).is_some())
+        }) =>
+        {
+            return Step::Rerun
+        }
         None => unreadable_judgement(
             j,
             format!(
@@ -169,7 +176,7 @@ fn unreadable_judgement(j: &Judging<'_>, why: String) -> AcceptanceStatus {
     }
 }
 
-/// `spec.acceptance` with `promptsFrom` resolved into inline prompts (so the runner needs no
+/// `spec.acceptance` with `promptsFrom` resolved into inline prompts (so the judge needs no
 /// read access to ConfigMaps), or what is missing, naming the ConfigMap and key.
 pub fn resolve(
     acceptance: &AcceptanceSpec,

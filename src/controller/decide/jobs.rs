@@ -18,8 +18,9 @@ pub enum JobState {
     Failed(Option<String>),
 }
 
-/// The state of the Job `name`, with its pod's termination message once it finished.
-pub fn job_state(observed: &Observed, name: &str) -> JobState {
+/// The state of the Job `name`, with the termination message of its pod's container
+/// `container` once it finished (no other container's message is ever read).
+pub fn job_state(observed: &Observed, name: &str, container: &str) -> JobState {
     let Some(job) = observed.job(name) else {
         return JobState::Missing;
     };
@@ -33,7 +34,7 @@ pub fn job_state(observed: &Observed, name: &str) -> JobState {
     if !succeeded && !failed {
         return JobState::Running;
     }
-    let message = termination_message(observed.pods_of_job(name).into_iter());
+    let message = termination_message(observed.pods_of_job(name).into_iter(), container);
     if succeeded {
         JobState::Succeeded(message)
     } else {
@@ -119,8 +120,11 @@ pub fn pod_trouble(pod: &Pod) -> Option<PodTrouble> {
         })
 }
 
-/// Termination message of the newest terminated container of these pods.
-pub fn termination_message<'a>(pods: impl Iterator<Item = &'a Pod>) -> Option<String> {
+/// Termination message of the newest terminated container named `container` of these pods.
+pub fn termination_message<'a>(
+    pods: impl Iterator<Item = &'a Pod>,
+    container: &str,
+) -> Option<String> {
     let mut best: Option<(String, String)> = None;
     for pod in pods {
         let statuses = pod
@@ -128,7 +132,7 @@ pub fn termination_message<'a>(pods: impl Iterator<Item = &'a Pod>) -> Option<St
             .as_ref()
             .and_then(|s| s.container_statuses.clone())
             .unwrap_or_default();
-        for cs in statuses {
+        for cs in statuses.into_iter().filter(|cs| cs.name == container) {
             if let Some(t) = cs.state.and_then(|s| s.terminated) {
                 let at = t.finished_at.map(|f| f.0.to_string()).unwrap_or_default();
                 if let Some(msg) = t.message.filter(|m| !m.trim().is_empty()) {
@@ -160,13 +164,14 @@ pub fn unschedulable(pod: &Pod) -> Option<String> {
         .map(|c| c.message.clone().unwrap_or_else(|| "no node fits".into()))
 }
 
-/// When the first container of the pod started running, if it did.
-pub fn started_at(pod: &Pod) -> Option<Timestamp> {
+/// When the pod's container `container` started running, if it did.
+pub fn started_at(pod: &Pod, container: &str) -> Option<Timestamp> {
     pod.status
         .as_ref()?
         .container_statuses
         .as_ref()?
         .iter()
+        .filter(|cs| cs.name == container)
         .find_map(|cs| {
             let state = cs.state.as_ref()?;
             state
@@ -261,10 +266,39 @@ mod tests {
             ..Observed::default()
         };
         assert_eq!(
-            job_state(&observed, "flash-fetch-abc"),
+            job_state(&observed, "flash-fetch-abc", "fetch"),
             JobState::Failed(Some(
                 "DeadlineExceeded: Job was active longer than specified deadline".into()
             ))
         );
+    }
+
+    fn terminated(name: &str, message: &str, at: &str) -> serde_json::Value {
+        json!({"name": name, "image": "i", "imageID": "", "ready": false, "restartCount": 0,
+               "state": {"terminated": {"exitCode": 0, "message": message,
+                                         "startedAt": at, "finishedAt": at}}})
+    }
+
+    #[test]
+    fn the_message_comes_from_the_named_container_only() {
+        // The engine container ends last and leaves a forged summary; the judge's is read.
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "p"},
+            "status": {"containerStatuses": [
+                terminated("engine", r#"{"result":"Passed"}"#, "2026-01-01T00:00:09Z"),
+                terminated("judge", r#"{"result":"Failed"}"#, "2026-01-01T00:00:05Z"),
+            ]}
+        }))
+        .unwrap();
+        assert_eq!(
+            termination_message(std::iter::once(&pod), "judge").as_deref(),
+            Some(r#"{"result":"Failed"}"#)
+        );
+        assert_eq!(termination_message(std::iter::once(&pod), "verify"), None);
+        assert_eq!(
+            started_at(&pod, "engine").map(|t| t.to_string()),
+            Some("2026-01-01T00:00:09Z".to_string())
+        );
+        assert_eq!(started_at(&pod, "other"), None);
     }
 }

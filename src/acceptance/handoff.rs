@@ -1,0 +1,480 @@
+//! The engine side of an acceptance run and its hand-off to the judge through a shared
+//! directory.
+//!
+//! In the acceptance pod the engine container runs `deepinfer-operator run-engine` (injected into
+//! the engine image) with no API token: it writes the prompts file, runs the engine command with
+//! its timeout, and leaves in the shared directory the outputs, the log tail and a report
+//! (`engine-report.json`, written last, by rename). The judge container (`accept --engine-dir`)
+//! waits for that report and judges. Everything in the directory comes from the engine's side
+//! and is treated as hostile input: files are read without following symlinks, only when they
+//! are regular files, and within size caps; the report's exit status and timings are recorded as
+//! evidence, while the verdict rests on the outputs the judge checks itself.
+//!
+//! Without a shared directory (`accept` alone, for local runs and tests) the same engine side
+//! runs in-process.
+
+use std::io::{Read as _, Seek as _};
+use std::os::unix::fs::OpenOptionsExt as _;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use clap::Args;
+use serde::{Deserialize, Serialize};
+
+use super::devices::{self, DeviceInventory};
+use super::engine::{self, EngineExit, Timings, LOG_TAIL_BYTES};
+use super::engine_io;
+use crate::api::{AcceptancePrompt, AcceptanceSpec};
+
+/// The prompts file the engine reads.
+pub const PROMPTS_FILE: &str = "prompts.jsonl";
+/// The outputs file the engine writes.
+pub const OUTPUTS_FILE: &str = "outputs.jsonl";
+/// Written when the engine side starts.
+pub const STARTED_FILE: &str = "engine-started";
+/// Rewritten with a counter every `HEARTBEAT_EVERY` while the engine side runs.
+pub const HEARTBEAT_FILE: &str = "engine-heartbeat";
+/// The tail of the engine's log.
+pub const LOG_FILE: &str = "engine.log";
+/// The engine side's report, written last (by rename): the judge's signal that the engine is done.
+pub const REPORT_FILE: &str = "engine-report.json";
+
+/// Largest outputs file the judge reads; a larger one fails the run.
+pub const MAX_OUTPUTS_BYTES: u64 = 64 * 1024 * 1024;
+/// Largest report the judge reads.
+const MAX_REPORT_BYTES: u64 = 1024 * 1024;
+/// How often the engine side beats.
+const HEARTBEAT_EVERY: Duration = Duration::from_secs(5);
+/// How often the judge looks at the shared directory.
+const POLL_EVERY: Duration = Duration::from_millis(500);
+
+/// `run-engine` arguments: the engine container's entrypoint.
+#[derive(Args, Debug, Clone)]
+pub struct RunEngineArgs {
+    /// YAML of `spec.acceptance` (prompts inline), as `accept` takes it.
+    #[arg(long)]
+    pub spec_file: PathBuf,
+    /// Local checkpoint directory; `{model_dir}`.
+    #[arg(long)]
+    pub model_dir: PathBuf,
+    /// The directory shared with the judge: prompts, outputs, log and report; the engine's cwd.
+    #[arg(long)]
+    pub work_dir: PathBuf,
+}
+
+/// What the engine side reports to the judge.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct EngineReport {
+    /// The rendered command.
+    pub command: Vec<String>,
+    /// How the engine ended.
+    pub exit: EngineExit,
+    /// The timeout applied.
+    pub timeout_seconds: u64,
+    /// Phase timings from the engine's markers.
+    pub timings: Timings,
+    /// The devices the engine's container sees.
+    pub devices: DeviceInventory,
+    /// Bytes of log dropped before the kept tail.
+    pub log_dropped: u64,
+    /// Set when the engine could not be run at all (no model directory, work directory not
+    /// writable): the run is a runner error, not a verdict.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// What the judge has of the engine's run.
+#[derive(Debug, Clone)]
+pub struct EngineSide {
+    /// The report.
+    pub report: EngineReport,
+    /// The log tail.
+    pub log: Vec<u8>,
+    /// The outputs file; `None` when there is none or it was not read.
+    pub outputs: Option<Vec<u8>>,
+    /// Why an outputs file that exists was not read (not a regular file, a link, too large).
+    pub outputs_unread: Option<String>,
+}
+
+/// The run's timeout from the spec (at least one second).
+pub fn timeout_of(spec: &AcceptanceSpec) -> Duration {
+    Duration::from_secs(u64::try_from(spec.timeout_seconds).unwrap_or(1).max(1))
+}
+
+fn failed_report(error: String, timeout: Duration) -> EngineReport {
+    EngineReport {
+        command: Vec::new(),
+        exit: EngineExit::SpawnFailed {
+            error: error.clone(),
+        },
+        timeout_seconds: timeout.as_secs(),
+        timings: Timings::default(),
+        devices: DeviceInventory::default(),
+        log_dropped: 0,
+        error: Some(error),
+    }
+}
+
+/// Writes the prompts, runs the engine command in `work_dir` and returns its report and log tail.
+pub async fn run_engine(
+    spec: &AcceptanceSpec,
+    model_dir: &Path,
+    work_dir: &Path,
+) -> (EngineReport, Vec<u8>) {
+    let timeout = timeout_of(spec);
+    if !model_dir.is_dir() {
+        let error = format!("model directory {} does not exist", model_dir.display());
+        return (failed_report(error, timeout), Vec::new());
+    }
+    let prompts_file = work_dir.join(PROMPTS_FILE);
+    let outputs_file = work_dir.join(OUTPUTS_FILE);
+    if let Err(err) = prepare_work_dir(work_dir, &prompts_file, &outputs_file, &spec.prompts) {
+        let error = format!("work directory {}: {err:#}", work_dir.display());
+        return (failed_report(error, timeout), Vec::new());
+    }
+    let template: Vec<String> = match &spec.engine {
+        Some(engine) => engine.command.clone(),
+        None => engine::DEFAULT_COMMAND
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
+    };
+    let command = engine::render_command(&template, model_dir, &prompts_file, &outputs_file);
+    let devices = devices::inventory().await;
+    let run = engine::run(&command, work_dir, timeout).await;
+    let report = EngineReport {
+        command,
+        exit: run.exit,
+        timeout_seconds: timeout.as_secs(),
+        timings: run.timings,
+        devices,
+        log_dropped: run.log.dropped,
+        error: None,
+    };
+    (report, run.log.to_vec())
+}
+
+fn prepare_work_dir(
+    dir: &Path,
+    prompts_file: &Path,
+    outputs_file: &Path,
+    prompts: &[AcceptancePrompt],
+) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    std::fs::write(prompts_file, engine_io::prompts_jsonl(prompts)?)?;
+    match std::fs::remove_file(outputs_file) {
+        Err(err) if err.kind() != std::io::ErrorKind::NotFound => Err(err.into()),
+        _ => Ok(()),
+    }
+}
+
+/// `run-engine`: the engine container's entrypoint. Returns 0 once the report is written, 2 when
+/// it could not be.
+pub async fn run_engine_side(args: &RunEngineArgs) -> i32 {
+    match engine_side(args).await {
+        Ok(()) => 0,
+        Err(err) => {
+            eprintln!("deepinfer-operator run-engine: {err:#}");
+            2
+        }
+    }
+}
+
+async fn engine_side(args: &RunEngineArgs) -> anyhow::Result<()> {
+    let dir = &args.work_dir;
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    std::fs::write(dir.join(STARTED_FILE), b"started\n")
+        .with_context(|| format!("writing {}", dir.join(STARTED_FILE).display()))?;
+    let heartbeat = tokio::spawn(beat(dir.join(HEARTBEAT_FILE)));
+    let (report, log) = match std::fs::read_to_string(&args.spec_file)
+        .with_context(|| format!("reading {}", args.spec_file.display()))
+        .and_then(|text| super::parse_spec(&text))
+    {
+        Ok(spec) => run_engine(&spec, &args.model_dir, dir).await,
+        Err(err) => (
+            failed_report(format!("acceptance spec: {err:#}"), Duration::from_secs(1)),
+            Vec::new(),
+        ),
+    };
+    heartbeat.abort();
+    write_atomically(&dir.join(LOG_FILE), &log)?;
+    write_atomically(&dir.join(REPORT_FILE), &serde_json::to_vec(&report)?)?;
+    Ok(())
+}
+
+async fn beat(path: PathBuf) {
+    let mut n: u64 = 0;
+    loop {
+        n += 1;
+        if let Err(err) = tokio::fs::write(&path, format!("{n}\n")).await {
+            eprintln!(
+                "deepinfer-operator run-engine: heartbeat {}: {err}",
+                path.display()
+            );
+        }
+        tokio::time::sleep(HEARTBEAT_EVERY).await;
+    }
+}
+
+fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("renaming to {}", path.display()))
+}
+
+/// How long the judge waits for the engine side.
+#[derive(Debug, Clone, Copy)]
+pub struct Patience {
+    /// For the engine side to start (image pull, device allocation).
+    pub start: Duration,
+    /// After it started: the spec's timeout plus this grace for the report.
+    pub grace: Duration,
+    /// A heartbeat older than this, after the start, means the engine side is gone.
+    pub stale: Duration,
+}
+
+/// Waits for the engine side's report in `dir` and reads what it left. `Err` names why no report
+/// came (the run then fails with that reason).
+pub async fn wait_for_engine(
+    dir: &Path,
+    timeout: Duration,
+    patience: Patience,
+) -> Result<EngineSide, String> {
+    let began = Instant::now();
+    let mut started: Option<Instant> = None;
+    let mut beat: (Option<Vec<u8>>, Instant) = (None, Instant::now());
+    loop {
+        if let Some(report) = read_untrusted(&dir.join(REPORT_FILE), MAX_REPORT_BYTES)
+            .map_err(|e| format!("engine report: {e}"))?
+        {
+            let report: EngineReport = serde_json::from_slice(&report)
+                .map_err(|e| format!("engine report {REPORT_FILE} is not valid: {e}"))?;
+            return Ok(collect(dir, report));
+        }
+        let now = Instant::now();
+        if started.is_none() && dir.join(STARTED_FILE).exists() {
+            started = Some(now);
+            beat.1 = now;
+        }
+        match started {
+            None if now.duration_since(began) > patience.start => {
+                return Err(format!(
+                    "the engine container did not start within {} s",
+                    patience.start.as_secs()
+                ))
+            }
+            Some(at) if now.duration_since(at) > timeout + patience.grace => {
+                return Err(format!(
+                    "the engine container did not report within {} s of starting (timeout {} s)",
+                    (timeout + patience.grace).as_secs(),
+                    timeout.as_secs()
+                ))
+            }
+            Some(_) => {
+                let current = read_untrusted(&dir.join(HEARTBEAT_FILE), 64).ok().flatten();
+                if current.is_some() && current != beat.0 {
+                    beat = (current, now);
+                } else if now.duration_since(beat.1) > patience.stale {
+                    return Err(format!(
+                        "the engine container stopped without reporting (no heartbeat for {} s)",
+                        patience.stale.as_secs()
+                    ));
+                }
+            }
+            None => {}
+        }
+        tokio::time::sleep(POLL_EVERY).await;
+    }
+}
+
+/// The outputs and log the engine side left beside its report. An outputs file that cannot be
+/// read is recorded as absent and named in the log.
+pub fn collect(dir: &Path, report: EngineReport) -> EngineSide {
+    let log = read_untrusted_tail(&dir.join(LOG_FILE), LOG_TAIL_BYTES as u64)
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    beside(dir, report, log)
+}
+
+/// The report and log with the outputs file in `dir`.
+pub fn beside(dir: &Path, report: EngineReport, mut log: Vec<u8>) -> EngineSide {
+    let (outputs, outputs_unread) = match read_untrusted(&dir.join(OUTPUTS_FILE), MAX_OUTPUTS_BYTES)
+    {
+        Ok(outputs) => (outputs, None),
+        Err(err) => {
+            log.extend_from_slice(
+                format!("[deepinfer-operator: {OUTPUTS_FILE} not read: {err}]\n").as_bytes(),
+            );
+            (None, Some(err.to_string()))
+        }
+    };
+    EngineSide {
+        report,
+        log,
+        outputs,
+        outputs_unread,
+    }
+}
+
+fn open_untrusted(path: &Path) -> std::io::Result<Option<std::fs::File>> {
+    let flags = nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_NONBLOCK;
+    let file = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(flags.bits())
+        .open(path)
+    {
+        Ok(file) => file,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(err) if err.raw_os_error() == Some(nix::errno::Errno::ELOOP as i32) => {
+            return Err(std::io::Error::other(format!(
+                "{} is a symbolic link (not followed)",
+                path.display()
+            )))
+        }
+        Err(err) => return Err(err),
+    };
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::other(format!(
+            "{} is not a regular file",
+            path.display()
+        )));
+    }
+    Ok(Some(file))
+}
+
+/// Reads a regular file written by the engine's side: no symlinks, no FIFOs or devices, at most
+/// `max` bytes (more is an error). `None` when it does not exist.
+pub fn read_untrusted(path: &Path, max: u64) -> std::io::Result<Option<Vec<u8>>> {
+    let Some(file) = open_untrusted(path)? else {
+        return Ok(None);
+    };
+    let mut bytes = Vec::new();
+    file.take(max + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > max {
+        return Err(std::io::Error::other(format!(
+            "{} is larger than {max} bytes",
+            path.display()
+        )));
+    }
+    Ok(Some(bytes))
+}
+
+/// The last `max` bytes of a regular file written by the engine's side.
+fn read_untrusted_tail(path: &Path, max: u64) -> std::io::Result<Option<Vec<u8>>> {
+    let Some(mut file) = open_untrusted(path)? else {
+        return Ok(None);
+    };
+    let len = file.metadata()?.len();
+    file.seek(std::io::SeekFrom::Start(len.saturating_sub(max)))?;
+    let mut bytes = Vec::new();
+    file.take(max).read_to_end(&mut bytes)?;
+    Ok(Some(bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("handoff-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    fn patience(stale: u64) -> Patience {
+        Patience {
+            start: Duration::from_secs(2),
+            grace: Duration::from_secs(2),
+            stale: Duration::from_secs(stale),
+        }
+    }
+
+    #[test]
+    fn untrusted_files_are_read_only_when_regular_and_small() {
+        let d = dir("read");
+        std::fs::write(d.join("a"), b"abc").unwrap();
+        assert_eq!(read_untrusted(&d.join("a"), 3).unwrap().unwrap(), b"abc");
+        assert!(read_untrusted(&d.join("a"), 2).is_err(), "over the cap");
+        assert!(read_untrusted(&d.join("missing"), 2).unwrap().is_none());
+        std::os::unix::fs::symlink(d.join("a"), d.join("link")).unwrap();
+        assert!(
+            read_untrusted(&d.join("link"), 10)
+                .unwrap_err()
+                .to_string()
+                .ends_with("link is a symbolic link (not followed)"),
+            "a symlink (e.g. to the judge's token) is never followed"
+        );
+        std::fs::create_dir(d.join("sub")).unwrap();
+        assert!(read_untrusted(&d.join("sub"), 10).is_err());
+        std::fs::write(d.join("log"), b"0123456789").unwrap();
+        assert_eq!(
+            read_untrusted_tail(&d.join("log"), 4).unwrap().unwrap(),
+            b"6789"
+        );
+        std::fs::remove_dir_all(d).unwrap();
+    }
+
+    #[tokio::test]
+    async fn the_judge_reads_the_report_and_what_lies_beside_it() {
+        let d = dir("report");
+        let report = failed_report("x".into(), Duration::from_secs(3));
+        std::fs::write(d.join(OUTPUTS_FILE), b"{}\n").unwrap();
+        std::fs::write(d.join(LOG_FILE), b"log\n").unwrap();
+        std::fs::write(d.join(REPORT_FILE), serde_json::to_vec(&report).unwrap()).unwrap();
+        let side = wait_for_engine(&d, Duration::from_secs(1), patience(5))
+            .await
+            .unwrap();
+        assert_eq!(side.report, report);
+        assert_eq!(side.outputs.as_deref(), Some(&b"{}\n"[..]));
+        assert_eq!(side.log, b"log\n");
+        std::fs::write(d.join(REPORT_FILE), b"{\"result\":\"Passed\"}").unwrap();
+        let forged = wait_for_engine(&d, Duration::from_secs(1), patience(5)).await;
+        assert!(forged.unwrap_err().contains("is not valid"));
+        std::fs::remove_dir_all(d).unwrap();
+    }
+
+    #[tokio::test]
+    async fn the_judge_gives_up_on_an_engine_that_never_starts_or_stops_beating() {
+        let d = dir("wait");
+        let never = wait_for_engine(&d, Duration::from_secs(1), patience(5)).await;
+        assert_eq!(
+            never.unwrap_err(),
+            "the engine container did not start within 2 s"
+        );
+        std::fs::write(d.join(STARTED_FILE), b"").unwrap();
+        std::fs::write(d.join(HEARTBEAT_FILE), b"1").unwrap();
+        let gone = wait_for_engine(&d, Duration::from_secs(60), patience(1)).await;
+        assert_eq!(
+            gone.unwrap_err(),
+            "the engine container stopped without reporting (no heartbeat for 1 s)"
+        );
+        std::fs::remove_dir_all(d).unwrap();
+    }
+
+    #[tokio::test]
+    async fn the_engine_side_reports_a_missing_model_directory() {
+        let d = dir("side");
+        let spec_file = d.join("spec.yaml");
+        std::fs::write(
+            &spec_file,
+            "prompts: [{id: a, prompt: x, structuredOutput: {regex: a}}]\n",
+        )
+        .unwrap();
+        let args = RunEngineArgs {
+            spec_file,
+            model_dir: d.join("no-model"),
+            work_dir: d.join("work"),
+        };
+        assert_eq!(run_engine_side(&args).await, 0);
+        let report: EngineReport =
+            serde_json::from_slice(&std::fs::read(d.join("work").join(REPORT_FILE)).unwrap())
+                .unwrap();
+        assert!(report.error.unwrap().starts_with("model directory /"));
+        assert!(d.join("work").join(STARTED_FILE).exists());
+        std::fs::remove_dir_all(d).unwrap();
+    }
+}

@@ -89,11 +89,18 @@ async fn gpu_a_child_the_api_server_refuses_stalls_its_resource_alone_without_re
         cond(s, "Ready").is_some_and(|c| c.status == "True")
     })
     .await;
-    // Both settled: a refused child is not written again every 10 s.
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let before = op.writes.load(std::sync::atomic::Ordering::Relaxed);
+    // Both settle (the neighbour's finished Jobs get their TTL once its verdict is in status):
+    // a 12 s window without a write, which a refused child retried every 10 s never leaves.
+    let writes = || op.writes.load(std::sync::atomic::Ordering::Relaxed);
+    support::eventually(TIMEOUT, "a 12 s window without a write", || async {
+        let start = writes();
+        tokio::time::sleep(Duration::from_secs(12)).await;
+        (writes() == start).then_some(())
+    })
+    .await;
+    let before = writes();
     tokio::time::sleep(Duration::from_secs(25)).await;
-    let after = op.writes.load(std::sync::atomic::Ordering::Relaxed);
+    let after = writes();
     assert_eq!(
         after, before,
         "no write in 25 s once the refused resource stalled and its neighbour converged"

@@ -220,6 +220,14 @@ fn next_look(outcome: &Outcome) -> Action {
 }
 
 fn next_look_after(outcome: &Outcome) -> Duration {
+    // A child the API server refused waits for a change to the resource: looking again on a
+    // timer would only send it again.
+    if outcome
+        .stalled()
+        .is_some_and(|(reason, _)| reason == reasons::CHILD_REJECTED)
+    {
+        return super::RESYNC;
+    }
     for gate in [&outcome.checkpoint, &outcome.acceptance] {
         match gate {
             Gate::Failed(reason, _)

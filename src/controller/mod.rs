@@ -544,7 +544,11 @@ pub async fn run_with_context(
     // read or kept; an edit moves the resourceVersion) mapped through the resources in the
     // controller's own cache to those that name the ConfigMap. No ConfigMap is cached.
     let config_maps: Api<PartialObjectMeta<ConfigMap>> = scoped(&client, namespace.as_deref());
-    let controller = Controller::new_with(dids, watcher::Config::default(), ar.clone());
+    let controller = Controller::new_with(dids, watcher::Config::default(), ar.clone())
+        .trigger_backoff(kube::runtime::utils::ResetTimerBackoff::new(
+            WatchBackoff::default(),
+            Duration::from_secs(60),
+        ));
     let cache = controller.store();
     let controller = controller
         .owns(pods, owned.clone())
@@ -590,6 +594,42 @@ fn prompts_referrers(
         })
         .map(|d| ObjectRef::from_obj_with(d.as_ref(), ar.clone()))
         .collect()
+}
+
+/// Backoff of the controller's watches after an error: 0.5 s, doubling, at most 5 s. After an
+/// API server or etcd restart a re-watch can fail with `too old resource version` several times
+/// in a row; kube-runtime's default (up to 30 s) then leaves changed resources unreconciled for a
+/// minute, while a relist is cheap next to a reconcile pass.
+#[derive(Clone, Copy, Debug)]
+pub struct WatchBackoff {
+    next: Duration,
+}
+
+impl WatchBackoff {
+    const FIRST: Duration = Duration::from_millis(500);
+    const MAX: Duration = Duration::from_secs(5);
+}
+
+impl Default for WatchBackoff {
+    fn default() -> Self {
+        Self { next: Self::FIRST }
+    }
+}
+
+impl Iterator for WatchBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        let now = self.next;
+        self.next = (now * 2).min(Self::MAX);
+        Some(now)
+    }
+}
+
+impl kube::runtime::utils::Backoff for WatchBackoff {
+    fn reset(&mut self) {
+        self.next = Self::FIRST;
+    }
 }
 
 /// Every few seconds, forgets the phase of objects no longer in the controller's cache.
@@ -769,6 +809,16 @@ mod tests {
     struct Cli {
         #[command(flatten)]
         run: RunArgs,
+    }
+
+    #[test]
+    fn watches_retry_within_five_seconds_and_start_over_after_a_reset() {
+        use kube::runtime::utils::Backoff;
+        let mut b = WatchBackoff::default();
+        let waits: Vec<u64> = b.by_ref().take(6).map(|d| d.as_millis() as u64).collect();
+        assert_eq!(waits, [500, 1000, 2000, 4000, 5000, 5000]);
+        b.reset();
+        assert_eq!(b.next(), Some(Duration::from_millis(500)));
     }
 
     #[test]

@@ -587,3 +587,64 @@ async fn the_status_records_when_the_licence_gate_opened_and_closed() {
     assert_eq!(owner.as_deref(), Some("licence-officer"));
     op.stop().await;
 }
+
+/// Resident memory of a process, in KiB (`VmRSS`).
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Item 1: the largest specs the CRD admits (4 roles × 1024 groups × 8 pods) stall at the pod
+/// bound naming `replicas`, before anything is built, and the operator's resident memory stays
+/// flat across ten of them (it grew by gigabytes when every desired pod was built up front).
+#[tokio::test]
+async fn the_largest_admitted_specs_stall_naming_replicas_and_the_operator_memory_stays_flat() {
+    use deepinfer_e2e::operator_process::{free_address, OperatorProcess};
+    let (_client, ns, api) = setup("huge").await;
+    let operator = OperatorProcess::start(&ns.name, free_address(), &[], &[]);
+    let huge = |name: &str| {
+        let mut did = planner(name);
+        did["spec"]["roles"] = json!(["prefill", "decode", "vision", "worker"]
+            .iter()
+            .map(|r| json!({"name": r, "replicas": 1024, "parallel": {"tensor": 64}}))
+            .collect::<Vec<_>>());
+        did
+    };
+    let stalled = |s: &DeepInferDeploymentStatus| {
+        cond(s, "Stalled").is_some_and(|c| c.status == "True" && c.message.contains("replicas"))
+    };
+    create(&api, huge("huge-0")).await;
+    status_where(&api, "huge-0", "Stalled naming replicas", stalled).await;
+    let before = rss_kib(operator.id());
+    for i in 1..10 {
+        create(&api, huge(&format!("huge-{i}"))).await;
+    }
+    for i in 1..10 {
+        status_where(
+            &api,
+            &format!("huge-{i}"),
+            "Stalled naming replicas",
+            stalled,
+        )
+        .await;
+    }
+    let after = rss_kib(operator.id());
+    println!(
+        "operator RSS: {} KiB after the first 32768-pod spec stalled, {} KiB after ten ({:+} KiB)",
+        before,
+        after,
+        after as i64 - before as i64
+    );
+    assert!(before > 0, "RSS readable");
+    assert!(
+        after < before + 32 * 1024,
+        "the operator grew from {before} KiB to {after} KiB over nine refused specs"
+    );
+    drop(operator);
+}

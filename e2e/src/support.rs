@@ -561,6 +561,22 @@ pub async fn status_where(
     .await
 }
 
+/// As [`status_where`], on a status written for the resource's current generation only.
+pub async fn current_status_where(
+    api: &Api<deepinfer_operator::api::DeepInferDeployment>,
+    name: &str,
+    what: &str,
+    timeout: Duration,
+    pred: impl Fn(&deepinfer_operator::api::DeepInferDeploymentStatus) -> bool,
+) -> deepinfer_operator::api::DeepInferDeploymentStatus {
+    eventually(timeout, what, || async {
+        let did = api.get(name).await.ok()?;
+        let current = did.status.as_ref()?.observed_generation == did.metadata.generation;
+        did.status.filter(|s| current && pred(s))
+    })
+    .await
+}
+
 /// Makes the operator look at `name` again `rounds` times, two seconds apart, by changing a
 /// test annotation (a change the operator ignores).
 pub async fn poke(

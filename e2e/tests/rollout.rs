@@ -81,12 +81,7 @@ async fn status_where(
     what: &str,
     pred: impl Fn(&DeepInferDeploymentStatus) -> bool,
 ) -> DeepInferDeploymentStatus {
-    support::eventually(TIMEOUT, what, || async {
-        let did = api.get(name).await.ok()?;
-        let current = did.status.as_ref()?.observed_generation == did.metadata.generation;
-        did.status.filter(|s| current && pred(s))
-    })
-    .await
+    support::current_status_where(api, name, what, TIMEOUT, pred).await
 }
 
 async fn workers(client: &Client, ns: &str, did: &str) -> Vec<Pod> {

@@ -300,15 +300,7 @@ async fn operator_sigkill(bed: &Bed, rng: &mut Rng, deployments: usize, kills: u
                 )),
             }
         }
-        if converge(Duration::from_secs(180), || {
-            reached(&bed.client, &ns.name, &names, *phase)
-        })
-        .await
-        .is_none()
-        {
-            row.failures
-                .push(format!("{phase:?}: did not converge within 180 s"));
-        }
+        phase_converged(bed, &ns.name, &names, *phase, &mut row).await;
     }
     // Orphans are judged 30 s after deletion.
     tokio::time::sleep(Duration::from_secs(32)).await;
@@ -484,15 +476,7 @@ async fn leader_kill(bed: &Bed, rng: &mut Rng, deployments: usize, kills: usize)
                 )),
             }
         }
-        if converge(Duration::from_secs(180), || {
-            reached(&bed.client, &ns.name, &names, *phase)
-        })
-        .await
-        .is_none()
-        {
-            row.failures
-                .push(format!("{phase:?}: did not converge within 180 s"));
-        }
+        phase_converged(bed, &ns.name, &names, *phase, &mut row).await;
     }
     tokio::time::sleep(Duration::from_secs(32)).await;
     drop(replicas);
@@ -658,6 +642,19 @@ async fn node_loss(bed: &Bed) -> Row {
         ));
     }
     row
+}
+
+/// Waits up to 180 s for every deployment to reach `phase`'s goal; a failure on `row` if not.
+async fn phase_converged(bed: &Bed, ns: &str, names: &[String], phase: Phase, row: &mut Row) {
+    if converge(Duration::from_secs(180), || {
+        reached(&bed.client, ns, names, phase)
+    })
+    .await
+    .is_none()
+    {
+        row.failures
+            .push(format!("{phase:?}: did not converge within 180 s"));
+    }
 }
 
 /// Runs a bed script (`e2e/bed/<script>`) with arguments.

@@ -222,6 +222,11 @@ fn expected_rules() -> Vec<(String, String, Vec<String>)> {
             &["list", "create", "patch", "delete"],
         ),
         (
+            "resource.k8s.io",
+            &["resourceclaimtemplates"],
+            &["list", "create", "delete"],
+        ),
+        (
             "batch",
             &["jobs"],
             &["list", "watch", "create", "patch", "delete"],

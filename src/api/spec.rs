@@ -306,6 +306,15 @@ pub struct AcceleratorSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 317))]
     pub scale_up_domain_key: Option<String>,
+    /// DeviceClass to claim the devices from through Dynamic Resource Allocation, e.g.
+    /// `gpu.nvidia.com`: each pod then claims `devicesPerPod` devices of that class through a
+    /// ResourceClaimTemplate instead of requesting the extended resource. Unset: the extended
+    /// resource (`nvidia.com/gpu`, `huawei.com/Ascend910`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')")
+        .message("spec.accelerator.deviceClassName must be a DeviceClass name (a DNS subdomain: lowercase letters, digits, '-' and '.'), e.g. gpu.nvidia.com"))]
+    pub device_class_name: Option<String>,
 }
 
 impl AcceleratorSpec {
@@ -317,6 +326,15 @@ impl AcceleratorSpec {
     /// Extended resource each pod requests (see [`AcceleratorType::device_resource`]).
     pub fn device_resource(&self) -> &'static str {
         self.kind.device_resource()
+    }
+
+    /// What each pod's devices are, for messages: `8 nvidia.com/gpu` or `8 devices of class
+    /// gpu.nvidia.com`.
+    pub fn describe_devices(&self, count: i32) -> String {
+        match &self.device_class_name {
+            Some(class) => format!("{count} devices of class {class}"),
+            None => format!("{count} {}", self.device_resource()),
+        }
     }
 
     /// Node label naming one scale-up domain, default applied.
@@ -562,6 +580,7 @@ mod tests {
             product: None,
             devices_per_pod: None,
             scale_up_domain_key: None,
+            device_class_name: None,
         }
     }
 

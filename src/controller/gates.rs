@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::resource::v1::ResourceClaimTemplate;
 use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
@@ -115,6 +116,13 @@ pub async fn run_pipeline(
         return Ok((outcome, Action::await_change()));
     }
     outcome.license = Gate::Passed(licence.reason(), message);
+    if let Err(e) = device_claim_templates(ctx, did, &observed).await {
+        let Some(stalled) = rejected_gate(&e) else {
+            return Err(e);
+        };
+        outcome.workers = stalled;
+        return Ok((outcome, Action::await_change()));
+    }
 
     // 3. checkpoint gate, 4. acceptance gate: they judge the target revision only.
     let mut retry: Option<Duration> = None;
@@ -764,6 +772,47 @@ async fn start_acceptance(
         if let Some(job) = build::acceptance_job(did, names, rank, revision, &ctx.operator_image) {
             apply::create_once(&jobs, &job).await?;
         }
+    }
+    Ok(())
+}
+
+/// With a DeviceClass, creates the ResourceClaimTemplate engine pods claim their devices from
+/// before any such pod exists, and deletes the deployment's templates that neither the spec
+/// nor any of its pods or Jobs still name.
+async fn device_claim_templates(
+    ctx: &Context,
+    did: &ValidatedDeployment,
+    observed: &Observed,
+) -> Result<(), Error> {
+    let Some(desired) = build::device_claim_template(did) else {
+        return Ok(());
+    };
+    let api: Api<ResourceClaimTemplate> = Api::namespaced(ctx.client.clone(), &did.namespace);
+    let name = desired.name_any();
+    if !observed
+        .claim_templates
+        .iter()
+        .any(|t| t.name_any() == name)
+    {
+        apply::create_once(&api, &desired).await?;
+    }
+    let job_pods = observed
+        .jobs
+        .iter()
+        .filter_map(|j| j.spec.as_ref()?.template.spec.as_ref());
+    let pods = observed
+        .workers
+        .iter()
+        .chain(&observed.job_pods)
+        .filter_map(|p| p.spec.as_ref());
+    let in_use = build::templates_in_use(job_pods.chain(pods));
+    for unused in observed
+        .claim_templates
+        .iter()
+        .map(ResourceExt::name_any)
+        .filter(|t| *t != name && !in_use.contains(t))
+    {
+        apply::delete_ignoring_missing(&api, &unused).await?;
     }
     Ok(())
 }

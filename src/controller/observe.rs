@@ -6,6 +6,7 @@ use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::resource::v1::ResourceClaimTemplate;
 use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 use kube::api::{Api, ListParams};
 use kube::{Resource, ResourceExt};
@@ -31,6 +32,9 @@ pub struct Observed {
     pub revisions: Vec<ControllerRevision>,
     /// PodGroups of serving groups and acceptance runs (empty where groups are not PodGroups).
     pub pod_groups: Vec<PodGroup>,
+    /// ResourceClaimTemplates engine pods claim devices from (listed only where the spec names a
+    /// DeviceClass).
+    pub claim_templates: Vec<ResourceClaimTemplate>,
     /// The checkpoint's PersistentVolumeClaim: `None` when the spec names none, `Some(None)`
     /// when it does not exist, else its `status.phase` (`Pending`, `Bound`, `Lost`).
     pub claim_phase: Option<Option<String>>,
@@ -157,6 +161,11 @@ pub async fn observe(
         services: list_owned_by(ctx, &ns, &name, &uid).await?,
         budgets: list_owned_by(ctx, &ns, &name, &uid).await?,
         revisions: list_owned_by(ctx, &ns, &name, &uid).await?,
+        claim_templates: if did.spec.accelerator.device_class_name.is_some() {
+            list_owned_by(ctx, &ns, &name, &uid).await?
+        } else {
+            Vec::new()
+        },
         pod_groups: if pod_groups {
             list_owned_by(ctx, &ns, &name, &uid).await?
         } else {

@@ -283,6 +283,18 @@ pub fn cases() -> Vec<Case> {
             Invalid("spec.scheduling.podAnnotations")
         ),
         case!(
+            "DeviceClass for devices through DRA",
+            nvidia,
+            |s| s["accelerator"]["deviceClassName"] = json!("gpu.nvidia.com"),
+            Valid
+        ),
+        case!(
+            "deviceClassName that is not a DNS subdomain",
+            nvidia,
+            |s| s["accelerator"]["deviceClassName"] = json!("GPU_nvidia"),
+            Invalid("spec.accelerator.deviceClassName")
+        ),
+        case!(
             "product that is not a label value",
             nvidia,
             |s| s["accelerator"]["product"] = json!("NVIDIA H200 !!"),

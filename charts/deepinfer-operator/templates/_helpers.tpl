@@ -91,6 +91,11 @@ shipped in config/rbac/role.yaml (a test keeps the two equal).
 - apiGroups: [scheduling.k8s.io]
   resources: [podgroups]
   verbs: [list, create, patch, delete]
+# With spec.accelerator.deviceClassName, the ResourceClaimTemplate engine pods claim devices from
+# (Dynamic Resource Allocation).
+- apiGroups: [resource.k8s.io]
+  resources: [resourceclaimtemplates]
+  verbs: [list, create, delete]
 # Checkpoint fetch, verification and acceptance Jobs; patch gives a finished Job whose verdict is
 # in status its ttlSecondsAfterFinished.
 - apiGroups: [batch]

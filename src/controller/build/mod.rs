@@ -6,6 +6,7 @@
 
 mod acceptance;
 mod budget;
+mod devices;
 mod job;
 mod pod;
 mod pod_group;
@@ -14,6 +15,7 @@ mod service;
 
 pub use acceptance::*;
 pub use budget::*;
+pub use devices::*;
 pub use job::*;
 pub use pod::*;
 pub use pod_group::*;

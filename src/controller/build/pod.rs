@@ -4,11 +4,16 @@
 use super::*;
 
 /// Engine resources: `spec.runtime.resources` (default CPU and memory requests, so the pod is
-/// never BestEffort) with the accelerator's devices as both request and limit.
+/// never BestEffort) with the accelerator's devices: the extended resource as both request and
+/// limit, or, with a DeviceClass, the pod's device claim.
 fn engine_resources(spec: &DeepInferDeploymentSpec, devices: i32) -> ResourceRequirements {
     let device = spec.accelerator.device_resource().to_string();
     let count = Quantity(devices.to_string());
     let mut res = spec.runtime.resources.clone().unwrap_or_default();
+    // Device entries given by the user are the accelerator's to set.
+    for list in [&mut res.requests, &mut res.limits].into_iter().flatten() {
+        list.remove(&device);
+    }
     let requests = res.requests.get_or_insert_with(BTreeMap::new);
     for (name, default) in [
         ("cpu", DEFAULT_CPU_REQUEST),
@@ -19,10 +24,14 @@ fn engine_resources(spec: &DeepInferDeploymentSpec, devices: i32) -> ResourceReq
             .entry(name.to_string())
             .or_insert_with(|| limited.unwrap_or_else(|| Quantity(default.into())));
     }
-    requests.insert(device.clone(), count.clone());
-    res.limits
-        .get_or_insert_with(BTreeMap::new)
-        .insert(device, count);
+    if spec.accelerator.device_class_name.is_some() {
+        res.claims = Some(container_device_claims());
+    } else {
+        requests.insert(device.clone(), count.clone());
+        res.limits
+            .get_or_insert_with(BTreeMap::new)
+            .insert(device, count);
+    }
     res
 }
 
@@ -211,6 +220,7 @@ pub(super) fn engine_pod_spec(
             .map(|name| PodSchedulingGroup {
                 pod_group_name: Some(name.clone()),
             }),
+        resource_claims: pod_device_claims(did),
         scheduler_name: spec
             .scheduling
             .as_ref()

@@ -844,3 +844,112 @@ fn another_scheduler_and_its_queue_labels_reach_every_engine_pod() {
         );
     }
 }
+
+#[test]
+fn with_a_device_class_each_engine_pod_claims_its_devices_from_one_template() {
+    let d = did(
+        json!({"type": "NVIDIA", "deviceClassName": "gpu.nvidia.com", "devicesPerPod": 4}),
+        json!([{"name": "worker", "replicas": 1, "parallel": {"tensor": 8}}]),
+    );
+    let template = device_claim_template(&d).expect("a DeviceClass asks for a template");
+    let name = template.name_any();
+    assert!(name.starts_with("flash-devices-"), "{name}");
+    assert_eq!(
+        template.metadata.owner_references.unwrap_or_default()[0].uid,
+        "u-1"
+    );
+    let request = template
+        .spec
+        .and_then(|s| s.spec)
+        .and_then(|s| s.devices)
+        .and_then(|d| d.requests)
+        .unwrap_or_default();
+    assert_eq!(request.len(), 1);
+    let exactly = request[0].exactly.as_ref().expect("an exact request");
+    assert_eq!(
+        (
+            request[0].name.as_str(),
+            exactly.device_class_name.as_str(),
+            exactly.allocation_mode.as_deref(),
+            exactly.count
+        ),
+        (DEVICE_CLAIM, "gpu.nvidia.com", Some("ExactCount"), Some(4))
+    );
+
+    let rev = revision(&d.spec);
+    let pods = group_pods(&d, &d.spec.roles[0], 0, &rev);
+    assert_eq!(pods.len(), 2);
+    let names = AcceptanceNames::new("flash", &rev, "");
+    let job = acceptance_job(&d, &names, 0, &rev, "operator:1").expect("an acceptance Job");
+    let job_pod = job.spec.and_then(|s| s.template.spec).expect("pod spec");
+    for spec in pods
+        .into_iter()
+        .map(|p| p.spec.expect("spec"))
+        .chain([job_pod])
+    {
+        let claims = spec.resource_claims.clone().unwrap_or_default();
+        assert_eq!(claims.len(), 1);
+        assert_eq!(claims[0].name, DEVICE_CLAIM);
+        assert_eq!(
+            claims[0].resource_claim_template_name.as_deref(),
+            Some(name.as_str())
+        );
+        let engine = &spec.containers[0];
+        let resources = engine.resources.clone().expect("resources");
+        assert_eq!(
+            resources
+                .claims
+                .unwrap_or_default()
+                .iter()
+                .map(|c| c.name.as_str())
+                .collect::<Vec<_>>(),
+            [DEVICE_CLAIM]
+        );
+        for list in [resources.requests, resources.limits].into_iter().flatten() {
+            assert!(
+                !list.contains_key("nvidia.com/gpu"),
+                "devices come from the claim, not the extended resource: {list:?}"
+            );
+        }
+        assert_eq!(
+            templates_in_use([&spec]),
+            std::collections::BTreeSet::from([name.clone()])
+        );
+    }
+}
+
+#[test]
+fn another_device_shape_is_another_template_and_without_a_class_there_is_none() {
+    let class = |devices: i32| {
+        did(
+            json!({"type": "NVIDIA", "deviceClassName": "gpu.nvidia.com", "devicesPerPod": devices}),
+            json!([{"name": "worker", "replicas": 1, "parallel": {"tensor": 8}}]),
+        )
+    };
+    let four = device_claim_template_name(&class(4));
+    assert_ne!(four, device_claim_template_name(&class(8)));
+    assert_eq!(four, device_claim_template_name(&class(4)));
+    assert_ne!(
+        revision(&class(4).spec),
+        revision(&class(8).spec),
+        "a new device shape is a new revision, judged before it serves"
+    );
+
+    let plain = did(
+        json!({"type": "NVIDIA", "devicesPerPod": 4}),
+        json!([{"name": "worker", "replicas": 1, "parallel": {"tensor": 8}}]),
+    );
+    assert!(device_claim_template(&plain).is_none());
+    let rev = revision(&plain.spec);
+    let spec = group_pods(&plain, &plain.spec.roles[0], 0, &rev)[0]
+        .spec
+        .clone()
+        .expect("spec");
+    assert!(spec.resource_claims.is_none());
+    let resources = spec.containers[0].resources.clone().expect("resources");
+    assert!(resources.claims.is_none());
+    assert_eq!(
+        resources.limits.unwrap_or_default()["nvidia.com/gpu"],
+        Quantity("4".into())
+    );
+}

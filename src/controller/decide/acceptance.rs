@@ -272,10 +272,9 @@ pub fn capacity_need(spec: &DeepInferDeploymentSpec, role: &crate::api::RoleSpec
         String::new()
     };
     format!(
-        "{} pod(s) × {} {} ({} devices){domain}",
+        "{} pod(s) × {} ({} devices){domain}",
         shape.pods,
-        shape.devices_per_pod,
-        spec.accelerator.device_resource(),
+        spec.accelerator.describe_devices(shape.devices_per_pod),
         shape.world_size
     )
 }

@@ -162,6 +162,19 @@ reclaimPolicy: Delete
 volumeBindingMode: Immediate
 SC
 
+# DeviceClasses of the simulated DRA drivers the node agent acts as (see the dra pools of the
+# topology), as a driver's Helm chart installs them.
+"$bed/bin/kubectl" --kubeconfig "$bed/kubeconfig" apply --server-side -f - >/dev/null <<'DC'
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata:
+  name: gpu.nvidia.com
+spec:
+  selectors:
+  - cel:
+      expression: device.driver == 'gpu.nvidia.com'
+DC
+
 agent="${NODE_AGENT_BIN:-$root/target/debug/deepinfer-node-agent}"
 operator_bin="${OPERATOR_BIN:-$root/target/debug/deepinfer-operator}"
 if [ ! -x "$agent" ]; then

@@ -459,17 +459,28 @@ pub async fn wait_for_lease_holder(client: &Client, ns: &str, name: &str, identi
     .await;
 }
 
-/// Waits until the `DeepInferDeployment` `ns/name` reports `phase`.
+/// Waits up to 60 s until the `DeepInferDeployment` `ns/name` reports `phase`.
 pub async fn wait_for_phase(
     client: &Client,
     ns: &str,
     name: &str,
     phase: deepinfer_operator::api::Phase,
 ) {
+    wait_for_phase_within(client, ns, name, phase, Duration::from_secs(60)).await;
+}
+
+/// Waits up to `timeout` until the `DeepInferDeployment` `ns/name` reports `phase`.
+pub async fn wait_for_phase_within(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    phase: deepinfer_operator::api::Phase,
+    timeout: Duration,
+) {
     let api: Api<deepinfer_operator::api::DeepInferDeployment> =
         Api::namespaced(client.clone(), ns);
     eventually(
-        Duration::from_secs(60),
+        timeout,
         &format!("{ns}/{name} in phase {phase:?}"),
         || async { (api.get(name).await.ok()?.status?.phase? == phase).then_some(()) },
     )

@@ -54,6 +54,8 @@ pub struct ExecConfig {
     pub api_port: u16,
     /// Longest wait between SIGTERM and SIGKILL when a pod is deleted.
     pub kill_grace: Duration,
+    /// Visible-devices variable per simulated DRA driver (see `dra.rs`).
+    pub device_env: BTreeMap<String, String>,
 }
 
 struct PodRun {
@@ -140,6 +142,7 @@ impl Runtime {
             reports: Arc::clone(&reports),
             notify,
             stop: stop_rx,
+            devices: crate::dra::Prepared::new(),
         };
         let plan = plan.clone();
         info!(pod = %crate::pod_name(key), "executing pod");
@@ -194,6 +197,8 @@ struct PodCtx {
     reports: Arc<Mutex<BTreeMap<String, Report>>>,
     notify: Notify,
     stop: watch::Receiver<bool>,
+    /// Per container, the variables naming the devices prepared for it.
+    devices: crate::dra::Prepared,
 }
 
 enum Outcome {
@@ -246,7 +251,55 @@ impl PodCtx {
             .find(|c| c.name == name)
     }
 
-    async fn run(self, plan: PodPlan) {
+    /// Prepares the devices allocated to the pod's claims, waiting (ContainerCreating) until
+    /// every claim exists and is allocated; `false` when the pod is stopped meanwhile.
+    async fn prepare_devices(&mut self) -> bool {
+        if self.cfg.device_env.is_empty()
+            || self
+                .pod
+                .spec
+                .as_ref()
+                .is_none_or(|s| s.resource_claims.as_ref().is_none_or(Vec::is_empty))
+        {
+            return true;
+        }
+        loop {
+            let waiting = match crate::dra::prepare(
+                &self.cfg.client,
+                &self.pod,
+                &self.cfg.device_env,
+            )
+            .await
+            {
+                Ok(Some(prepared)) => {
+                    info!(pod = %self.name, devices = ?prepared, "devices prepared");
+                    self.devices = prepared;
+                    return true;
+                }
+                Ok(None) => {
+                    "waiting for the pod's resource claims to be created and allocated".to_string()
+                }
+                Err(e) => format!("preparing devices failed: {e:#}"),
+            };
+            self.set_all_waiting("ContainerCreating", &waiting);
+            if !self.sleep(RETRY_DELAY).await {
+                return false;
+            }
+            // The claim names reach the pod's status after the pod was first seen.
+            let api: Api<Pod> = Api::namespaced(
+                self.cfg.client.clone(),
+                &self.pod.namespace().unwrap_or_default(),
+            );
+            if let Ok(pod) = api.get(&self.pod.name_any()).await {
+                self.pod = pod;
+            }
+        }
+    }
+
+    async fn run(mut self, plan: PodPlan) {
+        if !self.prepare_devices().await {
+            return;
+        }
         let volumes = loop {
             match self.materialize(&plan).await {
                 Ok(v) => break v,
@@ -454,6 +507,8 @@ impl PodCtx {
                 self.cfg.api_port.to_string(),
             ),
         ];
+        // As device plugins and CDI do: the devices prepared for this container.
+        vars.extend(self.devices.get(&c.name).cloned().unwrap_or_default());
         vars.retain(|(k, _)| !pod_env.iter().any(|(p, _)| p == k));
         vars.extend(pod_env);
         let lookup: HashMap<String, String> = vars.iter().cloned().collect();

@@ -7,6 +7,7 @@
 //! annotations. See `e2e/README.md` for the contract.
 #![forbid(unsafe_code)]
 
+mod dra;
 mod env;
 mod exec;
 mod nodes;
@@ -127,6 +128,7 @@ async fn run(cli: Cli) -> Result<()> {
             .with_context(|| format!("linking {}", link.display()))?;
     }
 
+    let device_env = dra::visible_devices_env(&specs);
     let (resumed_tx, resumed_rx) = tokio::sync::mpsc::unbounded_channel();
     let nodes = nodes::Nodes::new(client.clone(), specs, resumed_tx);
     register_with_retries(&nodes).await?;
@@ -141,6 +143,7 @@ async fn run(cli: Cli) -> Result<()> {
         api_host,
         api_port,
         kill_grace: Duration::from_secs(cli.kill_grace_seconds),
+        device_env,
     });
     let agent = pods::PodAgent::start(client, nodes, own, runtime, cli.workers, resumed_rx);
     info!("node agent running");

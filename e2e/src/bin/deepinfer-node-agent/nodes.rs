@@ -124,6 +124,7 @@ impl Nodes {
                     }
                 }
             }
+            crate::dra::publish(&self.client, &spec, node.metadata.uid.as_deref()).await?;
             self.post_status(&spec.name).await?;
             if !annotated_down {
                 self.renew_lease(&spec.name).await?;

@@ -39,6 +39,7 @@ struct Pool {
     labels: BTreeMap<String, String>,
     #[serde(default)]
     taints: Vec<Taint>,
+    dra: Option<DraDevices>,
 }
 
 fn one() -> u32 {
@@ -55,6 +56,29 @@ pub struct Taint {
     pub effect: String,
 }
 
+/// Devices a node offers through Dynamic Resource Allocation, as a simulated DRA driver
+/// publishes them in the node's ResourceSlice.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct DraDevices {
+    /// Driver name, e.g. `gpu.nvidia.com`.
+    pub driver: String,
+    /// Number of devices, named `<devicePrefix>-<index>`.
+    pub devices: u32,
+    /// Prefix of the device names (default `device`).
+    #[serde(default = "device_prefix")]
+    pub device_prefix: String,
+    /// String attributes every device carries (e.g. the NVLink clique), beside `index` and `uuid`.
+    #[serde(default)]
+    pub attributes: BTreeMap<String, String>,
+    /// Variable naming the prepared devices' ids in executed containers.
+    pub visible_devices_env: String,
+}
+
+fn device_prefix() -> String {
+    "device".into()
+}
+
 /// One simulated node, fully resolved from its pool and the defaults.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeSpec {
@@ -63,6 +87,7 @@ pub struct NodeSpec {
     pub allocatable: BTreeMap<String, String>,
     pub labels: BTreeMap<String, String>,
     pub taints: Vec<Taint>,
+    pub dra: Option<DraDevices>,
 }
 
 /// Reads and expands a topology file.
@@ -99,6 +124,7 @@ pub fn parse(text: &str) -> Result<Vec<NodeSpec>> {
                 allocatable,
                 labels,
                 taints: pool.taints.clone(),
+                dra: pool.dra.clone(),
             });
         }
     }
@@ -119,19 +145,47 @@ mod tests {
         let names: Vec<_> = nodes.iter().map(|n| n.name.as_str()).collect();
         assert_eq!(
             names,
-            ["nvidia-0", "nvidia-1", "nvidia-2", "nvidia-3", "ascend-0", "ascend-1", "cpu-0"]
+            [
+                "nvidia-0",
+                "nvidia-1",
+                "nvidia-2",
+                "nvidia-3",
+                "nvidia-dra-0",
+                "nvidia-dra-1",
+                "ascend-0",
+                "ascend-1",
+                "cpu-0"
+            ]
         );
         let clique = |i: usize| nodes[i].labels["nvidia.com/gpu.clique"].as_str();
         assert_eq!(
-            [clique(0), clique(1), clique(2), clique(3)],
-            ["clique-a", "clique-a", "clique-b", "clique-b"]
+            [
+                clique(0),
+                clique(1),
+                clique(2),
+                clique(3),
+                clique(4),
+                clique(5)
+            ],
+            ["clique-a", "clique-a", "clique-b", "clique-b", "clique-c", "clique-c"]
         );
         assert_eq!(nodes[0].allocatable["nvidia.com/gpu"], "8");
-        assert_eq!(nodes[4].capacity["huawei.com/Ascend910"], "16");
-        assert_eq!(nodes[5].labels["huawei.com/super-pod-id"], "sp-0");
-        assert_eq!(nodes[6].capacity["pods"], "500");
-        assert!(!nodes[6].capacity.contains_key("nvidia.com/gpu"));
-        assert_eq!(nodes[6].labels["kubernetes.io/hostname"], "cpu-0");
+        // The DRA clique offers its GPUs only as devices of the simulated driver.
+        for dra in &nodes[4..6] {
+            assert!(!dra.capacity.contains_key("nvidia.com/gpu"));
+            let devices = dra.dra.as_ref().expect("DRA devices");
+            assert_eq!(
+                (devices.driver.as_str(), devices.devices),
+                ("gpu.nvidia.com", 8)
+            );
+            assert_eq!(devices.attributes["cliqueID"], "clique-c");
+        }
+        assert!(nodes[0].dra.is_none());
+        assert_eq!(nodes[6].capacity["huawei.com/Ascend910"], "16");
+        assert_eq!(nodes[7].labels["huawei.com/super-pod-id"], "sp-0");
+        assert_eq!(nodes[8].capacity["pods"], "500");
+        assert!(!nodes[8].capacity.contains_key("nvidia.com/gpu"));
+        assert_eq!(nodes[8].labels["kubernetes.io/hostname"], "cpu-0");
     }
 
     #[test]

@@ -1,0 +1,175 @@
+//! Devices through Dynamic Resource Allocation on the test bed: a deployment naming the
+//! DeviceClass `gpu.nvidia.com` claims its GPUs through a ResourceClaimTemplate; the real
+//! kube-controller-manager makes each pod's claim, the real kube-scheduler allocates devices from
+//! the ResourceSlices the node agent publishes as a simulated driver (nodes nvidia-dra-0/1, one
+//! NVLink clique, no extended resource), and the agent hands the prepared devices' ids to the
+//! engine container, whose inventory the acceptance manifest records.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use deepinfer_e2e::monitor::{Limits, Monitor};
+use deepinfer_e2e::support::{self, Operator};
+use deepinfer_operator::api::Phase;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimTemplate};
+use kube::api::{Api, ListParams};
+use kube::ResourceExt;
+use serde_json::{json, Value};
+
+const IMAGE: &str = "registry.example.com/deepinfer@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+const DRA_NODES: [&str; 2] = ["nvidia-dra-0", "nvidia-dra-1"];
+
+#[tokio::test]
+async fn gpu_a_dra_deployment_is_allocated_by_the_scheduler_and_its_devices_are_in_the_manifest() {
+    let (client, ns, api) = support::namespace_with_checkpoint("dra").await;
+    let monitor = Monitor::start(&client, &ns.name, &["mit"], Limits::default());
+    let op = Operator::start(&ns.name, &["mit"]).await;
+    support::create_deployment(
+        &api,
+        json!({
+            "apiVersion": "deepinfer.io/v1alpha1",
+            "kind": "DeepInferDeployment",
+            "metadata": {"name": "claims", "annotations": {"deepinfer.io/license-accepted": "mit"}},
+            "spec": {
+                "model": {"name": "deepseek-ai/DeepSeek-V4.1-Flash-1017", "license": "mit",
+                          "source": {"volume": {"claimName": "ckpt", "path": "model"}}},
+                "runtime": {"image": IMAGE, "commit": "0123456789abcdef0123456789abcdef01234567"},
+                "accelerator": {"type": "NVIDIA", "devicesPerPod": 8, "deviceClassName": "gpu.nvidia.com"},
+                "roles": [{"name": "worker", "replicas": 1, "parallel": {"tensor": 16}}],
+                "acceptance": support::shot_planner_acceptance("valid-2-2-2.jsonl", "replay")
+            }
+        }),
+    )
+    .await;
+    support::wait_for_phase_within(
+        &client,
+        &ns.name,
+        "claims",
+        Phase::Ready,
+        Duration::from_secs(180),
+    )
+    .await;
+
+    // One template, owned by the deployment.
+    let templates: Api<ResourceClaimTemplate> = Api::namespaced(client.clone(), &ns.name);
+    let templates = templates
+        .list(&ListParams::default())
+        .await
+        .expect("templates")
+        .items;
+    assert_eq!(templates.len(), 1, "{templates:?}");
+    let template = templates[0].name_any();
+    assert_eq!(templates[0].owner_references()[0].name, "claims");
+
+    // Each worker pod's claim was made from the template and allocated 8 devices of its own node.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let workers = pods
+        .list(
+            &ListParams::default()
+                .labels("deepinfer.io/deployment=claims,deepinfer.io/component=worker"),
+        )
+        .await
+        .expect("pods")
+        .items;
+    assert_eq!(workers.len(), 2, "one group of two 8-GPU pods");
+    let claims: Api<ResourceClaim> = Api::namespaced(client.clone(), &ns.name);
+    let mut nodes = BTreeSet::new();
+    for pod in &workers {
+        let spec = pod.spec.clone().expect("spec");
+        let node = spec.node_name.clone().expect("bound");
+        assert!(
+            DRA_NODES.contains(&node.as_str()),
+            "{} on {node}",
+            pod.name_any()
+        );
+        nodes.insert(node.clone());
+        assert_eq!(
+            spec.resource_claims.unwrap_or_default()[0]
+                .resource_claim_template_name
+                .as_deref(),
+            Some(template.as_str())
+        );
+        let limits = spec.containers[0]
+            .resources
+            .clone()
+            .and_then(|r| r.limits)
+            .unwrap_or_default();
+        assert!(
+            !limits.contains_key("nvidia.com/gpu"),
+            "no extended resource: {limits:?}"
+        );
+        let claim_name = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.resource_claim_statuses.clone())
+            .unwrap_or_default()
+            .first()
+            .and_then(|s| s.resource_claim_name.clone())
+            .expect("the controller-manager named the pod's claim");
+        let claim = claims.get(&claim_name).await.expect("claim");
+        let status = claim.status.expect("claim status");
+        let results = status
+            .allocation
+            .and_then(|a| a.devices)
+            .and_then(|d| d.results)
+            .expect("the scheduler allocated the claim");
+        assert_eq!(results.len(), 8, "{results:?}");
+        assert!(results
+            .iter()
+            .all(|r| r.driver == "gpu.nvidia.com" && r.pool == node));
+        let reserved: Vec<String> = status
+            .reserved_for
+            .unwrap_or_default()
+            .into_iter()
+            .map(|r| r.name)
+            .collect();
+        assert_eq!(reserved, [pod.name_any()]);
+    }
+    assert_eq!(
+        nodes.len(),
+        2,
+        "the group's two pods on the clique's two nodes"
+    );
+
+    // The acceptance run's engine saw the devices prepared for it, and the manifest says which.
+    let st = api
+        .get("claims")
+        .await
+        .expect("get")
+        .status
+        .expect("status");
+    let evidence = st
+        .acceptance
+        .and_then(|a| a.evidence)
+        .expect("evidence named");
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    let data = cms
+        .get(&evidence)
+        .await
+        .expect("evidence")
+        .data
+        .unwrap_or_default();
+    let manifest: Value = serde_json::from_str(&data["manifest.json"]).expect("manifest JSON");
+    let devices = &manifest["devices"];
+    println!("acceptance manifest devices: {devices}");
+    assert_eq!(devices["source"], "env", "{devices}");
+    let ids = devices["visibleDevices"]["NVIDIA_VISIBLE_DEVICES"]
+        .as_str()
+        .expect("NVIDIA_VISIBLE_DEVICES recorded")
+        .split(',')
+        .map(str::to_string)
+        .collect::<BTreeSet<_>>();
+    assert_eq!(ids.len(), 8, "{ids:?}");
+    let node = DRA_NODES
+        .iter()
+        .find(|n| {
+            ids.iter()
+                .all(|id| id.starts_with(&format!("SIM-{n}-gpu-")))
+        })
+        .unwrap_or_else(|| panic!("every id on one DRA node: {ids:?}"));
+    println!("acceptance leader's devices on {node}: {ids:?}");
+
+    op.stop().await;
+    monitor.assert_clean().await;
+}

@@ -112,6 +112,8 @@ pub struct Judge {
     /// End of the last outage during which no operator could act (no leader, API server or etcd
     /// down): a breach's limit runs from then at the earliest.
     excused_until: Option<Instant>,
+    /// Start of an outage in progress: nothing is judged until it ends.
+    outage_since: Option<Instant>,
 }
 
 fn label<'a>(meta: &'a kube::core::ObjectMeta, key: &str) -> Option<&'a str> {
@@ -154,6 +156,9 @@ impl Judge {
     ) -> bool {
         seen.insert((invariant, key.clone()));
         let first = *self.first_seen.entry((invariant, key)).or_insert(now);
+        if self.outage_since.is_some() {
+            return false;
+        }
         let start = self.excused_until.map_or(first, |end| first.max(end));
         now.saturating_duration_since(start) > limit
     }
@@ -162,7 +167,14 @@ impl Judge {
     /// successor just took over, the API server or etcd just came back): the limits of breaches
     /// open during it run from `end`, so they measure the operator, not the outage.
     pub fn outage_ended(&mut self, end: Instant) {
+        self.outage_since = None;
         self.excused_until = Some(self.excused_until.map_or(end, |e| e.max(end)));
+    }
+
+    /// An outage during which no operator can act begins at `start` (the API server or etcd is
+    /// being restarted): no breach is judged until [`Judge::outage_ended`].
+    pub fn outage_started(&mut self, start: Instant) {
+        self.outage_since.get_or_insert(start);
     }
 
     fn record(&mut self, invariant: &'static str, detail: String) {
@@ -455,8 +467,10 @@ where
 {
     let (reader, writer) = reflector::store::<K>();
     let api: Api<K> = Api::namespaced(client.clone(), ns);
+    // The operator's quick watch backoff (0.5 s doubling to 5 s), not kube-runtime's default (up
+    // to 30 s): after an outage the monitor's view must be as current as the operator's.
     let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()))
-        .default_backoff()
+        .backoff(deepinfer_operator::controller::WatchBackoff::default())
         .map(|_| ());
     (reader, stream)
 }
@@ -514,6 +528,14 @@ impl Monitor {
             task: Some(task),
             checks,
         }
+    }
+
+    /// See [`Judge::outage_started`].
+    pub fn outage_started(&self, start: Instant) {
+        self.judge
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .outage_started(start);
     }
 
     /// See [`Judge::outage_ended`].
@@ -746,6 +768,34 @@ mod tests {
             "within the limit after the outage"
         );
         judge.check(&s, t0 + 26 * SEC);
+        assert_eq!(names(&judge), [invariants::READY_ON_STALE_GENERATION]);
+    }
+
+    #[test]
+    fn nothing_is_judged_during_an_outage_and_limits_run_from_its_end() {
+        let mut judge = Judge::new(Limits::default(), &["mit"]);
+        let t0 = Instant::now();
+        let s = Snapshot {
+            deployments: vec![did(Some("mit"), 3, Some(2))],
+            ..Snapshot::default()
+        };
+        // Stale from t0; the API server is restarted from t0 + 1 s to t0 + 30 s.
+        judge.check(&s, t0);
+        judge.outage_started(t0 + SEC);
+        for t in 2..30 {
+            judge.check(&s, t0 + t * SEC);
+        }
+        assert!(
+            names(&judge).is_empty(),
+            "no operator can act during the outage"
+        );
+        judge.outage_ended(t0 + 30 * SEC);
+        judge.check(&s, t0 + 39 * SEC);
+        assert!(
+            names(&judge).is_empty(),
+            "within the limit after the outage"
+        );
+        judge.check(&s, t0 + 41 * SEC);
         assert_eq!(names(&judge), [invariants::READY_ON_STALE_GENERATION]);
     }
 

@@ -9,6 +9,7 @@ pub mod build;
 pub mod decide;
 mod gates;
 pub mod observe;
+mod outage;
 pub mod placement;
 pub mod status;
 pub mod validate;
@@ -28,7 +29,7 @@ use kube::core::{ApiResource, PartialObjectMeta};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
+use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Client, Resource, ResourceExt};
 use tracing::{info, warn};
 
@@ -215,6 +216,12 @@ pub struct Context {
     /// still read the status from before it, so the backoff is also kept here.
     pub placement_retries: std::sync::Mutex<
         std::collections::BTreeMap<(String, String), (i32, k8s_openapi::jiff::Timestamp)>,
+    >,
+    /// Resources whose pass could not reach the API server, reconciled once it answers.
+    pub awaiting_api: outage::AwaitingApi,
+    /// The stream of those resources, taken by the controller loop that runs this context.
+    awaiting_api_due: std::sync::Mutex<
+        Option<futures::channel::mpsc::UnboundedReceiver<ObjectRef<DynamicObject>>>,
     >,
 }
 
@@ -487,6 +494,7 @@ pub fn api_resource() -> ApiResource {
 
 /// The shared context for a controller instance.
 pub fn context(client: Client, settings: &Settings, writes: Arc<AtomicU64>) -> Arc<Context> {
+    let (awaiting_api, due) = outage::AwaitingApi::new();
     Arc::new(Context {
         recorder: Recorder::new(
             client.clone(),
@@ -508,6 +516,8 @@ pub fn context(client: Client, settings: &Settings, writes: Arc<AtomicU64>) -> A
         pod_groups: tokio::sync::OnceCell::new(),
         partial_group_timeout: settings.partial_group_timeout,
         placement_retries: std::sync::Mutex::default(),
+        awaiting_api,
+        awaiting_api_due: std::sync::Mutex::new(Some(due)),
     })
 }
 
@@ -537,32 +547,69 @@ pub async fn run_with_context(
     };
     let owned =
         watcher::Config::default().labels(&format!("{}={}", labels::MANAGED_BY, labels::MANAGER));
-    let pods: Api<Pod> = scoped(&client, namespace.as_deref());
-    let jobs: Api<Job> = scoped(&client, namespace.as_deref());
-    let services: Api<Service> = scoped(&client, namespace.as_deref());
+    // Owned kinds trigger their owner only: metadata-only watches (`PartialObjectMeta`).
+    let pods: Api<PartialObjectMeta<Pod>> = scoped(&client, namespace.as_deref());
+    let jobs: Api<PartialObjectMeta<Job>> = scoped(&client, namespace.as_deref());
+    let services: Api<PartialObjectMeta<Service>> = scoped(&client, namespace.as_deref());
     // ConfigMaps named by `spec.acceptance.promptsFrom`: a metadata-only watch (no content is
     // read or kept; an edit moves the resourceVersion) mapped through the resources in the
     // controller's own cache to those that name the ConfigMap. No ConfigMap is cached.
     let config_maps: Api<PartialObjectMeta<ConfigMap>> = scoped(&client, namespace.as_deref());
-    let controller = Controller::new_with(dids, watcher::Config::default(), ar.clone())
-        .trigger_backoff(kube::runtime::utils::ResetTimerBackoff::new(
-            WatchBackoff::default(),
-            Duration::from_secs(60),
-        ));
-    let cache = controller.store();
+    // Every watch retries on its own backoff, so one kind's failing or re-listing watch never
+    // holds up the others (with one backoff over all of them, a control-plane restart kept changed
+    // resources unreconciled while the other kinds re-listed one after another).
+    let writer = kube::runtime::reflector::store::Writer::new(ar.clone());
+    let cache = writer.as_reader();
+    let controller = Controller::for_stream_with(
+        on_own_backoff(
+            "DeepInferDeployment",
+            kube::runtime::reflector(writer, watcher(dids, watcher::Config::default()))
+                .applied_objects(),
+        ),
+        cache.clone(),
+        ar.clone(),
+    );
     let controller = controller
-        .owns(pods, owned.clone())
-        .owns(jobs, owned.clone())
-        .owns(services, owned)
-        .watches(config_maps, watcher::Config::default(), move |cm| {
-            prompts_referrers(
-                &cache.state(),
-                cm.metadata.namespace.as_deref(),
-                &cm.name_any(),
-                &ar,
-            )
-        })
+        .owns_stream(on_own_backoff(
+            "Pod",
+            watcher(pods, owned.clone()).touched_objects(),
+        ))
+        .owns_stream(on_own_backoff(
+            "Job",
+            watcher(jobs, owned.clone()).touched_objects(),
+        ))
+        .owns_stream(on_own_backoff(
+            "Service",
+            watcher(services, owned).touched_objects(),
+        ))
+        .watches_stream(
+            on_own_backoff(
+                "ConfigMap",
+                watcher(config_maps, watcher::Config::default()).touched_objects(),
+            ),
+            move |cm| {
+                prompts_referrers(
+                    &cache.state(),
+                    cm.metadata.namespace.as_deref(),
+                    &cm.name_any(),
+                    &ar,
+                )
+            },
+        )
         .graceful_shutdown_on(shutdown);
+    let due = ctx
+        .awaiting_api_due
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take();
+    let controller = match due {
+        Some(due) => controller.reconcile_on(due),
+        None => controller,
+    };
+    let api_returns = {
+        let ctx = ctx.clone();
+        tokio::spawn(async move { ctx.awaiting_api.run(ctx.client.clone()).await })
+    };
     // Deletions are not reconciled; drop deleted objects from the phase gauge once the cache has.
     let forget_deleted = tokio::spawn(forget_deleted(controller.store(), ctx.metrics.clone()));
     controller
@@ -574,6 +621,7 @@ pub async fn run_with_context(
         })
         .await;
     forget_deleted.abort();
+    api_returns.abort();
 }
 
 /// The resources among `dids` whose `spec.acceptance.promptsFrom` names the ConfigMap
@@ -632,6 +680,32 @@ impl kube::runtime::utils::Backoff for WatchBackoff {
     }
 }
 
+/// One watch's stream on its own [`WatchBackoff`] (reset after a minute without errors): an
+/// error is logged and the watch alone waits before retrying; no error reaches the controller's
+/// merged trigger stream, which would pause every other watch too.
+fn on_own_backoff<T>(
+    kind: &'static str,
+    stream: impl futures::Stream<Item = Result<T, watcher::Error>> + Send + 'static,
+) -> impl futures::Stream<Item = Result<T, watcher::Error>> + Send + 'static
+where
+    T: Send + 'static,
+{
+    stream
+        .backoff(kube::runtime::utils::ResetTimerBackoff::new(
+            WatchBackoff::default(),
+            Duration::from_secs(60),
+        ))
+        .filter_map(move |item| async move {
+            match item {
+                Ok(obj) => Some(Ok(obj)),
+                Err(e) => {
+                    warn!(kind, error = %e, "watch failed; retrying on its own backoff");
+                    None
+                }
+            }
+        })
+}
+
 /// Every few seconds, forgets the phase of objects no longer in the controller's cache.
 ///
 /// No `wait_until_ready`: the store wakes only its last waiter, the controller's own. Before the
@@ -669,6 +743,10 @@ where
 fn error_policy(obj: Arc<DynamicObject>, err: &Error, ctx: Arc<Context>) -> Action {
     ctx.metrics.reconcile_failed(err.metric_label());
     warn!(name = %obj.name_any(), namespace = ?obj.namespace(), error = %err, kind = err.metric_label(), "reconcile failed; retrying");
+    if outage::unreachable(err) {
+        ctx.awaiting_api
+            .wait_for_api(ObjectRef::from_obj_with(obj.as_ref(), api_resource()));
+    }
     Action::requeue(Duration::from_secs(10))
 }
 

@@ -440,6 +440,7 @@ async fn leader_kill(bed: &Bed, rng: &mut Rng, deployments: usize, kills: usize)
                 continue;
             };
             let (_, mut process) = replicas.remove(at);
+            monitor.outage_started(Instant::now());
             process.kill_hard();
             let killed = k8s_openapi::jiff::Timestamp::now();
             row.faults += 1;
@@ -699,6 +700,7 @@ async fn control_plane_restart(bed: &Bed, deployments: usize) -> Row {
         } else {
             Phase::Rollout
         };
+        monitor.outage_started(Instant::now());
         let restarted = bed_script("restart.sh", &[component]);
         // While the API server (or etcd) was down no operator could write anything.
         monitor.outage_ended(Instant::now());

@@ -22,6 +22,45 @@ pub const POD_OOM_AFTER_SECONDS: &str = "sim.deepinfer.io/oom-after-seconds";
 pub const POD_SLOW_START_SECONDS: &str = "sim.deepinfer.io/slow-start-seconds";
 /// Node: `"true"` stops its lease renewals and heartbeats (a lost kubelet).
 pub const NODE_NOT_READY: &str = "sim.deepinfer.io/not-ready";
+/// Namespace: pod faults for pods of that namespace the test does not create itself (e.g. a
+/// Job's pods): a JSON list of [`PodFaultRule`]s. A pod matching a rule's selector is treated
+/// as if it carried the rule's annotations (its own annotations win).
+pub const NAMESPACE_POD_FAULTS: &str = "sim.deepinfer.io/pod-faults";
+
+/// Fault annotations for the pods of a namespace whose labels match `selector`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PodFaultRule {
+    /// Labels a pod must carry (all of them).
+    pub selector: BTreeMap<String, String>,
+    /// Pod fault annotations (the `POD_*` names) and their values.
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// The annotations a pod's faults are read from: its own, plus those of every rule of its
+/// namespace (annotation [`NAMESPACE_POD_FAULTS`]) whose selector its labels match. Rules that
+/// do not parse are ignored.
+pub fn effective_annotations(
+    pod_annotations: Option<&BTreeMap<String, String>>,
+    pod_labels: Option<&BTreeMap<String, String>>,
+    namespace_annotations: Option<&BTreeMap<String, String>>,
+) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let rules: Vec<PodFaultRule> = namespace_annotations
+        .and_then(|a| a.get(NAMESPACE_POD_FAULTS))
+        .and_then(|json| serde_json::from_str(json).ok())
+        .unwrap_or_default();
+    for rule in rules {
+        let matches = rule
+            .selector
+            .iter()
+            .all(|(k, v)| pod_labels.and_then(|l| l.get(k)) == Some(v));
+        if matches {
+            out.extend(rule.annotations);
+        }
+    }
+    out.extend(pod_annotations.cloned().unwrap_or_default());
+    out
+}
 
 /// How an executed container is ended by a fault.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -94,6 +133,37 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         PodFaults::of(Some(&map))
+    }
+
+    #[test]
+    fn namespace_rules_reach_the_pods_they_select_and_a_pods_own_annotations_win() {
+        let map = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let rules = serde_json::to_string(&[PodFaultRule {
+            selector: map(&[("deepinfer.io/component", "verify")]),
+            annotations: map(&[(POD_OOM_AFTER_SECONDS, "1"), (POD_SLOW_START_SECONDS, "2")]),
+        }])
+        .expect("JSON");
+        let ns = map(&[(NAMESPACE_POD_FAULTS, rules.as_str())]);
+        let verify = map(&[("deepinfer.io/component", "verify"), ("x", "y")]);
+        let own = map(&[(POD_SLOW_START_SECONDS, "5")]);
+        let got = effective_annotations(Some(&own), Some(&verify), Some(&ns));
+        assert_eq!(
+            PodFaults::of(Some(&got)),
+            PodFaults {
+                kill: Some((Duration::from_secs(1), Kill::OutOfMemory)),
+                slow_start: Some(Duration::from_secs(5)),
+                ..PodFaults::default()
+            }
+        );
+        let worker = map(&[("deepinfer.io/component", "worker")]);
+        assert!(effective_annotations(None, Some(&worker), Some(&ns)).is_empty());
+        let broken = map(&[(NAMESPACE_POD_FAULTS, "not json")]);
+        assert!(effective_annotations(None, Some(&verify), Some(&broken)).is_empty());
     }
 
     #[test]

@@ -700,3 +700,91 @@ async fn gpu_acceptance_pods_killed_or_oom_killed_mid_run_never_pass_and_slow_st
     assert!(violations.is_empty(), "{violations:?}");
     op.stop().await;
 }
+
+#[tokio::test]
+async fn gpu_verification_pods_killed_or_oom_killed_never_verify_and_slow_starts_do() {
+    use deepinfer_e2e::faults::{self, PodFaultRule};
+    let (client, ns, api) = setup("verify-faults").await;
+    // (name, fault, value, verifies): the verification Job's pods are the operator's own, so the
+    // faults reach them through a namespace rule selecting each deployment's verify pods.
+    let cases = [
+        ("killed", faults::POD_KILL_AFTER_SECONDS, "0", false),
+        ("oom", faults::POD_OOM_AFTER_SECONDS, "0", false),
+        ("slow", faults::POD_SLOW_START_SECONDS, "3", true),
+    ];
+    let rules: Vec<PodFaultRule> = cases
+        .iter()
+        .map(|(name, fault, value, _)| PodFaultRule {
+            selector: [
+                ("deepinfer.io/deployment".to_string(), name.to_string()),
+                ("deepinfer.io/component".to_string(), "verify".to_string()),
+            ]
+            .into(),
+            annotations: [(fault.to_string(), value.to_string())].into(),
+        })
+        .collect();
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    namespaces
+        .patch(
+            &ns.name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {
+                faults::NAMESPACE_POD_FAULTS: serde_json::to_string(&rules).expect("JSON")
+            }}})),
+        )
+        .await
+        .expect("annotating the namespace");
+    // Let the node agent's namespace cache see the rules before any verify pod exists.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let monitor = Monitor::start(&client, &ns.name, &["mit"], Limits::default());
+    let op = Operator::start(&ns.name, &["mit"]).await;
+    for (name, _, _, _) in cases {
+        let mut did = planner(name, "valid-2-2-2.jsonl", "replay");
+        did["spec"]["accelerator"] = json!({"type": "NVIDIA", "devicesPerPod": 1});
+        did["spec"]["roles"] =
+            json!([{"name": "worker", "replicas": 1, "parallel": {"tensor": 1}}]);
+        create(&api, did).await;
+    }
+    for (name, _, _, verifies) in cases {
+        let st = status_where(&api, name, "a verdict on the checkpoint", |s| {
+            cond(s, "CheckpointVerified")
+                .is_some_and(|c| c.reason == "Verified" || c.reason == "VerificationFailed")
+        })
+        .await;
+        let c = cond(&st, "CheckpointVerified").expect("condition");
+        println!(
+            "{name}: CheckpointVerified={} {}: {}",
+            c.status, c.reason, c.message
+        );
+        if verifies {
+            assert_eq!(c.status, "True", "{name}: {}", c.message);
+            status_where(&api, name, "Ready", |s| {
+                cond(s, "Ready").is_some_and(|r| r.status == "True")
+            })
+            .await;
+        } else {
+            assert_eq!(c.status, "False", "{name}: no pass: {}", c.message);
+            let needle = if name == "oom" { "OOMKilled" } else { "137" };
+            assert!(
+                c.message.contains(needle),
+                "{name}: how the verification ended is given: {}",
+                c.message
+            );
+            // Nothing runs on a checkpoint that was not verified.
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            let st = api.get(name).await.expect("get").status.expect("status");
+            assert_ne!(
+                cond(&st, "Ready").map(|r| r.status.as_str()),
+                Some("True"),
+                "{name}"
+            );
+            assert!(
+                acceptance_jobs(&client, &ns.name, name).await.is_empty(),
+                "{name}"
+            );
+            assert!(workers(&client, &ns.name, name).await.is_empty(), "{name}");
+        }
+    }
+    op.stop().await;
+    monitor.assert_clean().await;
+}

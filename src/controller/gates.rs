@@ -462,6 +462,7 @@ async fn checkpoint_gate(
                 key,
                 message.as_deref(),
                 report,
+                &decide::jobs::containers_ended(&observed.pods_of_job(&verify_name)),
             ))
         }
     }

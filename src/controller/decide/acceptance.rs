@@ -5,7 +5,7 @@
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::jiff::Timestamp;
 
-use super::jobs::{started_at, unschedulable, JobState};
+use super::jobs::{containers_ended, started_at, unschedulable, JobState};
 use crate::acceptance::AcceptanceSummary;
 use crate::api::{
     reasons, AcceptancePrompt, AcceptanceResult, AcceptanceSpec, AcceptanceStatus,
@@ -130,33 +130,6 @@ pub fn decide(
     Step::Record {
         judgement,
         stop_leader: false,
-    }
-}
-
-/// How the run's containers ended (`; container engine: OOMKilled, exit code 137`), so a run
-/// killed from outside says so; empty when none has ended.
-fn containers_ended(pods: &[&Pod]) -> String {
-    let ended: Vec<String> = pods
-        .iter()
-        .filter_map(|p| p.status.as_ref()?.container_statuses.as_ref())
-        .flatten()
-        .filter_map(|c| {
-            let t = c.state.as_ref()?.terminated.as_ref()?;
-            Some(format!(
-                "container {}: {}exit code {}",
-                c.name,
-                t.reason
-                    .as_deref()
-                    .map(|r| format!("{r}, "))
-                    .unwrap_or_default(),
-                t.exit_code
-            ))
-        })
-        .collect();
-    if ended.is_empty() {
-        String::new()
-    } else {
-        format!("; {}", ended.join("; "))
     }
 }
 

@@ -83,11 +83,14 @@ pub fn verified_message(done: &CheckpointStatus) -> String {
 
 /// The checkpoint gate's verdict from the verifier's report (the shared
 /// [`crate::checkpoint::VerifyReport`]).
+/// `ended` says how the Job's containers ended (see [`super::jobs::containers_ended`]), for a
+/// Job that left no readable report.
 pub fn judge_verify_report(
     job: &str,
     key: String,
     message: Option<&str>,
     report: Option<VerifyReport>,
+    ended: &str,
 ) -> (Gate, Option<CheckpointStatus>) {
     match report {
         Some(r) if r.ok => {
@@ -124,7 +127,7 @@ pub fn judge_verify_report(
         }
         None => {
             let msg = format!(
-                "Job {job} ended without a readable report ({}); look at the Job's pod",
+                "Job {job} ended without a readable report ({}{ended}); look at the Job's pod",
                 message.map_or("no termination message", str::trim)
             );
             (
@@ -158,7 +161,7 @@ mod tests {
     #[test]
     fn a_sound_report_records_the_checkpoint_under_its_key() {
         let (gate, status) =
-            judge_verify_report("v", "k1".into(), None, Some(report(true, vec![], &[])));
+            judge_verify_report("v", "k1".into(), None, Some(report(true, vec![], &[])), "");
         assert!(
             matches!(&gate, Gate::Passed(r, m) if *r == reasons::VERIFIED && m.contains("4 files, 1024 bytes, licence mit"))
         );
@@ -174,7 +177,7 @@ mod tests {
             vec![ProblemKind::LicenseMismatch],
             &["README.md declares licence `apache-2.0`"],
         );
-        let (gate, status) = judge_verify_report("v", "k".into(), None, Some(mismatch));
+        let (gate, status) = judge_verify_report("v", "k".into(), None, Some(mismatch), "");
         assert!(matches!(&gate, Gate::Failed(r, _) if *r == reasons::CHECKPOINT_LICENSE_MISMATCH));
         assert!(status.is_none());
         // A problem sentence that merely mentions a licence is not a licence mismatch.
@@ -183,7 +186,7 @@ mod tests {
             vec![ProblemKind::Files],
             &["LICENSE: cannot be read"],
         );
-        let (gate, _) = judge_verify_report("v", "k".into(), None, Some(damaged));
+        let (gate, _) = judge_verify_report("v", "k".into(), None, Some(damaged), "");
         assert!(
             matches!(&gate, Gate::Failed(r, m) if *r == reasons::VERIFICATION_FAILED && m.contains("LICENSE: cannot be read"))
         );
@@ -192,7 +195,7 @@ mod tests {
             vec![ProblemKind::Files, ProblemKind::LicenseMismatch],
             &["a", "b"],
         );
-        let (gate, _) = judge_verify_report("v", "k".into(), None, Some(both));
+        let (gate, _) = judge_verify_report("v", "k".into(), None, Some(both), "");
         assert!(matches!(&gate, Gate::Failed(r, _) if *r == reasons::VERIFICATION_FAILED));
     }
 
@@ -248,9 +251,49 @@ mod tests {
 
     #[test]
     fn an_unreadable_report_fails_naming_the_job_and_what_it_said() {
-        let (gate, _) = judge_verify_report("flash-verify-1", "k".into(), Some("segfault"), None);
+        let (gate, _) =
+            judge_verify_report("flash-verify-1", "k".into(), Some("segfault"), None, "");
         assert!(
             matches!(&gate, Gate::Failed(_, m) if m.contains("flash-verify-1") && m.contains("segfault"))
+        );
+    }
+
+    #[test]
+    fn a_verifier_killed_from_outside_says_how_it_ended() {
+        use k8s_openapi::api::core::v1::{
+            ContainerState, ContainerStateTerminated, ContainerStatus, Pod, PodStatus,
+        };
+        let pod = Pod {
+            status: Some(PodStatus {
+                container_statuses: Some(vec![ContainerStatus {
+                    name: "verify".into(),
+                    state: Some(ContainerState {
+                        terminated: Some(ContainerStateTerminated {
+                            exit_code: 137,
+                            reason: Some("OOMKilled".into()),
+                            ..ContainerStateTerminated::default()
+                        }),
+                        ..ContainerState::default()
+                    }),
+                    ..ContainerStatus::default()
+                }]),
+                ..PodStatus::default()
+            }),
+            ..Pod::default()
+        };
+        let ended = super::super::jobs::containers_ended(&[&pod]);
+        let (gate, status) = judge_verify_report(
+            "flash-verify-1",
+            "k".into(),
+            Some("BackoffLimitExceeded: Job has reached the specified backoff limit"),
+            None,
+            &ended,
+        );
+        assert!(status.is_none(), "no verdict of verified");
+        assert!(
+            matches!(&gate, Gate::Failed(r, m) if *r == reasons::VERIFICATION_FAILED
+                && m.contains("container verify: OOMKilled, exit code 137")),
+            "{gate:?}"
         );
     }
 }

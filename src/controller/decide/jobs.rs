@@ -120,6 +120,33 @@ pub fn pod_trouble(pod: &Pod) -> Option<PodTrouble> {
         })
 }
 
+/// How these pods' containers ended (`; container engine: OOMKilled, exit code 137`), so a Job
+/// whose pod was killed from outside says so; empty when none has ended.
+pub fn containers_ended(pods: &[&Pod]) -> String {
+    let ended: Vec<String> = pods
+        .iter()
+        .filter_map(|p| p.status.as_ref()?.container_statuses.as_ref())
+        .flatten()
+        .filter_map(|c| {
+            let t = c.state.as_ref()?.terminated.as_ref()?;
+            Some(format!(
+                "container {}: {}exit code {}",
+                c.name,
+                t.reason
+                    .as_deref()
+                    .map(|r| format!("{r}, "))
+                    .unwrap_or_default(),
+                t.exit_code
+            ))
+        })
+        .collect();
+    if ended.is_empty() {
+        String::new()
+    } else {
+        format!("; {}", ended.join("; "))
+    }
+}
+
 /// Termination message of the newest terminated container named `container` of these pods.
 pub fn termination_message<'a>(
     pods: impl Iterator<Item = &'a Pod>,

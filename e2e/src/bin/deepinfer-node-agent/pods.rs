@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use deepinfer_e2e::faults;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
@@ -86,6 +87,8 @@ pub struct PodAgent {
     nodes: Nodes,
     own: OwnBinaries,
     store: Store<Pod>,
+    /// Namespaces, for the pod fault rules they carry (`faults::NAMESPACE_POD_FAULTS`).
+    namespaces: Store<k8s_openapi::api::core::v1::Namespace>,
     queue: Arc<WorkQueue<Key>>,
     ips: Mutex<IpPool>,
     pub runtime: Runtime,
@@ -102,11 +105,19 @@ impl PodAgent {
         resumed: mpsc::UnboundedReceiver<String>,
     ) -> Arc<Self> {
         let (store, writer) = reflector::store();
+        let (namespaces, ns_writer) = reflector::store();
+        let ns_events = reflector::reflector(
+            ns_writer,
+            watcher(Api::all(client.clone()), watcher::Config::default()),
+        )
+        .default_backoff();
+        tokio::spawn(ns_events.for_each(|_| async {}));
         let agent = Arc::new(PodAgent {
             client: client.clone(),
             nodes,
             own,
             store,
+            namespaces,
             queue: WorkQueue::new(),
             ips: Mutex::new(IpPool::default()),
             runtime,
@@ -129,6 +140,25 @@ impl PodAgent {
     fn ips(&self) -> std::sync::MutexGuard<'_, IpPool> {
         // Plain map updates only: a poisoned lock still holds consistent data.
         self.ips.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The pod as its faults are read: with the fault rules of its namespace that select it
+    /// merged into its annotations (locally; nothing is written).
+    fn with_namespace_faults(&self, pod: Arc<Pod>) -> Arc<Pod> {
+        let ns = self.namespaces.get(&ObjectRef::new(
+            pod.metadata.namespace.as_deref().unwrap_or_default(),
+        ));
+        let ns_annotations = ns.as_ref().and_then(|n| n.metadata.annotations.as_ref());
+        if !ns_annotations.is_some_and(|a| a.contains_key(faults::NAMESPACE_POD_FAULTS)) {
+            return pod;
+        }
+        let mut pod = pod.as_ref().clone();
+        pod.metadata.annotations = Some(faults::effective_annotations(
+            pod.metadata.annotations.as_ref(),
+            pod.metadata.labels.as_ref(),
+            ns_annotations,
+        ));
+        Arc::new(pod)
     }
 
     fn is_ours(&self, pod: &Pod) -> bool {
@@ -228,6 +258,7 @@ impl PodAgent {
             self.ips().release(key);
             return Ok(None);
         };
+        let pod = self.with_namespace_faults(pod);
         let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) else {
             return Ok(None);
         };

@@ -173,6 +173,15 @@ spec:
   selectors:
   - cel:
       expression: device.driver == 'gpu.nvidia.com'
+---
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata:
+  name: compute-domain-default-channel.nvidia.com
+spec:
+  selectors:
+  - cel:
+      expression: device.driver == 'compute-domain.nvidia.com'
 DC
 
 agent="${NODE_AGENT_BIN:-$root/target/debug/deepinfer-node-agent}"

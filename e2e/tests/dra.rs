@@ -3,7 +3,8 @@
 //! kube-controller-manager makes each pod's claim, the real kube-scheduler allocates devices from
 //! the ResourceSlices the node agent publishes as a simulated driver (nodes nvidia-dra-0/1, one
 //! NVLink clique, no extended resource), and the agent hands the prepared devices' ids to the
-//! engine container, whose inventory the acceptance manifest records.
+//! engine container, whose inventory the acceptance manifest records. The group's PodGroup also
+//! claims one channel of the clique (the simulated ComputeDomain driver), shared by its pods.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -35,7 +36,8 @@ async fn gpu_a_dra_deployment_is_allocated_by_the_scheduler_and_its_devices_are_
                 "model": {"name": "deepseek-ai/DeepSeek-V4.1-Flash-1017", "license": "mit",
                           "source": {"volume": {"claimName": "ckpt", "path": "model"}}},
                 "runtime": {"image": IMAGE, "commit": "0123456789abcdef0123456789abcdef01234567"},
-                "accelerator": {"type": "NVIDIA", "devicesPerPod": 8, "deviceClassName": "gpu.nvidia.com"},
+                "accelerator": {"type": "NVIDIA", "devicesPerPod": 8, "deviceClassName": "gpu.nvidia.com",
+                                "domainDeviceClassName": "compute-domain-default-channel.nvidia.com"},
                 "roles": [{"name": "worker", "replicas": 1, "parallel": {"tensor": 16}}],
                 "acceptance": support::shot_planner_acceptance("valid-2-2-2.jsonl", "replay")
             }
@@ -51,16 +53,26 @@ async fn gpu_a_dra_deployment_is_allocated_by_the_scheduler_and_its_devices_are_
     )
     .await;
 
-    // One template, owned by the deployment.
+    // Two templates (each pod's devices, the group's domain), owned by the deployment.
     let templates: Api<ResourceClaimTemplate> = Api::namespaced(client.clone(), &ns.name);
     let templates = templates
         .list(&ListParams::default())
         .await
         .expect("templates")
         .items;
-    assert_eq!(templates.len(), 1, "{templates:?}");
-    let template = templates[0].name_any();
-    assert_eq!(templates[0].owner_references()[0].name, "claims");
+    assert_eq!(templates.len(), 2, "{templates:?}");
+    assert!(templates
+        .iter()
+        .all(|t| t.owner_references()[0].name == "claims"));
+    let named = |prefix: &str| {
+        templates
+            .iter()
+            .map(ResourceExt::name_any)
+            .find(|n| n.starts_with(prefix))
+            .unwrap_or_else(|| panic!("a template {prefix}*"))
+    };
+    let template = named("claims-devices-");
+    let domain_template = named("claims-domain-");
 
     // Each worker pod's claim was made from the template and allocated 8 devices of its own node.
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
@@ -84,11 +96,15 @@ async fn gpu_a_dra_deployment_is_allocated_by_the_scheduler_and_its_devices_are_
             pod.name_any()
         );
         nodes.insert(node.clone());
+        let pod_claims = spec.resource_claims.unwrap_or_default();
         assert_eq!(
-            spec.resource_claims.unwrap_or_default()[0]
-                .resource_claim_template_name
-                .as_deref(),
+            pod_claims[0].resource_claim_template_name.as_deref(),
             Some(template.as_str())
+        );
+        assert_eq!(
+            pod_claims[1].resource_claim_template_name.as_deref(),
+            Some(domain_template.as_str()),
+            "the group's shared domain claim"
         );
         let limits = spec.containers[0]
             .resources
@@ -132,6 +148,54 @@ async fn gpu_a_dra_deployment_is_allocated_by_the_scheduler_and_its_devices_are_
         "the group's two pods on the clique's two nodes"
     );
 
+    // The group's PodGroup holds one claim on a channel of clique-c, reserved for the PodGroup
+    // and shared by both pods.
+    let groups: Api<k8s_openapi::api::scheduling::v1beta1::PodGroup> =
+        Api::namespaced(client.clone(), &ns.name);
+    let group_name = workers[0]
+        .spec
+        .as_ref()
+        .and_then(|s| s.scheduling_group.as_ref())
+        .and_then(|g| g.pod_group_name.clone())
+        .expect("the pods name their PodGroup");
+    let group = groups.get(&group_name).await.expect("PodGroup");
+    let shared = group
+        .status
+        .and_then(|s| s.resource_claim_statuses)
+        .unwrap_or_default()
+        .into_iter()
+        .find(|s| s.name == "domain")
+        .and_then(|s| s.resource_claim_name)
+        .expect("the PodGroup's domain claim was made");
+    let status = claims
+        .get(&shared)
+        .await
+        .expect("claim")
+        .status
+        .expect("status");
+    let results = status
+        .allocation
+        .and_then(|a| a.devices)
+        .and_then(|d| d.results)
+        .expect("the scheduler allocated the domain claim");
+    assert_eq!(results.len(), 1);
+    assert_eq!(
+        (results[0].driver.as_str(), results[0].pool.as_str()),
+        ("compute-domain.nvidia.com", "clique-c")
+    );
+    let reserved = status.reserved_for.unwrap_or_default();
+    assert_eq!(
+        reserved
+            .iter()
+            .map(|r| (r.resource.as_str(), r.name.as_str()))
+            .collect::<Vec<_>>(),
+        [("podgroups", group_name.as_str())]
+    );
+    println!(
+        "group {group_name}: shared claim {shared} on {}/{}",
+        results[0].pool, results[0].device
+    );
+
     // The acceptance run's engine saw the devices prepared for it, and the manifest says which.
     let st = api
         .get("claims")
@@ -172,4 +236,60 @@ async fn gpu_a_dra_deployment_is_allocated_by_the_scheduler_and_its_devices_are_
 
     op.stop().await;
     monitor.assert_clean().await;
+}
+
+#[tokio::test]
+async fn a_domain_claim_without_pod_groups_stalls_naming_the_field() {
+    use deepinfer_operator::controller::{placement::GangScheduling, Settings};
+    let (client, ns, api) = support::namespace_with_checkpoint("dra-off").await;
+    let mut settings = Settings::new(Some(ns.name.clone()), vec!["mit".into()]);
+    settings.operator_image = "deepinfer-operator:dev".into();
+    settings.gang_scheduling = GangScheduling::Off;
+    let op = Operator::start_with_settings(settings).await;
+    support::create_deployment(
+        &api,
+        json!({
+            "apiVersion": "deepinfer.io/v1alpha1",
+            "kind": "DeepInferDeployment",
+            "metadata": {"name": "nogang", "annotations": {"deepinfer.io/license-accepted": "mit"}},
+            "spec": {
+                "model": {"name": "deepseek-ai/DeepSeek-V4.1-Flash-1017", "license": "mit",
+                          "source": {"volume": {"claimName": "ckpt", "path": "model"}}},
+                "runtime": {"image": IMAGE, "commit": "0123456789abcdef0123456789abcdef01234567"},
+                "accelerator": {"type": "NVIDIA", "deviceClassName": "gpu.nvidia.com",
+                                "domainDeviceClassName": "compute-domain-default-channel.nvidia.com"},
+                "roles": [{"name": "worker", "replicas": 1, "parallel": {"tensor": 16}}],
+                "acceptance": support::shot_planner_acceptance("valid-2-2-2.jsonl", "replay")
+            }
+        }),
+    )
+    .await;
+    support::wait_for_phase(&client, &ns.name, "nogang", Phase::Failed).await;
+    let st = api
+        .get("nogang")
+        .await
+        .expect("get")
+        .status
+        .expect("status");
+    let why = st
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Stalled")
+        .map(|c| c.message.clone())
+        .unwrap_or_default();
+    println!("Stalled: {why}");
+    assert!(
+        why.contains("spec.accelerator.domainDeviceClassName") && why.contains("--gang-scheduling"),
+        "{why}"
+    );
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    assert!(
+        pods.list(&ListParams::default())
+            .await
+            .expect("pods")
+            .items
+            .is_empty(),
+        "nothing is built for a spec this cluster cannot place"
+    );
+    op.stop().await;
 }

@@ -315,6 +315,17 @@ pub struct AcceleratorSpec {
     #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')")
         .message("spec.accelerator.deviceClassName must be a DeviceClass name (a DNS subdomain: lowercase letters, digits, '-' and '.'), e.g. gpu.nvidia.com"))]
     pub device_class_name: Option<String>,
+    /// DeviceClass of a device that stands for one scale-up domain, e.g. the channel of NVIDIA's
+    /// ComputeDomain (`compute-domain-default-channel.nvidia.com`): each multi-pod group's
+    /// PodGroup claims one such device, shared by all its pods, so the scheduler places the whole
+    /// group where that device is available: inside one domain. Needs PodGroups with shared claims
+    /// (`--gang-scheduling` auto or native; feature gates `GenericWorkload` and
+    /// `DRAWorkloadResourceClaims`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')")
+        .message("spec.accelerator.domainDeviceClassName must be a DeviceClass name (a DNS subdomain: lowercase letters, digits, '-' and '.'), e.g. compute-domain-default-channel.nvidia.com"))]
+    pub domain_device_class_name: Option<String>,
 }
 
 impl AcceleratorSpec {
@@ -581,6 +592,7 @@ mod tests {
             devices_per_pod: None,
             scale_up_domain_key: None,
             device_class_name: None,
+            domain_device_class_name: None,
         }
     }
 

@@ -97,6 +97,13 @@ pub async fn run_pipeline(
         }
     };
     let did = &did;
+    if did.spec.accelerator.domain_device_class_name.is_some() && !did.pod_groups {
+        outcome.spec = Gate::Failed(
+            reasons::INVALID_SPEC,
+            "spec.accelerator.domainDeviceClassName: a group's pods share the domain device through their PodGroup, and groups are not PodGroups here (--gang-scheduling is off, or the API server does not serve scheduling.k8s.io/v1beta1); remove the field, or enable the GenericWorkload and DRAWorkloadResourceClaims feature gates and run the operator with --gang-scheduling auto or native".into(),
+        );
+        return Ok((outcome, Action::await_change()));
+    }
     outcome.spec = Gate::Passed(reasons::COMPLETE, "spec is valid".into());
     let revision = build::revision(&did.spec);
     outcome.revision = Some(revision.clone());
@@ -777,25 +784,29 @@ async fn start_acceptance(
     Ok(())
 }
 
-/// With a DeviceClass, creates the ResourceClaimTemplate engine pods claim their devices from
-/// before any such pod exists, and deletes the deployment's templates that neither the spec
-/// nor any of its pods or Jobs still name.
+/// With a DeviceClass, creates the ResourceClaimTemplates engine pods (and PodGroups) claim
+/// their devices from before any such pod exists, and deletes the deployment's templates that
+/// neither the spec nor any of its pods, Jobs or PodGroups still name.
 async fn device_claim_templates(
     ctx: &Context,
     did: &ValidatedDeployment,
     observed: &Observed,
 ) -> Result<(), Error> {
-    let Some(desired) = build::device_claim_template(did) else {
+    let desired = build::claim_templates(did);
+    if desired.is_empty() {
         return Ok(());
-    };
+    }
     let api: Api<ResourceClaimTemplate> = Api::namespaced(ctx.client.clone(), &did.namespace);
-    let name = desired.name_any();
-    if !observed
-        .claim_templates
-        .iter()
-        .any(|t| t.name_any() == name)
-    {
-        apply::create_once(&api, &desired).await?;
+    let names: BTreeSet<String> = desired.iter().map(ResourceExt::name_any).collect();
+    for template in &desired {
+        let name = template.name_any();
+        if !observed
+            .claim_templates
+            .iter()
+            .any(|t| t.name_any() == name)
+        {
+            apply::create_once(&api, template).await?;
+        }
     }
     let job_pods = observed
         .jobs
@@ -806,12 +817,19 @@ async fn device_claim_templates(
         .iter()
         .chain(&observed.job_pods)
         .filter_map(|p| p.spec.as_ref());
-    let in_use = build::templates_in_use(job_pods.chain(pods));
+    let mut in_use = build::templates_in_use(job_pods.chain(pods));
+    in_use.extend(
+        observed
+            .pod_groups
+            .iter()
+            .flat_map(|g| g.spec.resource_claims.iter().flatten())
+            .filter_map(|c| c.resource_claim_template_name.clone()),
+    );
     for unused in observed
         .claim_templates
         .iter()
         .map(ResourceExt::name_any)
-        .filter(|t| *t != name && !in_use.contains(t))
+        .filter(|t| !names.contains(t) && !in_use.contains(t))
     {
         apply::delete_ignoring_missing(&api, &unused).await?;
     }

@@ -32,8 +32,8 @@ pub struct Observed {
     pub revisions: Vec<ControllerRevision>,
     /// PodGroups of serving groups and acceptance runs (empty where groups are not PodGroups).
     pub pod_groups: Vec<PodGroup>,
-    /// ResourceClaimTemplates engine pods claim devices from (listed only where the spec names a
-    /// DeviceClass).
+    /// ResourceClaimTemplates engine pods and PodGroups claim devices from (listed only where the
+    /// spec names a DeviceClass).
     pub claim_templates: Vec<ResourceClaimTemplate>,
     /// The checkpoint's PersistentVolumeClaim: `None` when the spec names none, `Some(None)`
     /// when it does not exist, else its `status.phase` (`Pending`, `Bound`, `Lost`).
@@ -161,7 +161,9 @@ pub async fn observe(
         services: list_owned_by(ctx, &ns, &name, &uid).await?,
         budgets: list_owned_by(ctx, &ns, &name, &uid).await?,
         revisions: list_owned_by(ctx, &ns, &name, &uid).await?,
-        claim_templates: if did.spec.accelerator.device_class_name.is_some() {
+        claim_templates: if did.spec.accelerator.device_class_name.is_some()
+            || did.spec.accelerator.domain_device_class_name.is_some()
+        {
             list_owned_by(ctx, &ns, &name, &uid).await?
         } else {
             Vec::new()

@@ -453,15 +453,24 @@ fn validate_accelerator(
             format_args!("is {key:?}; it must be a node label key such as nvidia.com/gpu.clique ([prefix/]name, the name at most 63 letters, digits, '-', '_' or '.')"),
         ));
     }
-    if let Some(class) = accelerator
-        .device_class_name
-        .as_deref()
-        .filter(|c| !is_dns1123_subdomain(c))
-    {
-        errors.push(FieldError::new(
+    for (field, class, example) in [
+        (
             "spec.accelerator.deviceClassName",
-            format_args!("is {class:?}; it must be a DeviceClass name (a DNS subdomain: lowercase letters, digits, '-' and '.'), e.g. gpu.nvidia.com"),
-        ));
+            &accelerator.device_class_name,
+            "gpu.nvidia.com",
+        ),
+        (
+            "spec.accelerator.domainDeviceClassName",
+            &accelerator.domain_device_class_name,
+            "compute-domain-default-channel.nvidia.com",
+        ),
+    ] {
+        if let Some(class) = class.as_deref().filter(|c| !is_dns1123_subdomain(c)) {
+            errors.push(FieldError::new(
+                field,
+                format_args!("is {class:?}; it must be a DeviceClass name (a DNS subdomain: lowercase letters, digits, '-' and '.'), e.g. {example}"),
+            ));
+        }
     }
     const FIELD: &str = "spec.accelerator.devicesPerPod";
     let devices = accelerator.devices_per_pod();

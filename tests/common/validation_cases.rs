@@ -295,6 +295,19 @@ pub fn cases() -> Vec<Case> {
             Invalid("spec.accelerator.deviceClassName")
         ),
         case!(
+            "DeviceClass of a scale-up domain's device",
+            nvidia,
+            |s| s["accelerator"]["domainDeviceClassName"] =
+                json!("compute-domain-default-channel.nvidia.com"),
+            Valid
+        ),
+        case!(
+            "domainDeviceClassName that is not a DNS subdomain",
+            nvidia,
+            |s| s["accelerator"]["domainDeviceClassName"] = json!("Domain Channel"),
+            Invalid("spec.accelerator.domainDeviceClassName")
+        ),
+        case!(
             "product that is not a label value",
             nvidia,
             |s| s["accelerator"]["product"] = json!("NVIDIA H200 !!"),

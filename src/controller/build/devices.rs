@@ -1,7 +1,8 @@
-//! Devices through Dynamic Resource Allocation (`spec.accelerator.deviceClassName`): one
+//! Devices through Dynamic Resource Allocation: with `spec.accelerator.deviceClassName`, one
 //! ResourceClaimTemplate per deployment and device shape, from which the API server's
 //! resource-claim controller makes each engine pod its own claim of `devicesPerPod` devices,
-//! allocated by the scheduler.
+//! allocated by the scheduler; with `domainDeviceClassName`, one template from which each
+//! multi-pod group's PodGroup gets one claim on a domain device that all its pods share.
 
 use std::collections::BTreeSet;
 
@@ -16,6 +17,8 @@ use super::*;
 /// Name of the claim in engine pods (`spec.resourceClaims[].name`) and of the device request in
 /// the template.
 pub const DEVICE_CLAIM: &str = "devices";
+/// Name of the claim a group's pods share through their PodGroup (the scale-up domain's device).
+pub const DOMAIN_CLAIM: &str = "domain";
 /// Value of the component label on the deployment's ResourceClaimTemplates.
 pub const DEVICES_COMPONENT: &str = "devices";
 
@@ -32,24 +35,38 @@ pub fn device_claim_template_name(did: &ValidatedDeployment) -> Option<String> {
     ))
 }
 
-/// The ResourceClaimTemplate engine pods claim their devices from: `devicesPerPod` devices of
-/// `spec.accelerator.deviceClassName`, all on the pod's node.
-pub fn device_claim_template(did: &ValidatedDeployment) -> Option<ResourceClaimTemplate> {
-    let name = device_claim_template_name(did)?;
-    let class = did.spec.accelerator.device_class_name.clone()?;
+/// Name of the ResourceClaimTemplate of the domain device a group's PodGroup claims, `None`
+/// without `spec.accelerator.domainDeviceClassName`.
+pub fn domain_claim_template_name(did: &ValidatedDeployment) -> Option<String> {
+    let class = did.spec.accelerator.domain_device_class_name.as_deref()?;
+    Some(format!(
+        "{}-domain-{}",
+        did.name_any(),
+        short_hash(&class, 6)
+    ))
+}
+
+/// A template of one request named `request` for `count` devices of `class`.
+fn claim_template(
+    did: &ValidatedDeployment,
+    name: String,
+    request: &str,
+    class: String,
+    count: i32,
+) -> ResourceClaimTemplate {
     let extra = BTreeMap::from([(labels::COMPONENT.to_string(), DEVICES_COMPONENT.to_string())]);
-    Some(stamp(ResourceClaimTemplate {
+    stamp(ResourceClaimTemplate {
         metadata: owned_meta(did, name, extra),
         spec: Some(ResourceClaimTemplateSpec {
             metadata: None,
             spec: Some(ResourceClaimSpec {
                 devices: Some(DeviceClaim {
                     requests: Some(vec![DeviceRequest {
-                        name: DEVICE_CLAIM.into(),
+                        name: request.into(),
                         exactly: Some(ExactDeviceRequest {
                             device_class_name: class,
                             allocation_mode: Some("ExactCount".into()),
-                            count: Some(i64::from(did.spec.accelerator.devices_per_pod())),
+                            count: Some(i64::from(count)),
                             ..ExactDeviceRequest::default()
                         }),
                         first_available: None,
@@ -58,26 +75,75 @@ pub fn device_claim_template(did: &ValidatedDeployment) -> Option<ResourceClaimT
                 }),
             }),
         }),
-    }))
-}
-
-/// The pod's claim on the template (`spec.resourceClaims`), `None` without a DeviceClass.
-pub(super) fn pod_device_claims(did: &ValidatedDeployment) -> Option<Vec<PodResourceClaim>> {
-    device_claim_template_name(did).map(|template| {
-        vec![PodResourceClaim {
-            name: DEVICE_CLAIM.into(),
-            resource_claim_template_name: Some(template),
-            resource_claim_name: None,
-        }]
     })
 }
 
-/// The engine container's use of the pod's claim (`resources.claims`).
-pub(super) fn container_device_claims() -> Vec<ContainerClaim> {
-    vec![ContainerClaim {
-        name: DEVICE_CLAIM.into(),
-        request: None,
-    }]
+/// The ResourceClaimTemplates the deployment's pods and PodGroups claim from: `devicesPerPod`
+/// devices of `spec.accelerator.deviceClassName` per engine pod, and one device of
+/// `domainDeviceClassName` per multi-pod group.
+pub fn claim_templates(did: &ValidatedDeployment) -> Vec<ResourceClaimTemplate> {
+    let accelerator = &did.spec.accelerator;
+    let devices = device_claim_template_name(did)
+        .zip(accelerator.device_class_name.clone())
+        .map(|(name, class)| {
+            claim_template(
+                did,
+                name,
+                DEVICE_CLAIM,
+                class,
+                accelerator.devices_per_pod(),
+            )
+        });
+    let domain = domain_claim_template_name(did)
+        .zip(accelerator.domain_device_class_name.clone())
+        .map(|(name, class)| claim_template(did, name, DOMAIN_CLAIM, class, 1));
+    devices.into_iter().chain(domain).collect()
+}
+
+/// The claims of an engine pod (`spec.resourceClaims`): its own devices from the template, and,
+/// when `shares_domain` (a multi-pod group placed as a PodGroup), the domain device its PodGroup
+/// claims, referenced exactly as the PodGroup does.
+pub(super) fn pod_device_claims(
+    did: &ValidatedDeployment,
+    shares_domain: bool,
+) -> Vec<PodResourceClaim> {
+    let domain = domain_claim_template_name(did).filter(|_| shares_domain);
+    device_claim_template_name(did)
+        .map(|t| (DEVICE_CLAIM, t))
+        .into_iter()
+        .chain(domain.map(|t| (DOMAIN_CLAIM, t)))
+        .map(|(name, template)| PodResourceClaim {
+            name: name.into(),
+            resource_claim_template_name: Some(template),
+            resource_claim_name: None,
+        })
+        .collect()
+}
+
+/// The PodGroup's shared claim on the domain device, for a multi-pod group.
+pub(super) fn pod_group_domain_claims(
+    did: &ValidatedDeployment,
+    pods: i32,
+) -> Option<Vec<k8s_openapi::api::scheduling::v1beta1::PodGroupResourceClaim>> {
+    let template = domain_claim_template_name(did).filter(|_| pods > 1)?;
+    Some(vec![
+        k8s_openapi::api::scheduling::v1beta1::PodGroupResourceClaim {
+            name: DOMAIN_CLAIM.into(),
+            resource_claim_template_name: Some(template),
+            resource_claim_name: None,
+        },
+    ])
+}
+
+/// The engine container's use of the pod's claims (`resources.claims`).
+pub(super) fn container_device_claims(claims: &[PodResourceClaim]) -> Vec<ContainerClaim> {
+    claims
+        .iter()
+        .map(|c| ContainerClaim {
+            name: c.name.clone(),
+            request: None,
+        })
+        .collect()
 }
 
 /// Names of the ResourceClaimTemplates pods of these specs claim devices from.

@@ -6,7 +6,11 @@ use super::*;
 /// Engine resources: `spec.runtime.resources` (default CPU and memory requests, so the pod is
 /// never BestEffort) with the accelerator's devices: the extended resource as both request and
 /// limit, or, with a DeviceClass, the pod's device claim.
-fn engine_resources(spec: &DeepInferDeploymentSpec, devices: i32) -> ResourceRequirements {
+fn engine_resources(
+    spec: &DeepInferDeploymentSpec,
+    devices: i32,
+    claims: &[k8s_openapi::api::core::v1::PodResourceClaim],
+) -> ResourceRequirements {
     let device = spec.accelerator.device_resource().to_string();
     let count = Quantity(devices.to_string());
     let mut res = spec.runtime.resources.clone().unwrap_or_default();
@@ -24,9 +28,10 @@ fn engine_resources(spec: &DeepInferDeploymentSpec, devices: i32) -> ResourceReq
             .entry(name.to_string())
             .or_insert_with(|| limited.unwrap_or_else(|| Quantity(default.into())));
     }
-    if spec.accelerator.device_class_name.is_some() {
-        res.claims = Some(container_device_claims());
-    } else {
+    if !claims.is_empty() {
+        res.claims = Some(container_device_claims(claims));
+    }
+    if spec.accelerator.device_class_name.is_none() {
         requests.insert(device.clone(), count.clone());
         res.limits
             .get_or_insert_with(BTreeMap::new)
@@ -165,12 +170,18 @@ pub(super) fn engine_pod_spec(
 ) -> PodSpec {
     let spec = &did.spec;
     let claim = &did.claim;
+    // A multi-pod group placed as a PodGroup shares its PodGroup's domain claim.
+    let device_claims = pod_device_claims(did, rendezvous.pod_group.is_some() && shape.pods > 1);
     let container = Container {
         name: ENGINE_CONTAINER.into(),
         image: Some(spec.runtime.image.clone()),
         args: Some(engine_args(did)),
         env: Some(engine_env(did, at, shape, rendezvous)),
-        resources: Some(engine_resources(spec, shape.devices_per_pod)),
+        resources: Some(engine_resources(
+            spec,
+            shape.devices_per_pod,
+            &device_claims,
+        )),
         ports: Some(vec![
             k8s_openapi::api::core::v1::ContainerPort {
                 name: Some("serve".into()),
@@ -220,7 +231,7 @@ pub(super) fn engine_pod_spec(
             .map(|name| PodSchedulingGroup {
                 pod_group_name: Some(name.clone()),
             }),
-        resource_claims: pod_device_claims(did),
+        resource_claims: (!device_claims.is_empty()).then_some(device_claims),
         scheduler_name: spec
             .scheduling
             .as_ref()

@@ -9,13 +9,16 @@ use k8s_openapi::api::scheduling::v1beta1::{
 
 use super::*;
 
-/// A gang of `pods` pods named by `metadata`, kept inside one domain of `domain_key` when it has
-/// more than one pod (the API server keeps the constraint only where topology-aware workload
-/// scheduling is enabled; the pods' domain affinity holds everywhere).
-fn gang(metadata: ObjectMeta, pods: i32, domain_key: &str) -> PodGroup {
+/// A gang of `pods` pods named by `metadata`, kept inside one scale-up domain when it has more
+/// than one pod (the API server keeps the topology constraint only where topology-aware workload
+/// scheduling is enabled; the pods' domain affinity holds everywhere), and, with
+/// `domainDeviceClassName`, claiming the domain device its pods share.
+fn gang(did: &ValidatedDeployment, metadata: ObjectMeta, pods: i32) -> PodGroup {
+    let domain_key = did.spec.accelerator.scale_up_domain_key();
     stamp(PodGroup {
         metadata,
         spec: PodGroupSpec {
+            resource_claims: pod_group_domain_claims(did, pods),
             scheduling_policy: PodGroupSchedulingPolicy {
                 gang: Some(GangSchedulingPolicy {
                     min_count: pods.max(1),
@@ -46,11 +49,7 @@ pub fn group_pod_group(
     let mut extra = group_selector(&did_name, &role.name, revision, group);
     extra.insert(labels::COMPONENT.to_string(), "worker".to_string());
     let shape = group_shape(&did.spec, role);
-    gang(
-        owned_meta(did, name, extra),
-        shape.pods,
-        did.spec.accelerator.scale_up_domain_key(),
-    )
+    gang(did, owned_meta(did, name, extra), shape.pods)
 }
 
 /// The PodGroup of a multi-pod acceptance run, named like the run; `None` for a one-pod run.
@@ -63,13 +62,13 @@ pub fn acceptance_pod_group(
     let shape = group_shape(&did.spec, role);
     (shape.pods > 1).then(|| {
         gang(
+            did,
             owned_meta(
                 did,
                 names.run.clone(),
                 super::acceptance::acceptance_labels(names, revision),
             ),
             shape.pods,
-            did.spec.accelerator.scale_up_domain_key(),
         )
     })
 }

@@ -851,7 +851,9 @@ fn with_a_device_class_each_engine_pod_claims_its_devices_from_one_template() {
         json!({"type": "NVIDIA", "deviceClassName": "gpu.nvidia.com", "devicesPerPod": 4}),
         json!([{"name": "worker", "replicas": 1, "parallel": {"tensor": 8}}]),
     );
-    let template = device_claim_template(&d).expect("a DeviceClass asks for a template");
+    let templates = claim_templates(&d);
+    assert_eq!(templates.len(), 1, "no domain class, no domain template");
+    let template = templates[0].clone();
     let name = template.name_any();
     assert!(name.starts_with("flash-devices-"), "{name}");
     assert_eq!(
@@ -939,7 +941,7 @@ fn another_device_shape_is_another_template_and_without_a_class_there_is_none() 
         json!({"type": "NVIDIA", "devicesPerPod": 4}),
         json!([{"name": "worker", "replicas": 1, "parallel": {"tensor": 8}}]),
     );
-    assert!(device_claim_template(&plain).is_none());
+    assert!(claim_templates(&plain).is_empty());
     let rev = revision(&plain.spec);
     let spec = group_pods(&plain, &plain.spec.roles[0], 0, &rev)[0]
         .spec
@@ -952,4 +954,109 @@ fn another_device_shape_is_another_template_and_without_a_class_there_is_none() 
         resources.limits.unwrap_or_default()["nvidia.com/gpu"],
         Quantity("4".into())
     );
+}
+
+#[test]
+fn a_domain_class_gives_each_multi_pod_pod_group_one_claim_its_pods_share() {
+    let d = did(
+        json!({"type": "NVIDIA", "deviceClassName": "gpu.nvidia.com",
+               "domainDeviceClassName": "compute-domain-default-channel.nvidia.com"}),
+        json!([{"name": "worker", "replicas": 1, "parallel": {"tensor": 16}},
+               {"name": "decode", "replicas": 1, "parallel": {"tensor": 8}}]),
+    )
+    .placed_as_pod_groups(true);
+    let templates = claim_templates(&d);
+    assert_eq!(templates.len(), 2);
+    let domain = domain_claim_template_name(&d).expect("a domain template");
+    let exactly = templates[1]
+        .spec
+        .clone()
+        .and_then(|s| s.spec)
+        .and_then(|s| s.devices)
+        .and_then(|d| d.requests)
+        .unwrap_or_default()[0]
+        .exactly
+        .clone()
+        .expect("exact request");
+    assert_eq!(templates[1].name_any(), domain);
+    assert_eq!(
+        (exactly.device_class_name.as_str(), exactly.count),
+        ("compute-domain-default-channel.nvidia.com", Some(1))
+    );
+
+    let rev = revision(&d.spec);
+    let worker = &d.spec.roles[0];
+    let group = group_pod_group(&d, worker, &rev, 0);
+    let shared = group.spec.resource_claims.clone().unwrap_or_default();
+    assert_eq!(shared.len(), 1);
+    assert_eq!(
+        (
+            shared[0].name.as_str(),
+            shared[0].resource_claim_template_name.as_deref()
+        ),
+        (DOMAIN_CLAIM, Some(domain.as_str()))
+    );
+    for pod in group_pods(&d, worker, 0, &rev) {
+        let spec = pod.spec.expect("spec");
+        let claims = spec.resource_claims.clone().unwrap_or_default();
+        let refs: Vec<(&str, Option<&str>)> = claims
+            .iter()
+            .map(|c| (c.name.as_str(), c.resource_claim_template_name.as_deref()))
+            .collect();
+        assert!(
+            refs.contains(&(DOMAIN_CLAIM, Some(domain.as_str()))),
+            "the pod names the PodGroup's claim exactly: {refs:?}"
+        );
+        assert_eq!(
+            refs.len(),
+            2,
+            "its own devices and the shared domain: {refs:?}"
+        );
+        let used: Vec<String> = spec.containers[0]
+            .resources
+            .clone()
+            .and_then(|r| r.claims)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|c| c.name)
+            .collect();
+        assert_eq!(used, [DEVICE_CLAIM, DOMAIN_CLAIM]);
+    }
+    // The multi-pod acceptance run's PodGroup and pods share one too.
+    let names = AcceptanceNames::new("flash", &rev, "");
+    let run = acceptance_pod_group(&d, &names, &rev).expect("two ranks");
+    assert_eq!(run.spec.resource_claims.map(|c| c.len()), Some(1));
+    let job = acceptance_job(&d, &names, 1, &rev, "op").expect("follower");
+    let job_claims = job
+        .spec
+        .and_then(|s| s.template.spec)
+        .and_then(|s| s.resource_claims)
+        .unwrap_or_default();
+    assert!(job_claims.iter().any(|c| c.name == DOMAIN_CLAIM));
+
+    // A one-pod group is inside one domain by definition: nothing shared.
+    let decode = &d.spec.roles[1];
+    assert!(group_pod_group(&d, decode, &rev, 0)
+        .spec
+        .resource_claims
+        .is_none());
+    let single = group_pods(&d, decode, 0, &rev)[0]
+        .spec
+        .clone()
+        .expect("spec");
+    assert!(single
+        .resource_claims
+        .unwrap_or_default()
+        .iter()
+        .all(|c| c.name != DOMAIN_CLAIM));
+    // Without PodGroups there is no group to share a claim with.
+    let unplaced = did(
+        json!({"type": "NVIDIA", "domainDeviceClassName": "compute-domain-default-channel.nvidia.com"}),
+        json!([{"name": "worker", "replicas": 1, "parallel": {"tensor": 16}}]),
+    );
+    let spec = group_pods(&unplaced, &unplaced.spec.roles[0], 0, &rev)[0]
+        .spec
+        .clone()
+        .expect("spec");
+    assert!(spec.resource_claims.is_none());
 }

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use anyhow::{Context, Result};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod};
 use k8s_openapi::api::resource::v1::{
     AllocatedDeviceStatus, Device, DeviceAttribute, ResourceClaim, ResourcePool, ResourceSlice,
     ResourceSliceSpec,
@@ -89,6 +89,74 @@ pub fn resource_slice(node: &NodeSpec, node_uid: Option<&str>) -> Option<Resourc
     })
 }
 
+/// One ResourceSlice per scale-up domain of the nodes whose DRA devices name a `domain`: its
+/// node selector covers the domain's nodes, with one `channel-<i>` device per node.
+pub fn domain_slices(nodes: &[NodeSpec]) -> Vec<ResourceSlice> {
+    let mut domains: BTreeMap<(String, String, String), u32> = BTreeMap::new();
+    for node in nodes {
+        let Some(domain) = node.dra.as_ref().and_then(|d| d.domain.as_ref()) else {
+            continue;
+        };
+        let Some(value) = node.labels.get(&domain.label) else {
+            continue;
+        };
+        *domains
+            .entry((domain.driver.clone(), domain.label.clone(), value.clone()))
+            .or_default() += 1;
+    }
+    domains
+        .into_iter()
+        .map(|((driver, label, value), count)| ResourceSlice {
+            metadata: ObjectMeta {
+                name: Some(format!("{}-{value}", driver.replace('.', "-"))),
+                ..ObjectMeta::default()
+            },
+            spec: ResourceSliceSpec {
+                driver,
+                pool: ResourcePool {
+                    name: value.clone(),
+                    generation: 1,
+                    resource_slice_count: 1,
+                },
+                node_selector: Some(NodeSelector {
+                    node_selector_terms: vec![NodeSelectorTerm {
+                        match_expressions: Some(vec![NodeSelectorRequirement {
+                            key: label,
+                            operator: "In".into(),
+                            values: Some(vec![value]),
+                        }]),
+                        match_fields: None,
+                    }],
+                }),
+                devices: Some(
+                    (0..count)
+                        .map(|i| Device {
+                            name: format!("channel-{i}"),
+                            ..Device::default()
+                        })
+                        .collect(),
+                ),
+                ..ResourceSliceSpec::default()
+            },
+        })
+        .collect()
+}
+
+/// Publishes the domain slices of [`domain_slices`].
+pub async fn publish_domains(client: &Client, nodes: &[NodeSpec]) -> Result<()> {
+    let api: Api<ResourceSlice> = Api::all(client.clone());
+    for slice in domain_slices(nodes) {
+        api.patch(
+            &slice.name_any(),
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&slice),
+        )
+        .await
+        .with_context(|| format!("publishing domain ResourceSlice {}", slice.name_any()))?;
+    }
+    Ok(())
+}
+
 /// Publishes (server-side applies) the node's ResourceSlice, if it has DRA devices.
 pub async fn publish(client: &Client, node: &NodeSpec, node_uid: Option<&str>) -> Result<()> {
     let Some(slice) = resource_slice(node, node_uid) else {
@@ -129,11 +197,37 @@ pub async fn prepare(
     };
     let ns = pod.namespace().unwrap_or_default();
     let api: Api<ResourceClaim> = Api::namespaced(client.clone(), &ns);
-    let statuses = pod
+    let mut statuses: Vec<(String, Option<String>)> = pod
         .status
         .as_ref()
         .and_then(|s| s.resource_claim_statuses.clone())
-        .unwrap_or_default();
+        .unwrap_or_default()
+        .into_iter()
+        .map(|s| (s.name, s.resource_claim_name))
+        .collect();
+    // Claims shared through the pod's PodGroup are named in the PodGroup's status.
+    if let Some(group) = spec
+        .scheduling_group
+        .as_ref()
+        .and_then(|g| g.pod_group_name.clone())
+    {
+        let groups: Api<k8s_openapi::api::scheduling::v1beta1::PodGroup> =
+            Api::namespaced(client.clone(), &ns);
+        if let Some(group) = groups
+            .get_opt(&group)
+            .await
+            .with_context(|| format!("reading PodGroup {ns}/{group}"))?
+        {
+            statuses.extend(
+                group
+                    .status
+                    .and_then(|s| s.resource_claim_statuses)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|s| (s.name, s.resource_claim_name)),
+            );
+        }
+    }
     // Pod claim name -> variable -> device ids.
     let mut by_claim: BTreeMap<String, BTreeMap<String, Vec<String>>> = BTreeMap::new();
     for claim in spec.resource_claims.iter().flatten() {
@@ -141,8 +235,8 @@ pub async fn prepare(
             Some(name) => Some(name.clone()),
             None => statuses
                 .iter()
-                .find(|s| s.name == claim.name)
-                .and_then(|s| s.resource_claim_name.clone()),
+                .find(|(name, _)| *name == claim.name)
+                .and_then(|(_, claim)| claim.clone()),
         };
         let Some(name) = name else {
             return Ok(None);
@@ -248,6 +342,10 @@ mod tests {
         assert_eq!(attrs["cliqueID"].string.as_deref(), Some("clique-c"));
         assert_eq!(attrs["index"].int, Some(1));
         assert_eq!(attrs["uuid"].string.as_deref(), Some("SIM-g-0-gpu-1"));
+        assert!(
+            domain_slices(&nodes).is_empty(),
+            "no domain devices asked for"
+        );
         assert_eq!(
             visible_devices_env(&nodes),
             BTreeMap::from([(
@@ -255,5 +353,36 @@ mod tests {
                 "NVIDIA_VISIBLE_DEVICES".to_string()
             )])
         );
+    }
+
+    #[test]
+    fn each_domain_gets_one_slice_selecting_its_nodes_with_a_channel_per_node() {
+        let nodes = crate::topology::parse(
+            "pools:\n\
+             - {name: g, count: 3, labels: {clique: a}, dra: {driver: gpu.nvidia.com, devices: 8, \
+                visibleDevicesEnv: V, domain: {driver: cd.nvidia.com, label: clique}}}\n\
+             - {name: h, count: 1, labels: {clique: b}, dra: {driver: gpu.nvidia.com, devices: 8, \
+                visibleDevicesEnv: V, domain: {driver: cd.nvidia.com, label: clique}}}\n",
+        )
+        .expect("topology");
+        let slices = domain_slices(&nodes);
+        assert_eq!(slices.len(), 2);
+        let a = &slices[0];
+        assert_eq!(a.name_any(), "cd-nvidia-com-a");
+        assert_eq!(a.spec.pool.name, "a");
+        assert!(a.spec.node_name.is_none());
+        let term = &a
+            .spec
+            .node_selector
+            .as_ref()
+            .expect("selector")
+            .node_selector_terms[0];
+        let req = &term.match_expressions.as_ref().expect("expressions")[0];
+        assert_eq!(
+            (req.key.as_str(), req.operator.as_str(), req.values.clone()),
+            ("clique", "In", Some(vec!["a".to_string()]))
+        );
+        assert_eq!(a.spec.devices.as_ref().map(Vec::len), Some(3));
+        assert_eq!(slices[1].spec.devices.as_ref().map(Vec::len), Some(1));
     }
 }

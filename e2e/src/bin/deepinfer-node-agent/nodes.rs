@@ -131,6 +131,8 @@ impl Nodes {
             }
             info!(node = %spec.name, down = annotated_down, "registered node");
         }
+        let specs: Vec<_> = self.lock().values().map(|s| s.spec.clone()).collect();
+        crate::dra::publish_domains(&self.client, &specs).await?;
         Ok(())
     }
 

@@ -73,6 +73,20 @@ pub struct DraDevices {
     pub attributes: BTreeMap<String, String>,
     /// Variable naming the prepared devices' ids in executed containers.
     pub visible_devices_env: String,
+    /// Devices standing for whole scale-up domains (a ComputeDomain's channels), if any.
+    pub domain: Option<DomainDevices>,
+}
+
+/// Per scale-up domain (the nodes sharing a value of `label`), one ResourceSlice of `driver`
+/// whose node selector covers that domain's nodes, with one `channel-<i>` device per node: a
+/// claim on one can only be satisfied on nodes of that domain.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct DomainDevices {
+    /// Driver name, e.g. `compute-domain.nvidia.com`.
+    pub driver: String,
+    /// Node label naming the domain, e.g. `nvidia.com/gpu.clique`.
+    pub label: String,
 }
 
 fn device_prefix() -> String {
@@ -179,6 +193,11 @@ mod tests {
                 ("gpu.nvidia.com", 8)
             );
             assert_eq!(devices.attributes["cliqueID"], "clique-c");
+            let domain = devices.domain.as_ref().expect("the clique's channels");
+            assert_eq!(
+                (domain.driver.as_str(), domain.label.as_str()),
+                ("compute-domain.nvidia.com", "nvidia.com/gpu.clique")
+            );
         }
         assert!(nodes[0].dra.is_none());
         assert_eq!(nodes[6].capacity["huawei.com/Ascend910"], "16");

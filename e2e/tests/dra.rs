@@ -21,6 +21,23 @@ use serde_json::{json, Value};
 const IMAGE: &str = "registry.example.com/deepinfer@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 const DRA_NODES: [&str; 2] = ["nvidia-dra-0", "nvidia-dra-1"];
 
+/// A licensed deployment of one group of two 8-GPU pods on `accelerator`.
+fn two_pod_group(name: &str, accelerator: Value) -> Value {
+    json!({
+        "apiVersion": "deepinfer.io/v1alpha1",
+        "kind": "DeepInferDeployment",
+        "metadata": {"name": name, "annotations": {"deepinfer.io/license-accepted": "mit"}},
+        "spec": {
+            "model": {"name": "deepseek-ai/DeepSeek-V4.1-Flash-1017", "license": "mit",
+                      "source": {"volume": {"claimName": "ckpt", "path": "model"}}},
+            "runtime": {"image": IMAGE, "commit": "0123456789abcdef0123456789abcdef01234567"},
+            "accelerator": accelerator,
+            "roles": [{"name": "worker", "replicas": 1, "parallel": {"tensor": 16}}],
+            "acceptance": support::shot_planner_acceptance("valid-2-2-2.jsonl", "replay")
+        }
+    })
+}
+
 #[tokio::test]
 async fn gpu_a_dra_deployment_is_allocated_by_the_scheduler_and_its_devices_are_in_the_manifest() {
     let (client, ns, api) = support::namespace_with_checkpoint("dra").await;
@@ -28,20 +45,11 @@ async fn gpu_a_dra_deployment_is_allocated_by_the_scheduler_and_its_devices_are_
     let op = Operator::start(&ns.name, &["mit"]).await;
     support::create_deployment(
         &api,
-        json!({
-            "apiVersion": "deepinfer.io/v1alpha1",
-            "kind": "DeepInferDeployment",
-            "metadata": {"name": "claims", "annotations": {"deepinfer.io/license-accepted": "mit"}},
-            "spec": {
-                "model": {"name": "deepseek-ai/DeepSeek-V4.1-Flash-1017", "license": "mit",
-                          "source": {"volume": {"claimName": "ckpt", "path": "model"}}},
-                "runtime": {"image": IMAGE, "commit": "0123456789abcdef0123456789abcdef01234567"},
-                "accelerator": {"type": "NVIDIA", "devicesPerPod": 8, "deviceClassName": "gpu.nvidia.com",
-                                "domainDeviceClassName": "compute-domain-default-channel.nvidia.com"},
-                "roles": [{"name": "worker", "replicas": 1, "parallel": {"tensor": 16}}],
-                "acceptance": support::shot_planner_acceptance("valid-2-2-2.jsonl", "replay")
-            }
-        }),
+        two_pod_group(
+            "claims",
+            json!({"type": "NVIDIA", "devicesPerPod": 8, "deviceClassName": "gpu.nvidia.com",
+                   "domainDeviceClassName": "compute-domain-default-channel.nvidia.com"}),
+        ),
     )
     .await;
     support::wait_for_phase_within(
@@ -248,20 +256,11 @@ async fn a_domain_claim_without_pod_groups_stalls_naming_the_field() {
     let op = Operator::start_with_settings(settings).await;
     support::create_deployment(
         &api,
-        json!({
-            "apiVersion": "deepinfer.io/v1alpha1",
-            "kind": "DeepInferDeployment",
-            "metadata": {"name": "nogang", "annotations": {"deepinfer.io/license-accepted": "mit"}},
-            "spec": {
-                "model": {"name": "deepseek-ai/DeepSeek-V4.1-Flash-1017", "license": "mit",
-                          "source": {"volume": {"claimName": "ckpt", "path": "model"}}},
-                "runtime": {"image": IMAGE, "commit": "0123456789abcdef0123456789abcdef01234567"},
-                "accelerator": {"type": "NVIDIA", "deviceClassName": "gpu.nvidia.com",
-                                "domainDeviceClassName": "compute-domain-default-channel.nvidia.com"},
-                "roles": [{"name": "worker", "replicas": 1, "parallel": {"tensor": 16}}],
-                "acceptance": support::shot_planner_acceptance("valid-2-2-2.jsonl", "replay")
-            }
-        }),
+        two_pod_group(
+            "nogang",
+            json!({"type": "NVIDIA", "deviceClassName": "gpu.nvidia.com",
+                   "domainDeviceClassName": "compute-domain-default-channel.nvidia.com"}),
+        ),
     )
     .await;
     support::wait_for_phase(&client, &ns.name, "nogang", Phase::Failed).await;

@@ -250,6 +250,7 @@ pub fn validate_spec(
     let mut errors = Vec::new();
     validate_model(&spec.model, &mut errors);
     validate_runtime(&spec.runtime, &mut errors);
+    validate_role_runtimes(&spec.runtime.roles, &spec.roles, &mut errors);
     let devices_per_pod = validate_accelerator(&spec.accelerator, limits, &mut errors);
     validate_roles(&spec.roles, devices_per_pod, &mut errors);
     if errors.is_empty() {
@@ -340,6 +341,43 @@ fn validate_runtime(runtime: &RuntimeSpec, errors: &mut Vec<FieldError>) {
                 runtime.commit
             ),
         ));
+    }
+}
+
+/// `spec.runtime.roles`: each entry names a role of `spec.roles`, once, and pins its image.
+fn validate_role_runtimes(
+    overrides: &[crate::api::RoleRuntime],
+    roles: &[RoleSpec],
+    errors: &mut Vec<FieldError>,
+) {
+    for (i, o) in overrides.iter().enumerate() {
+        let at = format!("spec.runtime.roles[{i}]");
+        if !roles.iter().any(|r| r.name == o.role) {
+            errors.push(FieldError::new(
+                format!("{at}.role"),
+                format_args!(
+                    "is {:?}, which is not a role of spec.roles; fix the name or remove the entry",
+                    o.role
+                ),
+            ));
+        }
+        if overrides[..i].iter().any(|p| p.role == o.role) {
+            errors.push(FieldError::new(
+                format!("{at}.role"),
+                format_args!(
+                    "names {:?} a second time; each role may be named once; merge the duplicate entries",
+                    o.role
+                ),
+            ));
+        }
+        if let Some(image) = o.image.as_deref().filter(|i| !is_pinned_by_digest(i)) {
+            errors.push(FieldError::new(
+                format!("{at}.image"),
+                format_args!(
+                    "is {image:?}; it must be pinned by digest (<repository>@sha256:<64 hex>); a tag alone is refused"
+                ),
+            ));
+        }
     }
 }
 

@@ -153,6 +153,38 @@ pub fn cases() -> Vec<Case> {
             Invalid("spec.runtime.commit")
         ),
         case!(
+            "per-role runtime settings for roles of the spec",
+            nvidia,
+            |s| {
+                s["runtime"]["command"] = json!(["deepinfer-serve"]);
+                s["runtime"]["roles"] = json!([
+                    {"role": "prefill", "args": ["--chunked-prefill"], "env": [{"name": "A", "value": "1"}]},
+                    {"role": "decode", "image": format!("r.example.com/decode@sha256:{}", "cd".repeat(32))}
+                ]);
+            },
+            Valid
+        ),
+        case!(
+            "per-role runtime settings for a role the spec does not have",
+            nvidia,
+            |s| s["runtime"]["roles"] = json!([{"role": "vision", "args": ["--x"]}]),
+            Invalid("spec.runtime.roles[0].role")
+        ),
+        case!(
+            "per-role runtime settings naming a role twice",
+            nvidia,
+            |s| s["runtime"]["roles"] =
+                json!([{"role": "decode"}, {"role": "decode", "args": ["--x"]}]),
+            Invalid("spec.runtime.roles[1].role")
+        ),
+        case!(
+            "per-role image with a tag",
+            nvidia,
+            |s| s["runtime"]["roles"] =
+                json!([{"role": "decode", "image": "r.example.com/decode:v2"}]),
+            Invalid("spec.runtime.roles[0].image")
+        ),
+        case!(
             "revision is a branch name",
             nvidia,
             |s| {

@@ -488,7 +488,7 @@ fn the_revision_covers_the_template_version_and_resources_but_not_probes_or_roll
 }
 
 /// Hash of the engine container of a fixed resource, recorded at [`TEMPLATE_VERSION`].
-const ENGINE_AT_TEMPLATE_VERSION: (i32, &str) = (2, "bf227d0d7a484d45");
+const ENGINE_AT_TEMPLATE_VERSION: (i32, &str) = (3, "9302ae326cb70748");
 
 #[test]
 fn the_template_version_moves_with_the_engine_container() {
@@ -843,4 +843,88 @@ fn another_scheduler_and_its_queue_labels_reach_every_engine_pod() {
             Some("team-a")
         );
     }
+}
+
+#[test]
+fn every_engine_container_carries_the_contracts_environment_with_its_peers() {
+    let d = did(
+        json!({"type": "NVIDIA"}),
+        json!([{"name": "decode", "replicas": 1, "parallel": {"tensor": 8, "data": 2}}]),
+    );
+    let pods = group_pods(&d, &d.spec.roles[0], 0, "r1");
+    assert_eq!(pods.len(), 2);
+    let env = env_of(&pods[1].spec.as_ref().expect("spec").containers[0]);
+    let missing = crate::contract::missing_env(|name| env.get(name).cloned());
+    assert!(missing.is_empty(), "not set: {missing:?}");
+    use crate::contract::env as var;
+    assert_eq!(env[var::CONTRACT_VERSION], crate::contract::VERSION);
+    assert_eq!(env[var::RANK], "1");
+    assert_eq!(
+        env[var::PEERS],
+        "rank-0.flash-decode-r1-0.serving.svc,rank-1.flash-decode-r1-0.serving.svc"
+    );
+    assert_eq!(
+        env[var::LEADER_ADDRESS],
+        "rank-0.flash-decode-r1-0.serving.svc"
+    );
+    assert_eq!(env[var::SERVE_PORT], "8000");
+}
+
+#[test]
+fn per_role_runtime_settings_reach_only_their_roles_engines() {
+    let mut d = raw(
+        json!({"type": "NVIDIA"}),
+        json!([
+            {"name": "prefill", "replicas": 1, "parallel": {"tensor": 8}},
+            {"name": "decode", "replicas": 1, "parallel": {"tensor": 8}}
+        ]),
+    );
+    let decode_image = format!("r.example.com/decode@sha256:{}", "cd".repeat(32));
+    d.spec.runtime.command = vec!["deepinfer-serve".into()];
+    d.spec.runtime.roles = vec![crate::api::RoleRuntime {
+        role: "decode".into(),
+        image: Some(decode_image.clone()),
+        args: vec!["--decode-only".into()],
+        env: vec![EnvVar {
+            name: "DEEPINFER_KV_TRANSFER".into(),
+            value: Some("on".into()),
+            value_from: None,
+        }],
+    }];
+    let before = revision(&d.spec);
+    let d = valid(d);
+    let engine = |role: usize| {
+        group_pods(&d, &d.spec.roles[role], 0, "r")[0]
+            .spec
+            .clone()
+            .expect("spec")
+            .containers[0]
+            .clone()
+    };
+    let (prefill, decode) = (engine(0), engine(1));
+    assert_eq!(prefill.image.as_deref(), Some(IMAGE));
+    assert_eq!(decode.image.as_deref(), Some(decode_image.as_str()));
+    for c in [&prefill, &decode] {
+        assert_eq!(c.command, Some(vec!["deepinfer-serve".to_string()]));
+    }
+    let args = |c: &Container| c.args.clone().unwrap_or_default();
+    assert_eq!(
+        args(&prefill),
+        ["--model_name", "/models/model", "--max_batch_size", "8"]
+    );
+    assert_eq!(
+        args(&decode),
+        [
+            "--model_name",
+            "/models/model",
+            "--max_batch_size",
+            "8",
+            "--decode-only"
+        ]
+    );
+    assert!(!env_of(&prefill).contains_key("DEEPINFER_KV_TRANSFER"));
+    assert_eq!(env_of(&decode)["DEEPINFER_KV_TRANSFER"], "on");
+    let mut plain = d.spec.clone();
+    plain.runtime.roles.clear();
+    assert_ne!(before, revision(&plain), "per-role settings are judged");
 }

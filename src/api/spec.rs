@@ -337,6 +337,8 @@ impl AcceleratorType {
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("!has(self.devicesPerPod) || self.devicesPerPod >= 1")
     .message("spec.accelerator.devicesPerPod must be at least 1"))]
+#[x_kube(validation = Rule::new("!has(self.resourceName) || (self.type == 'NVIDIA' ? self.resourceName == 'nvidia.com/gpu' : self.resourceName in ['huawei.com/Ascend910', 'huawei.com/npu'])")
+    .message("spec.accelerator.resourceName must be a device resource of the accelerator type: nvidia.com/gpu (NVIDIA), huawei.com/Ascend910 or huawei.com/npu (Ascend; huawei.com/npu on Atlas 350/850/950 SuperPoD nodes)"))]
 pub struct AcceleratorSpec {
     /// `NVIDIA` or `Ascend`.
     #[serde(rename = "type")]
@@ -356,6 +358,12 @@ pub struct AcceleratorSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 317))]
     pub scale_up_domain_key: Option<String>,
+    /// Extended resource each pod requests its devices as; default from the type:
+    /// `nvidia.com/gpu`, `huawei.com/Ascend910`. Ascend SuperPoD products (Atlas 350/850/950)
+    /// offer `huawei.com/npu`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
+    pub resource_name: Option<String>,
 }
 
 impl AcceleratorSpec {
@@ -364,9 +372,12 @@ impl AcceleratorSpec {
         self.devices_per_pod.unwrap_or(DEFAULT_DEVICES_PER_POD)
     }
 
-    /// Extended resource each pod requests (see [`AcceleratorType::device_resource`]).
-    pub fn device_resource(&self) -> &'static str {
-        self.kind.device_resource()
+    /// Extended resource each pod requests: `resourceName`, else the type's
+    /// (see [`AcceleratorType::device_resource`]).
+    pub fn device_resource(&self) -> &str {
+        self.resource_name
+            .as_deref()
+            .unwrap_or_else(|| self.kind.device_resource())
     }
 
     /// Node label naming one scale-up domain, default applied.
@@ -612,6 +623,7 @@ mod tests {
             product: None,
             devices_per_pod: None,
             scale_up_domain_key: None,
+            resource_name: None,
         }
     }
 
@@ -627,6 +639,11 @@ mod tests {
         );
         let ascend = accelerator(AcceleratorType::Ascend);
         assert_eq!(ascend.device_resource(), "huawei.com/Ascend910");
+        let superpod = AcceleratorSpec {
+            resource_name: Some("huawei.com/npu".into()),
+            ..accelerator(AcceleratorType::Ascend)
+        };
+        assert_eq!(superpod.device_resource(), "huawei.com/npu");
         assert_eq!(ascend.scale_up_domain_key(), "huawei.com/super-pod-id");
         assert_eq!(
             ascend.node_selector(),

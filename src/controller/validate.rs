@@ -465,12 +465,34 @@ fn validate_scheduling(scheduling: &crate::api::SchedulingSpec, errors: &mut Vec
     }
 }
 
+/// Device resources each accelerator type's pods may request (`spec.accelerator.resourceName`).
+pub fn device_resources(kind: AcceleratorType) -> &'static [&'static str] {
+    match kind {
+        AcceleratorType::Nvidia => &["nvidia.com/gpu"],
+        AcceleratorType::Ascend => &["huawei.com/Ascend910", "huawei.com/npu"],
+    }
+}
+
 /// Returns devicesPerPod when it is usable for the per-role divisibility checks.
 fn validate_accelerator(
     accelerator: &AcceleratorSpec,
     limits: &DeviceLimits,
     errors: &mut Vec<FieldError>,
 ) -> Option<i32> {
+    if let Some(resource) = accelerator
+        .resource_name
+        .as_deref()
+        .filter(|r| !device_resources(accelerator.kind).contains(r))
+    {
+        errors.push(FieldError::new(
+            "spec.accelerator.resourceName",
+            format_args!(
+                "is {resource:?}, not a device resource of {} nodes; use one of {}",
+                kind_name(accelerator.kind),
+                device_resources(accelerator.kind).join(", ")
+            ),
+        ));
+    }
     if let Some(product) = accelerator
         .product
         .as_deref()

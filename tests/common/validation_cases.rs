@@ -153,6 +153,30 @@ pub fn cases() -> Vec<Case> {
             Invalid("spec.runtime.commit")
         ),
         case!(
+            "Ascend SuperPoD devices as huawei.com/npu",
+            ascend,
+            |s| s["accelerator"]["resourceName"] = json!("huawei.com/npu"),
+            Valid
+        ),
+        case!(
+            "Ascend devices under the default resource named explicitly",
+            ascend,
+            |s| s["accelerator"]["resourceName"] = json!("huawei.com/Ascend910"),
+            Valid
+        ),
+        case!(
+            "NVIDIA asking for Ascend devices",
+            nvidia,
+            |s| s["accelerator"]["resourceName"] = json!("huawei.com/npu"),
+            Invalid("spec.accelerator.resourceName")
+        ),
+        case!(
+            "Ascend asking for an unknown device resource",
+            ascend,
+            |s| s["accelerator"]["resourceName"] = json!("huawei.com/Ascend310P"),
+            Invalid("spec.accelerator.resourceName")
+        ),
+        case!(
             "per-role runtime settings for roles of the spec",
             nvidia,
             |s| {

@@ -39,9 +39,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
 use serde::Serialize;
 
-use crate::api::{
-    labels, AcceleratorType, DeepInferDeploymentSpec, RoleSpec, ACCEPTED_POD_CONDITION,
-};
+use crate::api::{labels, DeepInferDeploymentSpec, RoleSpec, ACCEPTED_POD_CONDITION};
 pub use crate::controller::validate::ValidatedDeployment;
 
 /// Where the checkpoint volume is mounted in engine containers.
@@ -308,13 +306,10 @@ fn env_field(name: &str, path: &str) -> EnvVar {
 }
 
 /// Tolerations for the taints device plugins commonly put on accelerator nodes.
-fn tolerations(kind: AcceleratorType) -> Vec<Toleration> {
-    let key = match kind {
-        AcceleratorType::Nvidia => "nvidia.com/gpu",
-        AcceleratorType::Ascend => "huawei.com/Ascend910",
-    };
+/// Tolerates the taint accelerator nodes carry under their device resource's name.
+fn tolerations(device_resource: &str) -> Vec<Toleration> {
     vec![Toleration {
-        key: Some(key.into()),
+        key: Some(device_resource.into()),
         operator: Some("Exists".into()),
         effect: Some("NoSchedule".into()),
         ..Toleration::default()

@@ -202,7 +202,7 @@ pub(super) fn engine_pod_spec(
         containers: vec![container],
         volumes: Some(vec![checkpoint_volume(claim, true), shm_volume()]),
         node_selector: Some(spec.accelerator.node_selector()),
-        tolerations: Some(tolerations(spec.accelerator.kind)),
+        tolerations: Some(tolerations(spec.accelerator.device_resource())),
         // One pod is inside one domain by definition; requiring the label would also keep
         // single-node groups off nodes that carry no domain label (e.g. plain 8-GPU boards).
         affinity: (shape.pods > 1).then(|| Affinity {

@@ -928,3 +928,21 @@ fn per_role_runtime_settings_reach_only_their_roles_engines() {
     plain.runtime.roles.clear();
     assert_ne!(before, revision(&plain), "per-role settings are judged");
 }
+
+#[test]
+fn ascend_superpod_pods_request_their_devices_as_huawei_com_npu() {
+    let d = did(
+        json!({"type": "Ascend", "devicesPerPod": 16, "resourceName": "huawei.com/npu"}),
+        json!([{"name": "worker", "replicas": 1, "parallel": {"tensor": 32}}]),
+    );
+    for pod in group_pods(&d, &d.spec.roles[0], 0, "r") {
+        let res = pod.spec.expect("spec").containers[0]
+            .resources
+            .clone()
+            .expect("resources");
+        for side in [res.requests.expect("requests"), res.limits.expect("limits")] {
+            assert_eq!(side["huawei.com/npu"].0, "16");
+            assert!(!side.contains_key("huawei.com/Ascend910"));
+        }
+    }
+}

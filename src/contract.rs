@@ -93,6 +93,8 @@ pub mod env {
     pub const POD_NAME: &str = "POD_NAME";
     /// The pod's IP (downward API).
     pub const POD_IP: &str = "POD_IP";
+    /// The group's HCCL rank table (Ascend serving groups).
+    pub const RANK_TABLE_FILE: &str = "RANK_TABLE_FILE";
 }
 
 /// The environment of every engine container, serving and acceptance alike.
@@ -117,6 +119,7 @@ pub const ENV: &[Item] = &[
     required(env::MASTER_PORT),
     required(env::POD_NAME),
     required(env::POD_IP),
+    optional(env::RANK_TABLE_FILE),
 ];
 
 /// Placeholders of the acceptance command template.

@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
 use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
@@ -844,6 +844,7 @@ async fn workers(
         .collect();
     let buildable: BTreeSet<String> = specs.keys().cloned().collect();
     let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+    let configmaps_api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
     let mut statuses = Vec::new();
     let mut progress = Vec::new();
     let mut groups_kept: Vec<(String, String, i32)> = Vec::new();
@@ -977,6 +978,13 @@ async fn workers(
                             let group = build::group_pod_group(at, role_at, revision, *index);
                             apply::apply_if_changed(&pod_groups_api, &group, None).await?;
                         }
+                        // The rank table the pods mount exists before them (it says
+                        // "initializing" until every rank is allocated).
+                        if build::uses_rank_tables(&at.spec) {
+                            let table =
+                                build::rank_table_configmap(at, role_at, revision, *index, &[]);
+                            apply::apply_if_changed(&configmaps_api, &table, None).await?;
+                        }
                         for pod in build::group_pods(at, role_at, *index, revision) {
                             apply::apply_if_changed(&pods_api, &pod, None).await?;
                         }
@@ -1016,6 +1024,9 @@ async fn workers(
             .cloned()
             .collect();
         apply::apply_all(&svc_api, &build::services(did, &groups_kept), &existing).await?;
+        // Rank tables of the kept groups, from their pods' device allocations as observed.
+        let tables = build::rank_tables(&specs, &groups_kept, &observed.workers);
+        apply::apply_all(&configmaps_api, &tables, &observed.rank_tables).await?;
         if did.pod_groups {
             let serving: Vec<PodGroup> = observed
                 .pod_groups

@@ -36,6 +36,8 @@ pub struct Observed {
     pub claim_phase: Option<Option<String>>,
     /// The ConfigMap named by `spec.acceptance.promptsFrom`, if set and present.
     pub prompts: Option<ConfigMap>,
+    /// HCCL rank table ConfigMaps of serving groups (Ascend).
+    pub rank_tables: Vec<ConfigMap>,
 }
 
 fn owned_by(
@@ -59,8 +61,31 @@ where
         + DeserializeOwned
         + std::fmt::Debug,
 {
+    list_owned_with(ctx, ns, deployment, uid, None).await
+}
+
+/// As [`list_owned_by`], narrowed to the objects whose component label is `component` (so that
+/// no other object of the kind, e.g. large evidence ConfigMaps, is read).
+async fn list_owned_with<K>(
+    ctx: &Context,
+    ns: &str,
+    deployment: &str,
+    uid: &str,
+    component: Option<&str>,
+) -> Result<Vec<K>, Error>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + k8s_openapi::Resource
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug,
+{
     let api: Api<K> = Api::namespaced(ctx.client.clone(), ns);
-    let lp = ListParams::default().labels(&format!("{}={deployment}", labels::DEPLOYMENT));
+    let mut selector = format!("{}={deployment}", labels::DEPLOYMENT);
+    if let Some(component) = component {
+        selector.push_str(&format!(",{}={component}", labels::COMPONENT));
+    }
+    let lp = ListParams::default().labels(&selector);
     let items = api
         .list(&lp)
         .await
@@ -68,7 +93,7 @@ where
             Error::api(
                 "list",
                 <K as k8s_openapi::Resource>::KIND,
-                &format!("{ns}/-l {}={deployment}", labels::DEPLOYMENT),
+                &format!("{ns}/-l {selector}"),
                 e,
             )
         })?
@@ -157,6 +182,10 @@ pub async fn observe(
         services: list_owned_by(ctx, &ns, &name, &uid).await?,
         budgets: list_owned_by(ctx, &ns, &name, &uid).await?,
         revisions: list_owned_by(ctx, &ns, &name, &uid).await?,
+        rank_tables: {
+            let component = Some(crate::controller::build::RANK_TABLE_COMPONENT);
+            list_owned_with(ctx, &ns, &name, &uid, component).await?
+        },
         pod_groups: if pod_groups {
             list_owned_by(ctx, &ns, &name, &uid).await?
         } else {

@@ -9,6 +9,7 @@ mod budget;
 mod job;
 mod pod;
 mod pod_group;
+mod rank_table;
 mod revision;
 mod service;
 
@@ -17,6 +18,7 @@ pub use budget::*;
 pub use job::*;
 pub use pod::*;
 pub use pod_group::*;
+pub use rank_table::*;
 pub use revision::*;
 pub use service::*;
 

@@ -87,6 +87,9 @@ pub struct Rendezvous {
     /// PodGroup the pods belong to (`spec.schedulingGroup`), so that the scheduler binds every
     /// rank or none; `None` where groups are not PodGroups.
     pub pod_group: Option<String>,
+    /// ConfigMap holding the group's HCCL rank table (Ascend serving groups), mounted at
+    /// [`RANK_TABLE_DIR`] with `RANK_TABLE_FILE` set; `None` for groups without one.
+    pub rank_table: Option<String>,
 }
 
 impl Rendezvous {
@@ -96,6 +99,7 @@ impl Rendezvous {
         let service = group_service_name(&name, &at.role.name, at.revision, at.group);
         Self {
             pod_group: did.pod_groups.then(|| service.clone()),
+            rank_table: uses_rank_tables(&did.spec).then(|| rank_table_name(&service)),
             service,
             members: group_selector(&name, &at.role.name, at.revision, at.group),
             subdomain: true,
@@ -141,6 +145,12 @@ fn engine_env(
         env_field(var::POD_NAME, "metadata.name"),
         env_field(var::POD_IP, "status.podIP"),
     ];
+    if rendezvous.rank_table.is_some() {
+        out.push(env(
+            var::RANK_TABLE_FILE,
+            format!("{RANK_TABLE_DIR}/{RANK_TABLE_KEY}"),
+        ));
+    }
     out.extend(spec.runtime.env.iter().cloned());
     if let Some(own) = spec.runtime.role_runtime(&at.role.name) {
         out.extend(own.env.iter().cloned());
@@ -190,17 +200,32 @@ pub(super) fn engine_pod_spec(
                 ..Default::default()
             },
         ]),
-        volume_mounts: Some(vec![
-            mount("checkpoint", MODEL_MOUNT, true),
-            mount("dshm", "/dev/shm", false),
-        ]),
+        volume_mounts: Some(
+            [
+                mount("checkpoint", MODEL_MOUNT, true),
+                mount("dshm", "/dev/shm", false),
+            ]
+            .into_iter()
+            .chain(
+                rendezvous
+                    .rank_table
+                    .as_ref()
+                    .map(|_| mount("rank-table", RANK_TABLE_DIR, true)),
+            )
+            .collect(),
+        ),
         security_context: Some(restricted_container()),
         termination_message_policy: Some("FallbackToLogsOnError".into()),
         ..Container::default()
     };
     PodSpec {
         containers: vec![container],
-        volumes: Some(vec![checkpoint_volume(claim, true), shm_volume()]),
+        volumes: Some(
+            [checkpoint_volume(claim, true), shm_volume()]
+                .into_iter()
+                .chain(rendezvous.rank_table.as_deref().map(rank_table_volume))
+                .collect(),
+        ),
         node_selector: Some(spec.accelerator.node_selector()),
         tolerations: Some(tolerations(spec.accelerator.device_resource())),
         // One pod is inside one domain by definition; requiring the label would also keep

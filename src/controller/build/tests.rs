@@ -946,3 +946,47 @@ fn ascend_superpod_pods_request_their_devices_as_huawei_com_npu() {
         }
     }
 }
+
+#[test]
+fn ascend_group_pods_mount_their_groups_rank_table_and_nvidia_pods_none() {
+    let d = did(
+        json!({"type": "Ascend", "devicesPerPod": 16}),
+        json!([{"name": "worker", "replicas": 1, "parallel": {"tensor": 32}}]),
+    );
+    for pod in group_pods(&d, &d.spec.roles[0], 0, "r") {
+        let spec = pod.spec.expect("spec");
+        let volume = spec
+            .volumes
+            .iter()
+            .flatten()
+            .find(|v| v.name == "rank-table")
+            .expect("rank table volume");
+        assert_eq!(
+            volume.config_map.as_ref().map(|c| c.name.as_str()),
+            Some("rings-config-flash-worker-r-0")
+        );
+        let engine = &spec.containers[0];
+        assert!(engine
+            .volume_mounts
+            .iter()
+            .flatten()
+            .any(|m| m.name == "rank-table" && m.mount_path == RANK_TABLE_DIR));
+        assert_eq!(
+            env_of(engine)["RANK_TABLE_FILE"],
+            "/user/serverid/devindex/config/hccl.json"
+        );
+    }
+    let nvidia = did(
+        json!({"type": "NVIDIA"}),
+        json!([{"name": "worker", "replicas": 1, "parallel": {"tensor": 16}}]),
+    );
+    for pod in group_pods(&nvidia, &nvidia.spec.roles[0], 0, "r") {
+        let spec = pod.spec.expect("spec");
+        assert!(!spec
+            .volumes
+            .iter()
+            .flatten()
+            .any(|v| v.name == "rank-table"));
+        assert!(!env_of(&spec.containers[0]).contains_key("RANK_TABLE_FILE"));
+    }
+}

@@ -64,6 +64,24 @@ struct Ran {
 }
 
 fn run(name: &str, env: &BTreeMap<String, String>) -> Ran {
+    let (command, dir) = prepare(name);
+    let out = Command::new(&command[0])
+        .args(&command[1..])
+        .env_clear()
+        .envs(env)
+        .current_dir(&dir)
+        .output()
+        .expect("the stand-in runs");
+    Ran {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        outputs: std::fs::read(dir.join(handoff::OUTPUTS_FILE)).unwrap_or_default(),
+    }
+}
+
+/// A fresh work directory with the prompts written, and the rendered command.
+fn prepare(name: &str) -> (Vec<String>, PathBuf) {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
         .join("engine-contract")
         .join(name);
@@ -82,22 +100,59 @@ fn run(name: &str, env: &BTreeMap<String, String>) -> Ran {
         .map(|s| s.to_string())
         .collect();
     template.insert(0, FAKE_ENGINE.to_string());
-    let command = engine::render_command(&template, &dir.join("model"), &prompts, &outputs);
-    let out = Command::new(&command[0])
+    let mut command = engine::render_command(&template, &dir.join("model"), &prompts, &outputs);
+    command.extend([
+        "--canned".to_string(),
+        fixtures().join("valid-2-2-2.jsonl").display().to_string(),
+    ]);
+    (command, dir)
+}
+
+#[test]
+fn given_a_rank_table_the_stand_in_engine_waits_until_it_is_completed() {
+    let (command, dir) = prepare("rank-table");
+    let table = dir.join("hccl.json");
+    std::fs::write(&table, r#"{"status": "initializing", "server_list": []}"#).unwrap();
+    let mut env = acceptance_env();
+    env.insert(
+        contract::env::RANK_TABLE_FILE.to_string(),
+        table.display().to_string(),
+    );
+    let mut child = Command::new(&command[0])
         .args(&command[1..])
-        .arg("--canned")
-        .arg(fixtures().join("valid-2-2-2.jsonl"))
         .env_clear()
-        .envs(env)
+        .envs(&env)
         .current_dir(&dir)
-        .output()
-        .expect("the stand-in runs");
-    Ran {
-        code: out.status.code(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        outputs: std::fs::read(&outputs).unwrap_or_default(),
-    }
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("the stand-in starts");
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    assert!(
+        child.try_wait().expect("status").is_none(),
+        "it waits while the table is initializing"
+    );
+    assert!(
+        !dir.join(handoff::OUTPUTS_FILE).exists(),
+        "nothing is generated before the table is complete"
+    );
+    std::fs::write(&table, r#"{"status": "completed", "server_list": []}"#).unwrap();
+    let out = child.wait_with_output().expect("it finishes");
+    assert_eq!(out.status.code(), Some(0));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("DEEPINFER_RANK_TABLE waiting for")
+            && stdout.contains("(status initializing)"),
+        "{stdout}"
+    );
+    let at = |line: &str| {
+        stdout
+            .find(line)
+            .unwrap_or_else(|| panic!("{line} missing in {stdout}"))
+    };
+    assert!(
+        at("DEEPINFER_RANK_TABLE completed") < at("DEEPINFER_EVENT loaded"),
+        "{stdout}"
+    );
 }
 
 #[test]

@@ -23,7 +23,8 @@
 //!
 //! Inside an engine container it first checks the engine contract's environment
 //! (docs/engine-contract.md) and refuses to start when a required variable is missing or the
-//! contract version differs. The optional output fields it reports (token counts, cached prefix,
+//! contract version differs; given `RANK_TABLE_FILE`, it waits until that rank table says
+//! `completed`. The optional output fields it reports (token counts, cached prefix,
 //! active requests, per-request times) are whatever its canned line holds; it measures nothing,
 //! but it prints `generation_done` only once the slowest canned `completion_seconds` (at most
 //! 10 s) has passed since `warmup_done`, as if the canned requests had run side by side.
@@ -111,6 +112,7 @@ fn run(args: &Args) -> anyhow::Result<ExitCode> {
         args.model_name.display()
     );
     check_contract_env()?;
+    wait_for_rank_table()?;
     let canned = load_canned(&args.canned)?;
     let ids = prompt_ids(&args.prompts)?;
     println!("DEEPINFER_EVENT loaded");
@@ -202,6 +204,34 @@ fn check_contract_env() -> anyhow::Result<()> {
         var(contract::env::PEERS),
     );
     Ok(())
+}
+
+/// As the contract asks of an engine given `RANK_TABLE_FILE`: waits until the rank table says
+/// `"status": "completed"` (re-reading it every 0.2 s, as a ConfigMap volume is updated in
+/// place) before anything collective starts; the acceptance timeout bounds the wait.
+fn wait_for_rank_table() -> anyhow::Result<()> {
+    let Ok(path) = std::env::var(deepinfer_operator::contract::env::RANK_TABLE_FILE) else {
+        return Ok(());
+    };
+    let mut said = false;
+    loop {
+        let status = std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
+            .and_then(|v| v["status"].as_str().map(str::to_string));
+        if status.as_deref() == Some("completed") {
+            println!("DEEPINFER_RANK_TABLE completed ({path})");
+            return Ok(());
+        }
+        if !said {
+            println!(
+                "DEEPINFER_RANK_TABLE waiting for {path} to be completed (status {})",
+                status.as_deref().unwrap_or("unreadable")
+            );
+            said = true;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 /// Where a container's service-account token is mounted when it has one.

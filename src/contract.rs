@@ -95,6 +95,12 @@ pub mod env {
     pub const POD_IP: &str = "POD_IP";
     /// The group's HCCL rank table (Ascend serving groups).
     pub const RANK_TABLE_FILE: &str = "RANK_TABLE_FILE";
+    /// Decode groups: the prefill role's Service, `host:port`.
+    pub const PREFILL_SERVICE: &str = "DEEPINFER_PREFILL_SERVICE";
+    /// Decode groups: the vision role's Service, `host:port`.
+    pub const VISION_SERVICE: &str = "DEEPINFER_VISION_SERVICE";
+    /// Decode groups: the file listing the ready prefill / vision group leaders.
+    pub const PEER_ENDPOINTS_FILE: &str = "DEEPINFER_PEER_ENDPOINTS_FILE";
 }
 
 /// The environment of every engine container, serving and acceptance alike.
@@ -120,6 +126,9 @@ pub const ENV: &[Item] = &[
     required(env::POD_NAME),
     required(env::POD_IP),
     optional(env::RANK_TABLE_FILE),
+    optional(env::PREFILL_SERVICE),
+    optional(env::VISION_SERVICE),
+    optional(env::PEER_ENDPOINTS_FILE),
 ];
 
 /// Placeholders of the acceptance command template.

@@ -1027,6 +1027,12 @@ async fn workers(
         // Rank tables of the kept groups, from their pods' device allocations as observed.
         let tables = build::rank_tables(&specs, &groups_kept, &observed.workers);
         apply::apply_all(&configmaps_api, &tables, &observed.rank_tables).await?;
+        // Where decode groups find the ready prefill / vision leaders (rewritten in place).
+        let endpoints: Vec<ConfigMap> =
+            build::peer_endpoints_configmap(did, &groups_kept, &observed.workers)
+                .into_iter()
+                .collect();
+        apply::apply_all(&configmaps_api, &endpoints, &observed.peer_endpoints).await?;
         if did.pod_groups {
             let serving: Vec<PodGroup> = observed
                 .pod_groups

@@ -38,6 +38,8 @@ pub struct Observed {
     pub prompts: Option<ConfigMap>,
     /// HCCL rank table ConfigMaps of serving groups (Ascend).
     pub rank_tables: Vec<ConfigMap>,
+    /// The ConfigMap listing the prefill / vision endpoints for decode groups.
+    pub peer_endpoints: Vec<ConfigMap>,
 }
 
 fn owned_by(
@@ -184,6 +186,10 @@ pub async fn observe(
         revisions: list_owned_by(ctx, &ns, &name, &uid).await?,
         rank_tables: {
             let component = Some(crate::controller::build::RANK_TABLE_COMPONENT);
+            list_owned_with(ctx, &ns, &name, &uid, component).await?
+        },
+        peer_endpoints: {
+            let component = Some(crate::controller::build::PEER_ENDPOINTS_COMPONENT);
             list_owned_with(ctx, &ns, &name, &uid, component).await?
         },
         pod_groups: if pod_groups {

@@ -7,6 +7,7 @@
 mod acceptance;
 mod budget;
 mod job;
+mod peers;
 mod pod;
 mod pod_group;
 mod rank_table;
@@ -16,6 +17,7 @@ mod service;
 pub use acceptance::*;
 pub use budget::*;
 pub use job::*;
+pub use peers::*;
 pub use pod::*;
 pub use pod_group::*;
 pub use rank_table::*;

@@ -145,6 +145,7 @@ fn engine_env(
         env_field(var::POD_NAME, "metadata.name"),
         env_field(var::POD_IP, "status.podIP"),
     ];
+    out.extend(decode_peer_env(did, &at.role.name));
     if rendezvous.rank_table.is_some() {
         out.push(env(
             var::RANK_TABLE_FILE,
@@ -179,6 +180,7 @@ pub(super) fn engine_pod_spec(
 ) -> PodSpec {
     let spec = &did.spec;
     let claim = &did.claim;
+    let peers = at.role.name == "decode" && decode_has_upstreams(spec);
     let container = Container {
         name: ENGINE_CONTAINER.into(),
         image: Some(spec.runtime.image_of(&at.role.name).to_string()),
@@ -212,6 +214,7 @@ pub(super) fn engine_pod_spec(
                     .as_ref()
                     .map(|_| mount("rank-table", RANK_TABLE_DIR, true)),
             )
+            .chain(peers.then(|| mount("role-endpoints", PEER_ENDPOINTS_DIR, true)))
             .collect(),
         ),
         security_context: Some(restricted_container()),
@@ -224,6 +227,7 @@ pub(super) fn engine_pod_spec(
             [checkpoint_volume(claim, true), shm_volume()]
                 .into_iter()
                 .chain(rendezvous.rank_table.as_deref().map(rank_table_volume))
+                .chain(peers.then(|| peer_endpoints_volume(&did.name_any())))
                 .collect(),
         ),
         node_selector: Some(spec.accelerator.node_selector()),

@@ -990,3 +990,73 @@ fn ascend_group_pods_mount_their_groups_rank_table_and_nvidia_pods_none() {
         assert!(!env_of(&spec.containers[0]).contains_key("RANK_TABLE_FILE"));
     }
 }
+
+#[test]
+fn decode_engines_find_the_prefill_role_through_env_and_a_file_of_ready_leaders() {
+    let d = did(
+        json!({"type": "NVIDIA"}),
+        json!([
+            {"name": "prefill", "replicas": 2, "parallel": {"tensor": 8}},
+            {"name": "decode", "replicas": 1, "parallel": {"tensor": 8}}
+        ]),
+    );
+    let engine = |role: usize| {
+        group_pods(&d, &d.spec.roles[role], 0, "r")[0]
+            .spec
+            .clone()
+            .expect("spec")
+    };
+    let (prefill, decode) = (engine(0), engine(1));
+    let env = env_of(&decode.containers[0]);
+    assert_eq!(
+        env["DEEPINFER_PREFILL_SERVICE"],
+        "flash-prefill.serving.svc:8000"
+    );
+    assert!(
+        !env.contains_key("DEEPINFER_VISION_SERVICE"),
+        "no vision role"
+    );
+    assert_eq!(
+        env["DEEPINFER_PEER_ENDPOINTS_FILE"],
+        "/deepinfer/peers/endpoints.json"
+    );
+    assert!(decode.volumes.iter().flatten().any(|v| v
+        .config_map
+        .as_ref()
+        .is_some_and(|c| c.name == "flash-role-endpoints")));
+    assert!(!env_of(&prefill.containers[0]).contains_key("DEEPINFER_PEER_ENDPOINTS_FILE"));
+    assert!(!prefill
+        .volumes
+        .iter()
+        .flatten()
+        .any(|v| v.name == "role-endpoints"));
+
+    // Two prefill groups exist; only the one whose leader is ready is listed.
+    let mut ready = group_pods(&d, &d.spec.roles[0], 0, "r")[0].clone();
+    ready.status = Some(k8s_openapi::api::core::v1::PodStatus {
+        conditions: Some(vec![k8s_openapi::api::core::v1::PodCondition {
+            type_: "Ready".into(),
+            status: "True".into(),
+            ..Default::default()
+        }]),
+        ..Default::default()
+    });
+    let unready = group_pods(&d, &d.spec.roles[0], 1, "r")[0].clone();
+    let groups = [
+        ("prefill".to_string(), "r".to_string(), 0),
+        ("prefill".to_string(), "r".to_string(), 1),
+        ("decode".to_string(), "r".to_string(), 0),
+    ];
+    let cm = peer_endpoints_configmap(&d, &groups, &[ready, unready]).expect("a file");
+    let file: serde_json::Value =
+        serde_json::from_str(&cm.data.expect("data")["endpoints.json"]).expect("JSON");
+    assert_eq!(
+        file,
+        json!({"prefill": ["rank-0.flash-prefill-r-0.serving.svc:8000"]})
+    );
+    let colocated = did(
+        json!({"type": "NVIDIA"}),
+        json!([{"name": "worker", "replicas": 1, "parallel": {"tensor": 8}}]),
+    );
+    assert!(peer_endpoints_configmap(&colocated, &[], &[]).is_none());
+}

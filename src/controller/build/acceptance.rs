@@ -227,6 +227,7 @@ pub fn acceptance_job(
         subdomain: shape.pods > 1,
         pod_group: (did.pod_groups && shape.pods > 1).then(|| names.run.clone()),
         rank_table: None,
+        role_endpoints: false,
     };
     let mut pod = engine_pod_spec(did, &at, &shape, &rendezvous);
     if rank == 0 {

@@ -36,12 +36,9 @@ pub fn decode_has_upstreams(spec: &DeepInferDeploymentSpec) -> bool {
         && spec.roles.iter().any(|r| upstream_env(&r.name).is_some())
 }
 
-/// The environment a decode engine gets: `DEEPINFER_<ROLE>_SERVICE` (the role Service, host:port)
-/// per upstream role of the spec, and `DEEPINFER_PEER_ENDPOINTS_FILE`.
-pub(super) fn decode_peer_env(did: &ValidatedDeployment, role: &str) -> Vec<EnvVar> {
-    if role != "decode" || !decode_has_upstreams(&did.spec) {
-        return Vec::new();
-    }
+/// The environment a serving decode engine gets: `DEEPINFER_<ROLE>_SERVICE` (the role Service,
+/// host:port) per upstream role of the spec, and `DEEPINFER_PEER_ENDPOINTS_FILE`.
+pub(super) fn decode_peer_env(did: &ValidatedDeployment) -> Vec<EnvVar> {
     let mut out: Vec<EnvVar> = did
         .spec
         .roles

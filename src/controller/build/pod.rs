@@ -90,6 +90,9 @@ pub struct Rendezvous {
     /// ConfigMap holding the group's HCCL rank table (Ascend serving groups), mounted at
     /// [`RANK_TABLE_DIR`] with `RANK_TABLE_FILE` set; `None` for groups without one.
     pub rank_table: Option<String>,
+    /// Whether the engines learn the prefill / vision endpoints (serving decode groups of a
+    /// disaggregated deployment; acceptance runs are not wired to serving groups).
+    pub role_endpoints: bool,
 }
 
 impl Rendezvous {
@@ -100,6 +103,7 @@ impl Rendezvous {
         Self {
             pod_group: did.pod_groups.then(|| service.clone()),
             rank_table: uses_rank_tables(&did.spec).then(|| rank_table_name(&service)),
+            role_endpoints: at.role.name == "decode" && decode_has_upstreams(&did.spec),
             service,
             members: group_selector(&name, &at.role.name, at.revision, at.group),
             subdomain: true,
@@ -145,7 +149,9 @@ fn engine_env(
         env_field(var::POD_NAME, "metadata.name"),
         env_field(var::POD_IP, "status.podIP"),
     ];
-    out.extend(decode_peer_env(did, &at.role.name));
+    if rendezvous.role_endpoints {
+        out.extend(decode_peer_env(did));
+    }
     if rendezvous.rank_table.is_some() {
         out.push(env(
             var::RANK_TABLE_FILE,
@@ -180,7 +186,7 @@ pub(super) fn engine_pod_spec(
 ) -> PodSpec {
     let spec = &did.spec;
     let claim = &did.claim;
-    let peers = at.role.name == "decode" && decode_has_upstreams(spec);
+    let peers = rendezvous.role_endpoints;
     let container = Container {
         name: ENGINE_CONTAINER.into(),
         image: Some(spec.runtime.image_of(&at.role.name).to_string()),

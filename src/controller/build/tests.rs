@@ -1030,6 +1030,18 @@ fn decode_engines_find_the_prefill_role_through_env_and_a_file_of_ready_leaders(
         .iter()
         .flatten()
         .any(|v| v.name == "role-endpoints"));
+    // The acceptance run of the decode role is not wired to serving prefill groups.
+    let names = AcceptanceNames::new("flash", "r", "t");
+    let job = acceptance_job(&d, &names, 0, "r", "operator:1").expect("job");
+    let pod = job.spec.expect("spec").template.spec.expect("pod");
+    let accept_env = env_of(&pod.containers[0]);
+    assert_eq!(accept_env["DEEPINFER_ROLE"], "decode");
+    assert!(!accept_env.contains_key("DEEPINFER_PREFILL_SERVICE"));
+    assert!(!pod
+        .volumes
+        .iter()
+        .flatten()
+        .any(|v| v.name == "role-endpoints"));
 
     // Two prefill groups exist; only the one whose leader is ready is listed.
     let mut ready = group_pods(&d, &d.spec.roles[0], 0, "r")[0].clone();

@@ -38,15 +38,20 @@ pub enum Command {
     InstallRunner(InstallRunnerArgs),
 }
 
-/// `check` arguments.
+/// `check` arguments: re-judge outputs (`--acceptance` with `--outputs`), or print the
+/// measurement sheet of a kept run (`--sheet`).
 #[derive(Args, Debug)]
 pub struct CheckArgs {
     /// YAML of a `spec.acceptance` section.
-    #[arg(long)]
-    pub acceptance: PathBuf,
+    #[arg(long, required_unless_present = "sheet", requires = "outputs")]
+    pub acceptance: Option<PathBuf>,
     /// The engine's JSON lines (one object per prompt).
-    #[arg(long)]
-    pub outputs: PathBuf,
+    #[arg(long, requires = "acceptance")]
+    pub outputs: Option<PathBuf>,
+    /// Print the measurement sheet of a kept run: the evidence ConfigMap (YAML or JSON, as
+    /// `kubectl get configmap -o yaml` prints it), its `manifest.json`, or a directory holding it.
+    #[arg(long, conflicts_with_all = ["acceptance", "outputs"])]
+    pub sheet: Option<PathBuf>,
 }
 
 /// `install-runner` arguments.

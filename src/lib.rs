@@ -8,6 +8,7 @@ pub mod acceptance;
 pub mod api;
 pub mod checkpoint;
 pub mod cli;
+pub mod contract;
 pub mod controller;
 pub mod leader;
 pub mod metrics;

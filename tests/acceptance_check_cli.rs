@@ -82,3 +82,102 @@ fn bad_input_exits_two_naming_file_line_and_field() {
     assert_eq!(code, 2);
     assert!(stderr.contains("missing.yaml"), "{stderr}");
 }
+
+#[test]
+fn the_sheet_of_kept_evidence_is_printed_as_a_table_and_bad_evidence_is_named() {
+    use deepinfer_operator::acceptance::{self, engine_io, manifest};
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("check-sheet");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (spec, compiled) = acceptance::load_spec(Path::new(&fixture("acceptance.yaml"))).unwrap();
+    let outputs = std::fs::read(fixture("valid-2-2-2.jsonl")).unwrap();
+    let parsed = engine_io::parse_outputs(&outputs);
+    let verdicts = compiled.judge(&parsed);
+    let ids: Vec<String> = compiled.prompt_ids().map(str::to_string).collect();
+    let identity = manifest::RunIdentity {
+        deployment: Some("plan".into()),
+        revision: "r1".into(),
+        layout: acceptance::parse_layout("tensor=8").unwrap(),
+        requested_tokens: spec
+            .prompts
+            .iter()
+            .filter_map(|p| Some((p.id.clone(), p.max_tokens?)))
+            .collect(),
+        ..Default::default()
+    };
+    let facts = manifest::RunFacts {
+        result: manifest::AcceptanceResult::Passed,
+        reason: "all 4 prompts passed".into(),
+        devices: Default::default(),
+        engine: manifest::EngineRecord {
+            command: vec![],
+            exit: acceptance::engine::EngineExit::Exited { code: 0 },
+            timeout_seconds: 60,
+        },
+        timings: acceptance::engine::Timings::from_markers(
+            [
+                ("loaded".to_string(), 20.0),
+                ("warmup_done".to_string(), 25.0),
+                ("generation_done".to_string(), 27.0),
+            ]
+            .into(),
+            28.0,
+            true,
+        ),
+    };
+    let m = manifest::build_manifest(&identity, facts, &ids, &parsed, &verdicts);
+    let kept = dir.join("manifest.json");
+    std::fs::write(&kept, serde_json::to_vec(&m).unwrap()).unwrap();
+
+    let out = Command::new(BIN)
+        .args(["check", "--sheet", kept.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let sheet = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        sheet.contains(
+            "Phases:    load 20.000 s | warm-up 5.000 s | measured 2.000 s | total 28.000 s"
+        ),
+        "{sheet}"
+    );
+    assert!(
+        sheet.contains("Capacity:  42 output tokens/s, 2 prompts/s over the measured interval | per-request completion time: mean 0.270 s, max 0.580 s"),
+        "{sheet}"
+    );
+    assert!(
+        sheet
+            .lines()
+            .any(|l| l.split(" | ").map(str::trim).collect::<Vec<_>>()
+                == [
+                    "total (4 prompts)",
+                    "4 passed",
+                    "203",
+                    "24",
+                    "368",
+                    "84",
+                    "53",
+                    "peak 4",
+                    "",
+                    "max 0.580 s"
+                ]),
+        "{sheet}"
+    );
+
+    let out = Command::new(BIN)
+        .args(["check", "--sheet", fixture("acceptance.yaml").as_str()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        stderr.contains("acceptance.yaml: not an acceptance manifest"),
+        "{stderr}"
+    );
+
+    let out = Command::new(BIN).args(["check"]).output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "check needs --acceptance or --sheet"
+    );
+}

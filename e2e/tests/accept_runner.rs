@@ -113,8 +113,9 @@ async fn accept(name: &str, canned: &str, mode: &str, timeout_seconds: i32) -> R
 
 fn check(outputs: &str) -> Vec<Verdict> {
     let args = CheckArgs {
-        acceptance: fixtures().join("acceptance.yaml"),
-        outputs: fixtures().join(outputs),
+        acceptance: Some(fixtures().join("acceptance.yaml")),
+        outputs: Some(fixtures().join(outputs)),
+        sheet: None,
     };
     acceptance::check_verdicts(&args).expect("fixture is good input")
 }
@@ -187,6 +188,36 @@ async fn manifest_records_the_configuration_and_timings() {
     assert_eq!(m["tokens"]["completionTokens"], 52 + 7 + 8 + 17);
     assert_eq!(m["tokens"]["acceptedTokens"], 33 + 4 + 5 + 11);
     assert_eq!(m["prompts"][0]["finishReason"], "stop");
+    // The measurement sheet's items: what the spec asked for, what the engine reported.
+    assert_eq!(m["prompts"][0]["requestedTokens"], 256);
+    assert_eq!(m["prompts"][0]["cachedTokens"], 12);
+    assert_eq!(m["prompts"][0]["activeRequests"], 4);
+    assert_eq!(m["prompts"][0]["completionSeconds"], 0.58);
+    assert_eq!(m["tokens"]["cachedTokens"], 12 + 12);
+    assert_eq!(m["tokens"]["peakActiveRequests"], 4);
+    assert_eq!(m["tokens"]["maxCompletionSeconds"], 0.58);
+    assert!(m["tokens"]["requestsPerSecond"].is_f64(), "{}", m["tokens"]);
+    let sheet = acceptance::sheet::render(
+        &acceptance::sheet::load_manifest(&run.evidence).expect("the kept manifest loads"),
+    );
+    println!("{sheet}");
+    let table: Vec<&str> = sheet
+        .lines()
+        .filter(|l| {
+            ["shot-", "title-card", "timeline", "total"]
+                .iter()
+                .any(|p| l.starts_with(p))
+        })
+        .collect();
+    assert_eq!(table.len(), 5, "{sheet}");
+    for row in table {
+        assert!(
+            !row.contains(acceptance::sheet::NOT_REPORTED),
+            "the stand-in reports every per-prompt item: {row}"
+        );
+    }
+    assert!(sheet.contains("Capacity:  "), "{sheet}");
+    assert!(!sheet.contains("output tokens/s, not reported"), "{sheet}");
     assert_eq!(m["truncated"], serde_json::json!([]));
     let log = String::from_utf8(run.file("engine.log")).unwrap();
     assert!(log.contains("DEEPINFER_EVENT warmup_done"), "{log}");

@@ -183,6 +183,64 @@ async fn gpu_a_passing_revision_goes_ready_and_only_then_gets_workers_and_traffi
         "manifest records the image digest"
     );
     assert_eq!(evidence.owner_references()[0].name, "plan");
+    // The stand-in engine started only after checking the engine contract's environment.
+    assert!(
+        data["engine.log"].contains(&format!(
+            "DEEPINFER_CONTRACT version={} role=worker group=0 rank=0 pods=1 world=8",
+            deepinfer_operator::contract::VERSION
+        )),
+        "{}",
+        data["engine.log"]
+    );
+    // The kept evidence prints the full measurement sheet, as a user gets it with kubectl.
+    let kept = std::env::temp_dir().join(format!("{}-evidence.yaml", ns.name));
+    std::fs::write(&kept, serde_yaml::to_string(&evidence).expect("YAML")).expect("written");
+    let out = std::process::Command::new(deepinfer_e2e::operator_process::binary())
+        .args(["check", "--sheet"])
+        .arg(&kept)
+        .output()
+        .expect("check --sheet runs");
+    let _ = std::fs::remove_file(&kept);
+    let sheet = String::from_utf8_lossy(&out.stdout).into_owned();
+    println!("{sheet}");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        sheet.starts_with(&format!(
+            "Measurement sheet: plan revision {}",
+            acc.revision
+        )),
+        "{sheet}"
+    );
+    assert!(
+        sheet.contains("Hardware:  8 devices in the group"),
+        "{sheet}"
+    );
+    let rows: Vec<&str> = sheet
+        .lines()
+        .filter(|l| {
+            ["shot-", "title-card", "timeline", "total"]
+                .iter()
+                .any(|p| l.starts_with(p))
+        })
+        .collect();
+    assert_eq!(rows.len(), 5, "four prompts and the total: {sheet}");
+    for line in rows.iter().chain(
+        sheet
+            .lines()
+            .filter(|l| l.starts_with("Phases") || l.starts_with("Capacity"))
+            .collect::<Vec<_>>()
+            .iter(),
+    ) {
+        assert!(
+            !line.contains(deepinfer_operator::acceptance::sheet::NOT_REPORTED),
+            "every item is reported: {line}"
+        );
+    }
     op.stop().await;
     monitor.assert_clean().await;
 }

@@ -48,6 +48,33 @@ pub struct DeviceInventory {
     pub visible_devices: BTreeMap<String, String>,
 }
 
+impl DeviceInventory {
+    /// How many devices the container saw: `nvidia-smi`'s rows, else the first visible-devices
+    /// variable's comma-separated entries; `None` when neither names them one by one (`npu-smi`'s
+    /// table, `all`, nothing at all).
+    pub fn count_seen(&self) -> Option<usize> {
+        if !self.devices.is_empty() {
+            return Some(self.devices.len());
+        }
+        if self.source != "env" {
+            return None;
+        }
+        let listed = VISIBLE_DEVICES_ENV
+            .iter()
+            .find_map(|k| self.visible_devices.get(*k))?;
+        let entries: Vec<&str> = listed
+            .split(',')
+            .map(str::trim)
+            .filter(|e| !e.is_empty())
+            .collect();
+        let named = !entries.is_empty()
+            && entries
+                .iter()
+                .all(|e| !matches!(e.to_ascii_lowercase().as_str(), "all" | "none" | "void"));
+        named.then_some(entries.len())
+    }
+}
+
 /// Parses `nvidia-smi --query-gpu=index,name,uuid,memory.total --format=csv,noheader`.
 pub fn parse_nvidia_smi(csv: &str) -> Vec<Device> {
     csv.lines()
@@ -145,6 +172,31 @@ async fn tool_output(program: &str, args: &[&str]) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn devices_seen_are_counted_only_when_named_one_by_one() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        let listed = inventory_from(None, None, env(&[("ASCEND_VISIBLE_DEVICES", "0,1,2,3")]));
+        assert_eq!(listed.count_seen(), Some(4));
+        let all = inventory_from(None, None, env(&[("NVIDIA_VISIBLE_DEVICES", "all")]));
+        assert_eq!(all.count_seen(), None);
+        let smi = inventory_from(
+            Some("0, NVIDIA H200, GPU-a, 143771 MiB\n1, NVIDIA H200, GPU-b, 143771 MiB\n"),
+            None,
+            env(&[("NVIDIA_VISIBLE_DEVICES", "all")]),
+        );
+        assert_eq!(smi.count_seen(), Some(2));
+        let npu = inventory_from(None, Some("+---+ table"), env(&[]));
+        assert_eq!(npu.count_seen(), None);
+        assert_eq!(inventory_from(None, None, env(&[])).count_seen(), None);
+    }
 
     #[test]
     fn nvidia_smi_rows_become_devices() {

@@ -10,27 +10,29 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt as _};
 
+use crate::contract::{self, placeholder};
+
 /// DeepInfer's offline example with an explicit local model directory and structured-output checks.
 pub const DEFAULT_COMMAND: [&str; 9] = [
     "python3",
     "/opt/deepinfer/examples/offline_inference.py",
     "--model_name",
-    "{model_dir}",
+    placeholder::MODEL_DIR,
     "--prompts",
-    "{prompts_file}",
+    placeholder::PROMPTS_FILE,
     "--output",
-    "{outputs_file}",
+    placeholder::OUTPUTS_FILE,
     "--check_structured_output",
 ];
 
 /// Prefix of the engine's event lines (stdout or stderr): `DEEPINFER_EVENT <name>`.
-pub const EVENT_PREFIX: &str = "DEEPINFER_EVENT ";
+pub const EVENT_PREFIX: &str = contract::event::PREFIX;
 /// Event: weights are loaded.
-pub const EVENT_LOADED: &str = "loaded";
+pub const EVENT_LOADED: &str = contract::event::LOADED;
 /// Event: warm-up finished; the measured interval starts.
-pub const EVENT_WARMUP_DONE: &str = "warmup_done";
+pub const EVENT_WARMUP_DONE: &str = contract::event::WARMUP_DONE;
 /// Event: every prompt is generated; the measured interval ends (else it ends at exit).
-pub const EVENT_GENERATION_DONE: &str = "generation_done";
+pub const EVENT_GENERATION_DONE: &str = contract::event::GENERATION_DONE;
 
 /// Engine log kept in memory (the tail).
 pub const LOG_TAIL_BYTES: usize = 256 * 1024;
@@ -50,9 +52,9 @@ pub fn render_command(
     template
         .iter()
         .map(|arg| {
-            arg.replace("{model_dir}", &model_dir.to_string_lossy())
-                .replace("{prompts_file}", &prompts_file.to_string_lossy())
-                .replace("{outputs_file}", &outputs_file.to_string_lossy())
+            arg.replace(placeholder::MODEL_DIR, &model_dir.to_string_lossy())
+                .replace(placeholder::PROMPTS_FILE, &prompts_file.to_string_lossy())
+                .replace(placeholder::OUTPUTS_FILE, &outputs_file.to_string_lossy())
         })
         .collect()
 }

@@ -1,4 +1,4 @@
-//! The engine's input/output contract (docs/acceptance.md): prompts go in as JSON lines, one
+//! The engine's input/output contract (docs/engine-contract.md): prompts go in as JSON lines, one
 //! object per prompt; outputs come back as JSON lines, one object per prompt.
 
 use serde::{Deserialize, Serialize};
@@ -80,12 +80,24 @@ pub struct OutputLine {
     /// Tokens in the prompt.
     #[serde(default)]
     pub prompt_tokens: Option<u64>,
+    /// Prompt tokens served from the prefix (KV) cache.
+    #[serde(default)]
+    pub cached_tokens: Option<u64>,
     /// Tokens generated.
     #[serde(default)]
     pub completion_tokens: Option<u64>,
     /// Draft tokens accepted by speculative decoding (MTP), when the engine reports them.
     #[serde(default)]
     pub accepted_tokens: Option<u64>,
+    /// Requests in flight in the engine when this one was admitted (itself included).
+    #[serde(default)]
+    pub active_requests: Option<u64>,
+    /// Seconds from admission to the first generated token.
+    #[serde(default)]
+    pub first_token_seconds: Option<f64>,
+    /// Seconds from admission to the last generated token (the request's completion time).
+    #[serde(default)]
+    pub completion_seconds: Option<f64>,
 }
 
 /// An output with the 1-based line it came from.

@@ -153,26 +153,60 @@ pub struct PromptRecord {
     pub line: Option<usize>,
     /// Finish reason reported.
     pub finish_reason: Option<String>,
+    /// Output tokens the spec asked for (`maxTokens`); `None` when the spec left it to the
+    /// engine's default.
+    #[serde(default)]
+    pub requested_tokens: Option<i32>,
     /// Prompt tokens reported.
     pub prompt_tokens: Option<u64>,
+    /// Prompt tokens served from the prefix cache, as reported.
+    #[serde(default)]
+    pub cached_tokens: Option<u64>,
     /// Completion tokens reported.
     pub completion_tokens: Option<u64>,
     /// Speculative-decoding accepted tokens reported.
     pub accepted_tokens: Option<u64>,
+    /// Requests in flight when this one was admitted, as reported.
+    #[serde(default)]
+    pub active_requests: Option<u64>,
+    /// Seconds from admission to the first token, as reported.
+    #[serde(default)]
+    pub first_token_seconds: Option<f64>,
+    /// Seconds from admission to the last token (the request's completion time), as reported.
+    #[serde(default)]
+    pub completion_seconds: Option<f64>,
 }
 
 /// Token totals; a total is `None` unless every output reported that count.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct TokenTotals {
+    /// Sum of requested output tokens (every prompt set `maxTokens`).
+    #[serde(default)]
+    pub requested_tokens: Option<u64>,
     /// Sum of prompt tokens.
     pub prompt_tokens: Option<u64>,
+    /// Sum of cached prompt tokens.
+    #[serde(default)]
+    pub cached_tokens: Option<u64>,
     /// Sum of completion tokens.
     pub completion_tokens: Option<u64>,
     /// Sum of accepted tokens.
     pub accepted_tokens: Option<u64>,
-    /// Completion tokens per second of the measured interval, when both are known.
+    /// Most requests in flight at any admission.
+    #[serde(default)]
+    pub peak_active_requests: Option<u64>,
+    /// Capacity: completion tokens per second of the measured interval, when both are known.
     pub completion_tokens_per_second: Option<f64>,
+    /// Capacity: prompts per second of the measured interval, when it is known.
+    #[serde(default)]
+    pub requests_per_second: Option<f64>,
+    /// Mean per-request completion time.
+    #[serde(default)]
+    pub mean_completion_seconds: Option<f64>,
+    /// Longest per-request completion time.
+    #[serde(default)]
+    pub max_completion_seconds: Option<f64>,
 }
 
 /// An evidence key that was cut to fit the ConfigMap.
@@ -252,11 +286,15 @@ pub struct RunIdentity {
     pub layout: ParallelSpec,
     /// Start time (RFC 3339).
     pub started_at: String,
+    /// Output tokens each prompt asked for (`maxTokens`), by prompt id; prompts that left it to
+    /// the engine are absent.
+    pub requested_tokens: std::collections::BTreeMap<String, i32>,
 }
 
 /// Per-prompt records and token totals from the outputs and verdicts.
 pub fn prompt_records(
     prompt_ids: &[String],
+    requested: &std::collections::BTreeMap<String, i32>,
     parsed: &ParsedOutputs,
     verdicts: &[Verdict],
 ) -> Vec<PromptRecord> {
@@ -273,15 +311,20 @@ pub fn prompt_records(
     prompt_ids
         .iter()
         .map(|id| {
-            let output = first_output.get(id.as_str());
+            let output = first_output.get(id.as_str()).map(|o| &o.output);
             PromptRecord {
                 id: id.clone(),
                 passed: passed.contains(id.as_str()),
-                line: output.map(|o| o.line),
-                finish_reason: output.map(|o| o.output.finish_reason.clone()),
-                prompt_tokens: output.and_then(|o| o.output.prompt_tokens),
-                completion_tokens: output.and_then(|o| o.output.completion_tokens),
-                accepted_tokens: output.and_then(|o| o.output.accepted_tokens),
+                line: first_output.get(id.as_str()).map(|o| o.line),
+                finish_reason: output.map(|o| o.finish_reason.clone()),
+                requested_tokens: requested.get(id).copied(),
+                prompt_tokens: output.and_then(|o| o.prompt_tokens),
+                cached_tokens: output.and_then(|o| o.cached_tokens),
+                completion_tokens: output.and_then(|o| o.completion_tokens),
+                accepted_tokens: output.and_then(|o| o.accepted_tokens),
+                active_requests: output.and_then(|o| o.active_requests),
+                first_token_seconds: output.and_then(|o| o.first_token_seconds),
+                completion_seconds: output.and_then(|o| o.completion_seconds),
             }
         })
         .collect()
@@ -296,19 +339,41 @@ pub fn token_totals(records: &[PromptRecord], measured_seconds: Option<f64>) -> 
             .map(f)
             .try_fold(0u64, |acc, n| acc.checked_add(n?))
     }
-    let completion = total(records, |r| r.completion_tokens);
-    let rate = match (completion, measured_seconds) {
-        (Some(tokens), Some(secs)) if secs > 0.0 => {
-            Some((tokens as f64 / secs * 100.0).round() / 100.0)
-        }
+    /// Every prompt's value, or `None` when one did not report it (or there are none).
+    fn every<T: Copy>(
+        records: &[PromptRecord],
+        f: impl Fn(&PromptRecord) -> Option<T>,
+    ) -> Option<Vec<T>> {
+        let values: Option<Vec<T>> = records.iter().map(f).collect();
+        values.filter(|v| !v.is_empty())
+    }
+    let per_second = |count: Option<u64>| match (count, measured_seconds) {
+        (Some(n), Some(secs)) if secs > 0.0 => Some(round_to(n as f64 / secs, 100.0)),
         _ => None,
     };
+    let completion = total(records, |r| r.completion_tokens);
+    let times = every(records, |r| r.completion_seconds.filter(|s| s.is_finite()));
     TokenTotals {
+        requested_tokens: total(records, |r| {
+            r.requested_tokens.and_then(|n| u64::try_from(n).ok())
+        }),
         prompt_tokens: total(records, |r| r.prompt_tokens),
+        cached_tokens: total(records, |r| r.cached_tokens),
         completion_tokens: completion,
         accepted_tokens: total(records, |r| r.accepted_tokens),
-        completion_tokens_per_second: rate,
+        peak_active_requests: every(records, |r| r.active_requests)
+            .and_then(|v| v.into_iter().max()),
+        completion_tokens_per_second: per_second(completion),
+        requests_per_second: per_second(u64::try_from(records.len()).ok().filter(|n| *n > 0)),
+        mean_completion_seconds: times
+            .as_ref()
+            .map(|t| round_to(t.iter().sum::<f64>() / t.len() as f64, 1000.0)),
+        max_completion_seconds: times.map(|t| t.into_iter().fold(f64::MIN, f64::max)),
     }
+}
+
+fn round_to(value: f64, scale: f64) -> f64 {
+    (value * scale).round() / scale
 }
 
 /// The `sha256:<hex>` digest of an image reference.
@@ -349,7 +414,7 @@ pub fn build_manifest(
         engine,
         timings,
     } = facts;
-    let prompts = prompt_records(prompt_ids, parsed, verdicts);
+    let prompts = prompt_records(prompt_ids, &identity.requested_tokens, parsed, verdicts);
     let tokens = token_totals(&prompts, timings.measured_seconds);
     Manifest {
         deployment: identity.deployment.clone(),

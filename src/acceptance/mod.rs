@@ -12,6 +12,7 @@ pub mod handoff;
 pub mod manifest;
 pub mod rules;
 pub mod runner;
+pub mod sheet;
 
 use std::path::{Path, PathBuf};
 
@@ -188,6 +189,10 @@ pub async fn run_engine(args: handoff::RunEngineArgs) -> anyhow::Result<i32> {
 
 /// Runs `check`; returns the process exit code (0 all pass, 1 any fail, 2 bad input).
 pub fn check(args: &crate::cli::CheckArgs) -> anyhow::Result<i32> {
+    if let Some(kept) = &args.sheet {
+        print!("{}", sheet::render(&sheet::load_manifest(kept)?));
+        return Ok(0);
+    }
     let verdicts = check_verdicts(args)?;
     for v in &verdicts {
         println!("{}", v.line());
@@ -201,8 +206,11 @@ pub fn check(args: &crate::cli::CheckArgs) -> anyhow::Result<i32> {
 
 /// The verdicts `check` prints; `Err` is bad input.
 pub fn check_verdicts(args: &crate::cli::CheckArgs) -> anyhow::Result<Vec<Verdict>> {
-    let (_, compiled) = load_spec(&args.acceptance)?;
-    judge_file(&compiled, &args.outputs)
+    let (Some(acceptance), Some(outputs)) = (&args.acceptance, &args.outputs) else {
+        anyhow::bail!("check: give --acceptance FILE and --outputs FILE (or --sheet EVIDENCE)");
+    };
+    let (_, compiled) = load_spec(acceptance)?;
+    judge_file(&compiled, outputs)
 }
 
 #[cfg(test)]

@@ -118,6 +118,11 @@ async fn execute(args: &AcceptArgs) -> (AcceptanceSummary, i32) {
         model_dir: args.model_dir.display().to_string(),
         layout: args.identity.layout.clone(),
         started_at,
+        requested_tokens: spec
+            .prompts
+            .iter()
+            .filter_map(|p| Some((p.id.clone(), p.max_tokens?)))
+            .collect(),
     };
     let facts = RunFacts {
         result,

@@ -83,6 +83,8 @@ macro_rules! cel_root_devices_per_pod {
         .message("spec.roles[].parallel: the world size (tensor × pipeline × data) of every role must be a multiple of spec.accelerator.devicesPerPod; change the layout or devicesPerPod"),
     validation = Rule::new(concat!(cel_devices_per_pod!(), " <= (self.accelerator.type == 'NVIDIA' ? 8 : 16)"))
         .message("spec.accelerator.devicesPerPod exceeds the devices one node of this accelerator type has (NVIDIA: 8, Ascend: 16); lower it and add pods per group instead"),
+    validation = Rule::new("!has(self.runtime.roles) || self.runtime.roles.all(o, self.roles.exists(r, r.name == o.role))")
+        .message("spec.runtime.roles[].role must name a role of spec.roles; fix the name or remove the entry"),
 )]
 pub struct DeepInferDeploymentSpec {
     /// The checkpoint to serve: hub id, licence and where its files come from.
@@ -208,12 +210,24 @@ pub struct RuntimeSpec {
     #[x_kube(validation = Rule::new("self.matches('^[0-9a-f]{7,40}$')")
         .message("spec.runtime.commit must be the runtime's git commit id (7 to 40 lowercase hex characters)"))]
     pub commit: String,
+    /// Command of engine containers, replacing the image's entrypoint (the engine contract,
+    /// docs/engine-contract.md); default: the image's entrypoint. The arguments stay the
+    /// operator's `--model_name <dir>`, then `args`, then the role's `roles[].args`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub command: Vec<String>,
     /// Extra engine arguments, appended after the operator's own.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub args: Vec<String>,
     /// Extra environment for engine containers.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub env: Vec<EnvVar>,
+    /// Per-role settings, e.g. prefill's and decode's own flags: each entry names a role of
+    /// `spec.roles` at most once.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 4))]
+    #[x_kube(validation = Rule::new("self.all(o, self.filter(p, p.role == o.role).size() == 1)")
+        .message("spec.runtime.roles: each role may be named once; merge the duplicate entries"))]
+    pub roles: Vec<RoleRuntime>,
     /// Startup probe of engine containers; default: HTTP GET `/health` on the serve port,
     /// allowing 45 minutes for the weights to load before the container is restarted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -227,6 +241,42 @@ pub struct RuntimeSpec {
     /// given here are replaced by the accelerator's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
+}
+
+/// Engine settings of one role, added to the shared ones in `spec.runtime`.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RoleRuntime {
+    /// The role these settings apply to (`worker`, `prefill`, `decode` or `vision`); it must be
+    /// one of `spec.roles`.
+    #[schemars(length(max = 63))]
+    pub role: String,
+    /// Image of this role's engine containers, pinned by digest; default `spec.runtime.image`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 512))]
+    #[x_kube(validation = Rule::new("self.matches('^[^@ ]+@sha256:[0-9a-f]{64}$')")
+        .message("spec.runtime.roles[].image must be pinned by digest (<repository>@sha256:<64 hex>); a tag alone is refused"))]
+    pub image: Option<String>,
+    /// Arguments appended after `spec.runtime.args`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    /// Environment added after `spec.runtime.env` (a later entry of the same name wins).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<EnvVar>,
+}
+
+impl RuntimeSpec {
+    /// The settings of `role` in `roles`, if any.
+    pub fn role_runtime(&self, role: &str) -> Option<&RoleRuntime> {
+        self.roles.iter().find(|r| r.role == role)
+    }
+
+    /// Image of `role`'s engine containers: its own, else the shared one.
+    pub fn image_of(&self, role: &str) -> &str {
+        self.role_runtime(role)
+            .and_then(|r| r.image.as_deref())
+            .unwrap_or(&self.image)
+    }
 }
 
 /// Accelerator vendor.
@@ -287,6 +337,10 @@ impl AcceleratorType {
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("!has(self.devicesPerPod) || self.devicesPerPod >= 1")
     .message("spec.accelerator.devicesPerPod must be at least 1"))]
+#[x_kube(validation = Rule::new("!has(self.resourceName) || (self.type == 'NVIDIA' ? self.resourceName == 'nvidia.com/gpu' : self.resourceName in ['huawei.com/Ascend910', 'huawei.com/npu'])")
+    .message("spec.accelerator.resourceName must be a device resource of the accelerator type: nvidia.com/gpu (NVIDIA), huawei.com/Ascend910 or huawei.com/npu (Ascend; huawei.com/npu on Atlas 350/850/950 SuperPoD nodes)"))]
+#[x_kube(validation = Rule::new("!has(self.resourceName) || !has(self.deviceClassName)")
+    .message("spec.accelerator.resourceName and spec.accelerator.deviceClassName exclude each other: devices come either as an extended resource or through DRA claims; remove one"))]
 pub struct AcceleratorSpec {
     /// `NVIDIA` or `Ascend`.
     #[serde(rename = "type")]
@@ -326,6 +380,12 @@ pub struct AcceleratorSpec {
     #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')")
         .message("spec.accelerator.domainDeviceClassName must be a DeviceClass name (a DNS subdomain: lowercase letters, digits, '-' and '.'), e.g. compute-domain-default-channel.nvidia.com"))]
     pub domain_device_class_name: Option<String>,
+    /// Extended resource each pod requests its devices as; default from the type:
+    /// `nvidia.com/gpu`, `huawei.com/Ascend910`. Ascend SuperPoD products (Atlas 350/850/950)
+    /// offer `huawei.com/npu`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
+    pub resource_name: Option<String>,
 }
 
 impl AcceleratorSpec {
@@ -334,9 +394,12 @@ impl AcceleratorSpec {
         self.devices_per_pod.unwrap_or(DEFAULT_DEVICES_PER_POD)
     }
 
-    /// Extended resource each pod requests (see [`AcceleratorType::device_resource`]).
-    pub fn device_resource(&self) -> &'static str {
-        self.kind.device_resource()
+    /// Extended resource each pod requests: `resourceName`, else the type's
+    /// (see [`AcceleratorType::device_resource`]).
+    pub fn device_resource(&self) -> &str {
+        self.resource_name
+            .as_deref()
+            .unwrap_or_else(|| self.kind.device_resource())
     }
 
     /// What each pod's devices are, for messages: `8 nvidia.com/gpu` or `8 devices of class
@@ -593,6 +656,7 @@ mod tests {
             scale_up_domain_key: None,
             device_class_name: None,
             domain_device_class_name: None,
+            resource_name: None,
         }
     }
 
@@ -608,6 +672,11 @@ mod tests {
         );
         let ascend = accelerator(AcceleratorType::Ascend);
         assert_eq!(ascend.device_resource(), "huawei.com/Ascend910");
+        let superpod = AcceleratorSpec {
+            resource_name: Some("huawei.com/npu".into()),
+            ..accelerator(AcceleratorType::Ascend)
+        };
+        assert_eq!(superpod.device_resource(), "huawei.com/npu");
         assert_eq!(ascend.scale_up_domain_key(), "huawei.com/super-pod-id");
         assert_eq!(
             ascend.node_selector(),

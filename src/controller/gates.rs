@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
 use k8s_openapi::api::resource::v1::ResourceClaimTemplate;
 use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 use k8s_openapi::jiff::Timestamp;
@@ -912,6 +912,7 @@ async fn workers(
         .collect();
     let buildable: BTreeSet<String> = specs.keys().cloned().collect();
     let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+    let configmaps_api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
     let mut statuses = Vec::new();
     let mut progress = Vec::new();
     let mut groups_kept: Vec<(String, String, i32)> = Vec::new();
@@ -1045,6 +1046,13 @@ async fn workers(
                             let group = build::group_pod_group(at, role_at, revision, *index);
                             apply::apply_if_changed(&pod_groups_api, &group, None).await?;
                         }
+                        // The rank table the pods mount exists before them (it says
+                        // "initializing" until every rank is allocated).
+                        if build::uses_rank_tables(&at.spec) {
+                            let table =
+                                build::rank_table_configmap(at, role_at, revision, *index, &[]);
+                            apply::apply_if_changed(&configmaps_api, &table, None).await?;
+                        }
                         for pod in build::group_pods(at, role_at, *index, revision) {
                             apply::apply_if_changed(&pods_api, &pod, None).await?;
                         }
@@ -1084,6 +1092,15 @@ async fn workers(
             .cloned()
             .collect();
         apply::apply_all(&svc_api, &build::services(did, &groups_kept), &existing).await?;
+        // Rank tables of the kept groups, from their pods' device allocations as observed.
+        let tables = build::rank_tables(&specs, &groups_kept, &observed.workers);
+        apply::apply_all(&configmaps_api, &tables, &observed.rank_tables).await?;
+        // Where decode groups find the ready prefill / vision leaders (rewritten in place).
+        let endpoints: Vec<ConfigMap> =
+            build::peer_endpoints_configmap(did, &groups_kept, &observed.workers)
+                .into_iter()
+                .collect();
+        apply::apply_all(&configmaps_api, &endpoints, &observed.peer_endpoints).await?;
         if did.pod_groups {
             let serving: Vec<PodGroup> = observed
                 .pod_groups

@@ -40,6 +40,10 @@ pub struct Observed {
     pub claim_phase: Option<Option<String>>,
     /// The ConfigMap named by `spec.acceptance.promptsFrom`, if set and present.
     pub prompts: Option<ConfigMap>,
+    /// HCCL rank table ConfigMaps of serving groups (Ascend).
+    pub rank_tables: Vec<ConfigMap>,
+    /// The ConfigMap listing the prefill / vision endpoints for decode groups.
+    pub peer_endpoints: Vec<ConfigMap>,
 }
 
 fn owned_by(
@@ -63,8 +67,31 @@ where
         + DeserializeOwned
         + std::fmt::Debug,
 {
+    list_owned_with(ctx, ns, deployment, uid, None).await
+}
+
+/// As [`list_owned_by`], narrowed to the objects whose component label is `component` (so that
+/// no other object of the kind, e.g. large evidence ConfigMaps, is read).
+async fn list_owned_with<K>(
+    ctx: &Context,
+    ns: &str,
+    deployment: &str,
+    uid: &str,
+    component: Option<&str>,
+) -> Result<Vec<K>, Error>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + k8s_openapi::Resource
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug,
+{
     let api: Api<K> = Api::namespaced(ctx.client.clone(), ns);
-    let lp = ListParams::default().labels(&format!("{}={deployment}", labels::DEPLOYMENT));
+    let mut selector = format!("{}={deployment}", labels::DEPLOYMENT);
+    if let Some(component) = component {
+        selector.push_str(&format!(",{}={component}", labels::COMPONENT));
+    }
+    let lp = ListParams::default().labels(&selector);
     let items = api
         .list(&lp)
         .await
@@ -72,7 +99,7 @@ where
             Error::api(
                 "list",
                 <K as k8s_openapi::Resource>::KIND,
-                &format!("{ns}/-l {}={deployment}", labels::DEPLOYMENT),
+                &format!("{ns}/-l {selector}"),
                 e,
             )
         })?
@@ -165,6 +192,17 @@ pub async fn observe(
             || did.spec.accelerator.domain_device_class_name.is_some()
         {
             list_owned_by(ctx, &ns, &name, &uid).await?
+        } else {
+            Vec::new()
+        },
+        rank_tables: {
+            let component = Some(crate::controller::build::RANK_TABLE_COMPONENT);
+            list_owned_with(ctx, &ns, &name, &uid, component).await?
+        },
+        // Only a spec whose decode role has upstream roles has (or may delete) the file.
+        peer_endpoints: if crate::controller::build::decode_has_upstreams(&did.spec) {
+            let component = Some(crate::controller::build::PEER_ENDPOINTS_COMPONENT);
+            list_owned_with(ctx, &ns, &name, &uid, component).await?
         } else {
             Vec::new()
         },

@@ -250,6 +250,7 @@ pub fn validate_spec(
     let mut errors = Vec::new();
     validate_model(&spec.model, &mut errors);
     validate_runtime(&spec.runtime, &mut errors);
+    validate_role_runtimes(&spec.runtime.roles, &spec.roles, &mut errors);
     let devices_per_pod = validate_accelerator(&spec.accelerator, limits, &mut errors);
     validate_roles(&spec.roles, devices_per_pod, &mut errors);
     if errors.is_empty() {
@@ -343,6 +344,43 @@ fn validate_runtime(runtime: &RuntimeSpec, errors: &mut Vec<FieldError>) {
     }
 }
 
+/// `spec.runtime.roles`: each entry names a role of `spec.roles`, once, and pins its image.
+fn validate_role_runtimes(
+    overrides: &[crate::api::RoleRuntime],
+    roles: &[RoleSpec],
+    errors: &mut Vec<FieldError>,
+) {
+    for (i, o) in overrides.iter().enumerate() {
+        let at = format!("spec.runtime.roles[{i}]");
+        if !roles.iter().any(|r| r.name == o.role) {
+            errors.push(FieldError::new(
+                format!("{at}.role"),
+                format_args!(
+                    "is {:?}, which is not a role of spec.roles; fix the name or remove the entry",
+                    o.role
+                ),
+            ));
+        }
+        if overrides[..i].iter().any(|p| p.role == o.role) {
+            errors.push(FieldError::new(
+                format!("{at}.role"),
+                format_args!(
+                    "names {:?} a second time; each role may be named once; merge the duplicate entries",
+                    o.role
+                ),
+            ));
+        }
+        if let Some(image) = o.image.as_deref().filter(|i| !is_pinned_by_digest(i)) {
+            errors.push(FieldError::new(
+                format!("{at}.image"),
+                format_args!(
+                    "is {image:?}; it must be pinned by digest (<repository>@sha256:<64 hex>); a tag alone is refused"
+                ),
+            ));
+        }
+    }
+}
+
 /// A Kubernetes label value: at most 63 characters of `[A-Za-z0-9-_.]`, starting and ending with
 /// a letter or digit (or empty).
 pub fn is_label_value(v: &str) -> bool {
@@ -427,12 +465,40 @@ fn validate_scheduling(scheduling: &crate::api::SchedulingSpec, errors: &mut Vec
     }
 }
 
+/// Device resources each accelerator type's pods may request (`spec.accelerator.resourceName`).
+pub fn device_resources(kind: AcceleratorType) -> &'static [&'static str] {
+    match kind {
+        AcceleratorType::Nvidia => &["nvidia.com/gpu"],
+        AcceleratorType::Ascend => &["huawei.com/Ascend910", "huawei.com/npu"],
+    }
+}
+
 /// Returns devicesPerPod when it is usable for the per-role divisibility checks.
 fn validate_accelerator(
     accelerator: &AcceleratorSpec,
     limits: &DeviceLimits,
     errors: &mut Vec<FieldError>,
 ) -> Option<i32> {
+    if let Some(resource) = accelerator
+        .resource_name
+        .as_deref()
+        .filter(|r| !device_resources(accelerator.kind).contains(r))
+    {
+        errors.push(FieldError::new(
+            "spec.accelerator.resourceName",
+            format_args!(
+                "is {resource:?}, not a device resource of {} nodes; use one of {}",
+                kind_name(accelerator.kind),
+                device_resources(accelerator.kind).join(", ")
+            ),
+        ));
+    }
+    if accelerator.resource_name.is_some() && accelerator.device_class_name.is_some() {
+        errors.push(FieldError::new(
+            "spec.accelerator",
+            "names both resourceName and deviceClassName, which exclude each other: devices come either as an extended resource or through DRA claims; remove one",
+        ));
+    }
     if let Some(product) = accelerator
         .product
         .as_deref()

@@ -153,6 +153,62 @@ pub fn cases() -> Vec<Case> {
             Invalid("spec.runtime.commit")
         ),
         case!(
+            "Ascend SuperPoD devices as huawei.com/npu",
+            ascend,
+            |s| s["accelerator"]["resourceName"] = json!("huawei.com/npu"),
+            Valid
+        ),
+        case!(
+            "Ascend devices under the default resource named explicitly",
+            ascend,
+            |s| s["accelerator"]["resourceName"] = json!("huawei.com/Ascend910"),
+            Valid
+        ),
+        case!(
+            "NVIDIA asking for Ascend devices",
+            nvidia,
+            |s| s["accelerator"]["resourceName"] = json!("huawei.com/npu"),
+            Invalid("spec.accelerator.resourceName")
+        ),
+        case!(
+            "Ascend asking for an unknown device resource",
+            ascend,
+            |s| s["accelerator"]["resourceName"] = json!("huawei.com/Ascend310P"),
+            Invalid("spec.accelerator.resourceName")
+        ),
+        case!(
+            "per-role runtime settings for roles of the spec",
+            nvidia,
+            |s| {
+                s["runtime"]["command"] = json!(["deepinfer-serve"]);
+                s["runtime"]["roles"] = json!([
+                    {"role": "prefill", "args": ["--chunked-prefill"], "env": [{"name": "A", "value": "1"}]},
+                    {"role": "decode", "image": format!("r.example.com/decode@sha256:{}", "cd".repeat(32))}
+                ]);
+            },
+            Valid
+        ),
+        case!(
+            "per-role runtime settings for a role the spec does not have",
+            nvidia,
+            |s| s["runtime"]["roles"] = json!([{"role": "vision", "args": ["--x"]}]),
+            Invalid("spec.runtime.roles[0].role")
+        ),
+        case!(
+            "per-role runtime settings naming a role twice",
+            nvidia,
+            |s| s["runtime"]["roles"] =
+                json!([{"role": "decode"}, {"role": "decode", "args": ["--x"]}]),
+            Invalid("spec.runtime.roles[1].role")
+        ),
+        case!(
+            "per-role image with a tag",
+            nvidia,
+            |s| s["runtime"]["roles"] =
+                json!([{"role": "decode", "image": "r.example.com/decode:v2"}]),
+            Invalid("spec.runtime.roles[0].image")
+        ),
+        case!(
             "revision is a branch name",
             nvidia,
             |s| {
@@ -287,6 +343,15 @@ pub fn cases() -> Vec<Case> {
             nvidia,
             |s| s["accelerator"]["deviceClassName"] = json!("gpu.nvidia.com"),
             Valid
+        ),
+        case!(
+            "an extended resource name and a DeviceClass at once",
+            nvidia,
+            |s| {
+                s["accelerator"]["deviceClassName"] = json!("gpu.nvidia.com");
+                s["accelerator"]["resourceName"] = json!("nvidia.com/gpu");
+            },
+            Invalid("spec.accelerator")
         ),
         case!(
             "deviceClassName that is not a DNS subdomain",

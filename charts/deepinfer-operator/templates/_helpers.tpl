@@ -108,7 +108,8 @@ shipped in config/rbac/role.yaml (a test keeps the two equal).
 # ConfigMaps: get reads the prompts of spec.acceptance.promptsFrom; list and watch are a
 # metadata-only watch (an edit to those prompts re-runs acceptance) and list the evidence's
 # metadata; create and patch apply the acceptance spec and the evidence ConfigMap created before
-# each run; delete removes evidence beyond --keep-evidence. get/update are also what the acceptance
+# each run, the HCCL rank tables of Ascend groups and the role-endpoints file of decode groups;
+# delete removes evidence beyond --keep-evidence and those files once their groups are gone. get/update are also what the acceptance
 # judge's Role grants on that one name, and Kubernetes only lets the operator grant what it holds
 # itself. Install in single-namespace mode to hold all of this in one namespace only.
 - apiGroups: [""]

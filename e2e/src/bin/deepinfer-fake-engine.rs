@@ -21,6 +21,14 @@
 //!   log links to the service-account token path, hoping that whoever reads them next (and holds
 //!   a token there) copies the token into the evidence.
 //!
+//! Inside an engine container it first checks the engine contract's environment
+//! (docs/engine-contract.md) and refuses to start when a required variable is missing or the
+//! contract version differs; given `RANK_TABLE_FILE`, it waits until that rank table says
+//! `completed`. The optional output fields it reports (token counts, cached prefix,
+//! active requests, per-request times) are whatever its canned line holds; it measures nothing,
+//! but it prints `generation_done` only once the slowest canned `completion_seconds` (at most
+//! 10 s) has passed since `warmup_done`, as if the canned requests had run side by side.
+//!
 //! It takes DeepInfer's flags (`--model_name`, `--prompts`, `--output`,
 //! `--check_structured_output`), so the acceptance spec's engine command can name it in place of
 //! the real engine.
@@ -39,6 +47,8 @@ use deepinfer_operator::acceptance::handoff;
 
 /// Exit code of `--mode crash`.
 const CRASH_EXIT_CODE: u8 = 70;
+/// Longest the stand-in waits for its canned requests' `completion_seconds` to pass.
+const MAX_SIMULATED_SECONDS: f64 = 10.0;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -101,6 +111,8 @@ fn run(args: &Args) -> anyhow::Result<ExitCode> {
         "model directory {} does not exist",
         args.model_name.display()
     );
+    check_contract_env()?;
+    wait_for_rank_table()?;
     let canned = load_canned(&args.canned)?;
     let ids = prompt_ids(&args.prompts)?;
     println!("DEEPINFER_EVENT loaded");
@@ -113,6 +125,7 @@ fn run(args: &Args) -> anyhow::Result<ExitCode> {
         }
     }
     println!("DEEPINFER_EVENT warmup_done");
+    let warm = std::time::Instant::now();
     if args.mode == Mode::LinkToken {
         return link_token(&args.output);
     }
@@ -136,11 +149,89 @@ fn run(args: &Args) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(CRASH_EXIT_CODE));
         }
     }
+    // The canned requests ran side by side: generation ends when the slowest one completes.
+    let slowest = ids
+        .iter()
+        .filter_map(|id| canned.get(id))
+        .filter_map(|line| serde_json::from_slice::<serde_json::Value>(line).ok())
+        .filter_map(|v| v["completion_seconds"].as_f64())
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .fold(0.0, f64::max);
+    std::thread::sleep(
+        Duration::from_secs_f64(slowest.min(MAX_SIMULATED_SECONDS)).saturating_sub(warm.elapsed()),
+    );
     println!("DEEPINFER_EVENT generation_done");
     if args.mode == Mode::Forge {
         forge(&args.output)?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Checks the engine contract's environment (docs/engine-contract.md) as an engine adapter
+/// would: inside an engine container (`DEEPINFER_CONTRACT_VERSION` set) the version must be the
+/// one this engine implements and every required variable must be there, else it refuses to
+/// start naming what is wrong. Run by hand or by `accept` outside a pod, there is no contract
+/// environment and it says so.
+fn check_contract_env() -> anyhow::Result<()> {
+    use deepinfer_operator::contract;
+    let Ok(version) = std::env::var(contract::env::CONTRACT_VERSION) else {
+        eprintln!(
+            "deepinfer-fake-engine: {} is not set: not started by the operator, the contract's environment is not checked",
+            contract::env::CONTRACT_VERSION
+        );
+        return Ok(());
+    };
+    anyhow::ensure!(
+        version == contract::VERSION,
+        "{} is {version:?}; this engine implements engine contract version {}",
+        contract::env::CONTRACT_VERSION,
+        contract::VERSION
+    );
+    let missing = contract::missing_env(|name| std::env::var(name).ok());
+    anyhow::ensure!(
+        missing.is_empty(),
+        "the engine contract's required environment is incomplete: {} not set",
+        missing.join(", ")
+    );
+    let var = |name| std::env::var(name).unwrap_or_default();
+    println!(
+        "DEEPINFER_CONTRACT version={version} role={} group={} rank={} pods={} world={} peers={}",
+        var(contract::env::ROLE),
+        var(contract::env::GROUP),
+        var(contract::env::RANK),
+        var(contract::env::NUM_PODS),
+        var(contract::env::WORLD_SIZE),
+        var(contract::env::PEERS),
+    );
+    Ok(())
+}
+
+/// As the contract asks of an engine given `RANK_TABLE_FILE`: waits until the rank table says
+/// `"status": "completed"` (re-reading it every 0.2 s, as a ConfigMap volume is updated in
+/// place) before anything collective starts; the acceptance timeout bounds the wait.
+fn wait_for_rank_table() -> anyhow::Result<()> {
+    let Ok(path) = std::env::var(deepinfer_operator::contract::env::RANK_TABLE_FILE) else {
+        return Ok(());
+    };
+    let mut said = false;
+    loop {
+        let status = std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
+            .and_then(|v| v["status"].as_str().map(str::to_string));
+        if status.as_deref() == Some("completed") {
+            println!("DEEPINFER_RANK_TABLE completed ({path})");
+            return Ok(());
+        }
+        if !said {
+            println!(
+                "DEEPINFER_RANK_TABLE waiting for {path} to be completed (status {})",
+                status.as_deref().unwrap_or("unreadable")
+            );
+            said = true;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 /// Where a container's service-account token is mounted when it has one.

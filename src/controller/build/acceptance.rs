@@ -226,6 +226,8 @@ pub fn acceptance_job(
         members: group_labels.clone(),
         subdomain: shape.pods > 1,
         pod_group: (did.pod_groups && shape.pods > 1).then(|| names.run.clone()),
+        rank_table: None,
+        role_endpoints: false,
     };
     let mut pod = engine_pod_spec(did, &at, &shape, &rendezvous);
     if rank == 0 {

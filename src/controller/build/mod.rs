@@ -8,8 +8,10 @@ mod acceptance;
 mod budget;
 mod devices;
 mod job;
+mod peers;
 mod pod;
 mod pod_group;
+mod rank_table;
 mod revision;
 mod service;
 
@@ -17,8 +19,10 @@ pub use acceptance::*;
 pub use budget::*;
 pub use devices::*;
 pub use job::*;
+pub use peers::*;
 pub use pod::*;
 pub use pod_group::*;
+pub use rank_table::*;
 pub use revision::*;
 pub use service::*;
 
@@ -41,19 +45,17 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
 use serde::Serialize;
 
-use crate::api::{
-    labels, AcceleratorType, DeepInferDeploymentSpec, RoleSpec, ACCEPTED_POD_CONDITION,
-};
+use crate::api::{labels, DeepInferDeploymentSpec, RoleSpec, ACCEPTED_POD_CONDITION};
 pub use crate::controller::validate::ValidatedDeployment;
 
 /// Where the checkpoint volume is mounted in engine containers.
 pub const MODEL_MOUNT: &str = "/models";
 /// Where the checkpoint volume is mounted in the operator's own Job pods.
 pub const CHECKPOINT_MOUNT: &str = "/checkpoint";
-/// Port the leader of a serving group listens on for traffic.
-pub const SERVE_PORT: i32 = 8000;
+/// Port the leader of a serving group listens on for traffic (the engine contract's).
+pub const SERVE_PORT: i32 = crate::contract::serve::PORT;
 /// Port ranks of a group rendezvous on (rank 0 leads).
-pub const RENDEZVOUS_PORT: i32 = 29500;
+pub const RENDEZVOUS_PORT: i32 = crate::contract::serve::RENDEZVOUS_PORT;
 /// Annotation holding the hash of the applied object, so unchanged objects are never re-applied.
 pub const APPLIED_HASH_ANNOTATION: &str = "deepinfer.io/applied-hash";
 /// Non-root user engine and Job containers run as (HwHiAiUser's uid on Ascend images).
@@ -64,9 +66,9 @@ const RUN_AS_USER: i64 = 1000;
 /// security context change; a change of anything else in the pod (labels, probes) rolls the
 /// groups without a new judgement. `the_template_version_moves_with_the_engine_container`
 /// fails when the engine container changes and this constant does not.
-pub const TEMPLATE_VERSION: i32 = 2;
-/// Path the default probes ask on the serve port.
-pub const HEALTH_PATH: &str = "/health";
+pub const TEMPLATE_VERSION: i32 = 3;
+/// Path the default probes ask on the serve port (the engine contract's).
+pub const HEALTH_PATH: &str = crate::contract::serve::HEALTH_PATH;
 /// Longest the default startup probe waits for an engine to load its weights, in seconds.
 pub const STARTUP_SECONDS: i32 = 45 * 60;
 /// CPU an engine container requests unless `spec.runtime.resources` says otherwise.
@@ -83,8 +85,8 @@ pub fn short_hash<T: Serialize>(value: &T, len: usize) -> String {
 }
 
 /// The revision: a hash of everything that changes the running bits — image digest,
-/// runtime commit, checkpoint source, accelerator, every role's layout, engine args, env and
-/// resources, and the operator's [`TEMPLATE_VERSION`]. Replica counts, rollout settings, probes
+/// runtime commit, checkpoint source, accelerator, every role's layout, engine command, args,
+/// env, per-role settings and resources, and the operator's [`TEMPLATE_VERSION`]. Replica counts, rollout settings, probes
 /// and the acceptance prompts are not part of it.
 pub fn revision(spec: &DeepInferDeploymentSpec) -> String {
     #[derive(Serialize)]
@@ -97,8 +99,10 @@ pub fn revision(spec: &DeepInferDeploymentSpec) -> String {
         source: &'a crate::api::ModelSource,
         accelerator: &'a crate::api::AcceleratorSpec,
         layouts: Vec<(&'a str, &'a crate::api::ParallelSpec)>,
+        command: &'a [String],
         args: &'a [String],
         env: &'a [EnvVar],
+        roles: &'a [crate::api::RoleRuntime],
     }
     let mut layouts: Vec<_> = spec
         .roles
@@ -116,8 +120,10 @@ pub fn revision(spec: &DeepInferDeploymentSpec) -> String {
             source: &spec.model.source,
             accelerator: &spec.accelerator,
             layouts,
+            command: &spec.runtime.command,
             args: &spec.runtime.args,
             env: &spec.runtime.env,
+            roles: &spec.runtime.roles,
         },
         10,
     )
@@ -306,13 +312,10 @@ fn env_field(name: &str, path: &str) -> EnvVar {
 }
 
 /// Tolerations for the taints device plugins commonly put on accelerator nodes.
-fn tolerations(kind: AcceleratorType) -> Vec<Toleration> {
-    let key = match kind {
-        AcceleratorType::Nvidia => "nvidia.com/gpu",
-        AcceleratorType::Ascend => "huawei.com/Ascend910",
-    };
+/// Tolerates the taint accelerator nodes carry under their device resource's name.
+fn tolerations(device_resource: &str) -> Vec<Toleration> {
     vec![Toleration {
-        key: Some(key.into()),
+        key: Some(device_resource.into()),
         operator: Some("Exists".into()),
         effect: Some("NoSchedule".into()),
         ..Toleration::default()

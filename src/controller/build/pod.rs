@@ -101,6 +101,12 @@ pub struct Rendezvous {
     /// PodGroup the pods belong to (`spec.schedulingGroup`), so that the scheduler binds every
     /// rank or none; `None` where groups are not PodGroups.
     pub pod_group: Option<String>,
+    /// ConfigMap holding the group's HCCL rank table (Ascend serving groups), mounted at
+    /// [`RANK_TABLE_DIR`] with `RANK_TABLE_FILE` set; `None` for groups without one.
+    pub rank_table: Option<String>,
+    /// Whether the engines learn the prefill / vision endpoints (serving decode groups of a
+    /// disaggregated deployment; acceptance runs are not wired to serving groups).
+    pub role_endpoints: bool,
 }
 
 impl Rendezvous {
@@ -110,6 +116,8 @@ impl Rendezvous {
         let service = group_service_name(&name, &at.role.name, at.revision, at.group);
         Self {
             pod_group: did.pod_groups.then(|| service.clone()),
+            rank_table: uses_rank_tables(&did.spec).then(|| rank_table_name(&service)),
+            role_endpoints: at.role.name == "decode" && decode_has_upstreams(&did.spec),
             service,
             members: group_selector(&name, &at.role.name, at.revision, at.group),
             subdomain: true,
@@ -117,47 +125,69 @@ impl Rendezvous {
     }
 }
 
-/// The engine environment every rank gets: offline hub, model dir, rank / world / leader.
+/// The engine environment every rank gets (the engine contract's, `crate::contract::ENV`):
+/// contract version, offline hub, model dir, role, rank / world / layout, leader and peers;
+/// then `spec.runtime.env`, then the role's own `spec.runtime.roles[].env`.
 fn engine_env(
     did: &ValidatedDeployment,
     at: &RankOf<'_>,
     shape: &GroupShape,
     rendezvous: &Rendezvous,
 ) -> Vec<EnvVar> {
+    use crate::contract::env as var;
     let spec = &did.spec;
     let ns = &did.namespace;
-    let leader = format!("rank-0.{}.{ns}.svc", rendezvous.service);
+    let address = |rank: i32| format!("rank-{rank}.{}.{ns}.svc", rendezvous.service);
+    let leader = address(0);
+    let peers: Vec<String> = (0..shape.pods).map(address).collect();
     let p = &at.role.parallel;
     let mut out = vec![
-        env("HF_HUB_OFFLINE", "1"),
-        env("DEEPINFER_HF_MODEL_DIR", MODEL_MOUNT),
-        env("DEEPINFER_ROLE", at.role.name.clone()),
-        env("DEEPINFER_GROUP", at.group.to_string()),
-        env("DEEPINFER_RANK", at.rank.to_string()),
-        env("DEEPINFER_NUM_PODS", shape.pods.to_string()),
-        env(
-            "DEEPINFER_DEVICES_PER_POD",
-            shape.devices_per_pod.to_string(),
-        ),
-        env("DEEPINFER_WORLD_SIZE", shape.world_size.to_string()),
-        env("DEEPINFER_TENSOR_PARALLEL", p.tensor.to_string()),
-        env("DEEPINFER_PIPELINE_PARALLEL", p.pipeline.to_string()),
-        env("DEEPINFER_DATA_PARALLEL", p.data.to_string()),
-        env("DEEPINFER_EXPERT_PARALLEL", p.expert.to_string()),
-        env("DEEPINFER_LEADER_ADDRESS", leader.clone()),
-        env("MASTER_ADDR", leader),
-        env("MASTER_PORT", RENDEZVOUS_PORT.to_string()),
-        env_field("POD_NAME", "metadata.name"),
-        env_field("POD_IP", "status.podIP"),
+        env(var::CONTRACT_VERSION, crate::contract::VERSION),
+        env(var::HF_HUB_OFFLINE, "1"),
+        env(var::MODEL_DIR, MODEL_MOUNT),
+        env(var::ROLE, at.role.name.clone()),
+        env(var::GROUP, at.group.to_string()),
+        env(var::RANK, at.rank.to_string()),
+        env(var::NUM_PODS, shape.pods.to_string()),
+        env(var::DEVICES_PER_POD, shape.devices_per_pod.to_string()),
+        env(var::WORLD_SIZE, shape.world_size.to_string()),
+        env(var::TENSOR_PARALLEL, p.tensor.to_string()),
+        env(var::PIPELINE_PARALLEL, p.pipeline.to_string()),
+        env(var::DATA_PARALLEL, p.data.to_string()),
+        env(var::EXPERT_PARALLEL, p.expert.to_string()),
+        env(var::LEADER_ADDRESS, leader.clone()),
+        env(var::PEERS, peers.join(",")),
+        env(var::SERVE_PORT, SERVE_PORT.to_string()),
+        env(var::MASTER_ADDR, leader),
+        env(var::MASTER_PORT, RENDEZVOUS_PORT.to_string()),
+        env_field(var::POD_NAME, "metadata.name"),
+        env_field(var::POD_IP, "status.podIP"),
     ];
+    if rendezvous.role_endpoints {
+        out.extend(decode_peer_env(did));
+    }
+    if rendezvous.rank_table.is_some() {
+        out.push(env(
+            var::RANK_TABLE_FILE,
+            format!("{RANK_TABLE_DIR}/{RANK_TABLE_KEY}"),
+        ));
+    }
     out.extend(spec.runtime.env.iter().cloned());
+    if let Some(own) = spec.runtime.role_runtime(&at.role.name) {
+        out.extend(own.env.iter().cloned());
+    }
     out
 }
 
-/// Engine arguments: an explicit local `--model_name`, then the user's extra args.
-fn engine_args(did: &ValidatedDeployment) -> Vec<String> {
+/// Engine arguments: an explicit local `--model_name`, then the user's extra args, then the
+/// role's own.
+fn engine_args(did: &ValidatedDeployment, role: &str) -> Vec<String> {
+    let runtime = &did.spec.runtime;
     let mut args = vec!["--model_name".to_string(), model_dir(did)];
-    args.extend(did.spec.runtime.args.iter().cloned());
+    args.extend(runtime.args.iter().cloned());
+    if let Some(own) = runtime.role_runtime(role) {
+        args.extend(own.args.iter().cloned());
+    }
     args
 }
 
@@ -172,10 +202,12 @@ pub(super) fn engine_pod_spec(
     let claim = &did.claim;
     // A multi-pod group placed as a PodGroup shares its PodGroup's domain claim.
     let device_claims = pod_device_claims(did, rendezvous.pod_group.is_some() && shape.pods > 1);
+    let peers = rendezvous.role_endpoints;
     let container = Container {
         name: ENGINE_CONTAINER.into(),
-        image: Some(spec.runtime.image.clone()),
-        args: Some(engine_args(did)),
+        image: Some(spec.runtime.image_of(&at.role.name).to_string()),
+        command: (!spec.runtime.command.is_empty()).then(|| spec.runtime.command.clone()),
+        args: Some(engine_args(did, &at.role.name)),
         env: Some(engine_env(did, at, shape, rendezvous)),
         resources: Some(engine_resources(
             spec,
@@ -196,19 +228,36 @@ pub(super) fn engine_pod_spec(
                 ..Default::default()
             },
         ]),
-        volume_mounts: Some(vec![
-            mount("checkpoint", MODEL_MOUNT, true),
-            mount("dshm", "/dev/shm", false),
-        ]),
+        volume_mounts: Some(
+            [
+                mount("checkpoint", MODEL_MOUNT, true),
+                mount("dshm", "/dev/shm", false),
+            ]
+            .into_iter()
+            .chain(
+                rendezvous
+                    .rank_table
+                    .as_ref()
+                    .map(|_| mount("rank-table", RANK_TABLE_DIR, true)),
+            )
+            .chain(peers.then(|| mount("role-endpoints", PEER_ENDPOINTS_DIR, true)))
+            .collect(),
+        ),
         security_context: Some(restricted_container()),
         termination_message_policy: Some("FallbackToLogsOnError".into()),
         ..Container::default()
     };
     PodSpec {
         containers: vec![container],
-        volumes: Some(vec![checkpoint_volume(claim, true), shm_volume()]),
+        volumes: Some(
+            [checkpoint_volume(claim, true), shm_volume()]
+                .into_iter()
+                .chain(rendezvous.rank_table.as_deref().map(rank_table_volume))
+                .chain(peers.then(|| peer_endpoints_volume(&did.name_any())))
+                .collect(),
+        ),
         node_selector: Some(spec.accelerator.node_selector()),
-        tolerations: Some(tolerations(spec.accelerator.kind)),
+        tolerations: Some(tolerations(spec.accelerator.device_resource())),
         // One pod is inside one domain by definition; requiring the label would also keep
         // single-node groups off nodes that carry no domain label (e.g. plain 8-GPU boards).
         affinity: (shape.pods > 1).then(|| Affinity {

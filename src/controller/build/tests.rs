@@ -488,7 +488,7 @@ fn the_revision_covers_the_template_version_and_resources_but_not_probes_or_roll
 }
 
 /// Hash of the engine container of a fixed resource, recorded at [`TEMPLATE_VERSION`].
-const ENGINE_AT_TEMPLATE_VERSION: (i32, &str) = (2, "bf227d0d7a484d45");
+const ENGINE_AT_TEMPLATE_VERSION: (i32, &str) = (3, "9302ae326cb70748");
 
 #[test]
 fn the_template_version_moves_with_the_engine_container() {
@@ -1059,4 +1059,232 @@ fn a_domain_class_gives_each_multi_pod_pod_group_one_claim_its_pods_share() {
         .clone()
         .expect("spec");
     assert!(spec.resource_claims.is_none());
+}
+
+#[test]
+fn every_engine_container_carries_the_contracts_environment_with_its_peers() {
+    let d = did(
+        json!({"type": "NVIDIA"}),
+        json!([{"name": "decode", "replicas": 1, "parallel": {"tensor": 8, "data": 2}}]),
+    );
+    let pods = group_pods(&d, &d.spec.roles[0], 0, "r1");
+    assert_eq!(pods.len(), 2);
+    let env = env_of(&pods[1].spec.as_ref().expect("spec").containers[0]);
+    let missing = crate::contract::missing_env(|name| env.get(name).cloned());
+    assert!(missing.is_empty(), "not set: {missing:?}");
+    use crate::contract::env as var;
+    assert_eq!(env[var::CONTRACT_VERSION], crate::contract::VERSION);
+    assert_eq!(env[var::RANK], "1");
+    assert_eq!(
+        env[var::PEERS],
+        "rank-0.flash-decode-r1-0.serving.svc,rank-1.flash-decode-r1-0.serving.svc"
+    );
+    assert_eq!(
+        env[var::LEADER_ADDRESS],
+        "rank-0.flash-decode-r1-0.serving.svc"
+    );
+    assert_eq!(env[var::SERVE_PORT], "8000");
+}
+
+#[test]
+fn per_role_runtime_settings_reach_only_their_roles_engines() {
+    let mut d = raw(
+        json!({"type": "NVIDIA"}),
+        json!([
+            {"name": "prefill", "replicas": 1, "parallel": {"tensor": 8}},
+            {"name": "decode", "replicas": 1, "parallel": {"tensor": 8}}
+        ]),
+    );
+    let decode_image = format!("r.example.com/decode@sha256:{}", "cd".repeat(32));
+    d.spec.runtime.command = vec!["deepinfer-serve".into()];
+    d.spec.runtime.roles = vec![crate::api::RoleRuntime {
+        role: "decode".into(),
+        image: Some(decode_image.clone()),
+        args: vec!["--decode-only".into()],
+        env: vec![EnvVar {
+            name: "DEEPINFER_KV_TRANSFER".into(),
+            value: Some("on".into()),
+            value_from: None,
+        }],
+    }];
+    let before = revision(&d.spec);
+    let d = valid(d);
+    let engine = |role: usize| {
+        group_pods(&d, &d.spec.roles[role], 0, "r")[0]
+            .spec
+            .clone()
+            .expect("spec")
+            .containers[0]
+            .clone()
+    };
+    let (prefill, decode) = (engine(0), engine(1));
+    assert_eq!(prefill.image.as_deref(), Some(IMAGE));
+    assert_eq!(decode.image.as_deref(), Some(decode_image.as_str()));
+    for c in [&prefill, &decode] {
+        assert_eq!(c.command, Some(vec!["deepinfer-serve".to_string()]));
+    }
+    let args = |c: &Container| c.args.clone().unwrap_or_default();
+    assert_eq!(
+        args(&prefill),
+        ["--model_name", "/models/model", "--max_batch_size", "8"]
+    );
+    assert_eq!(
+        args(&decode),
+        [
+            "--model_name",
+            "/models/model",
+            "--max_batch_size",
+            "8",
+            "--decode-only"
+        ]
+    );
+    assert!(!env_of(&prefill).contains_key("DEEPINFER_KV_TRANSFER"));
+    assert_eq!(env_of(&decode)["DEEPINFER_KV_TRANSFER"], "on");
+    let mut plain = d.spec.clone();
+    plain.runtime.roles.clear();
+    assert_ne!(before, revision(&plain), "per-role settings are judged");
+}
+
+#[test]
+fn ascend_superpod_pods_request_their_devices_as_huawei_com_npu() {
+    let d = did(
+        json!({"type": "Ascend", "devicesPerPod": 16, "resourceName": "huawei.com/npu"}),
+        json!([{"name": "worker", "replicas": 1, "parallel": {"tensor": 32}}]),
+    );
+    for pod in group_pods(&d, &d.spec.roles[0], 0, "r") {
+        let res = pod.spec.expect("spec").containers[0]
+            .resources
+            .clone()
+            .expect("resources");
+        for side in [res.requests.expect("requests"), res.limits.expect("limits")] {
+            assert_eq!(side["huawei.com/npu"].0, "16");
+            assert!(!side.contains_key("huawei.com/Ascend910"));
+        }
+    }
+}
+
+#[test]
+fn ascend_group_pods_mount_their_groups_rank_table_and_nvidia_pods_none() {
+    let d = did(
+        json!({"type": "Ascend", "devicesPerPod": 16}),
+        json!([{"name": "worker", "replicas": 1, "parallel": {"tensor": 32}}]),
+    );
+    for pod in group_pods(&d, &d.spec.roles[0], 0, "r") {
+        let spec = pod.spec.expect("spec");
+        let volume = spec
+            .volumes
+            .iter()
+            .flatten()
+            .find(|v| v.name == "rank-table")
+            .expect("rank table volume");
+        assert_eq!(
+            volume.config_map.as_ref().map(|c| c.name.as_str()),
+            Some("rings-config-flash-worker-r-0")
+        );
+        let engine = &spec.containers[0];
+        assert!(engine
+            .volume_mounts
+            .iter()
+            .flatten()
+            .any(|m| m.name == "rank-table" && m.mount_path == RANK_TABLE_DIR));
+        assert_eq!(
+            env_of(engine)["RANK_TABLE_FILE"],
+            "/user/serverid/devindex/config/hccl.json"
+        );
+    }
+    let nvidia = did(
+        json!({"type": "NVIDIA"}),
+        json!([{"name": "worker", "replicas": 1, "parallel": {"tensor": 16}}]),
+    );
+    for pod in group_pods(&nvidia, &nvidia.spec.roles[0], 0, "r") {
+        let spec = pod.spec.expect("spec");
+        assert!(!spec
+            .volumes
+            .iter()
+            .flatten()
+            .any(|v| v.name == "rank-table"));
+        assert!(!env_of(&spec.containers[0]).contains_key("RANK_TABLE_FILE"));
+    }
+}
+
+#[test]
+fn decode_engines_find_the_prefill_role_through_env_and_a_file_of_ready_leaders() {
+    let d = did(
+        json!({"type": "NVIDIA"}),
+        json!([
+            {"name": "prefill", "replicas": 2, "parallel": {"tensor": 8}},
+            {"name": "decode", "replicas": 1, "parallel": {"tensor": 8}}
+        ]),
+    );
+    let engine = |role: usize| {
+        group_pods(&d, &d.spec.roles[role], 0, "r")[0]
+            .spec
+            .clone()
+            .expect("spec")
+    };
+    let (prefill, decode) = (engine(0), engine(1));
+    let env = env_of(&decode.containers[0]);
+    assert_eq!(
+        env["DEEPINFER_PREFILL_SERVICE"],
+        "flash-prefill.serving.svc:8000"
+    );
+    assert!(
+        !env.contains_key("DEEPINFER_VISION_SERVICE"),
+        "no vision role"
+    );
+    assert_eq!(
+        env["DEEPINFER_PEER_ENDPOINTS_FILE"],
+        "/deepinfer/peers/endpoints.json"
+    );
+    assert!(decode.volumes.iter().flatten().any(|v| v
+        .config_map
+        .as_ref()
+        .is_some_and(|c| c.name == "flash-role-endpoints")));
+    assert!(!env_of(&prefill.containers[0]).contains_key("DEEPINFER_PEER_ENDPOINTS_FILE"));
+    assert!(!prefill
+        .volumes
+        .iter()
+        .flatten()
+        .any(|v| v.name == "role-endpoints"));
+    // The acceptance run of the decode role is not wired to serving prefill groups.
+    let names = AcceptanceNames::new("flash", "r", "t");
+    let job = acceptance_job(&d, &names, 0, "r", "operator:1").expect("job");
+    let pod = job.spec.expect("spec").template.spec.expect("pod");
+    let accept_env = env_of(&pod.containers[0]);
+    assert_eq!(accept_env["DEEPINFER_ROLE"], "decode");
+    assert!(!accept_env.contains_key("DEEPINFER_PREFILL_SERVICE"));
+    assert!(!pod
+        .volumes
+        .iter()
+        .flatten()
+        .any(|v| v.name == "role-endpoints"));
+
+    // Two prefill groups exist; only the one whose leader is ready is listed.
+    let mut ready = group_pods(&d, &d.spec.roles[0], 0, "r")[0].clone();
+    ready.status = Some(k8s_openapi::api::core::v1::PodStatus {
+        conditions: Some(vec![k8s_openapi::api::core::v1::PodCondition {
+            type_: "Ready".into(),
+            status: "True".into(),
+            ..Default::default()
+        }]),
+        ..Default::default()
+    });
+    let unready = group_pods(&d, &d.spec.roles[0], 1, "r")[0].clone();
+    let groups = [
+        ("prefill".to_string(), "r".to_string(), 0),
+        ("prefill".to_string(), "r".to_string(), 1),
+        ("decode".to_string(), "r".to_string(), 0),
+    ];
+    let cm = peer_endpoints_configmap(&d, &groups, &[ready, unready]).expect("a file");
+    let file: serde_json::Value =
+        serde_json::from_str(&cm.data.expect("data")["endpoints.json"]).expect("JSON");
+    assert_eq!(
+        file,
+        json!({"prefill": ["rank-0.flash-prefill-r-0.serving.svc:8000"]})
+    );
+    let colocated = did(
+        json!({"type": "NVIDIA"}),
+        json!([{"name": "worker", "replicas": 1, "parallel": {"tensor": 8}}]),
+    );
+    assert!(peer_endpoints_configmap(&colocated, &[], &[]).is_none());
 }

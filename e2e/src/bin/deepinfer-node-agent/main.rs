@@ -7,6 +7,7 @@
 //! annotations. See `e2e/README.md` for the contract.
 #![forbid(unsafe_code)]
 
+mod ascend;
 mod dra;
 mod env;
 mod exec;

@@ -87,6 +87,15 @@ impl Nodes {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// How many devices of `resource` node `name` has, and the node's ordinal among the
+    /// agent's nodes (name order); `None` when it has none or is not ours.
+    pub fn device_slots(&self, name: &str, resource: &str) -> Option<(u32, usize)> {
+        let nodes = self.lock();
+        let ordinal = nodes.keys().position(|n| n == name)?;
+        let capacity = nodes.get(name)?.spec.capacity.get(resource)?.parse().ok()?;
+        Some((capacity, ordinal))
+    }
+
     /// The agent's mode for `name`, or `None` if the node is not one of ours.
     pub fn mode(&self, name: &str) -> Option<Mode> {
         self.lock().get(name).map(|s| s.mode)

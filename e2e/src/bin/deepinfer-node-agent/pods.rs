@@ -91,6 +91,8 @@ pub struct PodAgent {
     namespaces: Store<k8s_openapi::api::core::v1::Namespace>,
     queue: Arc<WorkQueue<Key>>,
     ips: Mutex<IpPool>,
+    /// The simulated Ascend device plugin's allocations.
+    ascend: crate::ascend::Allocator,
     pub runtime: Runtime,
 }
 
@@ -120,6 +122,7 @@ impl PodAgent {
             namespaces,
             queue: WorkQueue::new(),
             ips: Mutex::new(IpPool::default()),
+            ascend: crate::ascend::Allocator::default(),
             runtime,
         });
         // Only bound pods concern a node; the scheduler's pending pods are filtered server-side.
@@ -308,6 +311,8 @@ impl PodAgent {
             self.ips().assign(key, &uid, reported).to_string()
         };
 
+        let devices_pending = self.allocate_ascend_devices(&pod, &node, &api).await?;
+
         let plan = plan::plan_pod(&pod, &self.own);
         if plan.executes_any() {
             let queue = Arc::clone(&self.queue);
@@ -317,7 +322,7 @@ impl PodAgent {
                 .ensure_started(key, &pod, &plan, &pod_ip, notify);
         }
         let now = crate::now();
-        let mut requeue: Option<Duration> = None;
+        let mut requeue: Option<Duration> = devices_pending;
         let mut reports =
             |containers: &[(String, ContainerPlan)], is_init: bool| -> Vec<(String, Report)> {
                 containers
@@ -372,6 +377,64 @@ impl PodAgent {
             }
         }
         Ok(requeue)
+    }
+}
+
+impl PodAgent {
+    /// As the Ascend device plugin does when it allocates devices to a pod: writes the
+    /// allocation annotation on a pod that requests Ascend devices and has none yet.
+    /// Returns when to look again if no devices were free.
+    async fn allocate_ascend_devices(
+        &self,
+        pod: &Pod,
+        node: &str,
+        api: &Api<Pod>,
+    ) -> Result<Option<Duration>> {
+        let Some((resource, annotation, count)) = crate::ascend::request(pod) else {
+            return Ok(None);
+        };
+        if pod.annotations().contains_key(annotation) || crate::ascend::finished(pod) {
+            return Ok(None);
+        }
+        let Some((capacity, ordinal)) = self.nodes.device_slots(node, resource) else {
+            return Ok(None);
+        };
+        let uid = pod.uid().unwrap_or_default();
+        let pods = self.store.state();
+        // A finished pod's devices are free again, as the kubelet frees them.
+        let holding = pods
+            .iter()
+            .filter(|p| !crate::ascend::finished(p))
+            .filter_map(|p| p.uid())
+            .collect();
+        self.ascend.retain(&holding);
+        let held = crate::ascend::held_on_node(&pods, node, &uid, annotation);
+        let Some(devices) = self.ascend.allocate(node, &uid, count, capacity, held) else {
+            warn!(pod = %pod.name_any(), node, count, "no free Ascend devices to allocate yet");
+            return Ok(Some(ERROR_RETRY));
+        };
+        let value = serde_json::to_string(&crate::ascend::allocation(
+            &pod.name_any(),
+            node,
+            ordinal,
+            &devices,
+        ))?;
+        let patch = serde_json::json!({"metadata": {"annotations": {annotation: value}}});
+        match api
+            .patch(
+                &pod.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(patch),
+            )
+            .await
+        {
+            Ok(_) => {
+                info!(pod = %pod.name_any(), node, ?devices, "Ascend devices allocated");
+                Ok(None)
+            }
+            Err(kube::Error::Api(e)) if e.code == 404 => Ok(None),
+            Err(e) => Err(e).context("writing the Ascend allocation annotation"),
+        }
     }
 }
 

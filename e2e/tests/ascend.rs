@@ -1,0 +1,187 @@
+//! Ascend multi-node groups on the test bed: a 2-node, 32-NPU group (tensor 16 × data 2: 2 pods × 16
+//! `huawei.com/Ascend910`, the bed's two Ascend nodes) gets its HCCL rank table. The node agent
+//! stands in for the Ascend device plugin and writes the allocation annotation on each pod it
+//! places; the operator turns the annotations of all ranks into `hccl.json` in the group's
+//! `rings-config-*` ConfigMap, which the pods mount with `RANK_TABLE_FILE` set. When a rank's pod
+//! is replaced, the table is rebuilt with the same rank ids.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use deepinfer_e2e::support::{self, Operator};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::api::{Api, DeleteParams, ListParams};
+use kube::{Client, ResourceExt};
+use serde_json::{json, Value};
+
+const IMAGE: &str = "registry.example.com/deepinfer@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+const TIMEOUT: Duration = Duration::from_secs(240);
+const ANNOTATION: &str = "ascend.kubectl.kubernetes.io/ascend-910-configuration";
+
+/// The group's pods by rank, once every rank is bound and annotated and the completed table
+/// lists exactly them (by pod IP).
+async fn completed_table(client: &Client, ns: &str) -> (Value, BTreeMap<String, Pod>) {
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    support::eventually(
+        TIMEOUT,
+        "a completed rank table naming the live ranks",
+        || async {
+            let list = cms
+                .list(&ListParams::default().labels("deepinfer.io/component=rank-table"))
+                .await
+                .ok()?;
+            let [cm] = list.items.as_slice() else {
+                return None;
+            };
+            let table: Value = serde_json::from_str(cm.data.as_ref()?.get("hccl.json")?).ok()?;
+            if table["status"] != "completed" {
+                return None;
+            }
+            let live: BTreeMap<String, Pod> = pods
+                .list(&ListParams::default().labels("deepinfer.io/component=worker"))
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+                .map(|p| (p.labels()["deepinfer.io/rank"].clone(), p))
+                .collect();
+            let ips: Vec<Option<String>> = live
+                .values()
+                .map(|p| p.status.as_ref().and_then(|s| s.pod_ip.clone()))
+                .collect();
+            let listed: Vec<Option<String>> = table["server_list"]
+                .as_array()?
+                .iter()
+                .map(|s| s["container_ip"].as_str().map(str::to_string))
+                .collect();
+            (ips == listed).then_some((table, live))
+        },
+    )
+    .await
+}
+
+/// Checks the table against the pods: one server per rank in rank order, the node and the
+/// device plugin's devices of that rank's pod, rank ids `rank × 16 + position`.
+fn check_table(table: &Value, pods: &BTreeMap<String, Pod>) {
+    assert_eq!(table["server_count"], "2");
+    assert_eq!(table["version"], "1.0");
+    let servers = table["server_list"].as_array().expect("server_list");
+    assert_eq!(servers.len(), 2);
+    for (rank, server) in servers.iter().enumerate() {
+        let pod = &pods[&rank.to_string()];
+        let node = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.clone())
+            .expect("bound");
+        assert_eq!(
+            server["server_id"],
+            node.as_str(),
+            "rank {rank}'s server is its node"
+        );
+        let allocation: Value =
+            serde_json::from_str(&pod.annotations()[ANNOTATION]).expect("allocation JSON");
+        let devices = server["device"].as_array().expect("device");
+        assert_eq!(devices.len(), 16);
+        for (i, d) in devices.iter().enumerate() {
+            let allocated = allocation["devices"]
+                .as_array()
+                .expect("devices")
+                .iter()
+                .find(|a| a["device_id"] == d["device_id"])
+                .unwrap_or_else(|| panic!("{d} not allocated to rank {rank}"));
+            assert_eq!(d["device_ip"], allocated["device_ip"]);
+            assert_eq!(d["rank_id"], (rank * 16 + i).to_string());
+        }
+    }
+    let nodes: std::collections::BTreeSet<&str> = servers
+        .iter()
+        .filter_map(|s| s["server_id"].as_str())
+        .collect();
+    assert_eq!(nodes.len(), 2, "the group spans both Ascend nodes");
+}
+
+#[tokio::test]
+async fn gpu_an_ascend_two_node_group_gets_its_rank_table_and_keeps_rank_ids_when_a_rank_is_replaced(
+) {
+    let (client, ns, api) = support::namespace_with_checkpoint("ascend-ranks").await;
+    support::wait_for_free_devices(&client, "huawei.com/Ascend910").await;
+    let op = Operator::start(&ns.name, &["mit"]).await;
+    support::create_deployment(
+        &api,
+        json!({
+            "apiVersion": "deepinfer.io/v1alpha1",
+            "kind": "DeepInferDeployment",
+            "metadata": {"name": "pangu", "annotations": {"deepinfer.io/license-accepted": "mit"}},
+            "spec": {
+                "model": {"name": "deepseek-ai/DeepSeek-V4.1-Flash-1017", "license": "mit",
+                          "source": {"volume": {"claimName": "ckpt", "path": "model"}}},
+                "runtime": {"image": IMAGE, "commit": "0123456789abcdef0123456789abcdef01234567"},
+                "accelerator": {"type": "Ascend", "devicesPerPod": 16},
+                "roles": [{"name": "worker", "replicas": 1, "parallel": {"tensor": 16, "data": 2}}],
+                "acceptance": support::shot_planner_acceptance("valid-2-2-2.jsonl", "replay")
+            }
+        }),
+    )
+    .await;
+
+    let (table, pods) = completed_table(&client, &ns.name).await;
+    println!(
+        "rank table of the 2 x 16 NPU group:\n{}",
+        serde_json::to_string_pretty(&table).expect("JSON")
+    );
+    check_table(&table, &pods);
+    for pod in pods.values() {
+        let spec = pod.spec.as_ref().expect("spec");
+        let volume = spec
+            .volumes
+            .iter()
+            .flatten()
+            .find(|v| v.name == "rank-table")
+            .expect("the rank table is mounted");
+        assert!(volume
+            .config_map
+            .as_ref()
+            .is_some_and(|c| c.name.starts_with("rings-config-pangu-worker-")));
+        let env = spec.containers[0].env.clone().unwrap_or_default();
+        assert!(env.iter().any(|e| e.name == "RANK_TABLE_FILE"
+            && e.value.as_deref() == Some("/user/serverid/devindex/config/hccl.json")));
+    }
+
+    // Rank 1's pod goes; its replacement gets the same rank ids (on whatever devices).
+    let rank_ids = |t: &Value| -> Vec<Vec<String>> {
+        t["server_list"]
+            .as_array()
+            .expect("servers")
+            .iter()
+            .map(|s| {
+                s["device"]
+                    .as_array()
+                    .expect("devices")
+                    .iter()
+                    .map(|d| d["rank_id"].as_str().expect("rank id").to_string())
+                    .collect()
+            })
+            .collect()
+    };
+    let before = rank_ids(&table);
+    let gone = pods["1"].uid().expect("uid");
+    Api::<Pod>::namespaced(client.clone(), &ns.name)
+        .delete(&pods["1"].name_any(), &DeleteParams::default())
+        .await
+        .expect("deleting rank 1");
+    let (after, pods_after) = support::eventually(TIMEOUT, "rank 1 replaced in the table", || {
+        let (client, ns) = (client.clone(), ns.name.clone());
+        let gone = gone.clone();
+        async move {
+            let (t, p) = completed_table(&client, &ns).await;
+            (p["1"].uid().as_deref() != Some(gone.as_str())).then_some((t, p))
+        }
+    })
+    .await;
+    check_table(&after, &pods_after);
+    assert_eq!(rank_ids(&after), before, "rank ids survive the replacement");
+    op.stop().await;
+}

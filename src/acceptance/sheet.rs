@@ -1,0 +1,322 @@
+//! The measurement sheet: what an acceptance run measured, per prompt and in total, printed
+//! from the kept manifest by `deepinfer-operator check --sheet`. Every value comes from the
+//! manifest; a value the engine did not report is printed as "not reported", never derived.
+
+use std::fmt::Display;
+use std::path::Path;
+
+use anyhow::Context as _;
+
+use super::manifest::{Manifest, PromptRecord};
+
+/// What the sheet prints for a value the engine did not report.
+pub const NOT_REPORTED: &str = "not reported";
+/// What the sheet prints for a requested output the spec left to the engine's default.
+pub const ENGINE_DEFAULT: &str = "engine default";
+
+fn or_not_reported<T: Display>(value: Option<T>) -> String {
+    value.map_or_else(|| NOT_REPORTED.to_string(), |v| v.to_string())
+}
+
+fn seconds(value: Option<f64>) -> String {
+    value.map_or_else(|| NOT_REPORTED.to_string(), |v| format!("{v:.3} s"))
+}
+
+/// Reads a manifest from kept evidence: a directory holding `manifest.json` (`accept
+/// --evidence-dir`), the `manifest.json` file itself, or the evidence ConfigMap as YAML or JSON
+/// (`kubectl get configmap <evidence> -o yaml`).
+pub fn load_manifest(path: &Path) -> anyhow::Result<Manifest> {
+    let file = if path.is_dir() {
+        path.join(super::evidence::MANIFEST_KEY)
+    } else {
+        path.to_path_buf()
+    };
+    let text =
+        std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
+    let value: serde_yaml::Value = serde_yaml::from_str(&text)
+        .with_context(|| format!("{}: neither JSON nor YAML", file.display()))?;
+    let kept = value
+        .get("data")
+        .and_then(|d| d.get(super::evidence::MANIFEST_KEY))
+        .and_then(|m| m.as_str());
+    match kept {
+        Some(inner) => serde_json::from_str(inner).with_context(|| {
+            format!(
+                "{}: data.{} is not an acceptance manifest",
+                file.display(),
+                super::evidence::MANIFEST_KEY
+            )
+        }),
+        None => serde_yaml::from_value(value).with_context(|| {
+            format!(
+                "{}: not an acceptance manifest (give the evidence ConfigMap, its manifest.json, or a directory holding it)",
+                file.display()
+            )
+        }),
+    }
+}
+
+/// Columns of the per-prompt table, left to right.
+const COLUMNS: [&str; 10] = [
+    "prompt",
+    "verdict",
+    "prompt tokens",
+    "cached prefix",
+    "requested output",
+    "output tokens",
+    "accepted tokens",
+    "active requests",
+    "first token",
+    "completion time",
+];
+
+fn prompt_row(r: &PromptRecord) -> [String; 10] {
+    [
+        r.id.clone(),
+        if r.passed { "PASS" } else { "FAIL" }.to_string(),
+        or_not_reported(r.prompt_tokens),
+        or_not_reported(r.cached_tokens),
+        r.requested_tokens
+            .map_or_else(|| ENGINE_DEFAULT.to_string(), |n| n.to_string()),
+        or_not_reported(r.completion_tokens),
+        or_not_reported(r.accepted_tokens),
+        or_not_reported(r.active_requests),
+        seconds(r.first_token_seconds),
+        seconds(r.completion_seconds),
+    ]
+}
+
+/// The sheet as text: the run, the hardware, the phases, capacity beside completion time, and
+/// one table row per prompt plus a total row.
+pub fn render(m: &Manifest) -> String {
+    let t = &m.tokens;
+    let l = &m.layout;
+    let mut out = String::new();
+    out.push_str(&format!(
+        "Measurement sheet: {} revision {} ({:?}), started {}\n",
+        m.deployment.as_deref().unwrap_or("-"),
+        m.revision,
+        m.result,
+        m.started_at
+    ));
+    out.push_str(&format!(
+        "Hardware:  {} devices in the group (tensor {} x pipeline {} x data {}, expert {}); devices the leader's container saw: {} (inventory: {})\n",
+        l.world_size,
+        l.tensor,
+        l.pipeline,
+        l.data,
+        l.expert,
+        or_not_reported(m.devices.count_seen()),
+        m.devices.source
+    ));
+    out.push_str(&format!(
+        "Phases:    load {} | warm-up {} | measured {} | total {:.3} s (load and warm-up lie outside the measured interval)\n",
+        seconds(m.timings.load_seconds),
+        seconds(m.timings.warmup_seconds),
+        seconds(m.timings.measured_seconds),
+        m.timings.total_seconds
+    ));
+    out.push_str(&format!(
+        "Capacity:  {} output tokens/s, {} prompts/s over the measured interval | per-request completion time: mean {}, max {}\n\n",
+        or_not_reported(t.completion_tokens_per_second),
+        or_not_reported(t.requests_per_second),
+        seconds(t.mean_completion_seconds),
+        seconds(t.max_completion_seconds),
+    ));
+    let mut rows: Vec<[String; 10]> = vec![COLUMNS.map(str::to_string)];
+    rows.extend(m.prompts.iter().map(prompt_row));
+    let passed = m.prompts.iter().filter(|p| p.passed).count();
+    rows.push([
+        format!("total ({} prompts)", m.prompt_ids.len()),
+        format!("{passed} passed"),
+        or_not_reported(t.prompt_tokens),
+        or_not_reported(t.cached_tokens),
+        t.requested_tokens
+            .map_or_else(|| ENGINE_DEFAULT.to_string(), |n| n.to_string()),
+        or_not_reported(t.completion_tokens),
+        or_not_reported(t.accepted_tokens),
+        t.peak_active_requests
+            .map_or_else(|| NOT_REPORTED.to_string(), |n| format!("peak {n}")),
+        String::new(),
+        t.max_completion_seconds
+            .map_or_else(|| NOT_REPORTED.to_string(), |s| format!("max {s:.3} s")),
+    ]);
+    let widths: Vec<usize> = (0..COLUMNS.len())
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .collect();
+    for (i, row) in rows.iter().enumerate() {
+        let cells: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(cell, w)| format!("{cell:<w$}"))
+            .collect();
+        out.push_str(cells.join(" | ").trim_end());
+        out.push('\n');
+        if i == 0 {
+            let rule: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
+            out.push_str(&rule.join("-|-"));
+            out.push('\n');
+        }
+    }
+    if m.prompts.len() < m.prompt_ids.len() {
+        out.push_str(&format!(
+            "({} of {} prompt rows were cut from the kept manifest to fit the evidence; see manifest.truncated)\n",
+            m.prompt_ids.len() - m.prompts.len(),
+            m.prompt_ids.len()
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::acceptance::engine::Timings;
+    use crate::acceptance::engine_io::parse_outputs;
+    use crate::acceptance::manifest::{
+        build_manifest, AcceptanceResult, EngineRecord, RunFacts, RunIdentity,
+    };
+    use crate::acceptance::{checker::CompiledSpec, parse_spec};
+
+    fn manifest(outputs: &str, measured: Option<f64>) -> Manifest {
+        let spec = parse_spec(
+            "prompts:\n- {id: a, prompt: x, maxTokens: 16, structuredOutput: {regex: 'yes'}}\n- {id: b, prompt: y, structuredOutput: {regex: 'no'}}\n",
+        )
+        .unwrap();
+        let compiled = CompiledSpec::compile(&spec).unwrap();
+        let parsed = parse_outputs(outputs.as_bytes());
+        let verdicts = compiled.judge(&parsed);
+        let ids: Vec<String> = compiled.prompt_ids().map(str::to_string).collect();
+        let identity = RunIdentity {
+            requested_tokens: [("a".to_string(), 16)].into(),
+            layout: crate::acceptance::parse_layout("tensor=8").unwrap(),
+            ..RunIdentity::default()
+        };
+        let facts = RunFacts {
+            result: AcceptanceResult::Passed,
+            reason: String::new(),
+            devices: Default::default(),
+            engine: EngineRecord {
+                command: vec![],
+                exit: crate::acceptance::engine::EngineExit::Exited { code: 0 },
+                timeout_seconds: 1,
+            },
+            timings: Timings {
+                load_seconds: Some(3.0),
+                warmup_seconds: Some(1.0),
+                measured_seconds: measured,
+                total_seconds: 6.0,
+                markers: Default::default(),
+            },
+        };
+        build_manifest(&identity, facts, &ids, &parsed, &verdicts)
+    }
+
+    #[test]
+    fn every_reported_item_is_printed_per_prompt_and_in_total() {
+        let m = manifest(
+            concat!(
+                r#"{"id":"a","text":"yes","finish_reason":"stop","prompt_tokens":10,"cached_tokens":4,"completion_tokens":6,"accepted_tokens":2,"active_requests":2,"first_token_seconds":0.1,"completion_seconds":0.5}"#,
+                "\n",
+                r#"{"id":"b","text":"no","finish_reason":"stop","prompt_tokens":20,"cached_tokens":0,"completion_tokens":14,"accepted_tokens":5,"active_requests":1,"first_token_seconds":0.2,"completion_seconds":1.5}"#,
+                "\n"
+            ),
+            Some(2.0),
+        );
+        let t = &m.tokens;
+        assert_eq!(
+            (t.prompt_tokens, t.cached_tokens, t.completion_tokens),
+            (Some(30), Some(4), Some(20))
+        );
+        assert_eq!(t.requested_tokens, None, "b left maxTokens to the engine");
+        assert_eq!(t.peak_active_requests, Some(2));
+        assert_eq!(
+            (t.completion_tokens_per_second, t.requests_per_second),
+            (Some(10.0), Some(1.0))
+        );
+        assert_eq!(
+            (t.mean_completion_seconds, t.max_completion_seconds),
+            (Some(1.0), Some(1.5))
+        );
+        let sheet = render(&m);
+        assert!(
+            sheet.contains("Hardware:  8 devices in the group"),
+            "{sheet}"
+        );
+        assert!(
+            sheet.contains("load 3.000 s | warm-up 1.000 s | measured 2.000 s | total 6.000 s"),
+            "{sheet}"
+        );
+        assert!(sheet.contains("Capacity:  10 output tokens/s, 1 prompts/s over the measured interval | per-request completion time: mean 1.000 s, max 1.500 s"), "{sheet}");
+        let row = |id: &str| {
+            sheet
+                .lines()
+                .find(|l| l.starts_with(id))
+                .unwrap_or_else(|| panic!("no row {id} in\n{sheet}"))
+                .split(" | ")
+                .map(str::trim)
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            row("a "),
+            ["a", "PASS", "10", "4", "16", "6", "2", "2", "0.100 s", "0.500 s"]
+        );
+        assert_eq!(row("b ")[4], ENGINE_DEFAULT);
+        assert_eq!(
+            row("total"),
+            [
+                "total (2 prompts)",
+                "2 passed",
+                "30",
+                "4",
+                ENGINE_DEFAULT,
+                "20",
+                "7",
+                "peak 2",
+                "",
+                "max 1.500 s"
+            ]
+        );
+    }
+
+    #[test]
+    fn what_the_engine_did_not_report_is_printed_as_not_reported() {
+        let m = manifest(
+            "{\"id\":\"a\",\"text\":\"yes\",\"finish_reason\":\"stop\",\"completion_tokens\":6}\n{\"id\":\"b\",\"text\":\"no\",\"finish_reason\":\"stop\"}\n",
+            None,
+        );
+        assert_eq!(m.tokens.completion_tokens, None, "b reported no count");
+        assert_eq!(m.tokens.requests_per_second, None, "no measured interval");
+        let sheet = render(&m);
+        let a = sheet.lines().find(|l| l.starts_with("a ")).unwrap();
+        assert_eq!(a.matches(NOT_REPORTED).count(), 6, "{a}");
+        assert!(sheet.contains("measured not reported"), "{sheet}");
+        assert!(
+            sheet.contains("Capacity:  not reported output tokens/s, not reported prompts/s"),
+            "{sheet}"
+        );
+    }
+
+    #[test]
+    fn a_manifest_is_read_from_a_directory_a_file_or_the_evidence_configmap() {
+        let m = manifest("", Some(1.0));
+        let dir = std::env::temp_dir().join(format!("sheet-load-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let json = serde_json::to_string(&m).unwrap();
+        std::fs::write(dir.join("manifest.json"), &json).unwrap();
+        assert_eq!(load_manifest(&dir).unwrap(), m);
+        assert_eq!(load_manifest(&dir.join("manifest.json")).unwrap(), m);
+        let cm = serde_yaml::to_string(&serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap", "data": {"manifest.json": json}
+        }))
+        .unwrap();
+        std::fs::write(dir.join("cm.yaml"), cm).unwrap();
+        assert_eq!(load_manifest(&dir.join("cm.yaml")).unwrap(), m);
+        std::fs::write(dir.join("other.yaml"), "kind: Pod\n").unwrap();
+        let err = format!("{:#}", load_manifest(&dir.join("other.yaml")).unwrap_err());
+        assert!(err.contains("not an acceptance manifest"), "{err}");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}

@@ -18,8 +18,9 @@ use super::Error;
 const PROBE_INTERVAL: Duration = Duration::from_millis(500);
 
 /// Whether a failed pass failed because the API server was away or not ready (connection
-/// refused or reset, timeout; 429, 503, 504 while it starts) rather than on an answer about the
-/// request (any other status, a decoding failure, the operator's own errors).
+/// refused or reset, timeout; 503, 504 while it starts) rather than on an answer about the
+/// request (any other status, a decoding failure, the operator's own errors). A 429 is not an
+/// outage: a throttled pass waits the error policy's interval rather than retrying at once.
 pub fn unreachable(error: &Error) -> bool {
     let source = match error {
         Error::Kube(source) | Error::Api { source, .. } => source,
@@ -27,7 +28,7 @@ pub fn unreachable(error: &Error) -> bool {
     };
     match source {
         kube::Error::Service(_) | kube::Error::HyperError(_) => true,
-        kube::Error::Api(status) => matches!(status.code, 429 | 503 | 504),
+        kube::Error::Api(status) => matches!(status.code, 503 | 504),
         _ => false,
     }
 }
@@ -150,6 +151,12 @@ mod tests {
                 .boxed(),
         );
         assert!(unreachable(&Error::Kube(starting)));
+        let throttled = kube::Error::Api(
+            kube::core::Status::failure("too many requests", "TooManyRequests")
+                .with_code(429)
+                .boxed(),
+        );
+        assert!(!unreachable(&Error::Kube(throttled)));
         let refused = kube::Error::Service(Box::new(std::io::Error::new(
             std::io::ErrorKind::ConnectionRefused,
             "connection refused",

@@ -273,13 +273,16 @@ pub async fn prepare(
                 ..AllocatedDeviceStatus::default()
             })
             .collect();
-        api.patch_status(
-            &name,
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({"status": {"devices": devices}})),
-        )
-        .await
-        .with_context(|| format!("recording prepared devices of ResourceClaim {ns}/{name}"))?;
+        // Claims on devices of other drivers (e.g. a domain's channel) are not this driver's.
+        if !devices.is_empty() {
+            api.patch_status(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({"status": {"devices": devices}})),
+            )
+            .await
+            .with_context(|| format!("recording prepared devices of ResourceClaim {ns}/{name}"))?;
+        }
         let vars = by_claim.entry(claim.name.clone()).or_default();
         for r in ours {
             vars.entry(env_by_driver[&r.driver].clone())

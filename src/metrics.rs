@@ -6,10 +6,12 @@
 //! and the alerts on them.
 
 pub mod reference;
+mod requests;
+
+pub use requests::{classify, ApiRequests, ApiRequestsLayer};
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Instant;
 
 use prometheus_client::collector::Collector;
@@ -88,11 +90,11 @@ pub struct Metrics {
 
 /// Exports the client's write counter as `deepinfer_api_writes_total` at scrape time.
 #[derive(Debug)]
-struct WritesCollector(Arc<AtomicU64>);
+struct WritesCollector(ApiRequests);
 
 impl Collector for WritesCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let counter = ConstCounter::new(self.0.load(Ordering::Relaxed));
+        let counter = ConstCounter::new(self.0.writes());
         let metric = encoder.encode_descriptor(
             "api_writes",
             "Mutating Kubernetes API requests (everything but GET) sent by the operator.",
@@ -104,9 +106,9 @@ impl Collector for WritesCollector {
 }
 
 impl Metrics {
-    /// Registers every metric; `writes` is the client's mutating-request counter.
+    /// Registers every metric; `requests` are the client's request counters.
     /// (Help texts carry no final period: the encoder appends one.)
-    pub fn new(writes: Arc<AtomicU64>) -> Self {
+    pub fn new(requests: ApiRequests) -> Self {
         let mut registry = Registry::with_prefix("deepinfer");
         let reconciles = Counter::default();
         registry.register("reconciles", "Reconcile passes started", reconciles.clone());
@@ -164,7 +166,18 @@ impl Metrics {
             "1 while this instance reconciles (holds the leader Lease, or runs without leader election), else 0",
             leader.clone(),
         );
-        registry.register_collector(Box::new(WritesCollector(writes)));
+        registry.register(
+            "api_requests",
+            "Requests to the API server by Kubernetes verb, resource and HTTP code (error: no response)",
+            requests.total.clone(),
+        );
+        registry.register_with_unit(
+            "api_request_duration",
+            "Latency of API requests until the response headers (a watch: until it opened), by verb and resource",
+            Unit::Seconds,
+            requests.latency.clone(),
+        );
+        registry.register_collector(Box::new(WritesCollector(requests)));
         Self {
             registry,
             reconciles,
@@ -284,7 +297,7 @@ mod tests {
 
     #[test]
     fn reconcile_metrics_count_passes_durations_and_failures() {
-        let m = Metrics::new(Arc::default());
+        let m = Metrics::new(ApiRequests::default());
         drop(m.reconcile_started());
         drop(m.reconcile_started());
         m.reconcile_failed("kube");
@@ -305,7 +318,7 @@ mod tests {
 
     #[test]
     fn phase_gauge_moves_with_each_resource_and_forgets_deleted_ones() {
-        let m = Metrics::new(Arc::default());
+        let m = Metrics::new(ApiRequests::default());
         let series = |p: &str| format!(r#"deepinfer_resources{{phase="{p}"}}"#);
         m.observe_phase("a/one", Some(Phase::Pending));
         m.observe_phase("a/two", Some(Phase::Pending));
@@ -333,7 +346,7 @@ mod tests {
 
     #[test]
     fn acceptance_runs_by_result_and_duration() {
-        let m = Metrics::new(Arc::default());
+        let m = Metrics::new(ApiRequests::default());
         m.acceptance_finished("Passed", 42.0);
         m.acceptance_finished("Failed", 7.5);
         m.acceptance_finished("Passed", 1.0);
@@ -358,13 +371,19 @@ mod tests {
 
     #[test]
     fn api_writes_are_read_from_the_client_counter_at_scrape_time() {
-        let writes = Arc::new(AtomicU64::new(3));
-        let m = Metrics::new(writes.clone());
+        let requests = ApiRequests::default();
+        for _ in 0..3 {
+            requests.record("patch", "pods", Some(200), 0.01);
+        }
+        let m = Metrics::new(requests.clone());
         assert_eq!(
             line(&m.encode().unwrap(), "deepinfer_api_writes_total"),
             Some("3")
         );
-        writes.fetch_add(4, Ordering::Relaxed);
+        for _ in 0..4 {
+            requests.record("create", "jobs", Some(201), 0.01);
+        }
+        requests.record("list", "jobs", Some(200), 0.01);
         let text = m.encode().unwrap();
         assert_eq!(line(&text, "deepinfer_api_writes_total"), Some("7"));
         assert!(text.contains("# TYPE deepinfer_api_writes counter"));

@@ -5,8 +5,6 @@
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
-use std::sync::atomic::AtomicU64;
-use std::sync::Arc;
 
 use super::Metrics;
 use crate::api::Phase;
@@ -26,7 +24,9 @@ struct FamilyDoc {
 /// A registry with every family touched once: a labelled family without series is not encoded,
 /// so its label names would not show.
 fn exercised() -> Metrics {
-    let metrics = Metrics::new(Arc::new(AtomicU64::new(0)));
+    let requests = super::ApiRequests::default();
+    requests.record("patch", "pods", Some(200), 0.01);
+    let metrics = Metrics::new(requests);
     drop(metrics.reconcile_started());
     metrics.reconcile_failed("kube");
     metrics.observe_phase("ns/name", Some(Phase::Ready));

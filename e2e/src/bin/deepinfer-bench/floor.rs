@@ -70,7 +70,12 @@ struct Created {
 #[derive(Clone, Debug)]
 enum Action {
     Create(Created),
-    Delete { kind: usize, name: String },
+    /// A changed RBAC rule, binding, Service or budget, as a merge patch.
+    Update(Created),
+    Delete {
+        kind: usize,
+        name: String,
+    },
 }
 
 /// One recorded action.
@@ -86,7 +91,8 @@ struct Recording {
     namespace: String,
     phase: usize,
     steps: Vec<Step>,
-    seen: HashSet<(usize, String)>,
+    /// The last recorded form of each object.
+    seen: HashMap<(usize, String), Value>,
     /// Each worker pod's `deepinfer.io/accepted` condition, the last one seen `True`.
     accepted: HashMap<String, Value>,
     /// The uid of each deployment, named in its objects' owner references.
@@ -120,26 +126,33 @@ impl Recording {
         {
             self.accepted.insert(name.clone(), condition.clone());
         }
-        if self.seen.insert((kind, name.clone())) {
-            let Ok(body) = serde_json::to_value(obj) else {
-                return;
-            };
-            self.steps.push(Step {
-                phase: self.phase,
-                deployment,
-                action: Action::Create(Created {
-                    kind,
-                    name,
-                    group: obj.labels().get(labels::GROUP).cloned(),
-                    body: create_body(KINDS[kind].2, body),
-                }),
-            });
-        }
+        let Ok(body) = serde_json::to_value(obj) else {
+            return;
+        };
+        let body = create_body(KINDS[kind].2, body);
+        let created = Created {
+            kind,
+            name: name.clone(),
+            group: obj.labels().get(labels::GROUP).cloned(),
+            body: body.clone(),
+        };
+        let action = match self.seen.insert((kind, name), body.clone()) {
+            None => Action::Create(created),
+            Some(before) if tracks_updates(kind) && comparable(&before) != comparable(&body) => {
+                Action::Update(created)
+            }
+            Some(_) => return,
+        };
+        self.steps.push(Step {
+            phase: self.phase,
+            deployment,
+            action,
+        });
     }
 
     fn delete(&mut self, kind: usize, obj: &DynamicObject) {
         if let Some(deployment) = obj.labels().get(labels::DEPLOYMENT).cloned() {
-            if self.seen.contains(&(kind, obj.name_any())) {
+            if self.seen.contains_key(&(kind, obj.name_any())) {
                 self.steps.push(Step {
                     phase: self.phase,
                     deployment,
@@ -228,6 +241,7 @@ impl Recorder {
         for step in &state.steps {
             let (verb, kind) = match &step.action {
                 Action::Create(c) => ("created", c.kind),
+                Action::Update(c) => ("updated", c.kind),
                 Action::Delete { kind, .. } => ("deleted", *kind),
             };
             *counts.entry((step.phase, verb, KINDS[kind].2)).or_default() += 1;
@@ -342,6 +356,24 @@ fn create_body(kind: &str, mut obj: Value) -> Value {
     obj
 }
 
+/// Kinds whose later changes by the operator are replayed: others are immutable where it
+/// matters (pods, Jobs, PodGroups, revisions) or also written by the workload (evidence).
+fn tracks_updates(kind: usize) -> bool {
+    matches!(
+        KINDS[kind].2,
+        "Role" | "RoleBinding" | "Service" | "PodDisruptionBudget"
+    )
+}
+
+/// An object's content as the operator sets it: everything but server-kept metadata.
+fn comparable(body: &Value) -> Value {
+    let mut body = body.clone();
+    if let Some(meta) = body.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.retain(|k, _| k == "labels" || k == "annotations");
+    }
+    body
+}
+
 fn is_token_volume(v: &Value) -> bool {
     v.get("name")
         .and_then(Value::as_str)
@@ -413,6 +445,7 @@ impl Floor {
                         || (is_kind(c.kind, "Job")
                             && pending.first().is_some_and(|p| p.group != c.group))
                 }
+                Action::Update(_) => false,
                 Action::Delete { .. } => true,
             };
             if waits {
@@ -427,6 +460,14 @@ impl Floor {
                     if is_kind(c.kind, "Job") {
                         pending.push(c);
                     }
+                }
+                Action::Update(c) => {
+                    self.create_batch(&batch, &mut live, uid).await?;
+                    batch.clear();
+                    let patch = Patch::Merge(self.rewritten(c, uid)?);
+                    self.api(c.kind)
+                        .patch(&c.name, &PatchParams::default(), &patch)
+                        .await?;
                 }
                 Action::Delete { kind, name } => {
                     if is_kind(*kind, "Pod") {
@@ -457,10 +498,7 @@ impl Floor {
         uid: (&str, &str),
     ) -> anyhow::Result<()> {
         futures::future::try_join_all(batch.iter().map(|c| async {
-            let body = serde_json::to_string(&c.body)?
-                .replace(&self.from_namespace, &self.ns)
-                .replace(uid.0, uid.1);
-            let body: DynamicObject = serde_json::from_str(&body)?;
+            let body: DynamicObject = serde_json::from_value(self.rewritten(c, uid)?)?;
             self.api(c.kind)
                 .create(&PostParams::default(), &body)
                 .await?;
@@ -474,6 +512,14 @@ impl Floor {
                 .map(|c| c.name.clone()),
         );
         Ok(())
+    }
+
+    /// The object for the floor's namespace and its deployment `uid.1` (was `uid.0`).
+    fn rewritten(&self, c: &Created, uid: (&str, &str)) -> anyhow::Result<Value> {
+        let body = serde_json::to_string(&c.body)?
+            .replace(&self.from_namespace, &self.ns)
+            .replace(uid.0, uid.1);
+        Ok(serde_json::from_str(&body)?)
     }
 
     /// Waits until one of `jobs` (the Job, or the leader of a run's rank Jobs) completed.

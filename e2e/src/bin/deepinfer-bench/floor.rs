@@ -345,11 +345,12 @@ fn create_body(kind: &str, mut obj: Value) -> Value {
                 }
             }
         }
-        ("Service", Some(spec)) => {
-            if spec.get("clusterIP").and_then(Value::as_str) != Some("None") {
-                spec.remove("clusterIP");
-                spec.remove("clusterIPs");
-            }
+        // A headless Service keeps `None`; another gets a new address.
+        ("Service", Some(spec))
+            if spec.get("clusterIP").and_then(Value::as_str) != Some("None") =>
+        {
+            spec.remove("clusterIP");
+            spec.remove("clusterIPs");
         }
         _ => {}
     }

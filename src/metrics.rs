@@ -58,6 +58,20 @@ struct PhaseLabels {
     phase: &'static str,
 }
 
+/// `{result="…"}` of a reconcile pass: `success` or `error`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    result: &'static str,
+}
+
+/// Buckets of the reconcile duration, 5 ms to ~20 s: a pass is a handful of API calls, a slow
+/// API server stretches it.
+fn reconcile_histogram() -> Histogram {
+    Histogram::new([
+        0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0,
+    ])
+}
+
 /// `{result="…"}`: `Passed` or `Failed`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ResultLabels {
@@ -71,8 +85,12 @@ pub struct Metrics {
     registry: Registry,
     /// `deepinfer_reconciles_total`: reconcile passes started.
     reconciles: Counter,
-    /// `deepinfer_reconcile_duration_seconds`: wall time of one reconcile pass.
-    reconcile_duration: Histogram,
+    /// `deepinfer_reconcile_duration_seconds{result}`: wall time of one reconcile pass, by
+    /// `success` or `error`.
+    reconcile_duration: Family<OutcomeLabels, Histogram, fn() -> Histogram>,
+    /// `deepinfer_active_reconciles`: passes running now (the controller runs one per resource
+    /// at a time, any number of resources at once).
+    active: Gauge,
     /// `deepinfer_reconcile_failures_total{error}`: passes that returned an error, by kind.
     failures: Family<ErrorLabels, Counter>,
     /// `deepinfer_resources{phase}`: DeepInferDeployments last seen in each phase.
@@ -112,15 +130,22 @@ impl Metrics {
         let mut registry = Registry::with_prefix("deepinfer");
         let reconciles = Counter::default();
         registry.register("reconciles", "Reconcile passes started", reconciles.clone());
-        // 5 ms to ~20 s: a pass is a handful of API calls, a slow API server stretches it.
-        let reconcile_duration = Histogram::new([
-            0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0,
-        ]);
+        let reconcile_duration: Family<OutcomeLabels, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(reconcile_histogram);
+        for result in ["success", "error"] {
+            reconcile_duration.get_or_create_owned(&OutcomeLabels { result });
+        }
         registry.register_with_unit(
             "reconcile_duration",
-            "Wall time of one reconcile pass",
+            "Wall time of one reconcile pass, by result (success or error)",
             Unit::Seconds,
             reconcile_duration.clone(),
+        );
+        let active = Gauge::default();
+        registry.register(
+            "active_reconciles",
+            "Reconcile passes running now",
+            active.clone(),
         );
         let failures = Family::<ErrorLabels, Counter>::default();
         registry.register(
@@ -182,6 +207,7 @@ impl Metrics {
             registry,
             reconciles,
             reconcile_duration,
+            active,
             failures,
             resources,
             phases: Mutex::new(HashMap::new()),
@@ -196,12 +222,15 @@ impl Metrics {
         self.leader.set(i64::from(leading));
     }
 
-    /// Counts a reconcile pass; its duration is recorded when the returned guard drops.
+    /// Counts a reconcile pass as started and running; when the returned guard drops, the pass
+    /// has ended and its duration is recorded, as an error unless [`ReconcileTimer::succeeded`].
     pub fn reconcile_started(&self) -> ReconcileTimer<'_> {
         self.reconciles.inc();
+        self.active.inc();
         ReconcileTimer {
-            histogram: &self.reconcile_duration,
+            metrics: self,
             start: Instant::now(),
+            result: "error",
         }
     }
 
@@ -275,13 +304,27 @@ impl Metrics {
 
 /// Records the duration of one reconcile pass when dropped, whichever way the pass ends.
 pub struct ReconcileTimer<'a> {
-    histogram: &'a Histogram,
+    metrics: &'a Metrics,
     start: Instant,
+    result: &'static str,
+}
+
+impl ReconcileTimer<'_> {
+    /// The pass returned without an error.
+    pub fn succeeded(&mut self) {
+        self.result = "success";
+    }
 }
 
 impl Drop for ReconcileTimer<'_> {
     fn drop(&mut self) {
-        self.histogram.observe(self.start.elapsed().as_secs_f64());
+        self.metrics.active.dec();
+        self.metrics
+            .reconcile_duration
+            .get_or_create(&OutcomeLabels {
+                result: self.result,
+            })
+            .observe(self.start.elapsed().as_secs_f64());
     }
 }
 
@@ -298,15 +341,28 @@ mod tests {
     #[test]
     fn reconcile_metrics_count_passes_durations_and_failures() {
         let m = Metrics::new(ApiRequests::default());
-        drop(m.reconcile_started());
-        drop(m.reconcile_started());
+        let running = m.reconcile_started();
+        let mut passed = m.reconcile_started();
+        passed.succeeded();
+        assert_eq!(
+            line(&m.encode().unwrap(), "deepinfer_active_reconciles"),
+            Some("2")
+        );
+        drop(passed);
+        drop(running);
         m.reconcile_failed("kube");
         let text = m.encode().unwrap();
         assert_eq!(line(&text, "deepinfer_reconciles_total"), Some("2"));
-        assert_eq!(
-            line(&text, "deepinfer_reconcile_duration_seconds_count"),
-            Some("2")
-        );
+        assert_eq!(line(&text, "deepinfer_active_reconciles"), Some("0"));
+        for result in ["success", "error"] {
+            assert_eq!(
+                line(
+                    &text,
+                    &format!(r#"deepinfer_reconcile_duration_seconds_count{{result="{result}"}}"#)
+                ),
+                Some("1")
+            );
+        }
         assert!(text.contains("# TYPE deepinfer_reconcile_duration_seconds histogram"));
         assert_eq!(
             line(&text, r#"deepinfer_reconcile_failures_total{error="kube"}"#),

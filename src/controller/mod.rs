@@ -677,10 +677,20 @@ fn error_policy(obj: Arc<DynamicObject>, err: &Error, ctx: Arc<Context>) -> Acti
 /// How long to wait before looking again when nothing else will trigger a reconcile.
 const RESYNC: Duration = Duration::from_secs(300);
 
-#[tracing::instrument(skip(obj, ctx), fields(name = %obj.name_any(), namespace = obj.namespace().unwrap_or_default()))]
+/// One reconcile pass, counted and timed by its result.
 async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let metrics = ctx.metrics.clone();
+    let mut timer = metrics.reconcile_started();
+    let result = reconcile_pass(obj, ctx).await;
+    if result.is_ok() {
+        timer.succeeded();
+    }
+    result
+}
+
+#[tracing::instrument(skip(obj, ctx), fields(name = %obj.name_any(), namespace = obj.namespace().unwrap_or_default()))]
+async fn reconcile_pass(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
     ctx.reconciles.fetch_add(1, Ordering::Relaxed);
-    let _timer = ctx.metrics.reconcile_started();
     let ns = obj
         .namespace()
         .ok_or_else(|| Error::NoNamespace(obj.name_any()))?;

@@ -217,13 +217,19 @@ impl Probe {
             let b = value(&self.baseline, series);
             value(&end, series) - if b.is_nan() { 0.0 } else { b }
         };
+        let both = |series: &str| {
+            ["success", "error"]
+                .iter()
+                .map(|r| diff(&format!("{series}{{result=\"{r}\"}}")))
+                .sum::<f64>()
+        };
         let (reconciles_per_resource, mean_reconcile_ms, operator_cpu_seconds, operator_rss_mib) =
             match &self.source {
                 Source::Operator { pid, .. } => (
                     Some(per(diff("deepinfer_reconciles_total"))),
                     Some(
-                        1000.0 * diff("deepinfer_reconcile_duration_seconds_sum")
-                            / diff("deepinfer_reconcile_duration_seconds_count"),
+                        1000.0 * both("deepinfer_reconcile_duration_seconds_sum")
+                            / both("deepinfer_reconcile_duration_seconds_count"),
                     ),
                     Some(bed::cpu_seconds(*pid) - self.operator_cpu),
                     Some([self.rss_start, self.rss_peak, bed::rss_mib(*pid)]),

@@ -355,7 +355,8 @@ async fn phases(
     recorder.next_phase();
     phases.push(probe.finish().await.printed());
 
-    // 3. A restart over the converged set: every resource is reconciled again from the list.
+    // 3. A restart over the converged set: every resource is reconciled again from the list;
+    // converged once as many passes ended as there are resources.
     let status = op.terminate(Duration::from_secs(30));
     anyhow::ensure!(status.success(), "the operator exited with {status}");
     let mut op = start();
@@ -363,12 +364,12 @@ async fn phases(
     loop {
         probe.sample();
         let text = metrics(address, &mut op).await;
-        if probe::value(&text, "deepinfer_reconciles_total") >= n as f64 {
+        if probe::passes_ended(&text) >= n as f64 {
             break;
         }
         anyhow::ensure!(
             probe.elapsed() < timeout,
-            "fewer than {n} reconciles after the restart within {timeout:?}"
+            "fewer than {n} reconcile passes ended after the restart within {timeout:?}"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

@@ -17,6 +17,24 @@ pub fn value(exposition: &str, series: &str) -> f64 {
     deepinfer_e2e::operator_process::sample(exposition, series).unwrap_or(f64::NAN)
 }
 
+/// Series `name` of the reconcile duration histogram summed over results (`success`, `error`).
+fn over_results(exposition: &str, name: &str) -> f64 {
+    ["success", "error"]
+        .iter()
+        .filter_map(|r| {
+            deepinfer_e2e::operator_process::sample(
+                exposition,
+                &format!("{name}{{result=\"{r}\"}}"),
+            )
+        })
+        .sum()
+}
+
+/// Reconcile passes that ended (successfully or not).
+pub fn passes_ended(exposition: &str) -> f64 {
+    over_results(exposition, "deepinfer_reconcile_duration_seconds_count")
+}
+
 /// `deepinfer_api_requests_total` summed over codes: `"verb resource"` → requests, and the
 /// requests answered with anything but 2xx.
 fn requests(exposition: &str) -> (BTreeMap<String, f64>, f64) {
@@ -217,12 +235,7 @@ impl Probe {
             let b = value(&self.baseline, series);
             value(&end, series) - if b.is_nan() { 0.0 } else { b }
         };
-        let both = |series: &str| {
-            ["success", "error"]
-                .iter()
-                .map(|r| diff(&format!("{series}{{result=\"{r}\"}}")))
-                .sum::<f64>()
-        };
+        let both = |series: &str| over_results(&end, series) - over_results(&self.baseline, series);
         let (reconciles_per_resource, mean_reconcile_ms, operator_cpu_seconds, operator_rss_mib) =
             match &self.source {
                 Source::Operator { pid, .. } => (

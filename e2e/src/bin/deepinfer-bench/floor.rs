@@ -474,7 +474,11 @@ impl Floor {
                     if is_kind(*kind, "Pod") {
                         self.serve(&live, &mut serving).await?;
                     }
-                    match self.api(*kind).delete(name, &DeleteParams::default()).await {
+                    match self
+                        .api(*kind)
+                        .delete(name, &DeleteParams::background())
+                        .await
+                    {
                         // The garbage collector may have been first (a Job's pods, a group).
                         Err(kube::Error::Api(status)) if status.code == 404 => {}
                         other => {

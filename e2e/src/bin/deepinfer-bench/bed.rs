@@ -2,7 +2,7 @@
 //! agent process of its own (so its cost can be read apart from the bed's), and the CPU time and
 //! resident memory of the processes involved, read from `/proc`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -169,7 +169,7 @@ impl BenchAgent {
             .arg("--own-binary")
             .arg(format!(
                 "deepinfer-operator={}",
-                absolute(operator)?.display()
+                std::path::absolute(operator)?.display()
             ))
             .args(["--workers", "32", "--status-heartbeat-seconds", "300"])
             .env("RUST_LOG", "warn")
@@ -222,10 +222,6 @@ fn node_ready(node: &Node) -> bool {
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
         .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
-fn absolute(path: &Path) -> std::io::Result<PathBuf> {
-    std::path::absolute(path)
 }
 
 /// Deletes the generated nodes (left from this run or an interrupted earlier one).

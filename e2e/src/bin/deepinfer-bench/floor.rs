@@ -502,14 +502,22 @@ impl Floor {
         live: &mut Vec<String>,
         uid: (&str, &str),
     ) -> anyhow::Result<()> {
-        futures::future::try_join_all(batch.iter().map(|c| async {
-            let body: DynamicObject = serde_json::from_value(self.rewritten(c, uid)?)?;
-            self.api(c.kind)
-                .create(&PostParams::default(), &body)
-                .await?;
-            anyhow::Ok(())
-        }))
-        .await?;
+        // What pods and Jobs refer to (their PodGroup above all: pods created before it would
+        // be placed one by one, not as a gang) goes first.
+        let (workloads, referred): (Vec<&Created>, Vec<&Created>) = batch
+            .iter()
+            .copied()
+            .partition(|c| is_kind(c.kind, "Pod") || is_kind(c.kind, "Job"));
+        for stage in [referred, workloads] {
+            futures::future::try_join_all(stage.iter().map(|c| async {
+                let body: DynamicObject = serde_json::from_value(self.rewritten(c, uid)?)?;
+                self.api(c.kind)
+                    .create(&PostParams::default(), &body)
+                    .await?;
+                anyhow::Ok(())
+            }))
+            .await?;
+        }
         live.extend(
             batch
                 .iter()

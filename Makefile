@@ -31,9 +31,10 @@ run: cluster-up ## Bed + CRD + operator + a sample deployment, then show it
 	@e2e/bed/run-sample.sh
 
 .PHONY: bench
-bench: cluster-up ## Reconcile 1000 resources with a release-built operator and print figures (BENCH_ARGS="--resources N")
+bench: cluster-up ## Drive 1000 deployments to Ready, roll and restart them with a release-built operator; print figures and the floor (BENCH_ARGS="--resources N")
 	$(CARGO) build --release --bin deepinfer-operator
-	$(CARGO) run -q -p deepinfer-e2e --bin deepinfer-bench -- --operator target/release/deepinfer-operator $(BENCH_ARGS)
+	$(CARGO) build --release -p deepinfer-e2e --bin deepinfer-node-agent
+	$(CARGO) run -q -p deepinfer-e2e --bin deepinfer-bench -- --operator target/release/deepinfer-operator --node-agent target/release/deepinfer-node-agent $(BENCH_ARGS)
 
 .PHONY: chaos
 chaos: cluster-up ## Fault scenarios beside the invariant monitor; prints one row per scenario (CHAOS_ARGS="--scenarios a,b --seed N")

@@ -6,10 +6,12 @@
 //! and the alerts on them.
 
 pub mod reference;
+mod requests;
+
+pub use requests::{classify, ApiRequests, ApiRequestsLayer};
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Instant;
 
 use prometheus_client::collector::Collector;
@@ -56,6 +58,20 @@ struct PhaseLabels {
     phase: &'static str,
 }
 
+/// `{result="…"}` of a reconcile pass: `success` or `error`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    result: &'static str,
+}
+
+/// Buckets of the reconcile duration, 5 ms to ~20 s: a pass is a handful of API calls, a slow
+/// API server stretches it.
+fn reconcile_histogram() -> Histogram {
+    Histogram::new([
+        0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0,
+    ])
+}
+
 /// `{result="…"}`: `Passed` or `Failed`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ResultLabels {
@@ -69,8 +85,12 @@ pub struct Metrics {
     registry: Registry,
     /// `deepinfer_reconciles_total`: reconcile passes started.
     reconciles: Counter,
-    /// `deepinfer_reconcile_duration_seconds`: wall time of one reconcile pass.
-    reconcile_duration: Histogram,
+    /// `deepinfer_reconcile_duration_seconds{result}`: wall time of one reconcile pass, by
+    /// `success` or `error`.
+    reconcile_duration: Family<OutcomeLabels, Histogram, fn() -> Histogram>,
+    /// `deepinfer_active_reconciles`: passes running now (the controller runs one per resource
+    /// at a time, any number of resources at once).
+    active: Gauge,
     /// `deepinfer_reconcile_failures_total{error}`: passes that returned an error, by kind.
     failures: Family<ErrorLabels, Counter>,
     /// `deepinfer_resources{phase}`: DeepInferDeployments last seen in each phase.
@@ -88,11 +108,11 @@ pub struct Metrics {
 
 /// Exports the client's write counter as `deepinfer_api_writes_total` at scrape time.
 #[derive(Debug)]
-struct WritesCollector(Arc<AtomicU64>);
+struct WritesCollector(ApiRequests);
 
 impl Collector for WritesCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let counter = ConstCounter::new(self.0.load(Ordering::Relaxed));
+        let counter = ConstCounter::new(self.0.writes());
         let metric = encoder.encode_descriptor(
             "api_writes",
             "Mutating Kubernetes API requests (everything but GET) sent by the operator.",
@@ -104,21 +124,28 @@ impl Collector for WritesCollector {
 }
 
 impl Metrics {
-    /// Registers every metric; `writes` is the client's mutating-request counter.
+    /// Registers every metric; `requests` are the client's request counters.
     /// (Help texts carry no final period: the encoder appends one.)
-    pub fn new(writes: Arc<AtomicU64>) -> Self {
+    pub fn new(requests: ApiRequests) -> Self {
         let mut registry = Registry::with_prefix("deepinfer");
         let reconciles = Counter::default();
         registry.register("reconciles", "Reconcile passes started", reconciles.clone());
-        // 5 ms to ~20 s: a pass is a handful of API calls, a slow API server stretches it.
-        let reconcile_duration = Histogram::new([
-            0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0,
-        ]);
+        let reconcile_duration: Family<OutcomeLabels, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(reconcile_histogram);
+        for result in ["success", "error"] {
+            reconcile_duration.get_or_create_owned(&OutcomeLabels { result });
+        }
         registry.register_with_unit(
             "reconcile_duration",
-            "Wall time of one reconcile pass",
+            "Wall time of one reconcile pass, by result (success or error)",
             Unit::Seconds,
             reconcile_duration.clone(),
+        );
+        let active = Gauge::default();
+        registry.register(
+            "active_reconciles",
+            "Reconcile passes running now",
+            active.clone(),
         );
         let failures = Family::<ErrorLabels, Counter>::default();
         registry.register(
@@ -164,11 +191,23 @@ impl Metrics {
             "1 while this instance reconciles (holds the leader Lease, or runs without leader election), else 0",
             leader.clone(),
         );
-        registry.register_collector(Box::new(WritesCollector(writes)));
+        registry.register(
+            "api_requests",
+            "Requests to the API server by Kubernetes verb, resource and HTTP code (error: no response)",
+            requests.total.clone(),
+        );
+        registry.register_with_unit(
+            "api_request_duration",
+            "Latency of API requests until the response headers (a watch: until it opened), by verb and resource",
+            Unit::Seconds,
+            requests.latency.clone(),
+        );
+        registry.register_collector(Box::new(WritesCollector(requests)));
         Self {
             registry,
             reconciles,
             reconcile_duration,
+            active,
             failures,
             resources,
             phases: Mutex::new(HashMap::new()),
@@ -183,12 +222,15 @@ impl Metrics {
         self.leader.set(i64::from(leading));
     }
 
-    /// Counts a reconcile pass; its duration is recorded when the returned guard drops.
+    /// Counts a reconcile pass as started and running; when the returned guard drops, the pass
+    /// has ended and its duration is recorded, as an error unless [`ReconcileTimer::succeeded`].
     pub fn reconcile_started(&self) -> ReconcileTimer<'_> {
         self.reconciles.inc();
+        self.active.inc();
         ReconcileTimer {
-            histogram: &self.reconcile_duration,
+            metrics: self,
             start: Instant::now(),
+            result: "error",
         }
     }
 
@@ -262,13 +304,27 @@ impl Metrics {
 
 /// Records the duration of one reconcile pass when dropped, whichever way the pass ends.
 pub struct ReconcileTimer<'a> {
-    histogram: &'a Histogram,
+    metrics: &'a Metrics,
     start: Instant,
+    result: &'static str,
+}
+
+impl ReconcileTimer<'_> {
+    /// The pass returned without an error.
+    pub fn succeeded(&mut self) {
+        self.result = "success";
+    }
 }
 
 impl Drop for ReconcileTimer<'_> {
     fn drop(&mut self) {
-        self.histogram.observe(self.start.elapsed().as_secs_f64());
+        self.metrics.active.dec();
+        self.metrics
+            .reconcile_duration
+            .get_or_create(&OutcomeLabels {
+                result: self.result,
+            })
+            .observe(self.start.elapsed().as_secs_f64());
     }
 }
 
@@ -284,16 +340,29 @@ mod tests {
 
     #[test]
     fn reconcile_metrics_count_passes_durations_and_failures() {
-        let m = Metrics::new(Arc::default());
-        drop(m.reconcile_started());
-        drop(m.reconcile_started());
+        let m = Metrics::new(ApiRequests::default());
+        let running = m.reconcile_started();
+        let mut passed = m.reconcile_started();
+        passed.succeeded();
+        assert_eq!(
+            line(&m.encode().unwrap(), "deepinfer_active_reconciles"),
+            Some("2")
+        );
+        drop(passed);
+        drop(running);
         m.reconcile_failed("kube");
         let text = m.encode().unwrap();
         assert_eq!(line(&text, "deepinfer_reconciles_total"), Some("2"));
-        assert_eq!(
-            line(&text, "deepinfer_reconcile_duration_seconds_count"),
-            Some("2")
-        );
+        assert_eq!(line(&text, "deepinfer_active_reconciles"), Some("0"));
+        for result in ["success", "error"] {
+            assert_eq!(
+                line(
+                    &text,
+                    &format!(r#"deepinfer_reconcile_duration_seconds_count{{result="{result}"}}"#)
+                ),
+                Some("1")
+            );
+        }
         assert!(text.contains("# TYPE deepinfer_reconcile_duration_seconds histogram"));
         assert_eq!(
             line(&text, r#"deepinfer_reconcile_failures_total{error="kube"}"#),
@@ -305,7 +374,7 @@ mod tests {
 
     #[test]
     fn phase_gauge_moves_with_each_resource_and_forgets_deleted_ones() {
-        let m = Metrics::new(Arc::default());
+        let m = Metrics::new(ApiRequests::default());
         let series = |p: &str| format!(r#"deepinfer_resources{{phase="{p}"}}"#);
         m.observe_phase("a/one", Some(Phase::Pending));
         m.observe_phase("a/two", Some(Phase::Pending));
@@ -333,7 +402,7 @@ mod tests {
 
     #[test]
     fn acceptance_runs_by_result_and_duration() {
-        let m = Metrics::new(Arc::default());
+        let m = Metrics::new(ApiRequests::default());
         m.acceptance_finished("Passed", 42.0);
         m.acceptance_finished("Failed", 7.5);
         m.acceptance_finished("Passed", 1.0);
@@ -358,13 +427,19 @@ mod tests {
 
     #[test]
     fn api_writes_are_read_from_the_client_counter_at_scrape_time() {
-        let writes = Arc::new(AtomicU64::new(3));
-        let m = Metrics::new(writes.clone());
+        let requests = ApiRequests::default();
+        for _ in 0..3 {
+            requests.record("patch", "pods", Some(200), 0.01);
+        }
+        let m = Metrics::new(requests.clone());
         assert_eq!(
             line(&m.encode().unwrap(), "deepinfer_api_writes_total"),
             Some("3")
         );
-        writes.fetch_add(4, Ordering::Relaxed);
+        for _ in 0..4 {
+            requests.record("create", "jobs", Some(201), 0.01);
+        }
+        requests.record("list", "jobs", Some(200), 0.01);
         let text = m.encode().unwrap();
         assert_eq!(line(&text, "deepinfer_api_writes_total"), Some("7"));
         assert!(text.contains("# TYPE deepinfer_api_writes counter"));

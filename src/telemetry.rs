@@ -172,7 +172,9 @@ mod tests {
 
     #[test]
     fn routes_answer_by_path_method_and_readiness() {
-        let endpoints = Endpoints::new(Arc::new(Metrics::new(Arc::default())));
+        let endpoints = Endpoints::new(Arc::new(Metrics::new(
+            crate::metrics::ApiRequests::default(),
+        )));
         let status = |m: &str, p: &str| respond(&endpoints, &request(m, p)).status();
         assert_eq!(status("GET", "/healthz"), StatusCode::OK);
         assert_eq!(status("GET", "/readyz"), StatusCode::SERVICE_UNAVAILABLE);
@@ -200,7 +202,9 @@ mod tests {
     async fn serves_http_rejects_garbage_and_stops_on_shutdown() {
         let listener = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
         let address = listener.local_addr().unwrap();
-        let endpoints = Endpoints::new(Arc::new(Metrics::new(Arc::default())));
+        let endpoints = Endpoints::new(Arc::new(Metrics::new(
+            crate::metrics::ApiRequests::default(),
+        )));
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(serve(listener, endpoints, async {
             let _ = stopped.await;

@@ -123,6 +123,13 @@ fn each_alert_fires_for_a_broken_installation_and_not_for_a_healthy_one() {
     };
     let leader_a = |ns: &str| s(ns, "deepinfer_leader", "pod=\"a\"");
     let leader_b = |ns: &str| s(ns, "deepinfer_leader", "pod=\"b\"");
+    let write_bucket = |ns: &str, le: &str| {
+        s(
+            ns,
+            "deepinfer_api_request_duration_seconds_bucket",
+            &format!("pod=\"a\",verb=\"patch\",resource=\"pods\",le=\"{le}\""),
+        )
+    };
     let tests = vec![
         // Two replicas, neither leads; the healthy installation has one leader.
         case(
@@ -230,6 +237,48 @@ fn each_alert_fires_for_a_broken_installation_and_not_for_a_healthy_one() {
             ],
             "2m",
             "10m",
+            json!({}),
+            "",
+        ),
+        // Half a failed request a second for an hour; the healthy one fails one a minute.
+        case(
+            "DeepInferAPIRequestsFailing",
+            &[
+                (
+                    &s(
+                        "bad",
+                        "deepinfer_api_requests_total",
+                        "pod=\"a\",verb=\"patch\",resource=\"pods\",code=\"503\"",
+                    ),
+                    "0+30x60",
+                ),
+                (
+                    &s(
+                        "ok",
+                        "deepinfer_api_requests_total",
+                        "pod=\"a\",verb=\"patch\",resource=\"pods\",code=\"503\"",
+                    ),
+                    "0+1x60",
+                ),
+            ],
+            "10m",
+            "30m",
+            json!({}),
+            "",
+        ),
+        // Every write between 1 and 2.5 s for an hour; the healthy one answers within 1 s.
+        case(
+            "DeepInferAPIWritesSlow",
+            &[
+                (&write_bucket("bad", "1"), "0x60"),
+                (&write_bucket("bad", "2.5"), "0+10x60"),
+                (&write_bucket("bad", "+Inf"), "0+10x60"),
+                (&write_bucket("ok", "1"), "0+10x60"),
+                (&write_bucket("ok", "2.5"), "0+10x60"),
+                (&write_bucket("ok", "+Inf"), "0+10x60"),
+            ],
+            "10m",
+            "40m",
             json!({}),
             "",
         ),

@@ -346,9 +346,10 @@ impl Operator {
             kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
                 .await
                 .expect("config");
-        let writes = Arc::new(AtomicU64::new(0));
-        let client = c::counting_client(config, writes.clone()).expect("counting client");
-        let ctx = c::context(client, &settings, writes.clone());
+        let requests = deepinfer_operator::metrics::ApiRequests::default();
+        let client = c::counting_client(config, &requests).expect("counting client");
+        let writes = requests.write_counter();
+        let ctx = c::context(client, &settings, requests);
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(c::run_with_context(
             ctx.clone(),

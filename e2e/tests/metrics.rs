@@ -54,8 +54,14 @@ async fn operator_serves_metrics_health_and_readiness() {
     // scrape have ended, each has its duration.
     support::eventually(TIMEOUT, "every counted pass to be timed", || async move {
         get(address, "/metrics").await.filter(|r| {
-            sample(&r.body, "deepinfer_reconcile_duration_seconds_count")
-                .is_some_and(|n| n >= reconciles)
+            let timed = ["success", "error"].map(|result| {
+                sample(
+                    &r.body,
+                    &format!(r#"deepinfer_reconcile_duration_seconds_count{{result="{result}"}}"#),
+                )
+                .unwrap_or(0.0)
+            });
+            timed.iter().sum::<f64>() >= reconciles
         })
     })
     .await;

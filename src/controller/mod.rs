@@ -331,18 +331,15 @@ pub fn user_agent(identity: &str) -> Option<http::HeaderValue> {
     .ok()
 }
 
-/// Builds a client whose mutating requests are counted in `writes`, with the operator's
-/// [`user_agent`].
+/// Builds a client whose requests are recorded in `requests` (by verb, resource and code, with
+/// their latency), with the operator's [`user_agent`].
 pub fn counting_client(
     config: kube::Config,
-    writes: Arc<AtomicU64>,
+    requests: &crate::metrics::ApiRequests,
 ) -> Result<Client, kube::Error> {
     use tower::util::MapRequestLayer;
     let agent = user_agent(&crate::leader::default_identity());
-    let layer = MapRequestLayer::new(move |mut req: http::Request<kube::client::Body>| {
-        if req.method() != http::Method::GET {
-            writes.fetch_add(1, Ordering::Relaxed);
-        }
+    let user_agent = MapRequestLayer::new(move |mut req: http::Request<kube::client::Body>| {
         if let Some(agent) = &agent {
             req.headers_mut()
                 .insert(http::header::USER_AGENT, agent.clone());
@@ -350,7 +347,8 @@ pub fn counting_client(
         req
     });
     Ok(kube::client::ClientBuilder::try_from(config)?
-        .with_layer(&layer)
+        .with_layer(&user_agent)
+        .with_layer(&crate::metrics::ApiRequestsLayer(requests.clone()))
         .build())
 }
 
@@ -377,10 +375,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     crate::telemetry::init_logging(args.json_logs);
     let listener = crate::telemetry::bind(args.metrics_address).await?;
     let config = load_config(args.kubeconfig.as_deref()).await?;
-    let writes = Arc::new(AtomicU64::new(0));
-    let client = counting_client(config, writes.clone())?;
+    let requests = crate::metrics::ApiRequests::default();
+    let client = counting_client(config, &requests)?;
     let settings = Settings::from(&args);
-    let ctx = context(client, &settings, writes);
+    let ctx = context(client, &settings, requests);
     // Health answers from the start; readiness waits for the CRD check.
     let endpoints = crate::telemetry::Endpoints::new(ctx.metrics.clone());
     let (stop_server, server_stopped) = tokio::sync::oneshot::channel::<()>();
@@ -493,7 +491,11 @@ pub fn api_resource() -> ApiResource {
 }
 
 /// The shared context for a controller instance.
-pub fn context(client: Client, settings: &Settings, writes: Arc<AtomicU64>) -> Arc<Context> {
+pub fn context(
+    client: Client,
+    settings: &Settings,
+    requests: crate::metrics::ApiRequests,
+) -> Arc<Context> {
     let (awaiting_api, due) = outage::AwaitingApi::new();
     Arc::new(Context {
         recorder: Recorder::new(
@@ -509,8 +511,8 @@ pub fn context(client: Client, settings: &Settings, writes: Arc<AtomicU64>) -> A
         limits: settings.limits,
         job_deadlines: settings.job_deadlines,
         retention: settings.retention,
-        metrics: Arc::new(crate::metrics::Metrics::new(writes.clone())),
-        writes,
+        writes: requests.write_counter(),
+        metrics: Arc::new(crate::metrics::Metrics::new(requests)),
         reconciles: AtomicU64::new(0),
         gang_scheduling: settings.gang_scheduling,
         pod_groups: tokio::sync::OnceCell::new(),
@@ -525,10 +527,10 @@ pub fn context(client: Client, settings: &Settings, writes: Arc<AtomicU64>) -> A
 pub async fn controller(
     client: Client,
     settings: Settings,
-    writes: Arc<AtomicU64>,
+    requests: crate::metrics::ApiRequests,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let ctx = context(client, &settings, writes);
+    let ctx = context(client, &settings, requests);
     run_with_context(ctx, settings.namespace, shutdown).await;
 }
 
@@ -753,10 +755,20 @@ fn error_policy(obj: Arc<DynamicObject>, err: &Error, ctx: Arc<Context>) -> Acti
 /// How long to wait before looking again when nothing else will trigger a reconcile.
 const RESYNC: Duration = Duration::from_secs(300);
 
-#[tracing::instrument(skip(obj, ctx), fields(name = %obj.name_any(), namespace = obj.namespace().unwrap_or_default()))]
+/// One reconcile pass, counted and timed by its result.
 async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let metrics = ctx.metrics.clone();
+    let mut timer = metrics.reconcile_started();
+    let result = reconcile_pass(obj, ctx).await;
+    if result.is_ok() {
+        timer.succeeded();
+    }
+    result
+}
+
+#[tracing::instrument(skip(obj, ctx), fields(name = %obj.name_any(), namespace = obj.namespace().unwrap_or_default()))]
+async fn reconcile_pass(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
     ctx.reconciles.fetch_add(1, Ordering::Relaxed);
-    let _timer = ctx.metrics.reconcile_started();
     let ns = obj
         .namespace()
         .ok_or_else(|| Error::NoNamespace(obj.name_any()))?;

@@ -5,8 +5,6 @@
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
-use std::sync::atomic::AtomicU64;
-use std::sync::Arc;
 
 use super::Metrics;
 use crate::api::Phase;
@@ -26,8 +24,10 @@ struct FamilyDoc {
 /// A registry with every family touched once: a labelled family without series is not encoded,
 /// so its label names would not show.
 fn exercised() -> Metrics {
-    let metrics = Metrics::new(Arc::new(AtomicU64::new(0)));
-    drop(metrics.reconcile_started());
+    let requests = super::ApiRequests::default();
+    requests.record("patch", "pods", Some(200), 0.01);
+    let metrics = Metrics::new(requests);
+    metrics.reconcile_started().succeeded();
     metrics.reconcile_failed("kube");
     metrics.observe_phase("ns/name", Some(Phase::Ready));
     metrics.acceptance_finished("Passed", 1.0);
@@ -166,6 +166,24 @@ pub const ALERTS: &[Alert] = &[
         meaning: "A revision failed acceptance and was not rolled out (the accepted one keeps serving); the evidence ConfigMap holds every output ([AcceptanceFailed](runbooks.md#acceptancefailed) runbook).",
     },
     Alert {
+        name: "DeepInferAPIRequestsFailing",
+        title: "API requests failing",
+        expr: "sum by (namespace, job) (rate(deepinfer_api_requests_total{code=~\"5..|429|error\"}[5m])) > 0.1",
+        for_: Some("15m"),
+        severity: "warning",
+        summary: "The API server keeps failing or throttling deepinfer-operator's requests",
+        meaning: "Requests end in 5xx, 429 (API priority and fairness) or no answer at all: reconciles slow down or fail. `deepinfer_api_requests_total` names the verb and resource; check the API server's health and its flow-control settings for the operator's ServiceAccount.",
+    },
+    Alert {
+        name: "DeepInferAPIWritesSlow",
+        title: "API writes slow",
+        expr: "histogram_quantile(0.99, sum by (namespace, job, le) (rate(deepinfer_api_request_duration_seconds_bucket{verb=~\"create|update|patch|delete\"}[10m]))) > 1",
+        for_: Some("15m"),
+        severity: "warning",
+        summary: "The 99th percentile of deepinfer-operator's API writes is above 1 s",
+        meaning: "Kubernetes' own SLO for mutating calls is p99 at most 1 s; above it, every reconcile pass waits on the API server and resources converge slowly. Look at the API server's and etcd's load, admission webhooks, and `deepinfer_active_reconciles`.",
+    },
+    Alert {
         name: "DeepInferOperatorWriteStorm",
         title: "Write storm",
         expr: "sum by (namespace, job) (rate(deepinfer_api_writes_total[10m])) > 1",
@@ -265,8 +283,11 @@ mod tests {
             "| `deepinfer_acceptance_runs_total` | counter | `result` |",
             "| `deepinfer_leader` | gauge |  |",
             "| `deepinfer_api_writes_total` | counter |  |",
+            "| `deepinfer_active_reconciles` | gauge |  |",
+            "| `deepinfer_api_requests_total` | counter | `code`, `resource`, `verb` |",
+            "| histogram | `resource`, `verb` |",
             "`deepinfer_acceptance_duration_seconds_bucket`<br>`deepinfer_acceptance_duration_seconds_count`<br>`deepinfer_acceptance_duration_seconds_sum` | histogram |",
-            "`deepinfer_reconcile_duration_seconds_bucket`<br>`deepinfer_reconcile_duration_seconds_count`<br>`deepinfer_reconcile_duration_seconds_sum` | histogram |",
+            "`deepinfer_reconcile_duration_seconds_bucket`<br>`deepinfer_reconcile_duration_seconds_count`<br>`deepinfer_reconcile_duration_seconds_sum` | histogram | `result` |",
         ] {
             assert!(doc.contains(row), "missing {row} in:\n{doc}");
         }

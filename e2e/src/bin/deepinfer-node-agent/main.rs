@@ -72,6 +72,10 @@ struct Cli {
     /// Number of pods synced concurrently.
     #[arg(long, default_value_t = 8)]
     workers: usize,
+    /// Seconds between Node status heartbeats; the Leases (renewed every 10 s) keep the nodes
+    /// Ready in between, as with the kubelet's `nodeStatusReportFrequency`.
+    #[arg(long, default_value_t = 30)]
+    status_heartbeat_seconds: u64,
     /// Longest wait between SIGTERM and SIGKILL for the processes of a deleted pod.
     #[arg(long, default_value_t = 2)]
     kill_grace_seconds: u64,
@@ -133,7 +137,11 @@ async fn run(cli: Cli) -> Result<()> {
     let (resumed_tx, resumed_rx) = tokio::sync::mpsc::unbounded_channel();
     let nodes = nodes::Nodes::new(client.clone(), specs, resumed_tx);
     register_with_retries(&nodes).await?;
-    tokio::spawn(nodes.clone().heartbeat_loop());
+    tokio::spawn(
+        nodes
+            .clone()
+            .heartbeat_loop(Duration::from_secs(cli.status_heartbeat_seconds)),
+    );
     tokio::spawn(nodes.clone().watch_loop());
 
     let runtime = exec::Runtime::new(exec::ExecConfig {

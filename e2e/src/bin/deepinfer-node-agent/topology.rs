@@ -40,6 +40,16 @@ struct Pool {
     #[serde(default)]
     taints: Vec<Taint>,
     dra: Option<DraDevices>,
+    domain: Option<Domain>,
+}
+
+/// Scale-up domains of a pool: consecutive runs of `size` nodes share the value
+/// `<pool name>-d<k>` of label `label` (NVLink cliques, Ascend super-pods).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Domain {
+    label: String,
+    size: u32,
 }
 
 fn one() -> u32 {
@@ -114,11 +124,19 @@ pub fn load(path: &Path) -> Result<Vec<NodeSpec>> {
 /// Expands the pools of a topology document into nodes; node names must be unique.
 pub fn parse(text: &str) -> Result<Vec<NodeSpec>> {
     let file: File = serde_yaml::from_str(text)?;
+    if let Some(pool) = file
+        .pools
+        .iter()
+        .find(|p| p.domain.as_ref().is_some_and(|d| d.size == 0))
+    {
+        bail!("pool {}: domain.size must be at least 1", pool.name);
+    }
+    let mut names: std::collections::HashSet<String> = std::collections::HashSet::new();
     let mut nodes: Vec<NodeSpec> = Vec::new();
     for pool in &file.pools {
         for index in pool.first_index..pool.first_index + pool.count {
             let name = format!("{}-{index}", pool.name);
-            if nodes.iter().any(|n| n.name == name) {
+            if !names.insert(name.clone()) {
                 bail!("node {name} is defined twice");
             }
             let mut capacity = file.defaults.capacity.clone();
@@ -132,6 +150,10 @@ pub fn parse(text: &str) -> Result<Vec<NodeSpec>> {
             ]);
             labels.extend(file.defaults.labels.clone());
             labels.extend(pool.labels.clone());
+            if let Some(domain) = &pool.domain {
+                let k = (index - pool.first_index) / domain.size;
+                labels.insert(domain.label.clone(), format!("{}-d{k}", pool.name));
+            }
             nodes.push(NodeSpec {
                 name,
                 capacity,
@@ -211,6 +233,17 @@ mod tests {
     fn duplicate_names_are_rejected() {
         let text = "pools: [{name: a, count: 2}, {name: a, firstIndex: 1}]";
         assert!(parse(text).is_err());
+    }
+
+    #[test]
+    fn domains_group_consecutive_nodes_of_a_pool() {
+        let text = "pools: [{name: g, count: 5, firstIndex: 10, domain: {label: clique, size: 2}}]";
+        let nodes = parse(text).unwrap();
+        let domains: Vec<_> = nodes.iter().map(|n| n.labels["clique"].as_str()).collect();
+        assert_eq!(domains, ["g-d0", "g-d0", "g-d1", "g-d1", "g-d2"]);
+        assert_eq!(nodes[4].name, "g-14");
+        let empty = "pools: [{name: g, domain: {label: clique, size: 0}}]";
+        assert!(parse(empty).is_err());
     }
 
     #[test]

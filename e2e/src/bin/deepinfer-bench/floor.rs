@@ -1,0 +1,684 @@
+//! The floor: what the same work costs a plain client. While the operator works, the benchmark
+//! records (by watching) every object it creates and deletes, in order. The floor then replays,
+//! per deployment and phase, exactly those creations and deletions in a fresh namespace, waiting
+//! for what the operator waits for: a Job's completion before what follows it, worker pods
+//! Running before their `deepinfer.io/accepted` condition is set, and every pod created so far
+//! Ready before pods are deleted (a rollout replaces a group only once its successor serves).
+//! It uses the same kube client and request accounting as the operator, watches Jobs and Pods as
+//! the operator does, and runs one task per deployment (the operator's controller runs reconciles
+//! of different resources concurrently, without a limit).
+//!
+//! Not replayed: the operator's reads before each write, events, and updates of objects it
+//! already created (it skips applies that change nothing). The deployments' status is written
+//! once per deployment and phase, with the status the operator ended with.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use deepinfer_operator::api::{labels, DeepInferDeployment, ACCEPTED_POD_CONDITION};
+use deepinfer_operator::metrics::{ApiRequests, Metrics};
+use futures::StreamExt;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
+    PatchParams, PostParams,
+};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::{Client, ResourceExt};
+use serde_json::{json, Value};
+
+use crate::probe::{PhaseFigures, Probe};
+
+/// The kinds the operator creates, in the order the floor creates objects of one moment.
+const KINDS: [(&str, &str, &str); 10] = [
+    ("", "v1", "ServiceAccount"),
+    ("rbac.authorization.k8s.io", "v1", "Role"),
+    ("rbac.authorization.k8s.io", "v1", "RoleBinding"),
+    ("apps", "v1", "ControllerRevision"),
+    ("", "v1", "ConfigMap"),
+    ("batch", "v1", "Job"),
+    ("scheduling.k8s.io", "v1beta1", "PodGroup"),
+    ("", "v1", "Service"),
+    ("policy", "v1", "PodDisruptionBudget"),
+    ("", "v1", "Pod"),
+];
+
+fn api_resource(kind: usize) -> ApiResource {
+    let (group, version, kind) = KINDS[kind];
+    ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind))
+}
+
+fn is_kind(kind: usize, name: &str) -> bool {
+    KINDS[kind].2 == name
+}
+
+/// One object the operator created.
+#[derive(Clone, Debug)]
+struct Created {
+    kind: usize,
+    name: String,
+    /// `deepinfer.io/group`: the rank Jobs of one acceptance run share it.
+    group: Option<String>,
+    /// The object as a create request: server-set fields and owner references removed.
+    body: Value,
+}
+
+/// What the operator did to one object.
+#[derive(Clone, Debug)]
+enum Action {
+    Create(Created),
+    /// A changed RBAC rule, binding, Service or budget, as a merge patch.
+    Update(Created),
+    Delete {
+        kind: usize,
+        name: String,
+    },
+}
+
+/// One recorded action.
+#[derive(Clone, Debug)]
+pub struct Step {
+    phase: usize,
+    deployment: String,
+    action: Action,
+}
+
+#[derive(Default)]
+struct Recording {
+    namespace: String,
+    phase: usize,
+    steps: Vec<Step>,
+    /// The last recorded form of each object.
+    seen: HashMap<(usize, String), Value>,
+    /// Each worker pod's `deepinfer.io/accepted` condition, the last one seen `True`.
+    accepted: HashMap<String, Value>,
+    /// The uid of each deployment, named in its objects' owner references.
+    uids: HashMap<String, String>,
+}
+
+impl Recording {
+    fn apply(&mut self, kind: usize, obj: &DynamicObject) {
+        let Some(owner) = obj
+            .owner_references()
+            .iter()
+            .find(|o| o.kind == "DeepInferDeployment")
+        else {
+            return;
+        };
+        let Some(deployment) = obj.labels().get(labels::DEPLOYMENT).cloned() else {
+            return;
+        };
+        self.uids.insert(deployment.clone(), owner.uid.clone());
+        let name = obj.name_any();
+        if let Some(condition) = obj
+            .data
+            .pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .and_then(|cs| {
+                cs.iter().find(|c| {
+                    c.get("type").and_then(Value::as_str) == Some(ACCEPTED_POD_CONDITION)
+                        && c.get("status").and_then(Value::as_str) == Some("True")
+                })
+            })
+        {
+            self.accepted.insert(name.clone(), condition.clone());
+        }
+        let Ok(body) = serde_json::to_value(obj) else {
+            return;
+        };
+        let body = create_body(KINDS[kind].2, body);
+        let created = Created {
+            kind,
+            name: name.clone(),
+            group: obj.labels().get(labels::GROUP).cloned(),
+            body: body.clone(),
+        };
+        let action = match self.seen.insert((kind, name), body.clone()) {
+            None => Action::Create(created),
+            Some(before) if tracks_updates(kind) && comparable(&before) != comparable(&body) => {
+                Action::Update(created)
+            }
+            Some(_) => return,
+        };
+        self.steps.push(Step {
+            phase: self.phase,
+            deployment,
+            action,
+        });
+    }
+
+    fn delete(&mut self, kind: usize, obj: &DynamicObject) {
+        if let Some(deployment) = obj.labels().get(labels::DEPLOYMENT).cloned() {
+            if self.seen.contains_key(&(kind, obj.name_any())) {
+                self.steps.push(Step {
+                    phase: self.phase,
+                    deployment,
+                    action: Action::Delete {
+                        kind,
+                        name: obj.name_any(),
+                    },
+                });
+            }
+        }
+    }
+}
+
+/// Watches what the operator creates and deletes in a namespace, from before it starts.
+pub struct Recorder {
+    state: Arc<Mutex<Recording>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Recorder {
+    /// Starts watching `ns`; returns once every watch has listed.
+    pub async fn start(client: &Client, ns: &str) -> Self {
+        let state = Arc::new(Mutex::new(Recording {
+            namespace: ns.to_string(),
+            ..Recording::default()
+        }));
+        let selector = format!("{}={}", labels::MANAGED_BY, labels::MANAGER);
+        let mut tasks = Vec::new();
+        let mut listed = Vec::new();
+        for kind in 0..KINDS.len() {
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(client.clone(), ns, &api_resource(kind));
+            let config = watcher::Config::default().labels(&selector);
+            let state = state.clone();
+            let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+            listed.push(rx);
+            tasks.push(tokio::spawn(async move {
+                let mut tx = Some(tx);
+                let mut events = watcher(api, config).default_backoff().boxed();
+                while let Some(event) = events.next().await {
+                    let mut state = state.lock().unwrap_or_else(|e| e.into_inner());
+                    match event {
+                        Ok(watcher::Event::Apply(o)) | Ok(watcher::Event::InitApply(o)) => {
+                            state.apply(kind, &o)
+                        }
+                        Ok(watcher::Event::Delete(o)) => state.delete(kind, &o),
+                        Ok(watcher::Event::InitDone) => {
+                            if let Some(tx) = tx.take() {
+                                let _ = tx.send(());
+                            }
+                        }
+                        Ok(watcher::Event::Init) | Err(_) => {}
+                    }
+                }
+            }));
+        }
+        for rx in listed {
+            let _ = rx.await;
+        }
+        Self { state, tasks }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Recording> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// What is recorded from now on belongs to the next phase.
+    pub fn next_phase(&self) {
+        self.lock().phase += 1;
+    }
+
+    /// Worker pods the operator created in `phase`.
+    pub fn pods_created(&self, phase: usize) -> usize {
+        self.lock()
+            .steps
+            .iter()
+            .filter(|s| s.phase == phase)
+            .filter(|s| matches!(&s.action, Action::Create(c) if is_kind(c.kind, "Pod")))
+            .count()
+    }
+
+    /// Objects created and deleted per phase, printed per kind.
+    pub fn summary(&self) -> String {
+        let mut counts: BTreeMap<(usize, &str, &str), usize> = BTreeMap::new();
+        let state = self.lock();
+        for step in &state.steps {
+            let (verb, kind) = match &step.action {
+                Action::Create(c) => ("created", c.kind),
+                Action::Update(c) => ("updated", c.kind),
+                Action::Delete { kind, .. } => ("deleted", *kind),
+            };
+            *counts.entry((step.phase, verb, KINDS[kind].2)).or_default() += 1;
+        }
+        counts
+            .iter()
+            .map(|((phase, verb, kind), n)| format!("phase {phase} {verb} {n} {kind}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// Stops watching; returns what was recorded.
+    pub fn stop(self) -> Recorded {
+        for task in &self.tasks {
+            task.abort();
+        }
+        let state = std::mem::take(&mut *self.lock());
+        let mut steps: BTreeMap<String, Vec<Step>> = BTreeMap::new();
+        for step in state.steps {
+            steps.entry(step.deployment.clone()).or_default().push(step);
+        }
+        Recorded {
+            namespace: state.namespace,
+            steps,
+            accepted: state.accepted,
+            uids: state.uids,
+        }
+    }
+}
+
+/// What the operator did in a namespace, per deployment.
+pub struct Recorded {
+    /// The namespace it worked in; references to it are rewritten to the floor's.
+    namespace: String,
+    steps: BTreeMap<String, Vec<Step>>,
+    /// Each worker pod's `deepinfer.io/accepted` condition.
+    accepted: HashMap<String, Value>,
+    /// The uid of each deployment; rewritten to the floor's deployment's in owner references.
+    uids: HashMap<String, String>,
+}
+
+/// The deployments at the end of a phase, as the operator left them (status included).
+pub async fn deployments(client: &Client, ns: &str) -> anyhow::Result<Vec<DeepInferDeployment>> {
+    let api: Api<DeepInferDeployment> = Api::namespaced(client.clone(), ns);
+    Ok(api.list(&ListParams::default()).await?.items)
+}
+
+/// Removes what the server set, so that the object can be created again elsewhere.
+fn create_body(kind: &str, mut obj: Value) -> Value {
+    if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+        for field in [
+            "uid",
+            "resourceVersion",
+            "creationTimestamp",
+            "managedFields",
+            "generation",
+            "namespace",
+            "finalizers",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+        ] {
+            meta.remove(field);
+        }
+    }
+    if let Some(o) = obj.as_object_mut() {
+        o.remove("status");
+    }
+    let spec = obj.get_mut("spec").and_then(Value::as_object_mut);
+    match (kind, spec) {
+        ("Job", Some(spec)) => {
+            // The job controller's selector and pod labels, derived from the Job's uid.
+            spec.remove("selector");
+            if let Some(labels) = spec
+                .get_mut("template")
+                .and_then(|t| t.pointer_mut("/metadata/labels"))
+                .and_then(Value::as_object_mut)
+            {
+                labels.retain(|k, _| {
+                    !k.starts_with("batch.kubernetes.io/")
+                        && k != "controller-uid"
+                        && k != "job-name"
+                });
+            }
+        }
+        ("Pod", Some(spec)) => {
+            spec.remove("nodeName");
+            // The ServiceAccount admission plugin adds the token volume again.
+            if let Some(volumes) = spec.get_mut("volumes").and_then(Value::as_array_mut) {
+                volumes.retain(|v| !is_token_volume(v));
+            }
+            for containers in ["containers", "initContainers"] {
+                for c in spec
+                    .get_mut(containers)
+                    .and_then(Value::as_array_mut)
+                    .into_iter()
+                    .flatten()
+                {
+                    if let Some(mounts) = c.get_mut("volumeMounts").and_then(Value::as_array_mut) {
+                        mounts.retain(|m| !is_token_volume(m));
+                    }
+                }
+            }
+        }
+        // A headless Service keeps `None`; another gets a new address.
+        ("Service", Some(spec))
+            if spec.get("clusterIP").and_then(Value::as_str) != Some("None") =>
+        {
+            spec.remove("clusterIP");
+            spec.remove("clusterIPs");
+        }
+        _ => {}
+    }
+    obj
+}
+
+/// Kinds whose later changes by the operator are replayed: others are immutable where it
+/// matters (pods, Jobs, PodGroups, revisions) or also written by the workload (evidence).
+fn tracks_updates(kind: usize) -> bool {
+    matches!(
+        KINDS[kind].2,
+        "Role" | "RoleBinding" | "Service" | "PodDisruptionBudget"
+    )
+}
+
+/// An object's content as the operator sets it: everything but server-kept metadata.
+fn comparable(body: &Value) -> Value {
+    let mut body = body.clone();
+    if let Some(meta) = body.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.retain(|k, _| k == "labels" || k == "annotations");
+    }
+    body
+}
+
+fn is_token_volume(v: &Value) -> bool {
+    v.get("name")
+        .and_then(Value::as_str)
+        .is_some_and(|n| n.starts_with("kube-api-access-"))
+}
+
+/// The floor's client and its caches of Jobs and Pods.
+struct Floor {
+    client: Client,
+    ns: String,
+    jobs: Store<Job>,
+    pods: Store<Pod>,
+    timeout: Duration,
+    accepted: HashMap<String, Value>,
+    /// The operator's namespace, named in RoleBinding subjects and Service DNS names.
+    from_namespace: String,
+    /// The operator's deployments' uids, by name.
+    from_uids: HashMap<String, String>,
+}
+
+/// How often a waiting task looks at the caches again.
+const POLL: Duration = Duration::from_millis(250);
+
+impl Floor {
+    fn api(&self, kind: usize) -> Api<DynamicObject> {
+        Api::namespaced_with(self.client.clone(), &self.ns, &api_resource(kind))
+    }
+
+    async fn until(&self, what: &str, done: impl Fn() -> bool) -> anyhow::Result<()> {
+        let start = Instant::now();
+        while !done() {
+            anyhow::ensure!(start.elapsed() < self.timeout, "floor: {what} timed out");
+            tokio::time::sleep(POLL).await;
+        }
+        Ok(())
+    }
+
+    fn job_done(&self, name: &str) -> bool {
+        self.jobs.state().iter().any(|j| {
+            j.name_any() == name
+                && j.status
+                    .as_ref()
+                    .and_then(|s| s.succeeded)
+                    .is_some_and(|n| n >= 1)
+        })
+    }
+
+    fn pod<T>(&self, name: &str, f: impl Fn(&Pod) -> T) -> Option<T> {
+        self.pods
+            .state()
+            .iter()
+            .find(|p| p.name_any() == name)
+            .map(|p| f(p))
+    }
+
+    /// Replays one deployment's steps of one phase. Creations go out together until one has
+    /// to wait: for a Job's completion (or, for the rank Jobs of one acceptance run, the
+    /// leader's) before a Job of another run, a worker pod or a deletion; and for the pods
+    /// created so far to serve before a pod is deleted.
+    async fn replay(&self, steps: &[&Step], uid: (&str, &str)) -> anyhow::Result<()> {
+        let mut live: Vec<String> = Vec::new();
+        let mut serving: HashSet<String> = HashSet::new();
+        let mut batch: Vec<&Created> = Vec::new();
+        let mut pending: Vec<&Created> = Vec::new();
+        for step in steps {
+            let waits = match &step.action {
+                Action::Create(c) => {
+                    is_kind(c.kind, "Pod")
+                        || (is_kind(c.kind, "Job")
+                            && pending.first().is_some_and(|p| p.group != c.group))
+                }
+                Action::Update(_) => false,
+                Action::Delete { .. } => true,
+            };
+            if waits {
+                self.create_batch(&batch, &mut live, uid).await?;
+                batch.clear();
+                self.wait_for_jobs(&pending).await?;
+                pending.clear();
+            }
+            match &step.action {
+                Action::Create(c) => {
+                    batch.push(c);
+                    if is_kind(c.kind, "Job") {
+                        pending.push(c);
+                    }
+                }
+                Action::Update(c) => {
+                    self.create_batch(&batch, &mut live, uid).await?;
+                    batch.clear();
+                    let patch = Patch::Merge(self.rewritten(c, uid)?);
+                    self.api(c.kind)
+                        .patch(&c.name, &PatchParams::default(), &patch)
+                        .await?;
+                }
+                Action::Delete { kind, name } => {
+                    if is_kind(*kind, "Pod") {
+                        self.serve(&live, &mut serving).await?;
+                    }
+                    match self
+                        .api(*kind)
+                        .delete(name, &DeleteParams::background())
+                        .await
+                    {
+                        // The garbage collector may have been first (a Job's pods, a group).
+                        Err(kube::Error::Api(status)) if status.code == 404 => {}
+                        other => {
+                            other?;
+                        }
+                    }
+                    live.retain(|p| p != name);
+                }
+            }
+        }
+        self.create_batch(&batch, &mut live, uid).await?;
+        self.wait_for_jobs(&pending).await?;
+        self.serve(&live, &mut serving).await
+    }
+
+    /// Creates `batch` at once, the owner's uid `uid.0` replaced by `uid.1`; its pods join
+    /// `live`.
+    async fn create_batch(
+        &self,
+        batch: &[&Created],
+        live: &mut Vec<String>,
+        uid: (&str, &str),
+    ) -> anyhow::Result<()> {
+        // What pods and Jobs refer to (their PodGroup above all: pods created before it would
+        // be placed one by one, not as a gang) goes first.
+        let (workloads, referred): (Vec<&Created>, Vec<&Created>) = batch
+            .iter()
+            .copied()
+            .partition(|c| is_kind(c.kind, "Pod") || is_kind(c.kind, "Job"));
+        for stage in [referred, workloads] {
+            futures::future::try_join_all(stage.iter().map(|c| async {
+                let body: DynamicObject = serde_json::from_value(self.rewritten(c, uid)?)?;
+                self.api(c.kind)
+                    .create(&PostParams::default(), &body)
+                    .await?;
+                anyhow::Ok(())
+            }))
+            .await?;
+        }
+        live.extend(
+            batch
+                .iter()
+                .filter(|c| is_kind(c.kind, "Pod"))
+                .map(|c| c.name.clone()),
+        );
+        Ok(())
+    }
+
+    /// The object for the floor's namespace and its deployment `uid.1` (was `uid.0`).
+    fn rewritten(&self, c: &Created, uid: (&str, &str)) -> anyhow::Result<Value> {
+        let body = serde_json::to_string(&c.body)?
+            .replace(&self.from_namespace, &self.ns)
+            .replace(uid.0, uid.1);
+        Ok(serde_json::from_str(&body)?)
+    }
+
+    /// Waits until one of `jobs` (the Job, or the leader of a run's rank Jobs) completed.
+    async fn wait_for_jobs(&self, jobs: &[&Created]) -> anyhow::Result<()> {
+        let Some(first) = jobs.first() else {
+            return Ok(());
+        };
+        self.until(&format!("Job {} (or its run) complete", first.name), || {
+            jobs.iter().any(|j| self.job_done(&j.name))
+        })
+        .await
+    }
+
+    /// Sets the `deepinfer.io/accepted` condition on each of `pods` not yet `serving` once it
+    /// runs, then waits until it is Ready.
+    async fn serve(&self, pods: &[String], serving: &mut HashSet<String>) -> anyhow::Result<()> {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &self.ns);
+        let todo: Vec<&String> = pods.iter().filter(|p| !serving.contains(*p)).collect();
+        let api = &api;
+        futures::future::try_join_all(todo.iter().map(|name| async move {
+            self.until(&format!("pod {name} Running"), || {
+                self.pod(name, |pod| {
+                    pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+                })
+                .unwrap_or(false)
+            })
+            .await?;
+            let condition = self.accepted.get(*name).cloned().unwrap_or_else(
+                || json!({"type": ACCEPTED_POD_CONDITION, "status": "True", "reason": "Accepted"}),
+            );
+            let patch = json!({"status": {"conditions": [condition]}});
+            api.patch_status(name, &PatchParams::default(), &Patch::Strategic(patch))
+                .await?;
+            self.until(&format!("pod {name} Ready"), || {
+                self.pod(name, deepinfer_operator::controller::apply::pod_ready)
+                    .unwrap_or(false)
+            })
+            .await
+        }))
+        .await?;
+        serving.extend(todo.into_iter().cloned());
+        Ok(())
+    }
+
+    /// One deployment through one phase: the user's create (phase 0) or spec change, the
+    /// operator's steps, then the status the operator ended with.
+    async fn phase(
+        &self,
+        phase: usize,
+        did: &DeepInferDeployment,
+        steps: &[Step],
+    ) -> anyhow::Result<()> {
+        let api: Api<DeepInferDeployment> = Api::namespaced(self.client.clone(), &self.ns);
+        let name = did.name_any();
+        let ours = if phase == 0 {
+            let mut fresh = DeepInferDeployment::new(&name, did.spec.clone());
+            fresh.metadata.annotations = did.metadata.annotations.clone();
+            api.create(&PostParams::default(), &fresh).await?
+        } else {
+            let spec = json!({"spec": did.spec});
+            api.patch(&name, &PatchParams::default(), &Patch::Merge(spec))
+                .await?
+        };
+        let mine: Vec<&Step> = steps.iter().filter(|s| s.phase == phase).collect();
+        let theirs = self.from_uids.get(&name).cloned().unwrap_or_default();
+        let ours = ours.metadata.uid.unwrap_or_default();
+        anyhow::ensure!(
+            !theirs.is_empty() || mine.is_empty(),
+            "no uid recorded for {name}"
+        );
+        self.replay(&mine, (&theirs, &ours)).await?;
+        let status = json!({"status": did.status});
+        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(status))
+            .await?;
+        Ok(())
+    }
+}
+
+/// Runs the floor in `ns`: each phase's deployments (as the operator left them) through the
+/// steps the operator took in that phase, all deployments at once.
+pub async fn run(
+    ns: &str,
+    recorded: Recorded,
+    phases: &[(&str, Vec<DeepInferDeployment>)],
+    agent: u32,
+    timeout: Duration,
+) -> anyhow::Result<Vec<PhaseFigures>> {
+    let Recorded {
+        namespace: from_namespace,
+        steps,
+        accepted,
+        uids: from_uids,
+    } = recorded;
+    let kubeconfig = kube::config::Kubeconfig::read_from(deepinfer_e2e::support::kubeconfig())?;
+    let config = kube::Config::from_custom_kubeconfig(
+        kubeconfig,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await?;
+    let requests = ApiRequests::default();
+    let client = deepinfer_operator::controller::counting_client(config, &requests)?;
+    let metrics = Arc::new(Metrics::new(requests));
+    let (jobs, jobs_writer) = reflector::store();
+    let (pods, pods_writer) = reflector::store();
+    let watch_jobs = reflector::reflector(
+        jobs_writer,
+        watcher(
+            Api::<Job>::namespaced(client.clone(), ns),
+            watcher::Config::default(),
+        ),
+    )
+    .default_backoff()
+    .for_each(|_| async {});
+    let watch_pods = reflector::reflector(
+        pods_writer,
+        watcher(
+            Api::<Pod>::namespaced(client.clone(), ns),
+            watcher::Config::default(),
+        ),
+    )
+    .default_backoff()
+    .for_each(|_| async {});
+    let watches = tokio::spawn(async move { futures::join!(watch_jobs, watch_pods) });
+    let floor = Floor {
+        client,
+        ns: ns.to_string(),
+        jobs,
+        pods,
+        timeout,
+        accepted,
+        from_namespace,
+        from_uids,
+    };
+    let none: Vec<Step> = Vec::new();
+    let mut figures = Vec::new();
+    for (phase, (name, dids)) in phases.iter().enumerate() {
+        let probe =
+            Probe::start_client(&format!("floor-{name}"), dids.len(), metrics.clone(), agent).await;
+        let results = futures::future::join_all(dids.iter().map(|did| {
+            let steps = steps.get(&did.name_any()).unwrap_or(&none);
+            floor.phase(phase, did, steps)
+        }))
+        .await;
+        results.into_iter().collect::<anyhow::Result<Vec<()>>>()?;
+        figures.push(probe.finish().await.printed());
+    }
+    watches.abort();
+    Ok(figures)
+}

@@ -1,0 +1,478 @@
+//! Benchmark of the whole pipeline on the test bed: N `DeepInferDeployment`s (default 1000) driven
+//! by a real `deepinfer-operator run` process all the way to Ready, on a generated topology of
+//! simulated nodes served by a node agent of the benchmark's own (about one node per deployment:
+//! NVIDIA nodes of 8 GPUs in cliques of 4, Ascend nodes of 16 NPUs in super-pods of 8).
+//!
+//! Every deployment verifies its checkpoint (a Job running the operator's verifier), passes its
+//! acceptance run (the operator's judge around the stand-in engine) and serves 8 worker pods with
+//! their Services: NVIDIA ones as 2 groups of 4 pods, Ascend ones as 1 group of 8. Phases:
+//!
+//! 1. `ready`: create all N, until every one reports `Ready` for its generation;
+//! 2. `rollout`: a new image for all N, until every one serves the new revision in every group;
+//! 3. `restart`: the operator restarted over the converged set, until it reconciled each again;
+//! 4. `floor-ready`, `floor-rollout`: a plain client (the same kube client and request
+//!    accounting, one task per deployment as the operator has) creates and updates exactly the
+//!    objects the operator created, in the same order and waiting for the same things, in a
+//!    fresh namespace on the same bed (see `floor.rs`).
+//!
+//! Per phase it prints the time to converge, API requests by verb per resource, reconciles per
+//! resource, the CPU seconds of the operator, the benchmark's node agent and the bed's processes,
+//! and the operator's resident memory at the start, at the peak (sampled each second) and at the
+//! end; then operator ÷ floor for reaching Ready and for the rollout. It prints figures and never
+//! judges them. The last line is `BENCH {json}` for scripts.
+//!
+//! Usage: `deepinfer-bench [--resources N] [--operator PATH] [--node-agent PATH]` against the
+//! running bed (`make bench` starts it and builds a release operator).
+
+mod bed;
+mod floor;
+mod probe;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use deepinfer_e2e::operator_process::{free_address, get, OperatorProcess};
+use deepinfer_e2e::support::{self, TestNamespace};
+use deepinfer_operator::api::DeepInferDeployment;
+use futures::{StreamExt, TryStreamExt};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+
+use probe::{PhaseFigures, Probe};
+
+/// Benchmark arguments.
+#[derive(Parser, Debug)]
+#[command(about = "Drive N DeepInferDeployments to Ready on the test bed and print figures")]
+struct Args {
+    /// How many resources.
+    #[arg(long, default_value_t = 1000)]
+    resources: usize,
+    /// The operator binary; default: target/release, else target/debug.
+    #[arg(long)]
+    operator: Option<PathBuf>,
+    /// The node agent binary for the generated topology; default: target/release, else
+    /// target/debug.
+    #[arg(long)]
+    node_agent: Option<PathBuf>,
+    /// Longest wait for one phase, in seconds.
+    #[arg(long, default_value_t = 3600)]
+    timeout_seconds: u64,
+    /// Requests the benchmark itself keeps in flight when creating and patching resources.
+    #[arg(long, default_value_t = 32)]
+    client_concurrency: usize,
+    /// Leave out the floor (the plain client's run).
+    #[arg(long)]
+    no_floor: bool,
+}
+
+/// Image of the first revision and of the rollout.
+const IMAGE: &str = "registry.example.com/deepinfer@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+const IMAGE2: &str = "registry.example.com/deepinfer@sha256:fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210";
+
+/// Everything printed, also as the final JSON line.
+#[derive(serde::Serialize, Debug)]
+#[serde(rename_all = "camelCase")]
+struct Figures {
+    resources: usize,
+    worker_pods: usize,
+    nodes: usize,
+    operator: String,
+    nodes_ready_seconds: f64,
+    node_agent_register_cpu_seconds: f64,
+    operator_rss_idle_mib: f64,
+    operator_rss_ready_mib: f64,
+    bytes_per_resource: f64,
+    bytes_per_pod: f64,
+    phases: Vec<PhaseFigures>,
+    /// Operator time ÷ floor time, per phase (`ready`, `rollout`).
+    floor_ratio: BTreeMap<String, f64>,
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(run(args))
+}
+
+/// `target/release/<name>` if built, else `target/debug/<name>` (or under `CARGO_TARGET_DIR`).
+fn default_binary(name: &str) -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| support::repo_root().join("target"));
+    let release = target.join("release").join(name);
+    if release.exists() {
+        release
+    } else {
+        target.join("debug").join(name)
+    }
+}
+
+/// The operator's metrics exposition, waiting for it to answer.
+async fn metrics(address: SocketAddr, operator: &mut OperatorProcess) -> String {
+    support::eventually(Duration::from_secs(60), "the operator's /metrics", || {
+        operator.assert_running();
+        async move { get(address, "/metrics").await.map(|r| r.body) }
+    })
+    .await
+}
+
+/// The i-th resource: licensed, its checkpoint on the namespace's volume, the shot-planner
+/// acceptance on the stand-in engine, 8 worker pods of one device each.
+fn resource(i: usize) -> anyhow::Result<DeepInferDeployment> {
+    let (kind, product, replicas, tensor) = if bed::is_ascend(i) {
+        ("Ascend", bed::ASCEND_PRODUCT, 1, 8)
+    } else {
+        ("NVIDIA", bed::NVIDIA_PRODUCT, 2, 4)
+    };
+    Ok(serde_json::from_value(json!({
+        "apiVersion": "deepinfer.io/v1alpha1",
+        "kind": "DeepInferDeployment",
+        "metadata": {"name": format!("bench-{i:05}"),
+                     "annotations": {"deepinfer.io/license-accepted": "mit"}},
+        "spec": {
+            "model": {"name": "deepseek-ai/DeepSeek-V4.1-Flash-1017", "license": "mit",
+                      "source": {"volume": {"claimName": "ckpt", "path": "model"}}},
+            "runtime": {"image": IMAGE, "commit": "0123456789abcdef0123456789abcdef01234567"},
+            "accelerator": {"type": kind, "product": product, "devicesPerPod": 1},
+            "roles": [{"name": "worker", "replicas": replicas, "parallel": {"tensor": tensor}}],
+            "acceptance": support::shot_planner_acceptance("valid-2-2-2.jsonl", "replay"),
+        }
+    }))?)
+}
+
+/// Ready for its current generation, every group of every role on the current revision.
+fn converged(did: &DeepInferDeployment) -> bool {
+    let Some(status) = did.status.as_ref() else {
+        return false;
+    };
+    status.observed_generation == did.metadata.generation
+        && support::condition(status, "Ready").is_some_and(|c| c.status == "True")
+        && status.roles.iter().all(|r| {
+            r.rolling_out.is_none()
+                && r.updated_groups == r.desired_groups
+                && r.ready_groups == r.desired_groups
+        })
+}
+
+/// Polls the resources of `api` each second until `done` holds for all `n`, sampling the probe.
+async fn wait_all(
+    api: &Api<DeepInferDeployment>,
+    n: usize,
+    timeout: Duration,
+    probe: &mut Probe,
+    operator: Option<&mut OperatorProcess>,
+    done: impl Fn(&DeepInferDeployment) -> bool,
+) -> anyhow::Result<()> {
+    let mut operator = operator;
+    let mut last_report = Instant::now();
+    loop {
+        probe.sample();
+        if let Some(op) = operator.as_deref_mut() {
+            op.assert_running();
+        }
+        let list = api.list(&ListParams::default()).await?;
+        let count = list.items.iter().filter(|d| done(d)).count();
+        if count == n {
+            return Ok(());
+        }
+        if last_report.elapsed() >= Duration::from_secs(30) {
+            let mut phases: BTreeMap<String, usize> = BTreeMap::new();
+            for d in &list.items {
+                let phase = d.status.as_ref().and_then(|s| s.phase);
+                *phases.entry(format!("{phase:?}")).or_default() += 1;
+            }
+            println!(
+                "bench:   {}: {count}/{n} after {:.0} s; phases {phases:?}",
+                probe.name(),
+                probe.elapsed().as_secs_f64()
+            );
+            last_report = Instant::now();
+        }
+        anyhow::ensure!(
+            probe.elapsed() < timeout,
+            "{}: only {count} of {n} converged after {timeout:?}",
+            probe.name()
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// The namespace a phase runs in, with the fixture checkpoint on its claim `ckpt`.
+async fn bench_namespace(client: &Client, prefix: &str) -> TestNamespace {
+    let ns = TestNamespace::new(client, prefix).await;
+    support::checkpoint_claim(&ns.name, "ckpt", &support::fixture_checkpoint(), "model");
+    support::wait_for_service_account(client, &ns.name, "default").await;
+    ns
+}
+
+/// Creates the N resources, `concurrency` requests at a time.
+async fn create_all(
+    api: &Api<DeepInferDeployment>,
+    n: usize,
+    concurrency: usize,
+) -> anyhow::Result<()> {
+    let objects = (0..n).map(resource).collect::<anyhow::Result<Vec<_>>>()?;
+    futures::stream::iter(objects)
+        .map(|did| async move { api.create(&PostParams::default(), &did).await })
+        .buffer_unordered(concurrency)
+        .try_collect::<Vec<_>>()
+        .await?;
+    Ok(())
+}
+
+/// Changes the image of every resource (a new revision), `concurrency` requests at a time.
+async fn roll_all(api: &Api<DeepInferDeployment>, concurrency: usize) -> anyhow::Result<()> {
+    let names: Vec<String> = api
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .map(ResourceExt::name_any)
+        .collect();
+    let patch = Patch::Merge(json!({"spec": {"runtime": {"image": IMAGE2}}}));
+    futures::stream::iter(names)
+        .map(|name| {
+            let patch = &patch;
+            async move { api.patch(&name, &PatchParams::default(), patch).await }
+        })
+        .buffer_unordered(concurrency)
+        .try_collect::<Vec<_>>()
+        .await?;
+    Ok(())
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    let n = args.resources;
+    anyhow::ensure!(n > 0, "--resources must be at least 1");
+    let timeout = Duration::from_secs(args.timeout_seconds);
+    let operator = args
+        .operator
+        .clone()
+        .unwrap_or_else(|| default_binary("deepinfer-operator"));
+    let agent_binary = args
+        .node_agent
+        .clone()
+        .unwrap_or_else(|| default_binary("deepinfer-node-agent"));
+    let client: Client = support::client().await;
+    support::ensure_crd();
+    bed::remove_nodes(&client).await?;
+    let logs = std::env::temp_dir().join(format!("deepinfer-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&logs)?;
+    println!(
+        "bench: {n} resources, operator {}, node agent {}, logs in {}",
+        operator.display(),
+        agent_binary.display(),
+        logs.display()
+    );
+
+    let mut agent = bed::BenchAgent::start(&agent_binary, &operator, n, &logs.join("agent.log"))?;
+    let t = Instant::now();
+    agent.wait_ready(&client, timeout).await?;
+    let nodes_ready_seconds = t.elapsed().as_secs_f64();
+    let node_agent_register_cpu_seconds = bed::cpu_seconds(agent.id());
+    println!(
+        "bench: {} generated nodes Ready in {nodes_ready_seconds:.1} s (node agent {node_agent_register_cpu_seconds:.1} CPU s, {:.1} MiB)",
+        agent.nodes,
+        bed::rss_mib(agent.id())
+    );
+    let result = phases(&args, &client, &operator, &agent, &logs, timeout).await;
+    drop(agent);
+    bed::remove_nodes(&client).await?;
+    let mut figures = result?;
+    figures.nodes_ready_seconds = nodes_ready_seconds;
+    figures.node_agent_register_cpu_seconds = node_agent_register_cpu_seconds;
+    print_figures(&figures);
+    println!("BENCH {}", json!(figures));
+    Ok(())
+}
+
+async fn phases(
+    args: &Args,
+    client: &Client,
+    operator: &Path,
+    agent: &bed::BenchAgent,
+    logs: &Path,
+    timeout: Duration,
+) -> anyhow::Result<Figures> {
+    let n = args.resources;
+    let ns = bench_namespace(client, "bench").await;
+    let api: Api<DeepInferDeployment> = Api::namespaced(client.clone(), &ns.name);
+    let address = free_address();
+    let log = logs.join("operator.log");
+    let start = || {
+        OperatorProcess::start_binary(
+            operator,
+            &ns.name,
+            address,
+            &[],
+            &[("RUST_LOG", "warn")],
+            Some(&log),
+        )
+    };
+    let mut op = start();
+    metrics(address, &mut op).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let rss_idle = bed::rss_mib(op.id());
+    let mut phases = Vec::new();
+
+    // 1. Every resource to Ready.
+    let recorder = floor::Recorder::start(client, &ns.name).await;
+    let mut probe = Probe::start("ready", n, (op.id(), address), agent.id()).await;
+    create_all(&api, n, args.client_concurrency).await?;
+    wait_all(&api, n, timeout, &mut probe, Some(&mut op), converged).await?;
+    let ready_dids = floor::deployments(client, &ns.name).await?;
+    recorder.next_phase();
+    phases.push(probe.finish().await.printed());
+    let rss_ready = bed::rss_mib(op.id());
+
+    // 2. A new revision everywhere.
+    let before: BTreeMap<String, Option<String>> = api
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .map(|d| {
+            (
+                d.name_any(),
+                d.status.as_ref().and_then(|s| s.revision.clone()),
+            )
+        })
+        .collect();
+    let mut probe = Probe::start("rollout", n, (op.id(), address), agent.id()).await;
+    roll_all(&api, args.client_concurrency).await?;
+    wait_all(&api, n, timeout, &mut probe, Some(&mut op), |d| {
+        let revision = d.status.as_ref().and_then(|s| s.revision.clone());
+        revision.is_some() && before.get(&d.name_any()) != Some(&revision) && converged(d)
+    })
+    .await?;
+    let rolled_dids = floor::deployments(client, &ns.name).await?;
+    recorder.next_phase();
+    phases.push(probe.finish().await.printed());
+
+    // 3. A restart over the converged set: every resource is reconciled again from the list;
+    // converged once as many passes ended as there are resources.
+    let status = op.terminate(Duration::from_secs(30));
+    anyhow::ensure!(status.success(), "the operator exited with {status}");
+    let mut op = start();
+    let mut probe = Probe::start_fresh("restart", n, op.id(), address, agent.id());
+    loop {
+        probe.sample();
+        let text = metrics(address, &mut op).await;
+        if probe::passes_ended(&text) >= n as f64 {
+            break;
+        }
+        anyhow::ensure!(
+            probe.elapsed() < timeout,
+            "fewer than {n} reconcile passes ended after the restart within {timeout:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // What follows the first pass over each (requeues, late events) belongs to the phase too.
+    let converged_at = probe.elapsed();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    probe.sample();
+    let mut restart = probe.finish().await;
+    restart.seconds = converged_at.as_secs_f64();
+    phases.push(restart.printed());
+    op.terminate(Duration::from_secs(30));
+    let worker_pods = recorder.pods_created(0);
+    println!("bench: the operator's objects: {}", recorder.summary());
+    let recorded = recorder.stop();
+    delete_and_wait(client, ns, timeout).await?;
+
+    let mut floor_ratio = BTreeMap::new();
+    if !args.no_floor {
+        let floor_ns = bench_namespace(client, "floor").await;
+        let floor_phases = floor::run(
+            &floor_ns.name,
+            recorded,
+            &[("ready", ready_dids), ("rollout", rolled_dids)],
+            agent.id(),
+            timeout,
+        )
+        .await?;
+        for (operator_phase, floor_phase) in phases.iter().zip(&floor_phases) {
+            floor_ratio.insert(
+                operator_phase.name.clone(),
+                operator_phase.seconds / floor_phase.seconds,
+            );
+        }
+        phases.extend(floor_phases);
+        delete_and_wait(client, floor_ns, timeout).await?;
+    }
+
+    let delta = (rss_ready - rss_idle) * 1024.0 * 1024.0;
+    Ok(Figures {
+        resources: n,
+        worker_pods,
+        nodes: agent.nodes,
+        operator: operator.display().to_string(),
+        nodes_ready_seconds: 0.0,
+        node_agent_register_cpu_seconds: 0.0,
+        operator_rss_idle_mib: rss_idle,
+        operator_rss_ready_mib: rss_ready,
+        bytes_per_resource: delta / n as f64,
+        bytes_per_pod: delta / worker_pods.max(1) as f64,
+        phases,
+        floor_ratio,
+    })
+}
+
+/// Deletes a benchmark namespace and waits until its pods are gone, so that the next phase has
+/// the devices back.
+async fn delete_and_wait(
+    client: &Client,
+    ns: TestNamespace,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    let name = ns.name.clone();
+    drop(ns);
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    match namespaces.delete(&name, &Default::default()).await {
+        Err(kube::Error::Api(status)) if status.code == 404 => {}
+        other => {
+            other?;
+        }
+    }
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), &name);
+    let start = Instant::now();
+    loop {
+        let left = pods
+            .list_metadata(&ListParams::default())
+            .await
+            .map(|l| l.items.len())
+            .unwrap_or(0);
+        if left == 0 {
+            println!(
+                "bench: namespace {name} emptied in {:.1} s",
+                start.elapsed().as_secs_f64()
+            );
+            return Ok(());
+        }
+        anyhow::ensure!(
+            start.elapsed() < timeout,
+            "{left} pods of {name} left after {timeout:?}"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+fn print_figures(f: &Figures) {
+    println!(
+        "bench: {} resources, {} worker pods, {} nodes (Ready in {:.1} s, the agent used {:.1} CPU s registering them)",
+        f.resources, f.worker_pods, f.nodes, f.nodes_ready_seconds, f.node_agent_register_cpu_seconds
+    );
+    println!(
+        "bench: operator memory {:.1} MiB idle, {:.1} MiB with {} Ready resources: {:.0} bytes per resource, {:.0} bytes per worker pod (the same growth divided both ways)",
+        f.operator_rss_idle_mib, f.operator_rss_ready_mib, f.resources, f.bytes_per_resource, f.bytes_per_pod
+    );
+    for (phase, ratio) in &f.floor_ratio {
+        println!("bench: {phase}: operator time / floor time = {ratio:.2}");
+    }
+}

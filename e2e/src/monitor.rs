@@ -751,14 +751,22 @@ mod tests {
         assert_eq!(names(&judge), [invariants::ORPHAN]);
     }
 
-    #[test]
-    fn a_breach_open_during_an_outage_counts_from_its_end() {
-        let mut judge = Judge::new(Limits::default(), &["mit"]);
-        let t0 = Instant::now();
-        let s = Snapshot {
+    /// A judge at `t0` and a snapshot of one resource Ready for generation 2 while at 3.
+    fn stale_ready() -> (Judge, Instant, Snapshot) {
+        let snapshot = Snapshot {
             deployments: vec![did(Some("mit"), 3, Some(2))],
             ..Snapshot::default()
         };
+        (
+            Judge::new(Limits::default(), &["mit"]),
+            Instant::now(),
+            snapshot,
+        )
+    }
+
+    #[test]
+    fn a_breach_open_during_an_outage_counts_from_its_end() {
+        let (mut judge, t0, s) = stale_ready();
         judge.check(&s, t0);
         // No leader from t0 to t0 + 15 s: the 10 s limit runs from t0 + 15 s.
         judge.outage_ended(t0 + 15 * SEC);
@@ -773,12 +781,7 @@ mod tests {
 
     #[test]
     fn nothing_is_judged_during_an_outage_and_limits_run_from_its_end() {
-        let mut judge = Judge::new(Limits::default(), &["mit"]);
-        let t0 = Instant::now();
-        let s = Snapshot {
-            deployments: vec![did(Some("mit"), 3, Some(2))],
-            ..Snapshot::default()
-        };
+        let (mut judge, t0, s) = stale_ready();
         // Stale from t0; the API server is restarted from t0 + 1 s to t0 + 30 s.
         judge.check(&s, t0);
         judge.outage_started(t0 + SEC);

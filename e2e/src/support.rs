@@ -409,6 +409,32 @@ pub fn shot_planner_acceptance(canned: &str, mode: &str) -> serde_json::Value {
     acceptance
 }
 
+/// Digest-pinned engine image of the test deployments.
+pub const TEST_IMAGE: &str = "registry.example.com/deepinfer@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+/// A licensed `DeepInferDeployment` (JSON as users write it) named `name` with this
+/// `accelerator` and `roles`, on the fixture checkpoint (claim `ckpt`), judged by the shot
+/// planner replaying valid outputs.
+pub fn licensed_deployment(
+    name: &str,
+    accelerator: serde_json::Value,
+    roles: serde_json::Value,
+) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "deepinfer.io/v1alpha1",
+        "kind": "DeepInferDeployment",
+        "metadata": {"name": name, "annotations": {"deepinfer.io/license-accepted": "mit"}},
+        "spec": {
+            "model": {"name": "deepseek-ai/DeepSeek-V4.1-Flash-1017", "license": "mit",
+                      "source": {"volume": {"claimName": "ckpt", "path": "model"}}},
+            "runtime": {"image": TEST_IMAGE, "commit": "0123456789abcdef0123456789abcdef01234567"},
+            "accelerator": accelerator,
+            "roles": roles,
+            "acceptance": shot_planner_acceptance("valid-2-2-2.jsonl", "replay")
+        }
+    })
+}
+
 /// A `DeepInferDeployment` named `name` without the licence annotation: the licence gate holds
 /// it in Pending, so reconciling it takes one status write and no accelerator.
 pub fn unlicensed_deployment(name: &str) -> deepinfer_operator::api::DeepInferDeployment {

@@ -14,7 +14,6 @@ use kube::api::{Api, DeleteParams, ListParams};
 use kube::{Client, ResourceExt};
 use serde_json::{json, Value};
 
-const IMAGE: &str = "registry.example.com/deepinfer@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 const TIMEOUT: Duration = Duration::from_secs(240);
 const ANNOTATION: &str = "ascend.kubectl.kubernetes.io/ascend-910-configuration";
 
@@ -111,19 +110,11 @@ async fn gpu_an_ascend_two_node_group_gets_its_rank_table_and_keeps_rank_ids_whe
     let op = Operator::start(&ns.name, &["mit"]).await;
     support::create_deployment(
         &api,
-        json!({
-            "apiVersion": "deepinfer.io/v1alpha1",
-            "kind": "DeepInferDeployment",
-            "metadata": {"name": "pangu", "annotations": {"deepinfer.io/license-accepted": "mit"}},
-            "spec": {
-                "model": {"name": "deepseek-ai/DeepSeek-V4.1-Flash-1017", "license": "mit",
-                          "source": {"volume": {"claimName": "ckpt", "path": "model"}}},
-                "runtime": {"image": IMAGE, "commit": "0123456789abcdef0123456789abcdef01234567"},
-                "accelerator": {"type": "Ascend", "devicesPerPod": 16},
-                "roles": [{"name": "worker", "replicas": 1, "parallel": {"tensor": 16, "data": 2}}],
-                "acceptance": support::shot_planner_acceptance("valid-2-2-2.jsonl", "replay")
-            }
-        }),
+        support::licensed_deployment(
+            "pangu",
+            json!({"type": "Ascend", "devicesPerPod": 16}),
+            json!([{"name": "worker", "replicas": 1, "parallel": {"tensor": 16, "data": 2}}]),
+        ),
     )
     .await;
 

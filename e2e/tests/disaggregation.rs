@@ -10,7 +10,6 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::ResourceExt;
 use serde_json::{json, Value};
 
-const IMAGE: &str = "registry.example.com/deepinfer@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 const TIMEOUT: Duration = Duration::from_secs(180);
 
 fn roles(prefill: i32) -> Value {
@@ -27,19 +26,11 @@ async fn gpu_decode_learns_the_ready_prefill_leaders_from_a_file_updated_without
     let op = Operator::start(&ns.name, &["mit"]).await;
     support::create_deployment(
         &api,
-        json!({
-            "apiVersion": "deepinfer.io/v1alpha1",
-            "kind": "DeepInferDeployment",
-            "metadata": {"name": "pd", "annotations": {"deepinfer.io/license-accepted": "mit"}},
-            "spec": {
-                "model": {"name": "deepseek-ai/DeepSeek-V4.1-Flash-1017", "license": "mit",
-                          "source": {"volume": {"claimName": "ckpt", "path": "model"}}},
-                "runtime": {"image": IMAGE, "commit": "0123456789abcdef0123456789abcdef01234567"},
-                "accelerator": {"type": "NVIDIA", "devicesPerPod": 8},
-                "roles": roles(1),
-                "acceptance": support::shot_planner_acceptance("valid-2-2-2.jsonl", "replay")
-            }
-        }),
+        support::licensed_deployment(
+            "pd",
+            json!({"type": "NVIDIA", "devicesPerPod": 8}),
+            roles(1),
+        ),
     )
     .await;
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);

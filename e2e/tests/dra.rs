@@ -18,24 +18,15 @@ use kube::api::{Api, ListParams};
 use kube::ResourceExt;
 use serde_json::{json, Value};
 
-const IMAGE: &str = "registry.example.com/deepinfer@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 const DRA_NODES: [&str; 2] = ["nvidia-dra-0", "nvidia-dra-1"];
 
 /// A licensed deployment of one group of two 8-GPU pods on `accelerator`.
 fn two_pod_group(name: &str, accelerator: Value) -> Value {
-    json!({
-        "apiVersion": "deepinfer.io/v1alpha1",
-        "kind": "DeepInferDeployment",
-        "metadata": {"name": name, "annotations": {"deepinfer.io/license-accepted": "mit"}},
-        "spec": {
-            "model": {"name": "deepseek-ai/DeepSeek-V4.1-Flash-1017", "license": "mit",
-                      "source": {"volume": {"claimName": "ckpt", "path": "model"}}},
-            "runtime": {"image": IMAGE, "commit": "0123456789abcdef0123456789abcdef01234567"},
-            "accelerator": accelerator,
-            "roles": [{"name": "worker", "replicas": 1, "parallel": {"tensor": 16}}],
-            "acceptance": support::shot_planner_acceptance("valid-2-2-2.jsonl", "replay")
-        }
-    })
+    support::licensed_deployment(
+        name,
+        accelerator,
+        json!([{"name": "worker", "replicas": 1, "parallel": {"tensor": 16}}]),
+    )
 }
 
 #[tokio::test]

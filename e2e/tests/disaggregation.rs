@@ -1,11 +1,15 @@
-//! Disaggregated serving on the test bed: decode groups find the prefill role through their
-//! environment and a mounted file that lists the ready prefill leaders, and the file follows the
-//! prefill groups as they scale, without the decode pods being replaced.
+//! Disaggregated serving on the test bed: the acceptance run includes one group of each role,
+//! the prefill group started first and the decode group wired to it as in serving; decode groups
+//! find the prefill role through their environment and a mounted file that lists the ready
+//! prefill leaders, and the file follows the prefill groups as they scale, without the decode pods
+//! being replaced.
 
 use std::time::Duration;
 
 use deepinfer_e2e::support::{self, Operator};
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::ResourceExt;
 use serde_json::{json, Value};
@@ -19,8 +23,48 @@ fn roles(prefill: i32) -> Value {
     ])
 }
 
+/// When the engine of the run's first prefill pod started, as the acceptance run goes; then the
+/// judgement once recorded.
+async fn watch_the_run(
+    api: &Api<deepinfer_operator::api::DeepInferDeployment>,
+    pods: &Api<Pod>,
+) -> (Timestamp, deepinfer_operator::api::AcceptanceStatus) {
+    let start = std::time::Instant::now();
+    let mut prefill_started = None;
+    loop {
+        assert!(start.elapsed() < TIMEOUT, "no judgement within {TIMEOUT:?}");
+        if prefill_started.is_none() {
+            let run = pods
+                .list(
+                    &ListParams::default()
+                        .labels("deepinfer.io/component=acceptance,deepinfer.io/role=prefill"),
+                )
+                .await
+                .expect("acceptance pods");
+            prefill_started = run
+                .items
+                .iter()
+                .filter_map(|p| p.status.as_ref()?.container_statuses.as_ref())
+                .flatten()
+                .filter(|c| c.name == "engine")
+                .find_map(|c| Some(c.state.as_ref()?.running.as_ref()?.started_at.clone()?.0));
+        }
+        let judged = api
+            .get_status("pd")
+            .await
+            .ok()
+            .and_then(|d| d.status?.acceptance);
+        if let Some(judged) = judged {
+            let started = prefill_started.expect("the run's prefill engine was seen running");
+            return (started, judged);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 #[tokio::test]
-async fn gpu_decode_learns_the_ready_prefill_leaders_from_a_file_updated_without_restart() {
+async fn gpu_prefill_and_decode_are_accepted_together_then_decode_follows_the_ready_prefill_leaders(
+) {
     let (client, ns, api) = support::namespace_with_checkpoint("disagg").await;
     support::wait_for_free_devices(&client, "nvidia.com/gpu").await;
     let op = Operator::start(&ns.name, &["mit"]).await;
@@ -35,6 +79,59 @@ async fn gpu_decode_learns_the_ready_prefill_leaders_from_a_file_updated_without
     .await;
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns.name);
+
+    // One run of both roles: the prefill group first, the judged decode group once its engine
+    // runs; the judgement names both roles.
+    let (prefill_started, judged) = watch_the_run(&api, &pods).await;
+    assert_eq!(
+        judged.result,
+        deepinfer_operator::api::AcceptanceResult::Passed,
+        "{:?}",
+        judged.reason
+    );
+    assert_eq!(judged.roles, ["decode", "prefill"]);
+    let evidence = judged.evidence.clone().expect("evidence");
+    let hash = evidence.trim_start_matches("pd-evidence-");
+    let run = format!("pd-accept-{hash}");
+    let leader = jobs
+        .get(&format!("{run}-0"))
+        .await
+        .expect("the judged leader's Job is kept");
+    let leader_created = leader.metadata.creation_timestamp.expect("created").0;
+    assert!(
+        leader_created >= prefill_started,
+        "the decode leader's Job ({leader_created}) was created before the prefill engine ran ({prefill_started})"
+    );
+    let prefill_group = format!("{}-p", &run[..run.len() - 2]);
+    assert!(
+        jobs.get_opt(&format!("{prefill_group}-0"))
+            .await
+            .expect("get")
+            .is_none(),
+        "the run's prefill Job is deleted with the verdict"
+    );
+    let data = cms
+        .get(&evidence)
+        .await
+        .expect("evidence")
+        .data
+        .expect("data");
+    let manifest: Value = serde_json::from_str(&data["manifest.json"]).expect("manifest");
+    assert_eq!(manifest["roles"], json!(["decode", "prefill"]));
+    let wired = format!(
+        "DEEPINFER_PEERS prefill=rank-0.{prefill_group}.{}.svc:8000 endpoints=rank-0.{prefill_group}.{}.svc:8000",
+        ns.name, ns.name
+    );
+    assert!(
+        data["engine.log"].contains(&wired),
+        "the decode engine was wired to the run's prefill group:\n{}",
+        data["engine.log"]
+    );
+    println!(
+        "acceptance: roles {:?}, prefill engine running at {prefill_started}, decode leader Job created at {leader_created}; {wired}",
+        judged.roles
+    );
     let listed = |n: usize| {
         let cms = cms.clone();
         async move {
@@ -46,11 +143,32 @@ async fn gpu_decode_learns_the_ready_prefill_leaders_from_a_file_updated_without
         }
     };
     let one = support::eventually(TIMEOUT, "one ready prefill leader listed", || listed(1)).await;
-    let decode = pods
-        .list(&ListParams::default().labels("deepinfer.io/role=decode"))
-        .await
-        .expect("decode pods")
-        .items;
+    // Both roles' serving pods are accepted by that run.
+    let accepted = |pod: &Pod| {
+        pod.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| {
+                c.iter()
+                    .any(|c| c.type_ == "deepinfer.io/accepted" && c.status == "True")
+            })
+    };
+    let serving = support::eventually(TIMEOUT, "a prefill and a decode pod accepted", || {
+        let pods = pods.clone();
+        async move {
+            let items = pods
+                .list(&ListParams::default().labels("deepinfer.io/component=worker"))
+                .await
+                .ok()?
+                .items;
+            (items.len() == 2 && items.iter().all(accepted)).then_some(items)
+        }
+    })
+    .await;
+    let decode: Vec<&Pod> = serving
+        .iter()
+        .filter(|p| p.labels().get("deepinfer.io/role").map(String::as_str) == Some("decode"))
+        .collect();
     let [decode] = decode.as_slice() else {
         panic!("one decode pod expected, got {}", decode.len());
     };

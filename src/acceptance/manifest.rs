@@ -247,6 +247,10 @@ pub struct Manifest {
     pub devices: DeviceInventory,
     /// Parallel layout.
     pub layout: LayoutRecord,
+    /// Roles whose groups the run included, the judged role first (the others' groups ran as
+    /// they serve, wired to it); empty in manifests written before runs recorded them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub roles: Vec<String>,
     /// The engine run.
     pub engine: EngineRecord,
     /// Load, warm-up and measured interval.
@@ -284,6 +288,8 @@ pub struct RunIdentity {
     pub model_dir: String,
     /// Parallel layout.
     pub layout: ParallelSpec,
+    /// Roles the run included, the judged role first.
+    pub roles: Vec<String>,
     /// Start time (RFC 3339).
     pub started_at: String,
     /// Output tokens each prompt asked for (`maxTokens`), by prompt id; prompts that left it to
@@ -435,6 +441,7 @@ pub fn build_manifest(
         },
         devices,
         layout: (&identity.layout).into(),
+        roles: identity.roles.clone(),
         engine,
         timings,
         prompt_ids: prompt_ids.to_vec(),

@@ -92,6 +92,9 @@ pub struct IdentityArgs {
     /// Parallel layout of the serving group, e.g. `tensor=8,pipeline=1,data=1,expert=8`.
     #[arg(long, value_parser = parse_layout, default_value = "tensor=1,pipeline=1,data=1,expert=1")]
     pub layout: ParallelSpec,
+    /// Roles whose groups the run included, the judged role first, e.g. `decode,prefill`.
+    #[arg(long, value_delimiter = ',')]
+    pub roles: Vec<String>,
 }
 
 impl AcceptArgs {

@@ -117,6 +117,7 @@ async fn execute(args: &AcceptArgs) -> (AcceptanceSummary, i32) {
         checkpoint_revision: args.identity.checkpoint_revision.clone(),
         model_dir: args.model_dir.display().to_string(),
         layout: args.identity.layout.clone(),
+        roles: args.identity.roles.clone(),
         started_at,
         requested_tokens: spec
             .prompts

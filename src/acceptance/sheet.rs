@@ -99,6 +99,12 @@ pub fn render(m: &Manifest) -> String {
         m.result,
         m.started_at
     ));
+    if !m.roles.is_empty() {
+        out.push_str(&format!(
+            "Roles:     {} (one group each; the first judged)\n",
+            m.roles.join(", ")
+        ));
+    }
     out.push_str(&format!(
         "Hardware:  {} devices in the group (tensor {} x pipeline {} x data {}, expert {}); devices the leader's container saw: {} (inventory: {})\n",
         l.world_size,

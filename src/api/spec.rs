@@ -68,7 +68,7 @@ macro_rules! cel_root_devices_per_pod {
     // Same bound as `controller::validate::validate_acceptance_job_names`: the acceptance Job of
     // a group's last rank, `<name>-accept-<16 hex>-<rank>`, is also its pods' job-name label (at
     // most 63 characters), so the name's length plus the digits of that rank is at most 38. Every
-    // role is held to it: any role may become the one acceptance runs on.
+    // role is held to it: every role has a group, with Job names of that length, in the acceptance run.
     validation = Rule::new(concat!(
         "self.spec.roles.all(r, ", cel_root_devices_per_pod!(), " < 1",
         " || (r.parallel.tensor * r.parallel.pipeline * r.parallel.data) / ", cel_root_devices_per_pod!(), " <= 1",

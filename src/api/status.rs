@@ -225,6 +225,11 @@ pub struct AcceptanceStatus {
     /// The operator's pod-template version the run judged (part of the revision).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub template_version: Option<i32>,
+    /// Roles whose groups the run included, the judged role first. A passed run entitles the
+    /// pods of these roles only; empty in a judgement recorded before runs included every role,
+    /// which keeps covering the pods of its revision.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub roles: Vec<String>,
 }
 
 impl AcceptanceStatus {
@@ -238,6 +243,16 @@ impl AcceptanceStatus {
     /// Whether the run passed.
     pub fn passed(&self) -> bool {
         self.result == AcceptanceResult::Passed
+    }
+
+    /// Whether the run included `role` (see [`AcceptanceStatus::roles`]).
+    pub fn covers(&self, role: &str) -> bool {
+        self.roles.is_empty() || self.roles.iter().any(|r| r == role)
+    }
+
+    /// Whether the run passed with `role` included: pods of `role` may serve on it.
+    pub fn passed_for(&self, role: &str) -> bool {
+        self.passed() && self.covers(role)
     }
 }
 

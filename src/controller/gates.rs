@@ -117,7 +117,7 @@ pub async fn run_pipeline(
         outcome.license = Gate::Failed(licence.reason(), message);
         // Nothing is created or deleted; the roles' status still says where they are.
         let (gate, roles, _) =
-            workers(did, ctx, &ns, &observed, &revision, &known, false, false).await?;
+            workers(did, ctx, &ns, &observed, &revision, &known, false, &[]).await?;
         outcome.workers = withdrawn_or(&outcome, gate);
         outcome.roles = roles;
         return Ok((outcome, Action::await_change()));
@@ -133,7 +133,7 @@ pub async fn run_pipeline(
 
     // 3. checkpoint gate, 4. acceptance gate: they judge the target revision only.
     let mut retry: Option<Duration> = None;
-    let mut needs_room = false;
+    let mut needs_room: Vec<String> = Vec::new();
     match checkpoint_gate(did, previous, ctx, &ns, &observed).await {
         Ok((gate, status)) => {
             outcome.checkpoint = gate;
@@ -187,7 +187,14 @@ pub async fn run_pipeline(
 
     // 5. workers: the target rolls out once it passed; until then the serving revision is kept.
     match workers(
-        did, ctx, &ns, &observed, &revision, &known, true, needs_room,
+        did,
+        ctx,
+        &ns,
+        &observed,
+        &revision,
+        &known,
+        true,
+        &needs_room,
     )
     .await
     {
@@ -483,8 +490,8 @@ struct AcceptanceFound {
     status: Option<AcceptanceStatus>,
     /// A judgement made in this pass, to record.
     recorded: Option<AcceptanceStatus>,
-    /// The run waits for devices.
-    needs_room: bool,
+    /// Roles whose group of the run waits for devices.
+    needs_room: Vec<String>,
     /// The run's leader Job while its verdict is not in status at the start of the pass (it
     /// keeps no TTL until then).
     unjudged: Option<String>,
@@ -496,7 +503,7 @@ impl AcceptanceFound {
             gate: Gate::Progressing(reason, message),
             status: None,
             recorded: None,
-            needs_room: false,
+            needs_room: Vec::new(),
             unjudged: None,
         }
     }
@@ -524,7 +531,8 @@ async fn acceptance_gate(
     let spec_hash = acceptance::judged_spec_hash(&did.spec.acceptance, resolved.as_ref().ok());
     let names =
         build::AcceptanceNames::new(&did.name_any(), revision, &format!("{token}/{spec_hash}"));
-    let Some(role) = build::acceptance_role(&did.spec) else {
+    let groups = names.groups(&did.spec);
+    let Some(judged) = groups.first() else {
         return Ok(AcceptanceFound {
             gate: Gate::Failed(
                 reasons::INVALID_SPEC,
@@ -532,16 +540,30 @@ async fn acceptance_gate(
             ),
             status: None,
             recorded: None,
-            needs_room: false,
+            needs_room: Vec::new(),
             unjudged: None,
         });
     };
+    let role = judged.role;
     let shape = build::group_shape(&did.spec, role);
-    let leader = names.job(0);
+    let pods_of = |g: &build::RunGroup<'_>| -> Vec<&Pod> {
+        (0..build::group_shape(&did.spec, g.role).pods)
+            .flat_map(|rank| observed.pods_of_job(&g.job(rank)))
+            .collect()
+    };
+    let others = &groups[1..];
+    let leader = judged.job(0);
     let leader_pods = observed.pods_of_job(&leader);
-    let run_pods: Vec<&Pod> = (0..shape.pods)
-        .flat_map(|rank| observed.pods_of_job(&names.job(rank)))
-        .collect();
+    let run_pods: Vec<&Pod> = groups.iter().flat_map(pods_of).collect();
+    let upstream = acceptance::Upstream {
+        expected: others
+            .iter()
+            .map(|g| usize::try_from(build::group_shape(&did.spec, g.role).pods).unwrap_or(0))
+            .sum(),
+        created: others.iter().any(|g| observed.job(&g.job(0)).is_some()),
+        pods: others.iter().flat_map(pods_of).collect(),
+    };
+    let roles: Vec<String> = groups.iter().map(|g| g.role.name.clone()).collect();
     let judging = acceptance::Judging {
         revision,
         spec_hash: &spec_hash,
@@ -550,19 +572,41 @@ async fn acceptance_gate(
             .as_ref()
             .map_or(did.spec.acceptance.prompts.len(), |r| r.prompts.len()),
         deadline_seconds: build::acceptance_deadline(&did.spec),
+        roles: &roles,
         now: Timestamp::now(),
     };
+    let leader_state = job_state(observed, &leader, build::JUDGE_CONTAINER);
     let step = acceptance::decide(
         known.recorded_judgement(revision, &spec_hash, &token),
-        &job_state(observed, &leader, build::JUDGE_CONTAINER),
+        &leader_state,
         &leader_pods,
         &run_pods,
+        &upstream,
         &judging,
     );
-    let running = format!(
-        "Job {leader} is running the acceptance workload for revision {revision} on one {} group ({} pod(s))",
-        role.name, shape.pods
-    );
+    let wired = if others.is_empty() {
+        String::new()
+    } else {
+        format!(", wired to one group of each of {}", roles[1..].join(", "))
+    };
+    let running = if matches!(leader_state, JobState::Missing) {
+        let started = upstream
+            .pods
+            .iter()
+            .filter(|p| decide::jobs::started_at(p, build::ENGINE_CONTAINER).is_some())
+            .count();
+        format!(
+            "the acceptance run of revision {revision} starts its {} group(s) first, as they serve: {started} of {} engine(s) running; then Job {leader} runs the workload on one {} group",
+            roles[1..].join(", "),
+            upstream.expected,
+            role.name
+        )
+    } else {
+        format!(
+            "Job {leader} is running the acceptance workload for revision {revision} on one {} group ({} pod(s)){wired}",
+            role.name, shape.pods
+        )
+    };
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), ns);
     // Until a verdict of this run is in status, its leader Job is where it is read from.
     let unjudged = (!matches!(step, acceptance::Step::Reuse(_))).then(|| leader.clone());
@@ -571,7 +615,7 @@ async fn acceptance_gate(
             gate: acceptance::judged_gate(&a),
             status: Some(a),
             recorded: None,
-            needs_room: false,
+            needs_room: Vec::new(),
             unjudged: None,
         }),
         acceptance::Step::Start => {
@@ -582,12 +626,26 @@ async fn acceptance_gate(
                         gate: Gate::Failed(reasons::MISSING_DEPENDENCY, message),
                         status: None,
                         recorded: None,
-                        needs_room: false,
+                        needs_room: Vec::new(),
                         unjudged: None,
                     })
                 }
             };
-            start_acceptance(did, ctx, revision, &names, &spec, shape.pods, observed).await?;
+            start_acceptance(did, ctx, revision, &names, &spec, observed).await?;
+            // The other roles' groups first; the judged group once their engines run.
+            let first = if others.is_empty() {
+                &groups[..]
+            } else {
+                others
+            };
+            start_groups(did, ctx, revision, &names, first).await?;
+            Ok(AcceptanceFound::progressing(
+                reasons::ACCEPTANCE_RUNNING,
+                running,
+            ))
+        }
+        acceptance::Step::StartJudged => {
+            start_groups(did, ctx, revision, &names, &groups[..1]).await?;
             Ok(AcceptanceFound::progressing(
                 reasons::ACCEPTANCE_RUNNING,
                 running,
@@ -607,23 +665,42 @@ async fn acceptance_gate(
                 gate,
                 status: None,
                 recorded: None,
-                needs_room: false,
+                needs_room: Vec::new(),
                 unjudged: None,
             })
         }
         acceptance::Step::WaitingForCapacity(why) => {
+            // The roles whose run group waits for devices: their serving groups may make room.
+            let waiting: Vec<&build::RunGroup<'_>> = groups
+                .iter()
+                .filter(|g| {
+                    pods_of(g)
+                        .iter()
+                        .any(|p| decide::jobs::unschedulable(p).is_some())
+                })
+                .collect();
+            let need = waiting
+                .iter()
+                .map(|g| {
+                    format!(
+                        "{} {}",
+                        g.role.name,
+                        acceptance::capacity_need(&did.spec, g.role)
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(" and ");
             let mut found = AcceptanceFound::progressing(
                 reasons::WAITING_FOR_CAPACITY,
                 format!(
-                    "the acceptance run of revision {revision} waits for devices: it needs {}; scheduler: {why}. Its deadline starts when it runs; with spec.roles[].rollout.maxUnavailable ≥ 1 one serving group makes room",
-                    acceptance::capacity_need(&did.spec, role)
+                    "the acceptance run of revision {revision} waits for devices: it needs {need}; scheduler: {why}. Its deadline starts when it runs; with spec.roles[].rollout.maxUnavailable ≥ 1 one serving group makes room"
                 ),
             );
-            found.needs_room = true;
+            found.needs_room = waiting.iter().map(|g| g.role.name.clone()).collect();
             Ok(found)
         }
         acceptance::Step::Rerun => {
-            stop_acceptance(ctx, ns, &jobs, &names, 0, shape.pods).await?;
+            stop_acceptance(ctx, did, &jobs, &groups, 0).await?;
             Ok(AcceptanceFound::progressing(
                 reasons::ACCEPTANCE_RUNNING,
                 format!(
@@ -635,9 +712,9 @@ async fn acceptance_gate(
             judgement,
             stop_leader,
         } => {
-            // The followers' engines have nothing left to serve.
+            // The followers' engines (and the other roles') have nothing left to serve.
             let from = if stop_leader { 0 } else { 1 };
-            stop_acceptance(ctx, ns, &jobs, &names, from, shape.pods).await?;
+            stop_acceptance(ctx, did, &jobs, &groups, from).await?;
             let duration = observed
                 .job(&leader)
                 .and_then(|j| j.status.clone())
@@ -726,21 +803,19 @@ fn record(ctx: &Context, judged: AcceptanceStatus, seconds: f64) -> AcceptanceFo
         gate: acceptance::judged_gate(&judged),
         status: Some(judged.clone()),
         recorded: Some(judged),
-        needs_room: false,
+        needs_room: Vec::new(),
         unjudged: None,
     }
 }
 
-/// Creates the objects of one acceptance run: RBAC for the judge, the spec ConfigMap, the empty
-/// evidence ConfigMap (the judge may only update it), the rendezvous Service of a multi-pod
-/// group, and one Job per rank.
+/// Creates the objects one acceptance run shares: RBAC for the judge, the spec ConfigMap and
+/// the empty evidence ConfigMap (the judge may only update it).
 async fn start_acceptance(
     did: &ValidatedDeployment,
     ctx: &Context,
     revision: &str,
     names: &build::AcceptanceNames,
     spec: &AcceptanceSpec,
-    pods: i32,
     observed: &Observed,
 ) -> Result<(), Error> {
     let ns = did.namespace.as_str();
@@ -759,26 +834,44 @@ async fn start_acceptance(
         &build::acceptance_evidence_configmap(did, names, revision),
     )
     .await?;
-    if pods > 1 {
-        let svc_api: Api<Service> = Api::namespaced(client.clone(), ns);
-        apply::apply_if_changed(
-            &svc_api,
-            &build::acceptance_service(did, names, revision),
-            None,
-        )
-        .await?;
-    }
-    // The run's PodGroup before its pods: they wait for it, then are bound all at once.
-    if let Some(group) =
-        build::acceptance_pod_group(did, names, revision).filter(|_| did.pod_groups)
-    {
-        apply::apply_if_changed(&Api::namespaced(client.clone(), ns), &group, None).await?;
-    }
+    Ok(())
+}
+
+/// Creates groups of an acceptance run: each one's rendezvous Service (where it needs one), its
+/// PodGroup before its pods (they wait for it, then are bound all at once), and one Job per
+/// rank, followers first, so that a leader's engine finds them when it starts.
+async fn start_groups(
+    did: &ValidatedDeployment,
+    ctx: &Context,
+    revision: &str,
+    names: &build::AcceptanceNames,
+    groups: &[build::RunGroup<'_>],
+) -> Result<(), Error> {
+    let ns = did.namespace.as_str();
+    let client = &ctx.client;
     let jobs: Api<Job> = Api::namespaced(client.clone(), ns);
-    // Followers first, so the leader's engine finds them when it starts.
-    for rank in (0..pods).rev() {
-        if let Some(job) = build::acceptance_job(did, names, rank, revision, &ctx.operator_image) {
-            apply::create_once(&jobs, &job).await?;
+    for group in groups {
+        if build::acceptance_needs_service(&did.spec, group) {
+            let svc_api: Api<Service> = Api::namespaced(client.clone(), ns);
+            apply::apply_if_changed(
+                &svc_api,
+                &build::acceptance_service(did, group, revision),
+                None,
+            )
+            .await?;
+        }
+        if let Some(pod_group) =
+            build::acceptance_pod_group(did, group, revision).filter(|_| did.pod_groups)
+        {
+            apply::apply_if_changed(&Api::namespaced(client.clone(), ns), &pod_group, None).await?;
+        }
+        let pods = build::group_shape(&did.spec, group.role).pods;
+        for rank in (0..pods).rev() {
+            if let Some(job) =
+                build::acceptance_group_job(did, names, group, rank, revision, &ctx.operator_image)
+            {
+                apply::create_once(&jobs, &job).await?;
+            }
         }
     }
     Ok(())
@@ -851,25 +944,29 @@ fn in_flight_evidence(observed: &Observed) -> Vec<String> {
         .collect()
 }
 
-/// Deletes the Jobs of ranks `from..pods` of a run (and its rendezvous Service when every rank
-/// goes or the run is over).
+/// Deletes the Jobs of a run: the judged group's ranks from `from` on, every rank of the other
+/// roles' groups, and each group's rendezvous Service and PodGroup once all its ranks go.
 async fn stop_acceptance(
     ctx: &Context,
-    ns: &str,
+    did: &ValidatedDeployment,
     jobs: &Api<Job>,
-    names: &build::AcceptanceNames,
+    groups: &[build::RunGroup<'_>],
     from: i32,
-    pods: i32,
 ) -> Result<(), Error> {
-    for rank in from..pods {
-        apply::delete_ignoring_missing(jobs, &names.job(rank)).await?;
-    }
-    if pods > 1 {
-        let svc_api: Api<Service> = Api::namespaced(ctx.client.clone(), ns);
-        apply::delete_ignoring_missing(&svc_api, &names.run).await?;
-        if ctx.pod_groups().await? {
-            let groups: Api<PodGroup> = Api::namespaced(ctx.client.clone(), ns);
-            apply::delete_ignoring_missing(&groups, &names.run).await?;
+    let ns = did.namespace.as_str();
+    for group in groups {
+        let pods = build::group_shape(&did.spec, group.role).pods;
+        let first = if group.judged { from } else { 0 };
+        for rank in first..pods {
+            apply::delete_ignoring_missing(jobs, &group.job(rank)).await?;
+        }
+        if build::acceptance_needs_service(&did.spec, group) {
+            let svc_api: Api<Service> = Api::namespaced(ctx.client.clone(), ns);
+            apply::delete_ignoring_missing(&svc_api, &group.name).await?;
+        }
+        if pods > 1 && ctx.pod_groups().await? {
+            let pod_groups: Api<PodGroup> = Api::namespaced(ctx.client.clone(), ns);
+            apply::delete_ignoring_missing(&pod_groups, &group.name).await?;
         }
     }
     Ok(())
@@ -887,7 +984,7 @@ async fn workers(
     target: &str,
     known: &DeepInferDeploymentStatus,
     act: bool,
-    acceptance_needs_room: bool,
+    acceptance_needs_room: &[String],
 ) -> Result<(Gate, Vec<RoleStatus>, Option<Duration>), Error> {
     let name = did.name_any();
     let mut specs = std::collections::BTreeMap::new();
@@ -899,24 +996,30 @@ async fn workers(
     }
     let target_kept = specs.contains_key(target);
     specs.insert(target.to_string(), did.clone());
-    let passed: BTreeSet<String> = observed
+    let revisions: BTreeSet<String> = observed
         .workers
         .iter()
         .filter_map(|p| p.labels().get(labels::REVISION).cloned())
         .chain(std::iter::once(target.to_string()))
-        .filter(|r| {
-            known
-                .latest_judgement(r)
-                .is_some_and(AcceptanceStatus::passed)
-        })
         .collect();
+    // Per role: the revisions whose latest judgement passed with that role included.
+    let passed_for = |role: &str| -> BTreeSet<String> {
+        revisions
+            .iter()
+            .filter(|r| {
+                known
+                    .latest_judgement(r)
+                    .is_some_and(|j| j.passed_for(role))
+            })
+            .cloned()
+            .collect()
+    };
     let buildable: BTreeSet<String> = specs.keys().cloned().collect();
     let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
     let configmaps_api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
     let mut statuses = Vec::new();
     let mut progress = Vec::new();
     let mut groups_kept: Vec<(String, String, i32)> = Vec::new();
-    let acceptance_role = build::acceptance_role(&did.spec).map(|r| r.name.clone());
     let watchdog = Watchdog {
         timeout: ctx.partial_group_timeout,
         now: Timestamp::now(),
@@ -974,11 +1077,10 @@ async fn workers(
             rollout: role.rollout.clone(),
             groups: views.iter().map(|(g, _)| g.clone()).collect(),
             target,
-            passed: &passed,
+            passed: &passed_for(&role.name),
             buildable: &buildable,
             licence_open: act,
-            acceptance_needs_room: acceptance_needs_room
-                && acceptance_role.as_deref() == Some(role.name.as_str()),
+            acceptance_needs_room: acceptance_needs_room.contains(&role.name),
             placement_hold: retry.hold.clone(),
         });
         // A role whose groups all serve has nothing left to retry.

@@ -116,7 +116,7 @@ pub fn validate_name(name: &str) -> Result<(), FieldError> {
 pub const MAX_JOB_NAME_LENGTH: usize = 63;
 
 /// Checks that the name of every acceptance Job (one per rank of a group) fits
-/// [`MAX_JOB_NAME_LENGTH`] for every role (any role may become the one acceptance runs on);
+/// [`MAX_JOB_NAME_LENGTH`] for every role (every role has a group in the acceptance run, its Jobs named as long as the judged role's);
 /// otherwise the API server would refuse the Job. The CRD's CEL rule states the same bound as
 /// name length plus the digits of the last rank ≤ 38.
 pub fn validate_acceptance_job_names(

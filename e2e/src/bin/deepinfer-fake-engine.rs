@@ -112,6 +112,7 @@ fn run(args: &Args) -> anyhow::Result<ExitCode> {
         args.model_name.display()
     );
     check_contract_env()?;
+    check_peer_wiring()?;
     wait_for_rank_table()?;
     let canned = load_canned(&args.canned)?;
     let ids = prompt_ids(&args.prompts)?;
@@ -203,6 +204,48 @@ fn check_contract_env() -> anyhow::Result<()> {
         var(contract::env::WORLD_SIZE),
         var(contract::env::PEERS),
     );
+    Ok(())
+}
+
+/// As a decode engine of a disaggregated deployment must: given an upstream role's Service
+/// (`DEEPINFER_PREFILL_SERVICE`, `DEEPINFER_VISION_SERVICE`), it reads the endpoints file
+/// (`DEEPINFER_PEER_ENDPOINTS_FILE`) and refuses to start unless the file lists at least one
+/// leader of each such role; it prints `DEEPINFER_PEERS <role>=<service> endpoints=<list>` per
+/// role, which the acceptance evidence keeps in the engine log. It connects to nothing (the
+/// bed has no pod network).
+fn check_peer_wiring() -> anyhow::Result<()> {
+    use deepinfer_operator::contract::env;
+    let upstream: Vec<(&str, String)> = [
+        ("prefill", env::PREFILL_SERVICE),
+        ("vision", env::VISION_SERVICE),
+    ]
+    .into_iter()
+    .filter_map(|(role, var)| Some((role, std::env::var(var).ok()?)))
+    .collect();
+    if upstream.is_empty() {
+        return Ok(());
+    }
+    let path = std::env::var(env::PEER_ENDPOINTS_FILE).with_context(|| {
+        format!(
+            "{} is not set beside the upstream roles' Services",
+            env::PEER_ENDPOINTS_FILE
+        )
+    })?;
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("reading the endpoints file {path}"))?;
+    let file: std::collections::BTreeMap<String, Vec<String>> = serde_json::from_str(&text)
+        .with_context(|| {
+            format!("the endpoints file {path} is not a JSON map of role to endpoints")
+        })?;
+    for (role, service) in upstream {
+        let listed = file.get(role).filter(|l| !l.is_empty()).with_context(|| {
+            format!("the endpoints file {path} lists no {role} leader; the decode engine cannot start without one")
+        })?;
+        println!(
+            "DEEPINFER_PEERS {role}={service} endpoints={}",
+            listed.join(",")
+        );
+    }
     Ok(())
 }
 

@@ -33,13 +33,46 @@ pub const ACCEPTANCE_SPEC_KEY: &str = "acceptance.yaml";
 /// The directory the engine and the judge share (prompts, outputs, log, report).
 pub const ACCEPTANCE_WORK_DIR: &str = "/deepinfer/work";
 
-/// The role whose group shape the acceptance workload runs on: `worker` (colocated) if present,
-/// else `decode`, else the first role.
+/// The role whose group runs the acceptance workload and is judged: `worker` (colocated) if
+/// present, else `decode`, else the first role.
 pub fn acceptance_role(spec: &DeepInferDeploymentSpec) -> Option<&RoleSpec> {
     ["worker", "decode"]
         .iter()
         .find_map(|n| spec.roles.iter().find(|r| r.name == *n))
         .or_else(|| spec.roles.first())
+}
+
+/// The roles an acceptance run includes, one group of each: the judged role first, then every
+/// other role of the spec in spec order. A role's serving pods may serve only on a run that
+/// included it.
+pub fn acceptance_roles(spec: &DeepInferDeploymentSpec) -> Vec<&RoleSpec> {
+    let Some(judged) = acceptance_role(spec) else {
+        return Vec::new();
+    };
+    std::iter::once(judged)
+        .chain(spec.roles.iter().filter(|r| r.name != judged.name))
+        .collect()
+}
+
+/// One group of an acceptance run: its role, and the name its rendezvous Service, PodGroup and
+/// Jobs (`<name>-<rank>`) share.
+#[derive(Clone, Debug)]
+pub struct RunGroup<'a> {
+    /// The group's role.
+    pub role: &'a RoleSpec,
+    /// `<run>` for the judged role's group; for the others, the run's name with its last two
+    /// hash characters replaced by `-<first letter of the role>` (role names start with distinct
+    /// letters, and no run name has a `-` there).
+    pub name: String,
+    /// Whether this is the judged role's group, whose rank 0 runs the workload beside the judge.
+    pub judged: bool,
+}
+
+impl RunGroup<'_> {
+    /// Job of one rank of this group.
+    pub fn job(&self, rank: i32) -> String {
+        format!("{}-{rank}", self.name)
+    }
 }
 
 /// Hex characters of the run hash in acceptance object names: 64 bits, so that no two runs (of
@@ -74,10 +107,31 @@ impl AcceptanceNames {
         }
     }
 
-    /// Job of one rank: `<run>-<rank>`, at most 63 characters (see
+    /// Job of one rank of the judged role's group: `<run>-<rank>`, at most 63 characters (see
     /// [`crate::controller::validate::validate_acceptance_job_names`]).
     pub fn job(&self, rank: i32) -> String {
         format!("{}-{rank}", self.run)
+    }
+
+    /// The run's groups, one per role of [`acceptance_roles`], the judged role's first.
+    pub fn groups<'a>(&self, spec: &'a DeepInferDeploymentSpec) -> Vec<RunGroup<'a>> {
+        acceptance_roles(spec)
+            .into_iter()
+            .enumerate()
+            .map(|(i, role)| RunGroup {
+                role,
+                name: if i == 0 {
+                    self.run.clone()
+                } else {
+                    // As long as the run's own name, so every Job name keeps the length
+                    // `validate_acceptance_job_names` (and the CRD's rule) allows for.
+                    let letter = role.name.chars().next().unwrap_or('r');
+                    let stem = self.run.get(..self.run.len().saturating_sub(2));
+                    format!("{}-{letter}", stem.unwrap_or(&self.run))
+                },
+                judged: i == 0,
+            })
+            .collect()
     }
 }
 
@@ -128,7 +182,8 @@ pub fn acceptance_rbac(
 }
 
 /// The ConfigMap carrying the resolved acceptance spec (prompts inline) for the engine side and
-/// the judge.
+/// the judge, and, for a run with a decode group and upstream roles, the run's `endpoints.json`
+/// (mounted into the decode group alone).
 pub fn acceptance_spec_configmap(
     did: &ValidatedDeployment,
     names: &AcceptanceNames,
@@ -139,12 +194,13 @@ pub fn acceptance_spec_configmap(
         (labels::COMPONENT.to_string(), "acceptance".to_string()),
         (labels::REVISION.to_string(), revision.to_string()),
     ]);
+    let mut data = BTreeMap::from([(ACCEPTANCE_SPEC_KEY.to_string(), spec_yaml)]);
+    if let Some(endpoints) = run_endpoints_json(did, &names.groups(&did.spec)) {
+        data.insert(PEER_ENDPOINTS_KEY.to_string(), endpoints);
+    }
     stamp(ConfigMap {
         metadata: owned_meta(did, names.spec_configmap.clone(), extra),
-        data: Some(BTreeMap::from([(
-            ACCEPTANCE_SPEC_KEY.to_string(),
-            spec_yaml,
-        )])),
+        data: Some(data),
         ..ConfigMap::default()
     })
 }
@@ -175,34 +231,37 @@ pub fn acceptance_evidence_configmap(
     )
 }
 
-pub(super) fn acceptance_labels(
-    names: &AcceptanceNames,
-    revision: &str,
-) -> BTreeMap<String, String> {
+/// Labels of a run group's objects (the Job's pods add the deployment and rank).
+pub(super) fn acceptance_labels(group: &RunGroup<'_>, revision: &str) -> BTreeMap<String, String> {
     BTreeMap::from([
         (labels::COMPONENT.to_string(), "acceptance".to_string()),
         (labels::REVISION.to_string(), revision.to_string()),
-        (labels::GROUP.to_string(), names.run.clone()),
+        (labels::GROUP.to_string(), group.name.clone()),
+        (labels::ROLE.to_string(), group.role.name.clone()),
     ])
 }
 
-/// Headless Service for the rendezvous of a multi-pod acceptance group.
+/// Whether a run group's pods join a rendezvous Service: a multi-pod group, and every group of
+/// a run with several roles (the decode group reaches the others' leaders by name).
+pub fn acceptance_needs_service(spec: &DeepInferDeploymentSpec, group: &RunGroup<'_>) -> bool {
+    group_shape(spec, group.role).pods > 1 || acceptance_roles(spec).len() > 1
+}
+
+/// Headless Service for the rendezvous of one group of an acceptance run.
 pub fn acceptance_service(
     did: &ValidatedDeployment,
-    names: &AcceptanceNames,
+    group: &RunGroup<'_>,
     revision: &str,
 ) -> Service {
     let mut selector = deployment_labels(&did.name_any());
-    selector.extend(acceptance_labels(names, revision));
+    selector.extend(acceptance_labels(group, revision));
     super::service::rendezvous_service(
-        owned_meta(did, names.run.clone(), acceptance_labels(names, revision)),
+        owned_meta(did, group.name.clone(), acceptance_labels(group, revision)),
         selector,
     )
 }
 
-/// The Job of one rank of the acceptance group: the same image, checkpoint, devices, placement
-/// and layout as a serving group of the acceptance role. Rank 0 runs the injected
-/// `run-engine` in the engine container beside the judge; other ranks run the engine alone.
+/// The Job of one rank of the judged role's group (see [`acceptance_group_job`]).
 pub fn acceptance_job(
     did: &ValidatedDeployment,
     names: &AcceptanceNames,
@@ -210,7 +269,24 @@ pub fn acceptance_job(
     revision: &str,
     operator_image: &str,
 ) -> Option<Job> {
-    let role = acceptance_role(&did.spec)?;
+    let groups = names.groups(&did.spec);
+    acceptance_group_job(did, names, groups.first()?, rank, revision, operator_image)
+}
+
+/// The Job of one rank of one group of the acceptance run: the same image, checkpoint,
+/// devices, placement and layout as a serving group of that role, wired to the run's other
+/// groups as a serving group is to the other roles. Rank 0 of the judged role's group runs the
+/// injected `run-engine` in the engine container beside the judge; every other rank runs the
+/// engine alone, as it serves.
+pub fn acceptance_group_job(
+    did: &ValidatedDeployment,
+    names: &AcceptanceNames,
+    group: &RunGroup<'_>,
+    rank: i32,
+    revision: &str,
+    operator_image: &str,
+) -> Option<Job> {
+    let role = group.role;
     let spec = &did.spec;
     let shape = group_shape(spec, role);
     let at = RankOf {
@@ -220,17 +296,20 @@ pub fn acceptance_job(
         rank,
     };
     let mut group_labels = deployment_labels(&did.name_any());
-    group_labels.extend(acceptance_labels(names, revision));
+    group_labels.extend(acceptance_labels(group, revision));
+    let groups = names.groups(spec);
     let rendezvous = Rendezvous {
-        service: names.run.clone(),
+        service: group.name.clone(),
         members: group_labels.clone(),
-        subdomain: shape.pods > 1,
-        pod_group: (did.pod_groups && shape.pods > 1).then(|| names.run.clone()),
+        subdomain: acceptance_needs_service(spec, group),
+        pod_group: (did.pod_groups && shape.pods > 1).then(|| group.name.clone()),
         rank_table: None,
-        role_endpoints: false,
+        peers: (role.name == "decode")
+            .then(|| PeerWiring::acceptance(did, names, &groups))
+            .flatten(),
     };
     let mut pod = engine_pod_spec(did, &at, &shape, &rendezvous);
-    if rank == 0 {
+    if group.judged && rank == 0 {
         let engine = pod.containers.first_mut()?;
         engine.command = Some(vec![
             format!("{RUNNER_DIR}/deepinfer-operator"),
@@ -291,14 +370,14 @@ pub fn acceptance_job(
         // No container gets a token by default; the judge mounts its own (above).
         pod.automount_service_account_token = Some(false);
     }
-    let mut job_labels = acceptance_labels(names, revision);
+    let mut job_labels = acceptance_labels(group, revision);
     job_labels.insert(labels::RANK.to_string(), rank.to_string());
     let mut pod_labels = group_labels;
     pod_labels.insert(labels::RANK.to_string(), rank.to_string());
     // No activeDeadlineSeconds: it would count time spent Pending for devices. The engine side's
     // own timeout ends the run; the controller ends a pod stuck past it (see `acceptance_deadline`).
     Some(stamp(Job {
-        metadata: owned_meta(did, names.job(rank), job_labels),
+        metadata: owned_meta(did, group.job(rank), job_labels),
         spec: Some(JobSpec {
             backoff_limit: Some(0),
             template: PodTemplateSpec {
@@ -354,6 +433,12 @@ fn judge_container(
                 "tensor={},pipeline={},data={},expert={}",
                 p.tensor, p.pipeline, p.data, p.expert
             ),
+            "--roles".into(),
+            acceptance_roles(spec)
+                .iter()
+                .map(|r| r.name.as_str())
+                .collect::<Vec<_>>()
+                .join(","),
             "--evidence-configmap".into(),
             names.evidence_configmap.clone(),
             "--owner-name".into(),

@@ -66,7 +66,7 @@ const RUN_AS_USER: i64 = 1000;
 /// security context change; a change of anything else in the pod (labels, probes) rolls the
 /// groups without a new judgement. `the_template_version_moves_with_the_engine_container`
 /// fails when the engine container changes and this constant does not.
-pub const TEMPLATE_VERSION: i32 = 3;
+pub const TEMPLATE_VERSION: i32 = 4;
 /// Path the default probes ask on the serve port (the engine contract's).
 pub const HEALTH_PATH: &str = crate::contract::serve::HEALTH_PATH;
 /// Longest the default startup probe waits for an engine to load its weights, in seconds.

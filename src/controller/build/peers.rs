@@ -36,40 +36,126 @@ pub fn decode_has_upstreams(spec: &DeepInferDeploymentSpec) -> bool {
         && spec.roles.iter().any(|r| upstream_env(&r.name).is_some())
 }
 
-/// The environment a serving decode engine gets: `DEEPINFER_<ROLE>_SERVICE` (the role Service,
-/// host:port) per upstream role of the spec, and `DEEPINFER_PEER_ENDPOINTS_FILE`.
-pub(super) fn decode_peer_env(did: &ValidatedDeployment) -> Vec<EnvVar> {
-    let mut out: Vec<EnvVar> = did
+/// How a decode group's engines reach the upstream roles: `DEEPINFER_<ROLE>_SERVICE` per
+/// upstream role of the spec, and `endpoints.json` mounted from a ConfigMap (optional: a decode
+/// pod may start before the file exists) with `DEEPINFER_PEER_ENDPOINTS_FILE` naming it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeerWiring {
+    /// Variable and `host:port` per upstream role, in spec order.
+    pub services: Vec<(&'static str, String)>,
+    /// The ConfigMap holding `endpoints.json`.
+    pub configmap: String,
+    /// Mount only the `endpoints.json` key (the ConfigMap holds other keys too).
+    pub only_key: bool,
+}
+
+impl PeerWiring {
+    /// Serving: the upstream roles' Services, and `<name>-role-endpoints`, which lists the ready
+    /// leaders of their groups. `None` unless the spec has decode and an upstream role.
+    pub fn serving(did: &ValidatedDeployment) -> Option<Self> {
+        let name = did.name_any();
+        Self::to(did, peer_endpoints_name(&name), false, |role| {
+            format!(
+                "{}.{}.svc:{SERVE_PORT}",
+                role_service_name(&name, role),
+                did.namespace
+            )
+        })
+    }
+
+    /// An acceptance run: the leader of the run's own group of each upstream role (`groups`),
+    /// and the `endpoints.json` key of the run's spec ConfigMap (see [`run_endpoints_json`]).
+    pub fn acceptance(
+        did: &ValidatedDeployment,
+        names: &AcceptanceNames,
+        groups: &[RunGroup<'_>],
+    ) -> Option<Self> {
+        Self::to(did, names.spec_configmap.clone(), true, |role| {
+            run_leader_address(did, groups, role).unwrap_or_default()
+        })
+    }
+
+    fn to(
+        did: &ValidatedDeployment,
+        configmap: String,
+        only_key: bool,
+        address: impl Fn(&str) -> String,
+    ) -> Option<Self> {
+        decode_has_upstreams(&did.spec).then(|| Self {
+            services: did
+                .spec
+                .roles
+                .iter()
+                .filter_map(|r| Some((upstream_env(&r.name)?, address(&r.name))))
+                .collect(),
+            configmap,
+            only_key,
+        })
+    }
+
+    /// The environment it gives: one variable per upstream role, then the file's path.
+    pub(super) fn env(&self) -> Vec<EnvVar> {
+        self.services
+            .iter()
+            .map(|(var, address)| env(var, address.clone()))
+            .chain(std::iter::once(env(
+                crate::contract::env::PEER_ENDPOINTS_FILE,
+                format!("{PEER_ENDPOINTS_DIR}/{PEER_ENDPOINTS_KEY}"),
+            )))
+            .collect()
+    }
+
+    /// The file's volume.
+    pub(super) fn volume(&self) -> Volume {
+        Volume {
+            name: "role-endpoints".into(),
+            config_map: Some(ConfigMapVolumeSource {
+                name: self.configmap.clone(),
+                optional: Some(true),
+                items: self.only_key.then(|| {
+                    vec![KeyToPath {
+                        key: PEER_ENDPOINTS_KEY.into(),
+                        path: PEER_ENDPOINTS_KEY.into(),
+                        ..KeyToPath::default()
+                    }]
+                }),
+                ..ConfigMapVolumeSource::default()
+            }),
+            ..Volume::default()
+        }
+    }
+}
+
+/// `rank-0.<group>.<ns>.svc:<port>`: the leader of the run's group of `role`.
+fn run_leader_address(
+    did: &ValidatedDeployment,
+    groups: &[RunGroup<'_>],
+    role: &str,
+) -> Option<String> {
+    let group = groups.iter().find(|g| g.role.name == role)?;
+    Some(format!(
+        "rank-0.{}.{}.svc:{SERVE_PORT}",
+        group.name, did.namespace
+    ))
+}
+
+/// `endpoints.json` of an acceptance run, in the serving file's format: per upstream role of the
+/// spec, the leader of the run's group of that role. `None` when decode has no upstream role.
+pub fn run_endpoints_json(did: &ValidatedDeployment, groups: &[RunGroup<'_>]) -> Option<String> {
+    if !decode_has_upstreams(&did.spec) {
+        return None;
+    }
+    let by_role: BTreeMap<&str, Vec<String>> = did
         .spec
         .roles
         .iter()
-        .filter_map(|r| {
-            let var = upstream_env(&r.name)?;
-            let service = role_service_name(&did.name_any(), &r.name);
-            Some(env(
-                var,
-                format!("{service}.{}.svc:{SERVE_PORT}", did.namespace),
-            ))
+        .filter(|r| upstream_env(&r.name).is_some())
+        .map(|r| {
+            let leader = run_leader_address(did, groups, &r.name);
+            (r.name.as_str(), leader.into_iter().collect())
         })
         .collect();
-    out.push(env(
-        crate::contract::env::PEER_ENDPOINTS_FILE,
-        format!("{PEER_ENDPOINTS_DIR}/{PEER_ENDPOINTS_KEY}"),
-    ));
-    out
-}
-
-/// The endpoints file's volume (optional: a decode pod may start before the file exists).
-pub(super) fn peer_endpoints_volume(did: &str) -> Volume {
-    Volume {
-        name: "role-endpoints".into(),
-        config_map: Some(ConfigMapVolumeSource {
-            name: peer_endpoints_name(did),
-            optional: Some(true),
-            ..ConfigMapVolumeSource::default()
-        }),
-        ..Volume::default()
-    }
+    serde_json::to_string_pretty(&by_role).ok()
 }
 
 /// The endpoints ConfigMap: per upstream role, `rank-0.<group service>.<ns>.svc:<port>` of each

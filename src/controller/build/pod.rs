@@ -104,9 +104,9 @@ pub struct Rendezvous {
     /// ConfigMap holding the group's HCCL rank table (Ascend serving groups), mounted at
     /// [`RANK_TABLE_DIR`] with `RANK_TABLE_FILE` set; `None` for groups without one.
     pub rank_table: Option<String>,
-    /// Whether the engines learn the prefill / vision endpoints (serving decode groups of a
-    /// disaggregated deployment; acceptance runs are not wired to serving groups).
-    pub role_endpoints: bool,
+    /// How the engines reach the prefill / vision roles (decode groups of a disaggregated
+    /// deployment; an acceptance run's decode group is wired to the run's own groups).
+    pub peers: Option<PeerWiring>,
 }
 
 impl Rendezvous {
@@ -117,7 +117,9 @@ impl Rendezvous {
         Self {
             pod_group: did.pod_groups.then(|| service.clone()),
             rank_table: uses_rank_tables(&did.spec).then(|| rank_table_name(&service)),
-            role_endpoints: at.role.name == "decode" && decode_has_upstreams(&did.spec),
+            peers: (at.role.name == "decode")
+                .then(|| PeerWiring::serving(did))
+                .flatten(),
             service,
             members: group_selector(&name, &at.role.name, at.revision, at.group),
             subdomain: true,
@@ -163,8 +165,8 @@ fn engine_env(
         env_field(var::POD_NAME, "metadata.name"),
         env_field(var::POD_IP, "status.podIP"),
     ];
-    if rendezvous.role_endpoints {
-        out.extend(decode_peer_env(did));
+    if let Some(peers) = &rendezvous.peers {
+        out.extend(peers.env());
     }
     if rendezvous.rank_table.is_some() {
         out.push(env(
@@ -202,7 +204,6 @@ pub(super) fn engine_pod_spec(
     let claim = &did.claim;
     // A multi-pod group placed as a PodGroup shares its PodGroup's domain claim.
     let device_claims = pod_device_claims(did, rendezvous.pod_group.is_some() && shape.pods > 1);
-    let peers = rendezvous.role_endpoints;
     let container = Container {
         name: ENGINE_CONTAINER.into(),
         image: Some(spec.runtime.image_of(&at.role.name).to_string()),
@@ -240,7 +241,12 @@ pub(super) fn engine_pod_spec(
                     .as_ref()
                     .map(|_| mount("rank-table", RANK_TABLE_DIR, true)),
             )
-            .chain(peers.then(|| mount("role-endpoints", PEER_ENDPOINTS_DIR, true)))
+            .chain(
+                rendezvous
+                    .peers
+                    .as_ref()
+                    .map(|_| mount("role-endpoints", PEER_ENDPOINTS_DIR, true)),
+            )
             .collect(),
         ),
         security_context: Some(restricted_container()),
@@ -253,7 +259,7 @@ pub(super) fn engine_pod_spec(
             [checkpoint_volume(claim, true), shm_volume()]
                 .into_iter()
                 .chain(rendezvous.rank_table.as_deref().map(rank_table_volume))
-                .chain(peers.then(|| peer_endpoints_volume(&did.name_any())))
+                .chain(rendezvous.peers.as_ref().map(PeerWiring::volume))
                 .collect(),
         ),
         node_selector: Some(spec.accelerator.node_selector()),

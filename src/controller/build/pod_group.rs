@@ -1,5 +1,5 @@
-//! PodGroups (`scheduling.k8s.io/v1beta1`): one per serving group and per multi-pod acceptance
-//! run, gang-scheduled so that the scheduler binds every rank of a group or none, and kept
+//! PodGroups (`scheduling.k8s.io/v1beta1`): one per serving group and per multi-pod group of an
+//! acceptance run, gang-scheduled so that the scheduler binds every rank of a group or none, and kept
 //! inside one scale-up domain where the scheduler places groups by topology.
 
 use k8s_openapi::api::scheduling::v1beta1::{
@@ -52,21 +52,21 @@ pub fn group_pod_group(
     gang(did, owned_meta(did, name, extra), shape.pods)
 }
 
-/// The PodGroup of a multi-pod acceptance run, named like the run; `None` for a one-pod run.
+/// The PodGroup of a multi-pod group of an acceptance run, named like the group; `None` for a
+/// one-pod group.
 pub fn acceptance_pod_group(
     did: &ValidatedDeployment,
-    names: &AcceptanceNames,
+    group: &RunGroup<'_>,
     revision: &str,
 ) -> Option<PodGroup> {
-    let role = acceptance_role(&did.spec)?;
-    let shape = group_shape(&did.spec, role);
+    let shape = group_shape(&did.spec, group.role);
     (shape.pods > 1).then(|| {
         gang(
             did,
             owned_meta(
                 did,
-                names.run.clone(),
-                super::acceptance::acceptance_labels(names, revision),
+                group.name.clone(),
+                super::acceptance::acceptance_labels(group, revision),
             ),
             shape.pods,
         )

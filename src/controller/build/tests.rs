@@ -488,7 +488,7 @@ fn the_revision_covers_the_template_version_and_resources_but_not_probes_or_roll
 }
 
 /// Hash of the engine container of a fixed resource, recorded at [`TEMPLATE_VERSION`].
-const ENGINE_AT_TEMPLATE_VERSION: (i32, &str) = (3, "9302ae326cb70748");
+const ENGINE_AT_TEMPLATE_VERSION: (i32, &str) = (4, "9302ae326cb70748");
 
 #[test]
 fn the_template_version_moves_with_the_engine_container() {
@@ -756,7 +756,7 @@ fn a_multi_pod_acceptance_run_is_one_gang_and_a_single_pod_run_is_none() {
     )
     .placed_as_pod_groups(true);
     let names = AcceptanceNames::new("flash", "rev1", "");
-    let group = acceptance_pod_group(&d, &names, "rev1").expect("two ranks");
+    let group = acceptance_pod_group(&d, &names.groups(&d.spec)[0], "rev1").expect("two ranks");
     assert_eq!(group.name_any(), names.run);
     assert_eq!(
         group.spec.scheduling_policy.gang.map(|g| g.min_count),
@@ -775,7 +775,7 @@ fn a_multi_pod_acceptance_run_is_one_gang_and_a_single_pod_run_is_none() {
         json!([{"name": "worker", "replicas": 1, "parallel": {"tensor": 8}}]),
     )
     .placed_as_pod_groups(true);
-    assert!(acceptance_pod_group(&single, &names, "rev1").is_none());
+    assert!(acceptance_pod_group(&single, &names.groups(&single.spec)[0], "rev1").is_none());
     let job = acceptance_job(&single, &names, 0, "rev1", "op").expect("job");
     assert!(job
         .spec
@@ -1024,7 +1024,7 @@ fn a_domain_class_gives_each_multi_pod_pod_group_one_claim_its_pods_share() {
     }
     // The multi-pod acceptance run's PodGroup and pods share one too.
     let names = AcceptanceNames::new("flash", &rev, "");
-    let run = acceptance_pod_group(&d, &names, &rev).expect("two ranks");
+    let run = acceptance_pod_group(&d, &names.groups(&d.spec)[0], &rev).expect("two ranks");
     assert_eq!(run.spec.resource_claims.map(|c| c.len()), Some(1));
     let job = acceptance_job(&d, &names, 1, &rev, "op").expect("follower");
     let job_claims = job
@@ -1246,18 +1246,37 @@ fn decode_engines_find_the_prefill_role_through_env_and_a_file_of_ready_leaders(
         .iter()
         .flatten()
         .any(|v| v.name == "role-endpoints"));
-    // The acceptance run of the decode role is not wired to serving prefill groups.
+    // The acceptance run's decode group is wired to the run's own prefill group, never to
+    // serving groups.
     let names = AcceptanceNames::new("flash", "r", "t");
     let job = acceptance_job(&d, &names, 0, "r", "operator:1").expect("job");
     let pod = job.spec.expect("spec").template.spec.expect("pod");
     let accept_env = env_of(&pod.containers[0]);
     assert_eq!(accept_env["DEEPINFER_ROLE"], "decode");
-    assert!(!accept_env.contains_key("DEEPINFER_PREFILL_SERVICE"));
-    assert!(!pod
+    assert_eq!(
+        accept_env["DEEPINFER_PREFILL_SERVICE"],
+        format!(
+            "rank-0.{}-p.serving.svc:8000",
+            &names.run[..names.run.len() - 2]
+        )
+    );
+    let volume = pod
         .volumes
         .iter()
         .flatten()
-        .any(|v| v.name == "role-endpoints"));
+        .find(|v| v.name == "role-endpoints")
+        .and_then(|v| v.config_map.clone())
+        .expect("the run's endpoints file");
+    assert_eq!(volume.name, names.spec_configmap);
+    assert_eq!(
+        volume
+            .items
+            .expect("one key")
+            .iter()
+            .map(|i| i.key.as_str())
+            .collect::<Vec<_>>(),
+        ["endpoints.json"]
+    );
 
     // Two prefill groups exist; only the one whose leader is ready is listed.
     let mut ready = group_pods(&d, &d.spec.roles[0], 0, "r")[0].clone();
@@ -1287,4 +1306,112 @@ fn decode_engines_find_the_prefill_role_through_env_and_a_file_of_ready_leaders(
         json!([{"name": "worker", "replicas": 1, "parallel": {"tensor": 8}}]),
     );
     assert!(peer_endpoints_configmap(&colocated, &[], &[]).is_none());
+}
+
+#[test]
+fn a_disaggregated_acceptance_run_has_one_group_of_each_role_wired_as_in_serving() {
+    let d = did(
+        json!({"type": "NVIDIA"}),
+        json!([
+            {"name": "prefill", "replicas": 2, "parallel": {"tensor": 16}},
+            {"name": "decode", "replicas": 1, "parallel": {"tensor": 8}},
+            {"name": "vision", "replicas": 1, "parallel": {"tensor": 8}}
+        ]),
+    )
+    .placed_as_pod_groups(true);
+    let names = AcceptanceNames::new("flash", "r", "t");
+    let groups = names.groups(&d.spec);
+    let summary: Vec<(&str, &str, bool)> = groups
+        .iter()
+        .map(|g| (g.role.name.as_str(), g.name.as_str(), g.judged))
+        .collect();
+    let stem = &names.run[..names.run.len() - 2];
+    let (p, v) = (format!("{stem}-p"), format!("{stem}-v"));
+    assert!(groups.iter().all(|g| g.name.len() == names.run.len()));
+    assert_eq!(
+        summary,
+        [
+            ("decode", names.run.as_str(), true),
+            ("prefill", p.as_str(), false),
+            ("vision", v.as_str(), false)
+        ],
+        "the judged role first, then one group of every other role"
+    );
+    // Every group has its rendezvous Service (the decode group reaches the others by name);
+    // the two-pod prefill group is a gang of its own, as it serves.
+    for g in &groups {
+        assert!(acceptance_needs_service(&d.spec, g), "{}", g.name);
+        let service = acceptance_service(&d, g, "r");
+        assert_eq!(service.name_any(), g.name);
+        let selector = service.spec.and_then(|s| s.selector).expect("selector");
+        assert_eq!(selector[labels::ROLE], g.role.name);
+    }
+    let prefill_gang = acceptance_pod_group(&d, &groups[1], "r").expect("two prefill ranks");
+    assert_eq!(prefill_gang.name_any(), p);
+    assert!(acceptance_pod_group(&d, &groups[0], "r").is_none());
+    // Jobs: `<group>-<rank>`; only the judged group's rank 0 runs the workload and the judge.
+    let job = |g: usize, rank: i32| {
+        acceptance_group_job(&d, &names, &groups[g], rank, "r", "operator:1").expect("job")
+    };
+    let leader = job(0, 0);
+    assert_eq!(leader.name_any(), names.job(0));
+    let leader_pod = leader.spec.expect("spec").template.spec.expect("pod");
+    let judge = leader_pod
+        .containers
+        .iter()
+        .find(|c| c.name == JUDGE_CONTAINER)
+        .expect("judge");
+    let args = judge.args.clone().unwrap_or_default();
+    let at = args.iter().position(|a| a == "--roles").expect("--roles");
+    assert_eq!(args[at + 1], "decode,prefill,vision");
+    let engine_env = env_of(&leader_pod.containers[0]);
+    assert_eq!(
+        engine_env["DEEPINFER_PREFILL_SERVICE"],
+        format!("rank-0.{p}.serving.svc:8000")
+    );
+    assert_eq!(
+        engine_env["DEEPINFER_VISION_SERVICE"],
+        format!("rank-0.{v}.serving.svc:8000")
+    );
+    for rank in 0..2 {
+        let prefill = job(1, rank);
+        assert_eq!(prefill.name_any(), format!("{p}-{rank}"));
+        let pod = prefill.spec.expect("spec").template.spec.expect("pod");
+        assert_eq!(pod.containers.len(), 1, "no judge beside a prefill engine");
+        assert_eq!(pod.subdomain.as_deref(), Some(p.as_str()));
+        assert_eq!(
+            pod.scheduling_group.and_then(|g| g.pod_group_name),
+            Some(p.clone())
+        );
+        let env = env_of(&pod.containers[0]);
+        assert_eq!(env["DEEPINFER_ROLE"], "prefill");
+        assert!(!env.contains_key("DEEPINFER_PEER_ENDPOINTS_FILE"));
+    }
+    // The run's endpoints file lists the run's own leaders, in the serving file's format.
+    let cm = acceptance_spec_configmap(&d, &names, "r", "prompts: []".into());
+    let endpoints: BTreeMap<String, Vec<String>> =
+        serde_json::from_str(&cm.data.expect("data")["endpoints.json"]).expect("json");
+    assert_eq!(
+        endpoints,
+        BTreeMap::from([
+            (
+                "prefill".to_string(),
+                vec![format!("rank-0.{p}.serving.svc:8000")]
+            ),
+            (
+                "vision".to_string(),
+                vec![format!("rank-0.{v}.serving.svc:8000")]
+            ),
+        ])
+    );
+    // A colocated deployment's run is one group, as before, with no endpoints file.
+    let colocated = did(
+        json!({"type": "NVIDIA"}),
+        json!([{"name": "worker", "replicas": 1, "parallel": {"tensor": 8}}]),
+    );
+    let only = names.groups(&colocated.spec);
+    assert_eq!(only.len(), 1);
+    assert!(!acceptance_needs_service(&colocated.spec, &only[0]));
+    let cm = acceptance_spec_configmap(&colocated, &names, "r", "prompts: []".into());
+    assert!(!cm.data.expect("data").contains_key("endpoints.json"));
 }

@@ -27,8 +27,51 @@ pub struct Judging<'a> {
     pub prompts: usize,
     /// Seconds after the leader started by which the run must have ended.
     pub deadline_seconds: i64,
+    /// Roles whose groups the run includes, the judged role first (recorded in the judgement).
+    pub roles: &'a [String],
     /// Now.
     pub now: Timestamp,
+}
+
+/// The run's groups of the roles other than the judged one (none for a run of one role). They
+/// start first, as they serve; the judged group starts once all of their engines run, and a
+/// pass needs them still running when the judged group ends.
+#[derive(Clone, Debug, Default)]
+pub struct Upstream<'a> {
+    /// Pods those groups have when complete.
+    pub expected: usize,
+    /// Whether their Jobs exist.
+    pub created: bool,
+    /// Their pods.
+    pub pods: Vec<&'a Pod>,
+}
+
+impl Upstream<'_> {
+    /// The roles of these groups, for messages (`prefill, vision`).
+    fn roles(&self, j: &Judging<'_>) -> String {
+        j.roles.get(1..).unwrap_or_default().join(", ")
+    }
+
+    /// Why these groups did not run to the end (a container ended, or a pod is gone), if so.
+    fn stopped(&self, j: &Judging<'_>) -> Option<String> {
+        if self.expected == 0 {
+            return None;
+        }
+        let ended = containers_ended(&self.pods);
+        let present = self
+            .pods
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .count();
+        if ended.is_empty() && present >= self.expected {
+            return None;
+        }
+        Some(format!(
+            "the run's {} group(s) did not run to the end ({present} of {} pod(s) present{ended})",
+            self.roles(j),
+            self.expected
+        ))
+    }
 }
 
 /// What the acceptance gate does in this pass.
@@ -36,8 +79,10 @@ pub struct Judging<'a> {
 pub enum Step {
     /// A judgement of exactly this revision, spec and token is recorded: reuse it.
     Reuse(AcceptanceStatus),
-    /// No run exists: start one.
+    /// No run exists: start one (the other roles' groups first, if the run has any).
     Start,
+    /// Every engine of the other roles' groups runs: start the judged role's group.
+    StartJudged,
     /// The run is under way.
     Running,
     /// A pod of the run waits for devices (the scheduler's message); no deadline runs.
@@ -54,20 +99,50 @@ pub enum Step {
     Rerun,
 }
 
-/// Decides the acceptance gate's step. `leader` is the state of rank 0's Job, `leader_pods`
-/// its pods, `run_pods` the pods of every rank.
+/// Decides the acceptance gate's step. `leader` is the state of the judged group's rank 0 Job,
+/// `leader_pods` its pods, `run_pods` the pods of every rank of every group, `upstream` the
+/// groups of the other roles.
 pub fn decide(
     recorded: Option<&AcceptanceStatus>,
     leader: &JobState,
     leader_pods: &[&Pod],
     run_pods: &[&Pod],
+    upstream: &Upstream<'_>,
     j: &Judging<'_>,
 ) -> Step {
     if let Some(a) = recorded {
         return Step::Reuse(a.clone());
     }
     let message = match leader {
-        JobState::Missing => return Step::Start,
+        JobState::Missing if upstream.expected == 0 || !upstream.created => return Step::Start,
+        JobState::Missing => {
+            if let Some(why) = upstream.pods.iter().find_map(|p| unschedulable(p)) {
+                return Step::WaitingForCapacity(why);
+            }
+            let ended = containers_ended(&upstream.pods);
+            if !ended.is_empty() {
+                return Step::Record {
+                    judgement: unreadable_judgement(
+                        j,
+                        format!(
+                            "the run's {} group(s) ended before the judged group started{ended}",
+                            upstream.roles(j)
+                        ),
+                    ),
+                    stop_leader: true,
+                };
+            }
+            let started = upstream
+                .pods
+                .iter()
+                .filter(|p| started_at(p, build::ENGINE_CONTAINER).is_some())
+                .count();
+            return if started >= upstream.expected {
+                Step::StartJudged
+            } else {
+                Step::Running
+            };
+        }
         JobState::Running => {
             if let Some(why) = run_pods.iter().find_map(|p| unschedulable(p)) {
                 return Step::WaitingForCapacity(why);
@@ -107,6 +182,7 @@ pub fn decide(
             spec_hash: Some(j.spec_hash.to_string()),
             reason: Some(crate::controller::truncate(&s.reason, 1000)),
             template_version: Some(build::TEMPLATE_VERSION),
+            roles: j.roles.to_vec(),
         },
         None if !leader_pods.iter().any(|p| {
             [build::ENGINE_CONTAINER, build::JUDGE_CONTAINER]
@@ -128,9 +204,27 @@ pub fn decide(
         ),
     };
     Step::Record {
-        judgement,
+        judgement: with_upstream(judgement, upstream, j),
         stop_leader: false,
     }
+}
+
+/// A judgement turned into a failure when the other roles' groups did not run to the end: the
+/// judged outputs were not produced by the whole configuration.
+fn with_upstream(
+    mut judgement: AcceptanceStatus,
+    upstream: &Upstream<'_>,
+    j: &Judging<'_>,
+) -> AcceptanceStatus {
+    if let Some(why) = upstream.stopped(j) {
+        judgement.result = AcceptanceResult::Failed;
+        let judged = judgement.reason.take().unwrap_or_default();
+        judgement.reason = Some(crate::controller::truncate(
+            &format!("{why}; the judged group's own result: {judged}"),
+            1000,
+        ));
+    }
+    judgement
 }
 
 /// A failed judgement for a run that produced no readable summary.
@@ -146,6 +240,7 @@ fn unreadable_judgement(j: &Judging<'_>, why: String) -> AcceptanceStatus {
         spec_hash: Some(j.spec_hash.to_string()),
         reason: Some(crate::controller::truncate(&why, 1000)),
         template_version: Some(crate::controller::build::TEMPLATE_VERSION),
+        roles: j.roles.to_vec(),
     }
 }
 
@@ -267,6 +362,7 @@ mod tests {
             token: "",
             prompts: 4,
             deadline_seconds: 2100,
+            roles: &[],
             now: now.parse().expect("time"),
         }
     }
@@ -359,6 +455,7 @@ mod tests {
             &JobState::Missing,
             &[],
             &[],
+            &Upstream::default(),
             &judging("2026-01-01T00:00:00Z"),
         );
         assert_eq!(step, Step::Reuse(recorded));
@@ -373,6 +470,7 @@ mod tests {
             &JobState::Running,
             &[&pod],
             &[&pod],
+            &Upstream::default(),
             &judging("2026-03-01T00:00:00Z"),
         );
         assert_eq!(
@@ -391,6 +489,7 @@ mod tests {
             &JobState::Running,
             &[&pod],
             &[&pod],
+            &Upstream::default(),
             &judging("2026-01-01T00:30:00Z"),
         );
         assert_eq!(within, Step::Running);
@@ -402,6 +501,7 @@ mod tests {
             &JobState::Running,
             &[&pod],
             &[&pod],
+            &Upstream::default(),
             &judging("2026-01-01T01:00:00Z"),
         )
         else {
@@ -419,18 +519,39 @@ mod tests {
     fn a_job_that_never_ran_or_whose_pod_is_gone_is_run_again() {
         let j = judging("2026-01-01T00:00:00Z");
         assert_eq!(
-            decide(None, &JobState::Failed(None), &[], &[], &j),
+            decide(
+                None,
+                &JobState::Failed(None),
+                &[],
+                &[],
+                &Upstream::default(),
+                &j
+            ),
             Step::Rerun,
             "pod gone"
         );
         let pending = pending_for_devices();
         assert_eq!(
-            decide(None, &JobState::Failed(None), &[&pending], &[&pending], &j),
+            decide(
+                None,
+                &JobState::Failed(None),
+                &[&pending],
+                &[&pending],
+                &Upstream::default(),
+                &j
+            ),
             Step::Rerun,
             "never started"
         );
         assert_eq!(
-            decide(None, &JobState::Succeeded(None), &[], &[], &j),
+            decide(
+                None,
+                &JobState::Succeeded(None),
+                &[],
+                &[],
+                &Upstream::default(),
+                &j
+            ),
             Step::Rerun
         );
     }
@@ -446,6 +567,7 @@ mod tests {
             &JobState::Failed(Some("OOMKilled".into())),
             &[&pod],
             &[&pod],
+            &Upstream::default(),
             &judging("2026-01-01T00:05:00Z"),
         )
         else {
@@ -468,6 +590,7 @@ mod tests {
                 &JobState::Succeeded(Some(summary(text))),
                 &[&pod],
                 &[&pod],
+                &Upstream::default(),
                 &judging("2026-01-01T00:05:00Z"),
             ) else {
                 panic!("recorded");
@@ -477,6 +600,118 @@ mod tests {
             assert_eq!(judgement.spec_hash.as_deref(), Some("h"));
             assert_eq!(judgement.template_version, Some(build::TEMPLATE_VERSION));
             assert_eq!(judgement.evidence.as_deref(), Some("ev"));
+        }
+    }
+
+    fn ended(code: i32) -> Pod {
+        use k8s_openapi::api::core::v1::ContainerStateTerminated;
+        let mut pod = running_since("2026-01-01T00:00:00Z");
+        if let Some(cs) = pod
+            .status
+            .as_mut()
+            .and_then(|s| s.container_statuses.as_mut())
+        {
+            cs[0].state = Some(ContainerState {
+                terminated: Some(ContainerStateTerminated {
+                    exit_code: code,
+                    reason: Some("Error".into()),
+                    ..ContainerStateTerminated::default()
+                }),
+                ..ContainerState::default()
+            });
+        }
+        pod
+    }
+
+    #[test]
+    fn the_other_roles_groups_start_first_and_the_judged_group_once_their_engines_run() {
+        let roles = ["decode".to_string(), "prefill".to_string()];
+        let j = Judging {
+            roles: &roles,
+            ..judging("2026-01-01T00:05:00Z")
+        };
+        let missing = JobState::Missing;
+        let up = |created: bool, pods: Vec<&'static Pod>| Upstream {
+            expected: 2,
+            created,
+            pods,
+        };
+        let leak = |p: Pod| -> &'static Pod { Box::leak(Box::new(p)) };
+        let running = leak(running_since("2026-01-01T00:00:00Z"));
+        let waiting = leak(pending_for_devices());
+        let crashed = leak(ended(1));
+        let step = |u: &Upstream<'_>| decide(None, &missing, &[], &[], u, &j);
+        assert_eq!(step(&up(false, vec![])), Step::Start);
+        assert_eq!(step(&up(true, vec![])), Step::Running, "no pod yet");
+        assert_eq!(step(&up(true, vec![running])), Step::Running, "1 of 2");
+        assert_eq!(step(&up(true, vec![running, running])), Step::StartJudged);
+        assert!(matches!(
+            step(&up(true, vec![running, waiting])),
+            Step::WaitingForCapacity(_)
+        ));
+        let Step::Record {
+            judgement,
+            stop_leader,
+        } = step(&up(true, vec![running, crashed]))
+        else {
+            panic!("a group that ended before the judged one started fails the run");
+        };
+        assert!(stop_leader);
+        assert_eq!(judgement.result, AcceptanceResult::Failed);
+        let reason = judgement.reason.expect("reason");
+        assert!(reason.contains("prefill group(s) ended"), "{reason}");
+        assert!(reason.contains("exit code 1"), "{reason}");
+        assert_eq!(judgement.roles, roles);
+        // A run of one role starts its group at once.
+        assert_eq!(
+            decide(None, &missing, &[], &[], &Upstream::default(), &j),
+            Step::Start
+        );
+    }
+
+    #[test]
+    fn a_pass_needs_the_other_roles_groups_running_to_the_end_and_records_the_roles() {
+        let roles = ["decode".to_string(), "prefill".to_string()];
+        let j = Judging {
+            roles: &roles,
+            ..judging("2026-01-01T00:05:00Z")
+        };
+        let leader = running_since("2026-01-01T00:00:00Z");
+        let prefill = running_since("2026-01-01T00:00:00Z");
+        let crashed = ended(137);
+        let judge = |pods: Vec<&Pod>| {
+            let upstream = Upstream {
+                expected: 1,
+                created: true,
+                pods,
+            };
+            let Step::Record { judgement, .. } = decide(
+                None,
+                &JobState::Succeeded(Some(summary("Passed"))),
+                &[&leader],
+                &[&leader],
+                &upstream,
+                &j,
+            ) else {
+                panic!("recorded");
+            };
+            judgement
+        };
+        let passed = judge(vec![&prefill]);
+        assert_eq!(passed.result, AcceptanceResult::Passed);
+        assert_eq!(passed.roles, roles);
+        for (pods, why) in [
+            (vec![&crashed], "exit code 137"),
+            (vec![], "0 of 1 pod(s) present"),
+        ] {
+            let failed = judge(pods);
+            assert_eq!(failed.result, AcceptanceResult::Failed);
+            let reason = failed.reason.expect("reason");
+            assert!(
+                reason.contains("prefill group(s) did not run to the end"),
+                "{reason}"
+            );
+            assert!(reason.contains(why), "{reason}");
         }
     }
 

@@ -23,11 +23,13 @@ pub struct Entitlement {
     pub message: String,
 }
 
-/// The entitlement of pods of `revision`.
+/// The entitlement of pods of `role` at `revision`: a passed judgement entitles only the roles
+/// its run included.
 pub fn of_revision(
     licence: &LicenseVerdict,
     judgements: Option<&DeepInferDeploymentStatus>,
     revision: &str,
+    role: &str,
 ) -> Entitlement {
     if !licence.is_accepted() {
         return Entitlement {
@@ -40,6 +42,14 @@ pub fn of_revision(
         };
     }
     match judgements.and_then(|s| s.latest_judgement(revision)) {
+        Some(j) if j.passed() && !j.covers(role) => Entitlement {
+            entitled: false,
+            reason: pod_reasons::NOT_JUDGED,
+            message: format!(
+                "the acceptance run that passed revision {revision} did not include role {role} (it ran {}): not in service until a run includes it",
+                j.roles.join(", ")
+            ),
+        },
         Some(j) if j.passed() => Entitlement {
             entitled: true,
             reason: pod_reasons::ENTITLED,
@@ -101,7 +111,8 @@ pub fn decide(
         let Some(revision) = pod.labels().get(labels::REVISION) else {
             continue;
         };
-        let e = of_revision(licence, judgements, revision);
+        let role = pod.labels().get(labels::ROLE).map_or("", String::as_str);
+        let e = of_revision(licence, judgements, revision, role);
         let now = accepted_condition(pod);
         let change = match (e.entitled, now) {
             (true, Some("True")) => false,
@@ -279,5 +290,22 @@ mod tests {
         assert_eq!(marks.len(), 1);
         assert_eq!(marks[0].pod, "x1");
         assert_eq!(marks[0].reason, pod_reasons::NOT_JUDGED);
+    }
+
+    #[test]
+    fn a_pass_entitles_only_the_roles_its_run_included() {
+        let mut status = judged(&[("r1", AcceptanceResult::Passed)]);
+        status.judgements[0].roles = vec!["decode".into()];
+        let of = |status: &DeepInferDeploymentStatus, role: &str| {
+            of_revision(&LicenseVerdict::Accepted, Some(status), "r1", role)
+        };
+        assert!(of(&status, "decode").entitled);
+        let prefill = of(&status, "prefill");
+        assert!(!prefill.entitled);
+        assert_eq!(prefill.reason, pod_reasons::NOT_JUDGED);
+        assert!(prefill.message.contains("did not include role prefill"));
+        // A judgement recorded before runs named their roles covers its revision's pods.
+        status.judgements[0].roles.clear();
+        assert!(of(&status, "prefill").entitled);
     }
 }

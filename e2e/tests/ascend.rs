@@ -3,7 +3,8 @@
 //! stands in for the Ascend device plugin and writes the allocation annotation on each pod it
 //! places; the operator turns the annotations of all ranks into `hccl.json` in the group's
 //! `rings-config-*` ConfigMap, which the pods mount with `RANK_TABLE_FILE` set. When a rank's pod
-//! is replaced, the table is rebuilt with the same rank ids.
+//! is replaced, the table is rebuilt with the same rank ids. The acceptance run's group gets a
+//! table of its own the same way.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -59,6 +60,15 @@ async fn completed_table(client: &Client, ns: &str) -> (Value, BTreeMap<String, 
         },
     )
     .await
+}
+
+async fn cms_data(client: &Client, ns: &str, name: &str) -> BTreeMap<String, String> {
+    Api::<ConfigMap>::namespaced(client.clone(), ns)
+        .get(name)
+        .await
+        .expect("evidence ConfigMap")
+        .data
+        .unwrap_or_default()
 }
 
 /// Checks the table against the pods: one server per rank in rank order, the node and the
@@ -124,6 +134,32 @@ async fn gpu_an_ascend_two_node_group_gets_its_rank_table_and_keeps_rank_ids_whe
         serde_json::to_string_pretty(&table).expect("JSON")
     );
     check_table(&table, &pods);
+    // The acceptance run ran on the same configuration: its two ranks had a rank table of their
+    // own, which the leader's engine waited for, and which went with the run.
+    let judged = api
+        .get_status("pangu")
+        .await
+        .expect("status")
+        .status
+        .and_then(|s| s.acceptance)
+        .expect("judged");
+    let evidence = cms_data(&client, &ns.name, &judged.evidence.expect("evidence")).await;
+    assert!(
+        evidence["engine.log"]
+            .contains("DEEPINFER_RANK_TABLE completed (/user/serverid/devindex/config/hccl.json)"),
+        "the acceptance engine waited for a completed rank table:\n{}",
+        evidence["engine.log"]
+    );
+    let left: Vec<String> = Api::<ConfigMap>::namespaced(client.clone(), &ns.name)
+        .list(&ListParams::default().labels("deepinfer.io/component=rank-table"))
+        .await
+        .expect("rank tables")
+        .items
+        .iter()
+        .map(ResourceExt::name_any)
+        .filter(|n| n.starts_with("rings-config-pangu-accept-"))
+        .collect();
+    assert!(left.is_empty(), "the run's rank tables are gone: {left:?}");
     for pod in pods.values() {
         let spec = pod.spec.as_ref().expect("spec");
         let volume = spec

@@ -607,6 +607,14 @@ async fn acceptance_gate(
             role.name, shape.pods
         )
     };
+    if matches!(
+        step,
+        acceptance::Step::Running
+            | acceptance::Step::StartJudged
+            | acceptance::Step::WaitingForCapacity(_)
+    ) {
+        acceptance_rank_tables(ctx, did, revision, &groups, &pods_of, observed).await?;
+    }
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), ns);
     // Until a verdict of this run is in status, its leader Job is where it is read from.
     let unjudged = (!matches!(step, acceptance::Step::Reuse(_))).then(|| leader.clone());
@@ -808,6 +816,62 @@ fn record(ctx: &Context, judged: AcceptanceStatus, seconds: f64) -> AcceptanceFo
     }
 }
 
+/// Ascend: writes the rank table of each started group of the run from its pods as they are
+/// placed and allocated (`completed` once every rank is), and deletes the tables of earlier runs
+/// none of whose Jobs is left.
+async fn acceptance_rank_tables<'a>(
+    ctx: &Context,
+    did: &ValidatedDeployment,
+    revision: &str,
+    groups: &[build::RunGroup<'_>],
+    pods_of: &impl Fn(&build::RunGroup<'_>) -> Vec<&'a Pod>,
+    observed: &'a Observed,
+) -> Result<(), Error> {
+    if !build::uses_rank_tables(&did.spec) {
+        return Ok(());
+    }
+    let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &did.namespace);
+    let name = did.name_any();
+    let current: BTreeSet<String> = groups
+        .iter()
+        .map(|g| build::rank_table_name(&g.name))
+        .collect();
+    for group in groups {
+        let table_name = build::rank_table_name(&group.name);
+        // Only a started group has its table; it is created with the group's Jobs.
+        let Some(existing) = observed
+            .rank_tables
+            .iter()
+            .find(|t| t.name_any() == table_name)
+        else {
+            continue;
+        };
+        if let Some(table) = build::acceptance_rank_table(did, group, revision, &pods_of(group)) {
+            apply::apply_if_changed(&api, &table, Some(existing)).await?;
+        }
+    }
+    for stale in observed
+        .rank_tables
+        .iter()
+        .filter(|t| build::is_acceptance_rank_table(&name, t))
+        .filter(|t| !current.contains(&t.name_any()))
+    {
+        let run_group = stale
+            .labels()
+            .get(labels::GROUP)
+            .cloned()
+            .unwrap_or_default();
+        let left = observed
+            .jobs
+            .iter()
+            .any(|j| j.name_any().starts_with(&format!("{run_group}-")));
+        if !left {
+            apply::delete_ignoring_missing(&api, &stale.name_any()).await?;
+        }
+    }
+    Ok(())
+}
+
 /// Creates the objects one acceptance run shares: RBAC for the judge, the spec ConfigMap and
 /// the empty evidence ConfigMap (the judge may only update it).
 async fn start_acceptance(
@@ -864,6 +928,11 @@ async fn start_groups(
             build::acceptance_pod_group(did, group, revision).filter(|_| did.pod_groups)
         {
             apply::apply_if_changed(&Api::namespaced(client.clone(), ns), &pod_group, None).await?;
+        }
+        // The rank table the pods mount exists before them ("initializing" until every rank
+        // is allocated).
+        if let Some(table) = build::acceptance_rank_table(did, group, revision, &[]) {
+            apply::apply_if_changed(&Api::namespaced(client.clone(), ns), &table, None).await?;
         }
         let pods = build::group_shape(&did.spec, group.role).pods;
         for rank in (0..pods).rev() {
@@ -967,6 +1036,11 @@ async fn stop_acceptance(
         if pods > 1 && ctx.pod_groups().await? {
             let pod_groups: Api<PodGroup> = Api::namespaced(ctx.client.clone(), ns);
             apply::delete_ignoring_missing(&pod_groups, &group.name).await?;
+        }
+        if build::uses_rank_tables(&did.spec) {
+            let configmaps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
+            let table = build::rank_table_name(&group.name);
+            apply::delete_ignoring_missing(&configmaps, &table).await?;
         }
     }
     Ok(())
@@ -1196,7 +1270,13 @@ async fn workers(
         apply::apply_all(&svc_api, &build::services(did, &groups_kept), &existing).await?;
         // Rank tables of the kept groups, from their pods' device allocations as observed.
         let tables = build::rank_tables(&specs, &groups_kept, &observed.workers);
-        apply::apply_all(&configmaps_api, &tables, &observed.rank_tables).await?;
+        let serving_tables: Vec<ConfigMap> = observed
+            .rank_tables
+            .iter()
+            .filter(|t| !build::is_acceptance_rank_table(&name, t))
+            .cloned()
+            .collect();
+        apply::apply_all(&configmaps_api, &tables, &serving_tables).await?;
         // Where decode groups find the ready prefill / vision leaders (rewritten in place).
         let endpoints: Vec<ConfigMap> =
             build::peer_endpoints_configmap(did, &groups_kept, &observed.workers)

@@ -303,7 +303,7 @@ pub fn acceptance_group_job(
         members: group_labels.clone(),
         subdomain: acceptance_needs_service(spec, group),
         pod_group: (did.pod_groups && shape.pods > 1).then(|| group.name.clone()),
-        rank_table: None,
+        rank_table: uses_rank_tables(spec).then(|| rank_table_name(&group.name)),
         peers: (role.name == "decode")
             .then(|| PeerWiring::acceptance(did, names, &groups))
             .flatten(),

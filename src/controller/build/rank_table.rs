@@ -201,16 +201,48 @@ pub fn rank_table_configmap(
     pods: &[&Pod],
 ) -> ConfigMap {
     let service = group_service_name(&did.name_any(), &role.name, revision, group);
+    let extra = group_selector(&did.name_any(), &role.name, revision, group);
+    table_configmap(did, rank_table_name(&service), extra, role, pods)
+}
+
+/// The rank table ConfigMap of one group of an acceptance run (Ascend only), given the group's
+/// current pods: `rings-config-<run group>`, mounted as a serving group's is.
+pub fn acceptance_rank_table(
+    did: &ValidatedDeployment,
+    group: &RunGroup<'_>,
+    revision: &str,
+    pods: &[&Pod],
+) -> Option<ConfigMap> {
+    uses_rank_tables(&did.spec).then(|| {
+        let extra = super::acceptance::acceptance_labels(group, revision);
+        table_configmap(did, rank_table_name(&group.name), extra, group.role, pods)
+    })
+}
+
+/// Whether a rank table ConfigMap of `did` belongs to an acceptance run (kept by the acceptance
+/// gate, never by the serving groups).
+pub fn is_acceptance_rank_table(did: &str, configmap: &ConfigMap) -> bool {
+    configmap
+        .name_any()
+        .starts_with(&rank_table_name(&format!("{did}-accept-")))
+}
+
+fn table_configmap(
+    did: &ValidatedDeployment,
+    name: String,
+    mut extra: BTreeMap<String, String>,
+    role: &RoleSpec,
+    pods: &[&Pod],
+) -> ConfigMap {
     let shape = group_shape(&did.spec, role);
     let annotation = allocation_annotation(did.spec.accelerator.device_resource());
     let (table, _) = rank_table(pods, &shape, annotation);
-    let mut extra = group_selector(&did.name_any(), &role.name, revision, group);
     extra.insert(
         labels::COMPONENT.to_string(),
         RANK_TABLE_COMPONENT.to_string(),
     );
     stamp(ConfigMap {
-        metadata: owned_meta(did, rank_table_name(&service), extra),
+        metadata: owned_meta(did, name, extra),
         data: Some(BTreeMap::from([(
             RANK_TABLE_KEY.to_string(),
             serde_json::to_string_pretty(&table).unwrap_or_default(),

@@ -1415,3 +1415,38 @@ fn a_disaggregated_acceptance_run_has_one_group_of_each_role_wired_as_in_serving
     let cm = acceptance_spec_configmap(&colocated, &names, "r", "prompts: []".into());
     assert!(!cm.data.expect("data").contains_key("endpoints.json"));
 }
+
+#[test]
+fn an_ascend_acceptance_group_mounts_a_rank_table_of_its_own() {
+    let d = did(
+        json!({"type": "Ascend", "devicesPerPod": 16}),
+        json!([{"name": "worker", "replicas": 1, "parallel": {"tensor": 16, "data": 2}}]),
+    );
+    let names = AcceptanceNames::new("pangu", "r", "t");
+    let groups = names.groups(&d.spec);
+    let table = acceptance_rank_table(&d, &groups[0], "r", &[]).expect("Ascend has one");
+    assert_eq!(table.name_any(), format!("rings-config-{}", names.run));
+    assert!(is_acceptance_rank_table("pangu", &table));
+    let hccl: serde_json::Value =
+        serde_json::from_str(&table.data.clone().expect("data")["hccl.json"]).expect("json");
+    assert_eq!(hccl["status"], "initializing");
+    let serving = rank_table_configmap(&d, &d.spec.roles[0], "r", 0, &[]);
+    assert!(!is_acceptance_rank_table("pangu", &serving));
+    for rank in 0..2 {
+        let job = acceptance_job(&d, &names, rank, "r", "operator:1").expect("job");
+        let pod = job.spec.expect("spec").template.spec.expect("pod");
+        assert!(pod.volumes.iter().flatten().any(|v| v
+            .config_map
+            .as_ref()
+            .is_some_and(|c| c.name == table.name_any())));
+        assert_eq!(
+            env_of(&pod.containers[0])["RANK_TABLE_FILE"],
+            "/user/serverid/devindex/config/hccl.json"
+        );
+    }
+    let nvidia = did(
+        json!({"type": "NVIDIA"}),
+        json!([{"name": "worker", "replicas": 1, "parallel": {"tensor": 16}}]),
+    );
+    assert!(acceptance_rank_table(&nvidia, &names.groups(&nvidia.spec)[0], "r", &[]).is_none());
+}

@@ -329,7 +329,49 @@ impl PodCtx {
             }
             ContainerPlan::Simulated => None,
         });
-        futures::future::join_all(mains).await;
+        let mains = futures::future::join_all(mains);
+        tokio::pin!(mains);
+        tokio::select! {
+            _ = &mut mains => {}
+            () = self.refresh_config_maps(&plan) => { mains.await; }
+        }
+    }
+
+    /// As the kubelet does, keeps the pod's ConfigMap volumes current while its containers run
+    /// (every second here): a changed key is rewritten in place (a new file renamed over the
+    /// old), so a process re-reading it sees the new content. Returns when the pod is stopped.
+    async fn refresh_config_maps(&self, plan: &PodPlan) {
+        let in_use = plan::volumes_in_use(&self.pod, plan);
+        let volumes: Vec<(PathBuf, Vec<FileSource>)> = self
+            .pod
+            .spec
+            .iter()
+            .flat_map(|s| s.volumes.iter().flatten())
+            .filter(|v| in_use.contains(v.name.as_str()))
+            .filter_map(|v| match plan::volume_source(v).ok()? {
+                VolumeSource::Files(sources)
+                    if sources
+                        .iter()
+                        .all(|s| matches!(s, FileSource::ConfigMap { .. })) =>
+                {
+                    Some((self.dir.join("volumes").join(&v.name), sources))
+                }
+                _ => None,
+            })
+            .collect();
+        if volumes.is_empty() {
+            let _ = stopped(self.stop.clone()).await;
+            return;
+        }
+        while self.sleep(Duration::from_secs(1)).await {
+            for (dir, sources) in &volumes {
+                for source in sources {
+                    if let Err(e) = self.write_files(dir, source).await {
+                        warn!(pod = %self.name, error = %format!("{e:#}"), "refreshing a ConfigMap volume failed");
+                    }
+                }
+            }
+        }
     }
 
     /// Runs one container until it ends for good under the pod's restart policy.
@@ -765,10 +807,16 @@ impl PodCtx {
                 bail!("invalid file path {rel:?}");
             }
             let path = dir.join(&rel);
+            if tokio::fs::read(&path).await.is_ok_and(|now| now == content) {
+                continue;
+            }
             if let Some(parent) = path.parent() {
                 tokio::fs::create_dir_all(parent).await?;
             }
-            tokio::fs::write(&path, content).await?;
+            // A reader sees the old content or the new, never a part.
+            let partial = path.with_extension("deepinfer-partial");
+            tokio::fs::write(&partial, content).await?;
+            tokio::fs::rename(&partial, &path).await?;
         }
         Ok(())
     }

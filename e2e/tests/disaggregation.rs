@@ -205,6 +205,29 @@ async fn gpu_prefill_and_decode_are_accepted_together_then_decode_follows_the_re
         ns.name
     );
     assert_eq!(one, vec![Value::from(expected)]);
+    // The decode pod mounts its own revision's list as endpoints.json.
+    let revision = decode.labels()["deepinfer.io/revision"].clone();
+    let key = format!("endpoints-{}.json", &revision[..5]);
+    let items = decode
+        .spec
+        .as_ref()
+        .expect("spec")
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == "role-endpoints")
+        .and_then(|v| v.config_map.as_ref()?.items.clone())
+        .expect("the endpoints file is mounted");
+    assert_eq!(
+        (items[0].key.as_str(), items[0].path.as_str()),
+        (key.as_str(), "endpoints.json")
+    );
+    let cm = cms
+        .get("pd-role-endpoints")
+        .await
+        .expect("endpoints ConfigMap");
+    let own: Value = serde_json::from_str(&cm.data.expect("data")[&key]).expect("JSON");
+    assert_eq!(own["prefill"], Value::from(one.clone()));
 
     // A second prefill group: once ready it is listed, and the decode pod is the same pod.
     api.patch(

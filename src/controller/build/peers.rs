@@ -1,8 +1,9 @@
 //! Disaggregated serving: how decode groups find the prefill (and vision) role. Decode engines get
-//! the other roles' Service addresses in the environment, and a mounted file,
-//! `<name>-role-endpoints` / `endpoints.json`, listing the leader of every ready group of those
-//! roles. The operator rewrites the file whenever groups come and go; a ConfigMap volume is
-//! updated in place, so decode pods are never restarted for it.
+//! the other roles' Service addresses in the environment, and a mounted file, `endpoints.json`
+//! (key `endpoints-<rev5>.json` of `<name>-role-endpoints`), listing the leader of every ready
+//! group of those roles at the decode group's revision. The operator rewrites the file whenever
+//! groups come and go; a ConfigMap volume is updated in place, so decode pods are never restarted
+//! for it.
 
 use super::*;
 
@@ -43,18 +44,20 @@ pub fn decode_has_upstreams(spec: &DeepInferDeploymentSpec) -> bool {
 pub struct PeerWiring {
     /// Variable and `host:port` per upstream role, in spec order.
     pub services: Vec<(&'static str, String)>,
-    /// The ConfigMap holding `endpoints.json`.
+    /// The ConfigMap holding the file.
     pub configmap: String,
-    /// Mount only the `endpoints.json` key (the ConfigMap holds other keys too).
-    pub only_key: bool,
+    /// The key mounted as `endpoints.json`.
+    pub key: String,
 }
 
 impl PeerWiring {
-    /// Serving: the upstream roles' Services, and `<name>-role-endpoints`, which lists the ready
-    /// leaders of their groups. `None` unless the spec has decode and an upstream role.
-    pub fn serving(did: &ValidatedDeployment) -> Option<Self> {
+    /// Serving, at `revision`: the upstream roles' Services, and the key of `revision` in
+    /// `<name>-role-endpoints`, which lists the ready leaders of that revision's groups. `None`
+    /// unless the spec has decode and an upstream role.
+    pub fn serving(did: &ValidatedDeployment, revision: &str) -> Option<Self> {
         let name = did.name_any();
-        Self::to(did, peer_endpoints_name(&name), false, |role| {
+        let key = peer_endpoints_key(revision);
+        Self::to(did, peer_endpoints_name(&name), key, |role| {
             format!(
                 "{}.{}.svc:{SERVE_PORT}",
                 role_service_name(&name, role),
@@ -70,7 +73,8 @@ impl PeerWiring {
         names: &AcceptanceNames,
         groups: &[RunGroup<'_>],
     ) -> Option<Self> {
-        Self::to(did, names.spec_configmap.clone(), true, |role| {
+        let key = PEER_ENDPOINTS_KEY.to_string();
+        Self::to(did, names.spec_configmap.clone(), key, |role| {
             run_leader_address(did, groups, role).unwrap_or_default()
         })
     }
@@ -78,7 +82,7 @@ impl PeerWiring {
     fn to(
         did: &ValidatedDeployment,
         configmap: String,
-        only_key: bool,
+        key: String,
         address: impl Fn(&str) -> String,
     ) -> Option<Self> {
         decode_has_upstreams(&did.spec).then(|| Self {
@@ -89,7 +93,7 @@ impl PeerWiring {
                 .filter_map(|r| Some((upstream_env(&r.name)?, address(&r.name))))
                 .collect(),
             configmap,
-            only_key,
+            key,
         })
     }
 
@@ -112,13 +116,11 @@ impl PeerWiring {
             config_map: Some(ConfigMapVolumeSource {
                 name: self.configmap.clone(),
                 optional: Some(true),
-                items: self.only_key.then(|| {
-                    vec![KeyToPath {
-                        key: PEER_ENDPOINTS_KEY.into(),
-                        path: PEER_ENDPOINTS_KEY.into(),
-                        ..KeyToPath::default()
-                    }]
-                }),
+                items: Some(vec![KeyToPath {
+                    key: self.key.clone(),
+                    path: PEER_ENDPOINTS_KEY.into(),
+                    ..KeyToPath::default()
+                }]),
                 ..ConfigMapVolumeSource::default()
             }),
             ..Volume::default()
@@ -158,9 +160,17 @@ pub fn run_endpoints_json(did: &ValidatedDeployment, groups: &[RunGroup<'_>]) ->
     serde_json::to_string_pretty(&by_role).ok()
 }
 
+/// Key of the endpoints file of the decode groups of one revision: `endpoints-<rev5>.json`.
+pub fn peer_endpoints_key(revision: &str) -> String {
+    format!("endpoints-{}.json", short_revision(revision))
+}
+
 /// The endpoints ConfigMap: per upstream role, `rank-0.<group service>.<ns>.svc:<port>` of each
 /// group among `groups` (role, revision, index) whose leader in `workers` is ready, sorted.
-/// `None` when decode has no upstream role.
+/// Key [`peer_endpoints_key`] of each revision with decode groups lists that revision's leaders
+/// only (what its decode pods mount: a revision's roles were judged together); key
+/// `endpoints.json` lists every revision's (for pods that mount the whole ConfigMap). `None` when
+/// decode has no upstream role.
 pub fn peer_endpoints_configmap(
     did: &ValidatedDeployment,
     groups: &[(String, String, i32)],
@@ -170,44 +180,62 @@ pub fn peer_endpoints_configmap(
         return None;
     }
     let name = did.name_any();
-    let mut by_role: BTreeMap<String, Vec<String>> = did
+    let empty: BTreeMap<String, Vec<String>> = did
         .spec
         .roles
         .iter()
         .filter(|r| upstream_env(&r.name).is_some())
         .map(|r| (r.name.clone(), Vec::new()))
         .collect();
+    let mut all = empty.clone();
+    let mut by_revision: BTreeMap<&str, BTreeMap<String, Vec<String>>> = groups
+        .iter()
+        .filter(|(role, _, _)| role == "decode")
+        .map(|(_, revision, _)| (revision.as_str(), empty.clone()))
+        .collect();
     for (role, revision, index) in groups {
-        let Some(list) = by_role.get_mut(role) else {
+        if !all.contains_key(role) {
             continue;
-        };
+        }
         let leader = pod_name(&name, role, revision, *index, 0);
         let ready = workers.iter().any(|p| {
             p.name_any() == leader
                 && p.metadata.deletion_timestamp.is_none()
                 && crate::controller::apply::pod_ready(p)
         });
-        if ready {
-            let service = group_service_name(&name, role, revision, *index);
-            list.push(format!(
-                "rank-0.{service}.{}.svc:{SERVE_PORT}",
-                did.namespace
-            ));
+        if !ready {
+            continue;
+        }
+        let service = group_service_name(&name, role, revision, *index);
+        let address = format!("rank-0.{service}.{}.svc:{SERVE_PORT}", did.namespace);
+        if let Some(list) = by_revision
+            .get_mut(revision.as_str())
+            .and_then(|r| r.get_mut(role))
+        {
+            list.push(address.clone());
+        }
+        if let Some(list) = all.get_mut(role) {
+            list.push(address);
         }
     }
-    for list in by_role.values_mut() {
-        list.sort();
-    }
+    let file = |mut by_role: BTreeMap<String, Vec<String>>| {
+        for list in by_role.values_mut() {
+            list.sort();
+        }
+        serde_json::to_string_pretty(&by_role).unwrap_or_default()
+    };
+    let mut data: BTreeMap<String, String> = by_revision
+        .into_iter()
+        .map(|(revision, by_role)| (peer_endpoints_key(revision), file(by_role)))
+        .collect();
+    data.insert(PEER_ENDPOINTS_KEY.to_string(), file(all));
     let extra = BTreeMap::from([(
         labels::COMPONENT.to_string(),
         PEER_ENDPOINTS_COMPONENT.to_string(),
     )]);
     Some(stamp(ConfigMap {
         metadata: owned_meta(did, peer_endpoints_name(&name), extra),
-        data: Some(BTreeMap::from([(
-            PEER_ENDPOINTS_KEY.to_string(),
-            serde_json::to_string_pretty(&by_role).unwrap_or_default(),
-        )])),
+        data: Some(data),
         ..ConfigMap::default()
     }))
 }

@@ -118,7 +118,7 @@ impl Rendezvous {
             pod_group: did.pod_groups.then(|| service.clone()),
             rank_table: uses_rank_tables(&did.spec).then(|| rank_table_name(&service)),
             peers: (at.role.name == "decode")
-                .then(|| PeerWiring::serving(did))
+                .then(|| PeerWiring::serving(did, at.revision))
                 .flatten(),
             service,
             members: group_selector(&name, &at.role.name, at.revision, at.group),

@@ -1279,15 +1279,18 @@ fn decode_engines_find_the_prefill_role_through_env_and_a_file_of_ready_leaders(
     );
 
     // Two prefill groups exist; only the one whose leader is ready is listed.
-    let mut ready = group_pods(&d, &d.spec.roles[0], 0, "r")[0].clone();
-    ready.status = Some(k8s_openapi::api::core::v1::PodStatus {
-        conditions: Some(vec![k8s_openapi::api::core::v1::PodCondition {
-            type_: "Ready".into(),
-            status: "True".into(),
+    let ready_status = || {
+        Some(k8s_openapi::api::core::v1::PodStatus {
+            conditions: Some(vec![k8s_openapi::api::core::v1::PodCondition {
+                type_: "Ready".into(),
+                status: "True".into(),
+                ..Default::default()
+            }]),
             ..Default::default()
-        }]),
-        ..Default::default()
-    });
+        })
+    };
+    let mut ready = group_pods(&d, &d.spec.roles[0], 0, "r")[0].clone();
+    ready.status = ready_status();
     let unready = group_pods(&d, &d.spec.roles[0], 1, "r")[0].clone();
     let groups = [
         ("prefill".to_string(), "r".to_string(), 0),
@@ -1295,11 +1298,61 @@ fn decode_engines_find_the_prefill_role_through_env_and_a_file_of_ready_leaders(
         ("decode".to_string(), "r".to_string(), 0),
     ];
     let cm = peer_endpoints_configmap(&d, &groups, &[ready, unready]).expect("a file");
-    let file: serde_json::Value =
-        serde_json::from_str(&cm.data.expect("data")["endpoints.json"]).expect("JSON");
+    let data = cm.data.expect("data");
+    let file = |key: &str| -> serde_json::Value { serde_json::from_str(&data[key]).expect("JSON") };
     assert_eq!(
-        file,
+        file("endpoints-r.json"),
         json!({"prefill": ["rank-0.flash-prefill-r-0.serving.svc:8000"]})
+    );
+    assert_eq!(file("endpoints.json"), file("endpoints-r.json"));
+
+    // During a rollout each revision's decode pods see that revision's prefill leaders only;
+    // the whole-map key lists both.
+    let mut new_ready = group_pods(&d, &d.spec.roles[0], 0, "s")[0].clone();
+    new_ready.status = ready_status();
+    let mut old_ready = group_pods(&d, &d.spec.roles[0], 0, "r")[0].clone();
+    old_ready.status = ready_status();
+    let rolling = [
+        ("prefill".to_string(), "r".to_string(), 0),
+        ("decode".to_string(), "r".to_string(), 0),
+        ("prefill".to_string(), "s".to_string(), 0),
+        ("decode".to_string(), "s".to_string(), 0),
+    ];
+    let cm = peer_endpoints_configmap(&d, &rolling, &[old_ready, new_ready]).expect("a file");
+    let data = cm.data.expect("data");
+    let file = |key: &str| -> serde_json::Value { serde_json::from_str(&data[key]).expect("JSON") };
+    assert_eq!(
+        file("endpoints-r.json"),
+        json!({"prefill": ["rank-0.flash-prefill-r-0.serving.svc:8000"]})
+    );
+    assert_eq!(
+        file("endpoints-s.json"),
+        json!({"prefill": ["rank-0.flash-prefill-s-0.serving.svc:8000"]})
+    );
+    assert_eq!(
+        file("endpoints.json"),
+        json!({"prefill": [
+            "rank-0.flash-prefill-r-0.serving.svc:8000",
+            "rank-0.flash-prefill-s-0.serving.svc:8000"
+        ]})
+    );
+    let decode_at_s = group_pods(&d, &d.spec.roles[1], 0, "s")[0]
+        .spec
+        .clone()
+        .expect("spec");
+    let items = decode_at_s
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == "role-endpoints")
+        .and_then(|v| v.config_map.clone()?.items)
+        .expect("one key");
+    assert_eq!(
+        items
+            .iter()
+            .map(|i| (i.key.as_str(), i.path.as_str()))
+            .collect::<Vec<_>>(),
+        [("endpoints-s.json", "endpoints.json")]
     );
     let colocated = did(
         json!({"type": "NVIDIA"}),

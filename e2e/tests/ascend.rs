@@ -4,7 +4,8 @@
 //! places; the operator turns the annotations of all ranks into `hccl.json` in the group's
 //! `rings-config-*` ConfigMap, which the pods mount with `RANK_TABLE_FILE` set. When a rank's pod
 //! is replaced, the table is rebuilt with the same rank ids. The acceptance run's group gets a
-//! table of its own the same way.
+//! table of its own the same way. A SuperPoD group asking for `huawei.com/npu` gets its table from
+//! the `ascend-npu-configuration` annotation.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -16,7 +17,8 @@ use kube::{Client, ResourceExt};
 use serde_json::{json, Value};
 
 const TIMEOUT: Duration = Duration::from_secs(240);
-const ANNOTATION: &str = "ascend.kubectl.kubernetes.io/ascend-910-configuration";
+const ANNOTATION_910: &str = "ascend.kubectl.kubernetes.io/ascend-910-configuration";
+const ANNOTATION_NPU: &str = "ascend.kubectl.kubernetes.io/ascend-npu-configuration";
 
 /// The group's pods by rank, once every rank is bound and annotated and the completed table
 /// lists exactly them (by pod IP).
@@ -73,7 +75,7 @@ async fn cms_data(client: &Client, ns: &str, name: &str) -> BTreeMap<String, Str
 
 /// Checks the table against the pods: one server per rank in rank order, the node and the
 /// device plugin's devices of that rank's pod, rank ids `rank × 16 + position`.
-fn check_table(table: &Value, pods: &BTreeMap<String, Pod>) {
+fn check_table(table: &Value, pods: &BTreeMap<String, Pod>, annotation: &str) {
     assert_eq!(table["server_count"], "2");
     assert_eq!(table["version"], "1.0");
     let servers = table["server_list"].as_array().expect("server_list");
@@ -91,7 +93,7 @@ fn check_table(table: &Value, pods: &BTreeMap<String, Pod>) {
             "rank {rank}'s server is its node"
         );
         let allocation: Value =
-            serde_json::from_str(&pod.annotations()[ANNOTATION]).expect("allocation JSON");
+            serde_json::from_str(&pod.annotations()[annotation]).expect("allocation JSON");
         let devices = server["device"].as_array().expect("device");
         assert_eq!(devices.len(), 16);
         for (i, d) in devices.iter().enumerate() {
@@ -133,7 +135,7 @@ async fn gpu_an_ascend_two_node_group_gets_its_rank_table_and_keeps_rank_ids_whe
         "rank table of the 2 x 16 NPU group:\n{}",
         serde_json::to_string_pretty(&table).expect("JSON")
     );
-    check_table(&table, &pods);
+    check_table(&table, &pods, ANNOTATION_910);
     // The acceptance run ran on the same configuration: its two ranks had a rank table of their
     // own, which the leader's engine waited for, and which went with the run.
     let judged = api
@@ -208,7 +210,60 @@ async fn gpu_an_ascend_two_node_group_gets_its_rank_table_and_keeps_rank_ids_whe
         }
     })
     .await;
-    check_table(&after, &pods_after);
+    check_table(&after, &pods_after, ANNOTATION_910);
     assert_eq!(rank_ids(&after), before, "rank ids survive the replacement");
+    op.stop().await;
+}
+
+#[tokio::test]
+async fn gpu_a_superpod_group_asking_for_huawei_npu_gets_its_rank_table_from_the_npu_annotation() {
+    let (client, ns, api) = support::namespace_with_checkpoint("ascend-npu").await;
+    support::wait_for_free_devices(&client, "huawei.com/npu").await;
+    let op = Operator::start(&ns.name, &["mit"]).await;
+    support::create_deployment(
+        &api,
+        support::licensed_deployment(
+            "superpod",
+            json!({"type": "Ascend", "devicesPerPod": 16, "resourceName": "huawei.com/npu"}),
+            json!([{"name": "worker", "replicas": 1, "parallel": {"tensor": 16, "data": 2}}]),
+        ),
+    )
+    .await;
+    let (table, pods) = completed_table(&client, &ns.name).await;
+    check_table(&table, &pods, ANNOTATION_NPU);
+    for pod in pods.values() {
+        let spec = pod.spec.as_ref().expect("spec");
+        assert!(spec
+            .node_name
+            .as_deref()
+            .is_some_and(|n| n.starts_with("ascend-npu-")));
+        let limits = spec.containers[0]
+            .resources
+            .as_ref()
+            .and_then(|r| r.limits.clone())
+            .unwrap_or_default();
+        assert_eq!(
+            limits.get("huawei.com/npu").map(|q| q.0.as_str()),
+            Some("16")
+        );
+        assert!(!limits.contains_key("huawei.com/Ascend910"));
+    }
+    support::wait_for_phase_within(
+        &client,
+        &ns.name,
+        "superpod",
+        deepinfer_operator::api::Phase::Ready,
+        TIMEOUT,
+    )
+    .await;
+    println!(
+        "huawei.com/npu group: servers {:?}",
+        table["server_list"]
+            .as_array()
+            .expect("servers")
+            .iter()
+            .map(|s| s["server_id"].clone())
+            .collect::<Vec<_>>()
+    );
     op.stop().await;
 }

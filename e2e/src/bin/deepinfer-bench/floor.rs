@@ -70,7 +70,7 @@ struct Created {
 #[derive(Clone, Debug)]
 enum Action {
     Create(Created),
-    /// A changed RBAC rule, binding, Service or budget, as a merge patch.
+    /// A changed RBAC rule, binding, Service, budget or rank table, as a merge patch.
     Update(Created),
     Delete {
         kind: usize,
@@ -138,7 +138,9 @@ impl Recording {
         };
         let action = match self.seen.insert((kind, name), body.clone()) {
             None => Action::Create(created),
-            Some(before) if tracks_updates(kind) && comparable(&before) != comparable(&body) => {
+            Some(before)
+                if tracks_updates(kind, &body) && comparable(&before) != comparable(&body) =>
+            {
                 Action::Update(created)
             }
             Some(_) => return,
@@ -357,13 +359,21 @@ fn create_body(kind: &str, mut obj: Value) -> Value {
     obj
 }
 
-/// Kinds whose later changes by the operator are replayed: others are immutable where it
-/// matters (pods, Jobs, PodGroups, revisions) or also written by the workload (evidence).
-fn tracks_updates(kind: usize) -> bool {
-    matches!(
-        KINDS[kind].2,
-        "Role" | "RoleBinding" | "Service" | "PodDisruptionBudget"
-    )
+/// Objects whose later changes by the operator are replayed: RBAC, Services, budgets and HCCL
+/// rank tables (an acceptance engine waits for its table to say `completed`; the floor writes the
+/// operator's table, whose addresses name the operator's pods). Other objects are immutable where
+/// it matters (pods, Jobs, PodGroups, revisions) or also written by the workload (evidence).
+fn tracks_updates(kind: usize, body: &Value) -> bool {
+    match KINDS[kind].2 {
+        "Role" | "RoleBinding" | "Service" | "PodDisruptionBudget" => true,
+        "ConfigMap" => {
+            body.pointer("/metadata/labels")
+                .and_then(|l| l.get(labels::COMPONENT))
+                .and_then(Value::as_str)
+                == Some(deepinfer_operator::controller::build::RANK_TABLE_COMPONENT)
+        }
+        _ => false,
+    }
 }
 
 /// An object's content as the operator sets it: everything but server-kept metadata.

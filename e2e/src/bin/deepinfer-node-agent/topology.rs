@@ -190,6 +190,8 @@ mod tests {
                 "nvidia-dra-1",
                 "ascend-0",
                 "ascend-1",
+                "ascend-npu-0",
+                "ascend-npu-1",
                 "cpu-0"
             ]
         );
@@ -224,9 +226,15 @@ mod tests {
         assert!(nodes[0].dra.is_none());
         assert_eq!(nodes[6].capacity["huawei.com/Ascend910"], "16");
         assert_eq!(nodes[7].labels["huawei.com/super-pod-id"], "sp-0");
-        assert_eq!(nodes[8].capacity["pods"], "500");
-        assert!(!nodes[8].capacity.contains_key("nvidia.com/gpu"));
-        assert_eq!(nodes[8].labels["kubernetes.io/hostname"], "cpu-0");
+        // The SuperPoD's device plugin advertises huawei.com/npu only.
+        for npu in &nodes[8..10] {
+            assert_eq!(npu.capacity["huawei.com/npu"], "16");
+            assert!(!npu.capacity.contains_key("huawei.com/Ascend910"));
+            assert_eq!(npu.labels["huawei.com/super-pod-id"], "sp-1");
+        }
+        assert_eq!(nodes[10].capacity["pods"], "500");
+        assert!(!nodes[10].capacity.contains_key("nvidia.com/gpu"));
+        assert_eq!(nodes[10].labels["kubernetes.io/hostname"], "cpu-0");
     }
 
     #[test]

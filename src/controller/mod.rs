@@ -21,8 +21,7 @@ use std::time::Duration;
 use clap::Args;
 
 use futures::StreamExt;
-use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
+use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::{ApiResource, PartialObjectMeta};
@@ -223,6 +222,10 @@ pub struct Context {
     awaiting_api_due: std::sync::Mutex<
         Option<futures::channel::mpsc::UnboundedReceiver<ObjectRef<DynamicObject>>>,
     >,
+    /// The owned objects passes read, one store per kind.
+    pub caches: observe::Caches,
+    /// The writers of those stores, taken by the controller loop that runs this context.
+    cache_writers: std::sync::Mutex<Option<observe::CacheWriters>>,
 }
 
 impl Context {
@@ -497,6 +500,7 @@ pub fn context(
     requests: crate::metrics::ApiRequests,
 ) -> Arc<Context> {
     let (awaiting_api, due) = outage::AwaitingApi::new();
+    let (caches, cache_writers) = observe::Caches::new();
     Arc::new(Context {
         recorder: Recorder::new(
             client.clone(),
@@ -520,6 +524,8 @@ pub fn context(
         placement_retries: std::sync::Mutex::default(),
         awaiting_api,
         awaiting_api_due: std::sync::Mutex::new(Some(due)),
+        caches,
+        cache_writers: std::sync::Mutex::new(Some(cache_writers)),
     })
 }
 
@@ -549,14 +555,77 @@ pub async fn run_with_context(
     };
     let owned =
         watcher::Config::default().labels(&format!("{}={}", labels::MANAGED_BY, labels::MANAGER));
-    // Owned kinds trigger their owner only: metadata-only watches (`PartialObjectMeta`).
-    let pods: Api<PartialObjectMeta<Pod>> = scoped(&client, namespace.as_deref());
-    let jobs: Api<PartialObjectMeta<Job>> = scoped(&client, namespace.as_deref());
-    let services: Api<PartialObjectMeta<Service>> = scoped(&client, namespace.as_deref());
+    let Some(writers) = ctx
+        .cache_writers
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take()
+    else {
+        warn!("this context's controller loop already ran; not starting another");
+        return;
+    };
+    let ns = namespace.as_deref();
+    // Which optional kinds exist here, resolved once before any watch starts.
+    let pod_groups = resolved("gang scheduling", || ctx.pod_groups()).await;
+    let claim_templates = resolved("ResourceClaimTemplates served", || async {
+        placement::served(&client, "resource.k8s.io/v1", "resourceclaimtemplates")
+            .await
+            .map_err(Error::Kube)
+    })
+    .await;
+    // One reflector per owned kind, its objects trimmed before they enter the store. Pods, Jobs
+    // and Services also trigger their owner; the other kinds are only read by passes.
+    let mut feeders = vec![
+        feed(
+            "PodDisruptionBudget",
+            writers.budgets,
+            scoped(&client, ns),
+            owned.clone(),
+        ),
+        feed(
+            "ControllerRevision",
+            writers.revisions,
+            scoped(&client, ns),
+            owned.clone(),
+        ),
+        feed(
+            "ConfigMap",
+            writers.config_maps,
+            scoped(&client, ns),
+            watcher::Config::default().labels(&format!(
+                "{}={},{} in ({},{})",
+                labels::MANAGED_BY,
+                labels::MANAGER,
+                labels::COMPONENT,
+                build::RANK_TABLE_COMPONENT,
+                build::PEER_ENDPOINTS_COMPONENT
+            )),
+        ),
+    ];
+    if pod_groups {
+        feeders.push(feed(
+            "PodGroup",
+            writers.pod_groups,
+            scoped(&client, ns),
+            owned.clone(),
+        ));
+    }
+    if claim_templates {
+        feeders.push(feed(
+            "ResourceClaimTemplate",
+            writers.claim_templates,
+            scoped(&client, ns),
+            owned.clone(),
+        ));
+    }
+    let filled = {
+        let ctx = ctx.clone();
+        tokio::spawn(async move { ctx.caches.fill(pod_groups, claim_templates).await })
+    };
     // ConfigMaps named by `spec.acceptance.promptsFrom`: a metadata-only watch (no content is
     // read or kept; an edit moves the resourceVersion) mapped through the resources in the
-    // controller's own cache to those that name the ConfigMap. No ConfigMap is cached.
-    let config_maps: Api<PartialObjectMeta<ConfigMap>> = scoped(&client, namespace.as_deref());
+    // controller's own cache to those that name the ConfigMap. No ConfigMap is cached here.
+    let config_maps: Api<PartialObjectMeta<ConfigMap>> = scoped(&client, ns);
     // Every watch retries on its own backoff, so one kind's failing or re-listing watch never
     // holds up the others (with one backoff over all of them, a control-plane restart kept changed
     // resources unreconciled while the other kinds re-listed one after another).
@@ -574,15 +643,15 @@ pub async fn run_with_context(
     let controller = controller
         .owns_stream(on_own_backoff(
             "Pod",
-            watcher(pods, owned.clone()).touched_objects(),
+            cached(writers.pods, scoped(&client, ns), owned.clone()).touched_objects(),
         ))
         .owns_stream(on_own_backoff(
             "Job",
-            watcher(jobs, owned.clone()).touched_objects(),
+            cached(writers.jobs, scoped(&client, ns), owned.clone()).touched_objects(),
         ))
         .owns_stream(on_own_backoff(
             "Service",
-            watcher(services, owned).touched_objects(),
+            cached(writers.services, scoped(&client, ns), owned).touched_objects(),
         ))
         .watches_stream(
             on_own_backoff(
@@ -624,6 +693,66 @@ pub async fn run_with_context(
         .await;
     forget_deleted.abort();
     api_returns.abort();
+    filled.abort();
+    for feeder in feeders {
+        feeder.abort();
+    }
+}
+
+/// Retries `resolve` every 5 seconds until the API server answers it.
+async fn resolved<F, Fut>(what: &'static str, resolve: F) -> bool
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<bool, Error>>,
+{
+    loop {
+        match resolve().await {
+            Ok(answer) => return answer,
+            Err(e) => {
+                warn!(what, error = %e, "resolving before the watches start; retrying in 5 s");
+                tokio::time::sleep(Duration::from_secs(5)).await;
+            }
+        }
+    }
+}
+
+/// A reflector of one owned kind into `writer`, objects trimmed before they are stored.
+fn cached<K>(
+    writer: kube::runtime::reflector::store::Writer<K>,
+    api: Api<K>,
+    config: watcher::Config,
+) -> impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static
+where
+    K: observe::Trim
+        + Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    kube::runtime::reflector(writer, watcher(api, config).modify(observe::Trim::trim))
+}
+
+/// Keeps the store of a kind that passes read but that triggers nothing, on its own backoff.
+fn feed<K>(
+    kind: &'static str,
+    writer: kube::runtime::reflector::store::Writer<K>,
+    api: Api<K>,
+    config: watcher::Config,
+) -> tokio::task::JoinHandle<()>
+where
+    K: observe::Trim
+        + Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    tokio::spawn(on_own_backoff(kind, cached(writer, api, config)).for_each(|_| async {}))
 }
 
 /// The resources among `dids` whose `spec.acceptance.promptsFrom` names the ConfigMap

@@ -632,26 +632,54 @@ pub async fn run_with_context(
     let writer = kube::runtime::reflector::store::Writer::new(ar.clone());
     let cache = writer.as_reader();
     let controller = Controller::for_stream_with(
-        on_own_backoff(
-            "DeepInferDeployment",
-            kube::runtime::reflector(writer, watcher(dids, watcher::Config::default()))
-                .applied_objects(),
+        noted(
+            on_own_backoff(
+                "DeepInferDeployment",
+                kube::runtime::reflector(writer, watcher(dids, watcher::Config::default()))
+                    .applied_objects(),
+            ),
+            &ctx.metrics,
+            |meta: &kube::core::ObjectMeta| {
+                vec![phase_key(
+                    meta.namespace.as_deref().unwrap_or_default(),
+                    meta.name.as_deref().unwrap_or_default(),
+                )]
+            },
         ),
         cache.clone(),
         ar.clone(),
     );
+    // Every event of a trigger stream is noted for the resources it triggers, so that the pass
+    // it starts observes how long it waited (`deepinfer_watch_event_to_reconcile_seconds`).
+    let metrics = ctx.metrics.clone();
+    let owners = {
+        let ar = ar.clone();
+        move |meta: &kube::core::ObjectMeta| owner_keys(meta, &ar)
+    };
     let controller = controller
-        .owns_stream(on_own_backoff(
-            "Pod",
-            cached(writers.pods, scoped(&client, ns), owned.clone()).touched_objects(),
+        .owns_stream(noted(
+            on_own_backoff(
+                "Pod",
+                cached(writers.pods, scoped(&client, ns), owned.clone()).touched_objects(),
+            ),
+            &metrics,
+            owners.clone(),
         ))
-        .owns_stream(on_own_backoff(
-            "Job",
-            cached(writers.jobs, scoped(&client, ns), owned.clone()).touched_objects(),
+        .owns_stream(noted(
+            on_own_backoff(
+                "Job",
+                cached(writers.jobs, scoped(&client, ns), owned.clone()).touched_objects(),
+            ),
+            &metrics,
+            owners.clone(),
         ))
-        .owns_stream(on_own_backoff(
-            "Service",
-            cached(writers.services, scoped(&client, ns), owned).touched_objects(),
+        .owns_stream(noted(
+            on_own_backoff(
+                "Service",
+                cached(writers.services, scoped(&client, ns), owned).touched_objects(),
+            ),
+            &metrics,
+            owners,
         ))
         .watches_stream(
             on_own_backoff(
@@ -659,12 +687,19 @@ pub async fn run_with_context(
                 watcher(config_maps, watcher::Config::default()).touched_objects(),
             ),
             move |cm| {
-                prompts_referrers(
+                let referrers = prompts_referrers(
                     &cache.state(),
                     cm.metadata.namespace.as_deref(),
                     &cm.name_any(),
                     &ar,
-                )
+                );
+                for r in &referrers {
+                    metrics.triggered(&phase_key(
+                        r.namespace.as_deref().unwrap_or_default(),
+                        &r.name,
+                    ));
+                }
+                referrers
             },
         )
         .graceful_shutdown_on(shutdown);
@@ -697,6 +732,38 @@ pub async fn run_with_context(
     for feeder in feeders {
         feeder.abort();
     }
+}
+
+/// Notes every object of a trigger stream as a watch event of the resources `keys` names
+/// (`namespace/name`), for the queue depth and the event-to-reconcile time.
+fn noted<K>(
+    stream: impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+    metrics: &Arc<crate::metrics::Metrics>,
+    keys: impl Fn(&kube::core::ObjectMeta) -> Vec<String> + Send + 'static,
+) -> impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static
+where
+    K: Resource + Send + 'static,
+{
+    let metrics = metrics.clone();
+    stream.inspect(move |item| {
+        if let Ok(obj) = item {
+            for key in keys(obj.meta()) {
+                metrics.triggered(&key);
+            }
+        }
+    })
+}
+
+/// Keys (`namespace/name`) of the DeepInferDeployments an object's owner references name: the
+/// resources its watch event triggers, as the controller maps them.
+fn owner_keys(meta: &kube::core::ObjectMeta, ar: &ApiResource) -> Vec<String> {
+    let ns = meta.namespace.as_deref();
+    meta.owner_references
+        .iter()
+        .flatten()
+        .filter_map(|o| ObjectRef::<DynamicObject>::from_owner_ref(ns, o, ar.clone()))
+        .map(|r| phase_key(r.namespace.as_deref().unwrap_or_default(), &r.name))
+        .collect()
 }
 
 /// Retries `resolve` every 5 seconds until the API server answers it.
@@ -887,7 +954,8 @@ const RESYNC: Duration = Duration::from_secs(300);
 /// One reconcile pass, counted and timed by its result.
 async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
     let metrics = ctx.metrics.clone();
-    let mut timer = metrics.reconcile_started();
+    let key = phase_key(&obj.namespace().unwrap_or_default(), &obj.name_any());
+    let mut timer = metrics.reconcile_started(&key);
     let result = reconcile_pass(obj, ctx).await;
     if result.is_ok() {
         timer.succeeded();
@@ -1089,6 +1157,22 @@ mod tests {
         let mut obj = DynamicObject::new(name, &api_resource()).within(ns);
         obj.data = serde_json::json!({ "spec": spec });
         Arc::new(obj)
+    }
+
+    #[test]
+    fn an_owned_objects_event_counts_for_the_resources_its_owner_references_name() {
+        let ar = api_resource();
+        let meta: kube::core::ObjectMeta = serde_json::from_value(serde_json::json!({
+            "name": "flash-0", "namespace": "team",
+            "ownerReferences": [
+                {"apiVersion": ar.api_version, "kind": ar.kind, "name": "flash", "uid": "1"},
+                {"apiVersion": "batch/v1", "kind": "Job", "name": "flash-accept", "uid": "2"},
+                {"apiVersion": "deepinfer.io/v0", "kind": ar.kind, "name": "old", "uid": "3"},
+            ],
+        }))
+        .expect("meta");
+        assert_eq!(owner_keys(&meta, &ar), ["team/flash"]);
+        assert!(owner_keys(&kube::core::ObjectMeta::default(), &ar).is_empty());
     }
 
     #[test]

@@ -13,8 +13,6 @@
 //! deleted (its delete meets 404); the watch event that brings the store up to date triggers the
 //! next pass.
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, PodSpec, Service};
@@ -259,20 +257,6 @@ impl Caches {
     async fn ready(&self) {
         // The sender lives as long as `self`: `wait_for` cannot fail.
         let _ = self.ready.subscribe().wait_for(|ready| *ready).await;
-    }
-
-    /// Number of objects cached of each kind, for tests.
-    pub fn counts(&self) -> BTreeMap<&'static str, usize> {
-        BTreeMap::from([
-            ("Pod", self.pods.state().len()),
-            ("Job", self.jobs.state().len()),
-            ("Service", self.services.state().len()),
-            ("PodDisruptionBudget", self.budgets.state().len()),
-            ("ControllerRevision", self.revisions.state().len()),
-            ("PodGroup", self.pod_groups.state().len()),
-            ("ResourceClaimTemplate", self.claim_templates.state().len()),
-            ("ConfigMap", self.config_maps.state().len()),
-        ])
     }
 }
 
@@ -578,7 +562,10 @@ mod tests {
             serde_json::from_value(meta_with_noise(serde_json::json!({}))).expect("meta");
         let mut cm = ConfigMap {
             metadata: meta.clone(),
-            data: Some(BTreeMap::from([("table".into(), "x".repeat(4096))])),
+            data: Some(std::collections::BTreeMap::from([(
+                "table".into(),
+                "x".repeat(4096),
+            )])),
             ..ConfigMap::default()
         };
         cm.trim();

@@ -565,6 +565,7 @@ pub async fn run_with_context(
         return;
     };
     let ns = namespace.as_deref();
+    let written = &ctx.caches.written;
     // Which optional kinds exist here, resolved once before any watch starts.
     let pod_groups = resolved("gang scheduling", || ctx.pod_groups()).await;
     let claim_templates = resolved("ResourceClaimTemplates served", || async {
@@ -581,12 +582,14 @@ pub async fn run_with_context(
             writers.budgets,
             scoped(&client, ns),
             owned.clone(),
+            written,
         ),
         feed(
             "ControllerRevision",
             writers.revisions,
             scoped(&client, ns),
             owned.clone(),
+            written,
         ),
         feed(
             "ConfigMap",
@@ -600,6 +603,7 @@ pub async fn run_with_context(
                 build::RANK_TABLE_COMPONENT,
                 build::PEER_ENDPOINTS_COMPONENT
             )),
+            written,
         ),
     ];
     if pod_groups {
@@ -608,6 +612,7 @@ pub async fn run_with_context(
             writers.pod_groups,
             scoped(&client, ns),
             owned.clone(),
+            written,
         ));
     }
     if claim_templates {
@@ -616,6 +621,7 @@ pub async fn run_with_context(
             writers.claim_templates,
             scoped(&client, ns),
             owned.clone(),
+            written,
         ));
     }
     let filled = {
@@ -660,7 +666,7 @@ pub async fn run_with_context(
         .owns_stream(noted(
             on_own_backoff(
                 "Pod",
-                cached(writers.pods, scoped(&client, ns), owned.clone()).touched_objects(),
+                cached(writers.pods, scoped(&client, ns), owned.clone(), written).touched_objects(),
             ),
             &metrics,
             owners.clone(),
@@ -668,7 +674,7 @@ pub async fn run_with_context(
         .owns_stream(noted(
             on_own_backoff(
                 "Job",
-                cached(writers.jobs, scoped(&client, ns), owned.clone()).touched_objects(),
+                cached(writers.jobs, scoped(&client, ns), owned.clone(), written).touched_objects(),
             ),
             &metrics,
             owners.clone(),
@@ -676,7 +682,7 @@ pub async fn run_with_context(
         .owns_stream(noted(
             on_own_backoff(
                 "Service",
-                cached(writers.services, scoped(&client, ns), owned).touched_objects(),
+                cached(writers.services, scoped(&client, ns), owned, written).touched_objects(),
             ),
             &metrics,
             owners,
@@ -783,15 +789,18 @@ where
     }
 }
 
-/// A reflector of one owned kind into `writer`, objects trimmed before they are stored.
+/// A reflector of one owned kind into `writer`, objects trimmed before they are stored, each
+/// event noted in `written` once the store has it.
 fn cached<K>(
     writer: kube::runtime::reflector::store::Writer<K>,
     api: Api<K>,
     config: watcher::Config,
+    written: &observe::Written,
 ) -> impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static
 where
     K: observe::Trim
         + Resource<DynamicType = ()>
+        + k8s_openapi::Resource
         + Clone
         + serde::de::DeserializeOwned
         + std::fmt::Debug
@@ -799,7 +808,16 @@ where
         + Sync
         + 'static,
 {
-    kube::runtime::reflector(writer, watcher(api, config).modify(observe::Trim::trim))
+    let progress = written
+        .of(<K as k8s_openapi::Resource>::KIND)
+        .unwrap_or_default();
+    kube::runtime::reflector(writer, watcher(api, config).modify(observe::Trim::trim)).inspect(
+        move |event| {
+            if let Ok(event) = event {
+                progress.stored(event);
+            }
+        },
+    )
 }
 
 /// Keeps the store of a kind that passes read but that triggers nothing, on its own backoff.
@@ -808,10 +826,12 @@ fn feed<K>(
     writer: kube::runtime::reflector::store::Writer<K>,
     api: Api<K>,
     config: watcher::Config,
+    written: &observe::Written,
 ) -> tokio::task::JoinHandle<()>
 where
     K: observe::Trim
         + Resource<DynamicType = ()>
+        + k8s_openapi::Resource
         + Clone
         + serde::de::DeserializeOwned
         + std::fmt::Debug
@@ -819,7 +839,7 @@ where
         + Sync
         + 'static,
 {
-    tokio::spawn(on_own_backoff(kind, cached(writer, api, config)).for_each(|_| async {}))
+    tokio::spawn(on_own_backoff(kind, cached(writer, api, config, written)).for_each(|_| async {}))
 }
 
 /// The resources among `dids` whose `spec.acceptance.promptsFrom` names the ConfigMap
@@ -956,7 +976,8 @@ async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action,
     let metrics = ctx.metrics.clone();
     let key = phase_key(&obj.namespace().unwrap_or_default(), &obj.name_any());
     let mut timer = metrics.reconcile_started(&key);
-    let result = reconcile_pass(obj, ctx).await;
+    let written = ctx.caches.written.clone();
+    let result = observe::noting_writes(written, reconcile_pass(obj, ctx)).await;
     if result.is_ok() {
         timer.succeeded();
     }

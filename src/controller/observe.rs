@@ -8,10 +8,20 @@
 //! it waits only until every store has its first full list. The checkpoint's
 //! PersistentVolumeClaim and the prompts ConfigMap are read with a GET.
 //!
-//! A store may lag the operator's own writes by a watch event: a pass can miss an object the
-//! previous pass created (its create meets 409, its apply changes nothing) or still see one it
-//! deleted (its delete meets 404); the watch event that brings the store up to date triggers the
-//! next pass.
+//! A store lags the operator's own writes by the time their watch events take. So that a pass
+//! never decides on a view older than the writes before it (a group whose pods were created a
+//! moment ago would look broken), every write the passes make to a cached object is noted with
+//! the `resourceVersion` it produced ([`note_written`]), every event a store takes in with its
+//! own, and a pass first waits until each store has taken in the operator's newest write of its
+//! kind (resource versions of one kind compare as integers: they are the storage revision).
+//! Where that wait runs out ([`CATCH_UP`]) the pass goes on with what the stores hold. A delete
+//! that removes an object at once produces no version to wait for: a pass may still see it (its
+//! delete then meets 404), and the event that removes it triggers the next pass.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
@@ -23,6 +33,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use kube::api::Api;
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::reflector::Store;
+use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
@@ -171,6 +182,117 @@ impl Trim for ConfigMap {
     }
 }
 
+/// Longest a pass waits for the stores to take in the operator's own writes.
+pub const CATCH_UP: Duration = Duration::from_secs(5);
+
+/// How far one kind's store has caught up with the operator's writes of that kind: the newest
+/// `resourceVersion` written and the newest taken into the store.
+#[derive(Debug, Default)]
+pub struct Progress {
+    written: AtomicU64,
+    stored: AtomicU64,
+    /// The newest version of a relist under way (the store takes the list in whole at its end).
+    listing: AtomicU64,
+}
+
+fn version(meta: &ObjectMeta) -> Option<u64> {
+    meta.resource_version.as_deref()?.parse().ok()
+}
+
+impl Progress {
+    /// Notes a watch event the reflector has applied to the store.
+    pub fn stored<K: Resource>(&self, event: &watcher::Event<K>) {
+        match event {
+            watcher::Event::Apply(o) | watcher::Event::Delete(o) => {
+                if let Some(v) = version(o.meta()) {
+                    self.stored.fetch_max(v, Ordering::SeqCst);
+                }
+            }
+            watcher::Event::Init => self.listing.store(0, Ordering::SeqCst),
+            watcher::Event::InitApply(o) => {
+                if let Some(v) = version(o.meta()) {
+                    self.listing.fetch_max(v, Ordering::SeqCst);
+                }
+            }
+            watcher::Event::InitDone => {
+                let listed = self.listing.swap(0, Ordering::SeqCst);
+                self.stored.fetch_max(listed, Ordering::SeqCst);
+            }
+        }
+    }
+
+    fn behind(&self) -> bool {
+        self.stored.load(Ordering::SeqCst) < self.written.load(Ordering::SeqCst)
+    }
+
+    /// Takes the store as current: after a wait ran out, later passes do not wait for the same
+    /// write again.
+    fn give_up(&self) {
+        self.written
+            .fetch_min(self.stored.load(Ordering::SeqCst), Ordering::SeqCst);
+    }
+}
+
+/// [`Progress`] of every cached kind, by kind name.
+#[derive(Debug, Default)]
+pub struct Written(BTreeMap<&'static str, Arc<Progress>>);
+
+impl Written {
+    /// The progress of `kind`, if it is cached.
+    pub fn of(&self, kind: &str) -> Option<Arc<Progress>> {
+        self.0.get(kind).cloned()
+    }
+
+    /// Notes an object the operator wrote, if its kind's store watches it.
+    fn note(&self, kind: &str, meta: &ObjectMeta) {
+        let watched = meta.labels.as_ref().is_some_and(|l| {
+            l.get(labels::MANAGED_BY).map(String::as_str) == Some(labels::MANAGER)
+                && (kind != "ConfigMap"
+                    || matches!(
+                        l.get(labels::COMPONENT).map(String::as_str),
+                        Some(crate::controller::build::RANK_TABLE_COMPONENT)
+                            | Some(crate::controller::build::PEER_ENDPOINTS_COMPONENT)
+                    ))
+        });
+        if let (true, Some(progress), Some(v)) = (watched, self.0.get(kind), version(meta)) {
+            progress.written.fetch_max(v, Ordering::SeqCst);
+        }
+    }
+
+    /// Waits until every store has taken in the newest write of its kind, at most `limit`.
+    async fn caught_up(&self, limit: Duration) {
+        let deadline = tokio::time::Instant::now() + limit;
+        while self.0.values().any(|p| p.behind()) {
+            if tokio::time::Instant::now() >= deadline {
+                for (kind, p) in &self.0 {
+                    if p.behind() {
+                        tracing::warn!(kind, "the cache has not caught up with the operator's own writes; reading it as it is");
+                        p.give_up();
+                    }
+                }
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}
+
+tokio::task_local! {
+    /// Where the writes of the running pass are noted.
+    static PASS_WRITES: Arc<Written>;
+}
+
+/// Runs one pass with its writes noted in `written` (see [`note_written`]).
+pub async fn noting_writes<F: std::future::Future>(written: Arc<Written>, pass: F) -> F::Output {
+    PASS_WRITES.scope(written, pass).await
+}
+
+/// Notes an object the running pass wrote, as the API server returned it, so that later passes
+/// wait until its store has it; outside a pass (or for a kind not cached) nothing happens.
+pub fn note_written<K: Resource + k8s_openapi::Resource>(obj: &K) {
+    let _ = PASS_WRITES.try_with(|w| w.note(<K as k8s_openapi::Resource>::KIND, obj.meta()));
+}
+
 /// The stores of the owned kinds a pass reads, each fed by one watch of the controller, and
 /// whether all of them hold their first full list.
 pub struct Caches {
@@ -184,6 +306,8 @@ pub struct Caches {
     /// Rank-table and peer-endpoints ConfigMaps only.
     config_maps: Store<ConfigMap>,
     ready: tokio::sync::watch::Sender<bool>,
+    /// How far each store has caught up with the operator's writes.
+    pub written: Arc<Written>,
 }
 
 /// The writing ends of [`Caches`], taken by the controller loop that feeds them.
@@ -229,6 +353,21 @@ impl Caches {
             claim_templates: writers.claim_templates.as_reader(),
             config_maps: writers.config_maps.as_reader(),
             ready: tokio::sync::watch::Sender::new(false),
+            written: Arc::new(Written(
+                [
+                    <Pod as k8s_openapi::Resource>::KIND,
+                    <Job as k8s_openapi::Resource>::KIND,
+                    <Service as k8s_openapi::Resource>::KIND,
+                    <PodDisruptionBudget as k8s_openapi::Resource>::KIND,
+                    <ControllerRevision as k8s_openapi::Resource>::KIND,
+                    <PodGroup as k8s_openapi::Resource>::KIND,
+                    <ResourceClaimTemplate as k8s_openapi::Resource>::KIND,
+                    <ConfigMap as k8s_openapi::Resource>::KIND,
+                ]
+                .into_iter()
+                .map(|kind| (kind, Arc::default()))
+                .collect(),
+            )),
         };
         (caches, writers)
     }
@@ -337,6 +476,7 @@ pub async fn observe(
     let uid = did.uid().unwrap_or_default();
     let caches = &ctx.caches;
     caches.ready().await;
+    caches.written.caught_up(CATCH_UP).await;
     let jobs: Vec<Job> = owned_in(&caches.jobs, &ns, &name, &uid, None);
     let job_uids: Vec<String> = jobs.iter().filter_map(|j| j.uid()).collect();
     let mut workers = Vec::new();
@@ -554,6 +694,78 @@ mod tests {
             decide::retention::jobs_to_expire(std::slice::from_ref(&full), &[])
         );
         assert!(template(&trimmed).is_some_and(|p| p.containers[0].env.is_none()));
+    }
+
+    fn labelled_pod(name: &str, component: Option<&str>, rv: &str) -> Pod {
+        let mut pod = Pod::default();
+        pod.metadata.name = Some(name.into());
+        pod.metadata.resource_version = Some(rv.into());
+        let mut l = BTreeMap::from([(labels::MANAGED_BY.to_string(), labels::MANAGER.to_string())]);
+        if let Some(c) = component {
+            l.insert(labels::COMPONENT.into(), c.into());
+        }
+        pod.metadata.labels = Some(l);
+        pod
+    }
+
+    #[tokio::test]
+    async fn a_pass_waits_until_the_store_has_the_operators_last_write_of_each_kind() {
+        let (caches, _writers) = Caches::new();
+        let written = caches.written.clone();
+        let pods = written.of("Pod").expect("pods are cached");
+        // A write outside a pass, or of an object no store watches, is not waited for.
+        note_written(&labelled_pod("a", None, "7"));
+        let mut foreign = labelled_pod("b", None, "9");
+        foreign.metadata.labels = None;
+        noting_writes(written.clone(), async { note_written(&foreign) }).await;
+        assert!(!pods.behind());
+        noting_writes(written.clone(), async {
+            note_written(&labelled_pod("c", None, "12"));
+        })
+        .await;
+        assert!(pods.behind());
+        let waiting = tokio::spawn({
+            let written = written.clone();
+            async move { written.caught_up(Duration::from_secs(30)).await }
+        });
+        // A relist counts only once it is complete; an event counts at once.
+        pods.stored(&watcher::Event::<Pod>::Init);
+        pods.stored(&watcher::Event::InitApply(labelled_pod("c", None, "12")));
+        assert!(pods.behind());
+        pods.stored(&watcher::Event::<Pod>::InitDone);
+        assert!(!pods.behind());
+        tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("the wait ends once the store has the write")
+            .expect("joined");
+        noting_writes(written.clone(), async {
+            note_written(&labelled_pod("c", None, "20"));
+        })
+        .await;
+        pods.stored(&watcher::Event::Apply(labelled_pod("c", None, "19")));
+        assert!(pods.behind());
+        pods.stored(&watcher::Event::Delete(labelled_pod("c", None, "21")));
+        assert!(!pods.behind());
+        // A wait that runs out reads the store as it is, and the next pass does not wait again.
+        noting_writes(written.clone(), async {
+            note_written(&labelled_pod("d", None, "30"));
+        })
+        .await;
+        written.caught_up(Duration::from_millis(20)).await;
+        assert!(!pods.behind());
+    }
+
+    #[test]
+    fn only_configmaps_the_store_watches_are_waited_for() {
+        let (caches, _writers) = Caches::new();
+        let cms = caches.written.of("ConfigMap").expect("cached");
+        let evidence = labelled_pod("e", Some("evidence"), "5").metadata;
+        caches.written.note("ConfigMap", &evidence);
+        assert!(!cms.behind());
+        let table = labelled_pod("t", Some(build::RANK_TABLE_COMPONENT), "6").metadata;
+        caches.written.note("ConfigMap", &table);
+        assert!(cms.behind());
+        caches.written.note("Role", &table);
     }
 
     #[test]

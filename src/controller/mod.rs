@@ -664,25 +664,37 @@ pub async fn run_with_context(
     };
     let controller = controller
         .owns_stream(noted(
-            on_own_backoff(
+            triggering(
                 "Pod",
-                cached(writers.pods, scoped(&client, ns), owned.clone(), written).touched_objects(),
+                writers.pods,
+                scoped(&client, ns),
+                owned.clone(),
+                written,
+                &mut feeders,
             ),
             &metrics,
             owners.clone(),
         ))
         .owns_stream(noted(
-            on_own_backoff(
+            triggering(
                 "Job",
-                cached(writers.jobs, scoped(&client, ns), owned.clone(), written).touched_objects(),
+                writers.jobs,
+                scoped(&client, ns),
+                owned.clone(),
+                written,
+                &mut feeders,
             ),
             &metrics,
             owners.clone(),
         ))
         .owns_stream(noted(
-            on_own_backoff(
+            triggering(
                 "Service",
-                cached(writers.services, scoped(&client, ns), owned, written).touched_objects(),
+                writers.services,
+                scoped(&client, ns),
+                owned,
+                written,
+                &mut feeders,
             ),
             &metrics,
             owners,
@@ -818,6 +830,38 @@ where
             }
         },
     )
+}
+
+/// Keeps the store of a kind whose changes trigger their owner, on its own backoff, in a task of
+/// its own (so the store keeps up while passes run), and returns its changed objects as a
+/// stream for the controller.
+fn triggering<K>(
+    kind: &'static str,
+    writer: kube::runtime::reflector::store::Writer<K>,
+    api: Api<K>,
+    config: watcher::Config,
+    written: &observe::Written,
+    feeders: &mut Vec<tokio::task::JoinHandle<()>>,
+) -> impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static
+where
+    K: observe::Trim
+        + Resource<DynamicType = ()>
+        + k8s_openapi::Resource
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (changed, changes) = futures::channel::mpsc::unbounded();
+    let objects = on_own_backoff(kind, cached(writer, api, config, written).touched_objects());
+    feeders.push(tokio::spawn(objects.for_each(move |object| {
+        // The controller has stopped when nobody receives.
+        let _ = changed.unbounded_send(object);
+        async {}
+    })));
+    changes
 }
 
 /// Keeps the store of a kind that passes read but that triggers nothing, on its own backoff.

@@ -183,7 +183,7 @@ impl Trim for ConfigMap {
 }
 
 /// Longest a pass waits for the stores to take in the operator's own writes.
-pub const CATCH_UP: Duration = Duration::from_secs(5);
+pub const CATCH_UP: Duration = Duration::from_secs(15);
 
 /// How far one kind's store has caught up with the operator's writes of that kind: the newest
 /// `resourceVersion` written and the newest taken into the store.

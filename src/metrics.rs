@@ -1,7 +1,7 @@
 //! Prometheus metrics of the operator, all in one [`Registry`] under the `deepinfer_` prefix.
 //!
 //! The reconciler records passes, durations, failures and the phase of every resource it has
-//! seen; the acceptance gate records runs; the client's write counter is read at scrape time.
+//! seen, and how long watch events wait for the pass they trigger; the acceptance gate records runs; the client's write counter is read at scrape time.
 //! [`crate::telemetry`] serves [`Metrics::encode`] on `/metrics`; [`reference`] documents them
 //! and the alerts on them.
 
@@ -72,6 +72,14 @@ fn reconcile_histogram() -> Histogram {
     ])
 }
 
+/// Buckets of the time from a watch event to the start of its pass, 5 ms to 2 min: a pass
+/// starts at once unless one is running for the same resource or the caches are still filling.
+fn event_to_reconcile_histogram() -> Histogram {
+    Histogram::new([
+        0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
+    ])
+}
+
 /// `{result="…"}`: `Passed` or `Failed`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ResultLabels {
@@ -91,6 +99,14 @@ pub struct Metrics {
     /// `deepinfer_active_reconciles`: passes running now (the controller runs one per resource
     /// at a time, any number of resources at once).
     active: Gauge,
+    /// `deepinfer_reconcile_queue_depth`: resources with a watch event whose pass has not
+    /// started yet (the size of `pending`).
+    queue_depth: Gauge,
+    /// `deepinfer_watch_event_to_reconcile_seconds`: from the oldest pending watch event of a
+    /// resource to the start of its next pass.
+    event_to_reconcile: Histogram,
+    /// When the oldest watch event not yet followed by a pass arrived, per `namespace/name`.
+    pending: Mutex<HashMap<String, Instant>>,
     /// `deepinfer_reconcile_failures_total{error}`: passes that returned an error, by kind.
     failures: Family<ErrorLabels, Counter>,
     /// `deepinfer_resources{phase}`: DeepInferDeployments last seen in each phase.
@@ -146,6 +162,19 @@ impl Metrics {
             "active_reconciles",
             "Reconcile passes running now",
             active.clone(),
+        );
+        let queue_depth = Gauge::default();
+        registry.register(
+            "reconcile_queue_depth",
+            "DeepInferDeployments with a watch event (of the resource or an object it owns or names) whose reconcile pass has not started yet",
+            queue_depth.clone(),
+        );
+        let event_to_reconcile = event_to_reconcile_histogram();
+        registry.register_with_unit(
+            "watch_event_to_reconcile",
+            "Time from a watch event to the start of the reconcile pass it triggered (for several events before one pass, from the oldest)",
+            Unit::Seconds,
+            event_to_reconcile.clone(),
         );
         let failures = Family::<ErrorLabels, Counter>::default();
         registry.register(
@@ -208,6 +237,9 @@ impl Metrics {
             reconciles,
             reconcile_duration,
             active,
+            queue_depth,
+            event_to_reconcile,
+            pending: Mutex::new(HashMap::new()),
             failures,
             resources,
             phases: Mutex::new(HashMap::new()),
@@ -222,9 +254,28 @@ impl Metrics {
         self.leader.set(i64::from(leading));
     }
 
-    /// Counts a reconcile pass as started and running; when the returned guard drops, the pass
-    /// has ended and its duration is recorded, as an error unless [`ReconcileTimer::succeeded`].
-    pub fn reconcile_started(&self) -> ReconcileTimer<'_> {
+    /// Notes a watch event that triggers a pass of the resource `key` (`namespace/name`); only
+    /// the oldest event before that pass starts is kept.
+    pub fn triggered(&self, key: &str) {
+        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        if !pending.contains_key(key) {
+            pending.insert(key.to_string(), Instant::now());
+        }
+        self.queue_depth.set(gauge_value(pending.len()));
+    }
+
+    /// Counts a reconcile pass of the resource `key` as started and running, and observes how
+    /// long its oldest pending watch event waited; when the returned guard drops, the pass has
+    /// ended and its duration is recorded, as an error unless [`ReconcileTimer::succeeded`].
+    pub fn reconcile_started(&self, key: &str) -> ReconcileTimer<'_> {
+        {
+            let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(since) = pending.remove(key) {
+                self.event_to_reconcile
+                    .observe(since.elapsed().as_secs_f64());
+            }
+            self.queue_depth.set(gauge_value(pending.len()));
+        }
         self.reconciles.inc();
         self.active.inc();
         ReconcileTimer {
@@ -266,8 +317,14 @@ impl Metrics {
         }
     }
 
-    /// Forgets every resource for which `live` is false (objects deleted without a last pass).
+    /// Forgets every resource for which `live` is false (objects deleted without a last pass),
+    /// in the phase gauge and among the resources waiting for a pass.
     pub fn retain(&self, live: impl Fn(&str) -> bool) {
+        {
+            let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            pending.retain(|key, _| live(key));
+            self.queue_depth.set(gauge_value(pending.len()));
+        }
         let mut phases = self.phases.lock().unwrap_or_else(|e| e.into_inner());
         phases.retain(|key, phase| {
             let keep = live(key);
@@ -300,6 +357,10 @@ impl Metrics {
             phase: phase_label(phase),
         })
     }
+}
+
+fn gauge_value(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
 }
 
 /// Records the duration of one reconcile pass when dropped, whichever way the pass ends.
@@ -341,8 +402,8 @@ mod tests {
     #[test]
     fn reconcile_metrics_count_passes_durations_and_failures() {
         let m = Metrics::new(ApiRequests::default());
-        let running = m.reconcile_started();
-        let mut passed = m.reconcile_started();
+        let running = m.reconcile_started("a/one");
+        let mut passed = m.reconcile_started("a/two");
         passed.succeeded();
         assert_eq!(
             line(&m.encode().unwrap(), "deepinfer_active_reconciles"),
@@ -370,6 +431,42 @@ mod tests {
         );
         assert!(text.ends_with("# EOF\n"), "OpenMetrics text ends with EOF");
         assert!(!text.contains(".."), "help texts end in one period: {text}");
+    }
+
+    #[test]
+    fn watch_events_count_in_the_queue_until_their_pass_starts_which_observes_the_oldest() {
+        let m = Metrics::new(ApiRequests::default());
+        m.triggered("a/one");
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        m.triggered("a/one");
+        m.triggered("a/two");
+        m.triggered("b/gone");
+        let text = m.encode().unwrap();
+        assert_eq!(line(&text, "deepinfer_reconcile_queue_depth"), Some("3"));
+        drop(m.reconcile_started("a/one"));
+        // A pass without a pending event (a requeue) observes nothing.
+        drop(m.reconcile_started("a/three"));
+        m.retain(|key| key.starts_with("a/"));
+        let text = m.encode().unwrap();
+        assert_eq!(line(&text, "deepinfer_reconcile_queue_depth"), Some("1"));
+        assert_eq!(
+            line(&text, "deepinfer_watch_event_to_reconcile_seconds_count"),
+            Some("1")
+        );
+        let waited: f64 = line(&text, "deepinfer_watch_event_to_reconcile_seconds_sum")
+            .and_then(|v| v.parse().ok())
+            .expect("a sum");
+        assert!(waited >= 0.03, "from the oldest event: {waited}");
+        assert_eq!(
+            line(
+                &text,
+                r#"deepinfer_watch_event_to_reconcile_seconds_bucket{le="0.005"}"#
+            ),
+            Some("0")
+        );
+        drop(m.reconcile_started("a/two"));
+        let text = m.encode().unwrap();
+        assert_eq!(line(&text, "deepinfer_reconcile_queue_depth"), Some("0"));
     }
 
     #[test]

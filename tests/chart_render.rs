@@ -209,22 +209,22 @@ fn expected_rules() -> Vec<(String, String, Vec<String>)> {
         (
             "policy",
             &["poddisruptionbudgets"],
-            &["list", "create", "patch", "delete"],
+            &["list", "watch", "create", "patch", "delete"],
         ),
         (
             "apps",
             &["controllerrevisions"],
-            &["list", "create", "patch", "delete"],
+            &["list", "watch", "create", "patch", "delete"],
         ),
         (
             "scheduling.k8s.io",
             &["podgroups"],
-            &["list", "create", "patch", "delete"],
+            &["list", "watch", "create", "patch", "delete"],
         ),
         (
             "resource.k8s.io",
             &["resourceclaimtemplates"],
-            &["list", "create", "delete"],
+            &["list", "watch", "create", "delete"],
         ),
         (
             "batch",

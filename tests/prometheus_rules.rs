@@ -130,6 +130,13 @@ fn each_alert_fires_for_a_broken_installation_and_not_for_a_healthy_one() {
             &format!("pod=\"a\",verb=\"patch\",resource=\"pods\",le=\"{le}\""),
         )
     };
+    let lag_bucket = |ns: &str, le: &str| {
+        s(
+            ns,
+            "deepinfer_watch_event_to_reconcile_seconds_bucket",
+            &format!("pod=\"a\",le=\"{le}\""),
+        )
+    };
     let tests = vec![
         // Two replicas, neither leads; the healthy installation has one leader.
         case(
@@ -276,6 +283,22 @@ fn each_alert_fires_for_a_broken_installation_and_not_for_a_healthy_one() {
                 (&write_bucket("ok", "1"), "0+10x60"),
                 (&write_bucket("ok", "2.5"), "0+10x60"),
                 (&write_bucket("ok", "+Inf"), "0+10x60"),
+            ],
+            "10m",
+            "40m",
+            json!({}),
+            "",
+        ),
+        // Every watch event waits 30 to 60 s for its pass for an hour; the healthy one's within 1 s.
+        case(
+            "DeepInferReconcileLagging",
+            &[
+                (&lag_bucket("bad", "30"), "0x60"),
+                (&lag_bucket("bad", "60"), "0+10x60"),
+                (&lag_bucket("bad", "+Inf"), "0+10x60"),
+                (&lag_bucket("ok", "30"), "0+10x60"),
+                (&lag_bucket("ok", "60"), "0+10x60"),
+                (&lag_bucket("ok", "+Inf"), "0+10x60"),
             ],
             "10m",
             "40m",

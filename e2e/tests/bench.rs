@@ -87,6 +87,9 @@ fn bench_drives_every_resource_to_ready_and_prints_every_figure() {
                 "reconcilesPerResource",
                 "meanReconcileMs",
                 "operatorCpuSeconds",
+                "queueDepthPeak",
+                "eventsPerResource",
+                "eventToReconcileMeanMs",
             ] {
                 assert!(finite(&phase[key]), "{name}: {key}: {phase}");
             }

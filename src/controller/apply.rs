@@ -13,6 +13,7 @@ use serde::Serialize;
 
 use super::build::applied_hash;
 use super::decide::entitlement::Mark;
+use super::observe::note_written;
 use super::Error;
 use crate::api::ACCEPTED_POD_CONDITION;
 
@@ -35,7 +36,8 @@ where
         return Ok(false);
     }
     let pp = PatchParams::apply(FIELD_MANAGER).force();
-    api.patch(&desired.name_any(), &pp, &Patch::Apply(desired))
+    let written = api
+        .patch(&desired.name_any(), &pp, &Patch::Apply(desired))
         .await
         .map_err(|e| {
             Error::api(
@@ -45,6 +47,7 @@ where
                 e,
             )
         })?;
+    note_written(&written);
     Ok(true)
 }
 
@@ -63,7 +66,10 @@ where
         )
         .await
     {
-        Ok(_) => Ok(true),
+        Ok(created) => {
+            note_written(&created);
+            Ok(true)
+        }
         Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
         Err(e) => Err(Error::api(
             "create",
@@ -81,7 +87,13 @@ where
 {
     let dp = DeleteParams::background();
     match api.delete(name, &dp).await {
-        Ok(_) => Ok(()),
+        // Still there (being deleted): its new state; gone at once: the watch's delete event.
+        Ok(either) => {
+            if let Some(deleting) = either.left() {
+                note_written(&deleting);
+            }
+            Ok(())
+        }
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
         Err(e) => Err(Error::api(
             "delete",
@@ -131,7 +143,10 @@ pub async fn set_accepted(api: &Api<Pod>, mark: &Mark) -> Result<(), Error> {
         .patch_status(&mark.pod, &PatchParams::default(), &Patch::Strategic(patch))
         .await
     {
-        Ok(_) => Ok(()),
+        Ok(pod) => {
+            note_written(&pod);
+            Ok(())
+        }
         // Gone meanwhile: nothing left to take out of service.
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
         Err(e) => Err(Error::api("patch status of", "Pod", &mark.pod, e)),

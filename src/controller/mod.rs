@@ -21,8 +21,7 @@ use std::time::Duration;
 use clap::Args;
 
 use futures::StreamExt;
-use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
+use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::{ApiResource, PartialObjectMeta};
@@ -223,6 +222,10 @@ pub struct Context {
     awaiting_api_due: std::sync::Mutex<
         Option<futures::channel::mpsc::UnboundedReceiver<ObjectRef<DynamicObject>>>,
     >,
+    /// The owned objects passes read, one store per kind.
+    pub caches: observe::Caches,
+    /// The writers of those stores, taken by the controller loop that runs this context.
+    cache_writers: std::sync::Mutex<Option<observe::CacheWriters>>,
 }
 
 impl Context {
@@ -497,6 +500,7 @@ pub fn context(
     requests: crate::metrics::ApiRequests,
 ) -> Arc<Context> {
     let (awaiting_api, due) = outage::AwaitingApi::new();
+    let (caches, cache_writers) = observe::Caches::new();
     Arc::new(Context {
         recorder: Recorder::new(
             client.clone(),
@@ -520,6 +524,8 @@ pub fn context(
         placement_retries: std::sync::Mutex::default(),
         awaiting_api,
         awaiting_api_due: std::sync::Mutex::new(Some(due)),
+        caches,
+        cache_writers: std::sync::Mutex::new(Some(cache_writers)),
     })
 }
 
@@ -549,40 +555,149 @@ pub async fn run_with_context(
     };
     let owned =
         watcher::Config::default().labels(&format!("{}={}", labels::MANAGED_BY, labels::MANAGER));
-    // Owned kinds trigger their owner only: metadata-only watches (`PartialObjectMeta`).
-    let pods: Api<PartialObjectMeta<Pod>> = scoped(&client, namespace.as_deref());
-    let jobs: Api<PartialObjectMeta<Job>> = scoped(&client, namespace.as_deref());
-    let services: Api<PartialObjectMeta<Service>> = scoped(&client, namespace.as_deref());
+    let Some(writers) = ctx
+        .cache_writers
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take()
+    else {
+        warn!("this context's controller loop already ran; not starting another");
+        return;
+    };
+    let ns = namespace.as_deref();
+    let written = &ctx.caches.written;
+    // Which optional kinds exist here, resolved once before any watch starts.
+    let pod_groups = resolved("gang scheduling", || ctx.pod_groups()).await;
+    let claim_templates = resolved("ResourceClaimTemplates served", || async {
+        placement::served(&client, "resource.k8s.io/v1", "resourceclaimtemplates")
+            .await
+            .map_err(Error::Kube)
+    })
+    .await;
+    // One reflector per owned kind, its objects trimmed before they enter the store. Pods, Jobs
+    // and Services also trigger their owner; the other kinds are only read by passes.
+    let mut feeders = vec![
+        feed(
+            "PodDisruptionBudget",
+            writers.budgets,
+            scoped(&client, ns),
+            owned.clone(),
+            written,
+        ),
+        feed(
+            "ControllerRevision",
+            writers.revisions,
+            scoped(&client, ns),
+            owned.clone(),
+            written,
+        ),
+        feed(
+            "ConfigMap",
+            writers.config_maps,
+            scoped(&client, ns),
+            watcher::Config::default().labels(&format!(
+                "{}={},{} in ({},{})",
+                labels::MANAGED_BY,
+                labels::MANAGER,
+                labels::COMPONENT,
+                build::RANK_TABLE_COMPONENT,
+                build::PEER_ENDPOINTS_COMPONENT
+            )),
+            written,
+        ),
+    ];
+    if pod_groups {
+        feeders.push(feed(
+            "PodGroup",
+            writers.pod_groups,
+            scoped(&client, ns),
+            owned.clone(),
+            written,
+        ));
+    }
+    if claim_templates {
+        feeders.push(feed(
+            "ResourceClaimTemplate",
+            writers.claim_templates,
+            scoped(&client, ns),
+            owned.clone(),
+            written,
+        ));
+    }
+    let filled = {
+        let ctx = ctx.clone();
+        tokio::spawn(async move { ctx.caches.fill(pod_groups, claim_templates).await })
+    };
     // ConfigMaps named by `spec.acceptance.promptsFrom`: a metadata-only watch (no content is
     // read or kept; an edit moves the resourceVersion) mapped through the resources in the
-    // controller's own cache to those that name the ConfigMap. No ConfigMap is cached.
-    let config_maps: Api<PartialObjectMeta<ConfigMap>> = scoped(&client, namespace.as_deref());
+    // controller's own cache to those that name the ConfigMap. No ConfigMap is cached here.
+    let config_maps: Api<PartialObjectMeta<ConfigMap>> = scoped(&client, ns);
     // Every watch retries on its own backoff, so one kind's failing or re-listing watch never
     // holds up the others (with one backoff over all of them, a control-plane restart kept changed
     // resources unreconciled while the other kinds re-listed one after another).
     let writer = kube::runtime::reflector::store::Writer::new(ar.clone());
     let cache = writer.as_reader();
     let controller = Controller::for_stream_with(
-        on_own_backoff(
-            "DeepInferDeployment",
-            kube::runtime::reflector(writer, watcher(dids, watcher::Config::default()))
-                .applied_objects(),
+        noted(
+            on_own_backoff(
+                "DeepInferDeployment",
+                kube::runtime::reflector(writer, watcher(dids, watcher::Config::default()))
+                    .applied_objects(),
+            ),
+            &ctx.metrics,
+            |meta: &kube::core::ObjectMeta| {
+                vec![phase_key(
+                    meta.namespace.as_deref().unwrap_or_default(),
+                    meta.name.as_deref().unwrap_or_default(),
+                )]
+            },
         ),
         cache.clone(),
         ar.clone(),
     );
+    // Every event of a trigger stream is noted for the resources it triggers, so that the pass
+    // it starts observes how long it waited (`deepinfer_watch_event_to_reconcile_seconds`).
+    let metrics = ctx.metrics.clone();
+    let owners = {
+        let ar = ar.clone();
+        move |meta: &kube::core::ObjectMeta| owner_keys(meta, &ar)
+    };
     let controller = controller
-        .owns_stream(on_own_backoff(
-            "Pod",
-            watcher(pods, owned.clone()).touched_objects(),
+        .owns_stream(noted(
+            triggering(
+                "Pod",
+                writers.pods,
+                scoped(&client, ns),
+                owned.clone(),
+                written,
+                &mut feeders,
+            ),
+            &metrics,
+            owners.clone(),
         ))
-        .owns_stream(on_own_backoff(
-            "Job",
-            watcher(jobs, owned.clone()).touched_objects(),
+        .owns_stream(noted(
+            triggering(
+                "Job",
+                writers.jobs,
+                scoped(&client, ns),
+                owned.clone(),
+                written,
+                &mut feeders,
+            ),
+            &metrics,
+            owners.clone(),
         ))
-        .owns_stream(on_own_backoff(
-            "Service",
-            watcher(services, owned).touched_objects(),
+        .owns_stream(noted(
+            triggering(
+                "Service",
+                writers.services,
+                scoped(&client, ns),
+                owned,
+                written,
+                &mut feeders,
+            ),
+            &metrics,
+            owners,
         ))
         .watches_stream(
             on_own_backoff(
@@ -590,12 +705,19 @@ pub async fn run_with_context(
                 watcher(config_maps, watcher::Config::default()).touched_objects(),
             ),
             move |cm| {
-                prompts_referrers(
+                let referrers = prompts_referrers(
                     &cache.state(),
                     cm.metadata.namespace.as_deref(),
                     &cm.name_any(),
                     &ar,
-                )
+                );
+                for r in &referrers {
+                    metrics.triggered(&phase_key(
+                        r.namespace.as_deref().unwrap_or_default(),
+                        &r.name,
+                    ));
+                }
+                referrers
             },
         )
         .graceful_shutdown_on(shutdown);
@@ -624,6 +746,144 @@ pub async fn run_with_context(
         .await;
     forget_deleted.abort();
     api_returns.abort();
+    filled.abort();
+    for feeder in feeders {
+        feeder.abort();
+    }
+}
+
+/// Notes every object of a trigger stream as a watch event of the resources `keys` names
+/// (`namespace/name`), for the queue depth and the event-to-reconcile time.
+fn noted<K>(
+    stream: impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+    metrics: &Arc<crate::metrics::Metrics>,
+    keys: impl Fn(&kube::core::ObjectMeta) -> Vec<String> + Send + 'static,
+) -> impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static
+where
+    K: Resource + Send + 'static,
+{
+    let metrics = metrics.clone();
+    stream.inspect(move |item| {
+        if let Ok(obj) = item {
+            for key in keys(obj.meta()) {
+                metrics.triggered(&key);
+            }
+        }
+    })
+}
+
+/// Keys (`namespace/name`) of the DeepInferDeployments an object's owner references name: the
+/// resources its watch event triggers, as the controller maps them.
+fn owner_keys(meta: &kube::core::ObjectMeta, ar: &ApiResource) -> Vec<String> {
+    let ns = meta.namespace.as_deref();
+    meta.owner_references
+        .iter()
+        .flatten()
+        .filter_map(|o| ObjectRef::<DynamicObject>::from_owner_ref(ns, o, ar.clone()))
+        .map(|r| phase_key(r.namespace.as_deref().unwrap_or_default(), &r.name))
+        .collect()
+}
+
+/// Retries `resolve` every 5 seconds until the API server answers it.
+async fn resolved<F, Fut>(what: &'static str, resolve: F) -> bool
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<bool, Error>>,
+{
+    loop {
+        match resolve().await {
+            Ok(answer) => return answer,
+            Err(e) => {
+                warn!(what, error = %e, "resolving before the watches start; retrying in 5 s");
+                tokio::time::sleep(Duration::from_secs(5)).await;
+            }
+        }
+    }
+}
+
+/// A reflector of one owned kind into `writer`, objects trimmed before they are stored, each
+/// event noted in `written` once the store has it.
+fn cached<K>(
+    writer: kube::runtime::reflector::store::Writer<K>,
+    api: Api<K>,
+    config: watcher::Config,
+    written: &observe::Written,
+) -> impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static
+where
+    K: observe::Trim
+        + Resource<DynamicType = ()>
+        + k8s_openapi::Resource
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let progress = written
+        .of(<K as k8s_openapi::Resource>::KIND)
+        .unwrap_or_default();
+    kube::runtime::reflector(writer, watcher(api, config).modify(observe::Trim::trim)).inspect(
+        move |event| {
+            if let Ok(event) = event {
+                progress.stored(event);
+            }
+        },
+    )
+}
+
+/// Keeps the store of a kind whose changes trigger their owner, on its own backoff, in a task of
+/// its own (so the store keeps up while passes run), and returns its changed objects as a
+/// stream for the controller.
+fn triggering<K>(
+    kind: &'static str,
+    writer: kube::runtime::reflector::store::Writer<K>,
+    api: Api<K>,
+    config: watcher::Config,
+    written: &observe::Written,
+    feeders: &mut Vec<tokio::task::JoinHandle<()>>,
+) -> impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static
+where
+    K: observe::Trim
+        + Resource<DynamicType = ()>
+        + k8s_openapi::Resource
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (changed, changes) = futures::channel::mpsc::unbounded();
+    let objects = on_own_backoff(kind, cached(writer, api, config, written).touched_objects());
+    feeders.push(tokio::spawn(objects.for_each(move |object| {
+        // The controller has stopped when nobody receives.
+        let _ = changed.unbounded_send(object);
+        async {}
+    })));
+    changes
+}
+
+/// Keeps the store of a kind that passes read but that triggers nothing, on its own backoff.
+fn feed<K>(
+    kind: &'static str,
+    writer: kube::runtime::reflector::store::Writer<K>,
+    api: Api<K>,
+    config: watcher::Config,
+    written: &observe::Written,
+) -> tokio::task::JoinHandle<()>
+where
+    K: observe::Trim
+        + Resource<DynamicType = ()>
+        + k8s_openapi::Resource
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    tokio::spawn(on_own_backoff(kind, cached(writer, api, config, written)).for_each(|_| async {}))
 }
 
 /// The resources among `dids` whose `spec.acceptance.promptsFrom` names the ConfigMap
@@ -758,8 +1018,10 @@ const RESYNC: Duration = Duration::from_secs(300);
 /// One reconcile pass, counted and timed by its result.
 async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
     let metrics = ctx.metrics.clone();
-    let mut timer = metrics.reconcile_started();
-    let result = reconcile_pass(obj, ctx).await;
+    let key = phase_key(&obj.namespace().unwrap_or_default(), &obj.name_any());
+    let mut timer = metrics.reconcile_started(&key);
+    let written = ctx.caches.written.clone();
+    let result = observe::noting_writes(written, reconcile_pass(obj, ctx)).await;
     if result.is_ok() {
         timer.succeeded();
     }
@@ -960,6 +1222,22 @@ mod tests {
         let mut obj = DynamicObject::new(name, &api_resource()).within(ns);
         obj.data = serde_json::json!({ "spec": spec });
         Arc::new(obj)
+    }
+
+    #[test]
+    fn an_owned_objects_event_counts_for_the_resources_its_owner_references_name() {
+        let ar = api_resource();
+        let meta: kube::core::ObjectMeta = serde_json::from_value(serde_json::json!({
+            "name": "flash-0", "namespace": "team",
+            "ownerReferences": [
+                {"apiVersion": ar.api_version, "kind": ar.kind, "name": "flash", "uid": "1"},
+                {"apiVersion": "batch/v1", "kind": "Job", "name": "flash-accept", "uid": "2"},
+                {"apiVersion": "deepinfer.io/v0", "kind": ar.kind, "name": "old", "uid": "3"},
+            ],
+        }))
+        .expect("meta");
+        assert_eq!(owner_keys(&meta, &ar), ["team/flash"]);
+        assert!(owner_keys(&kube::core::ObjectMeta::default(), &ar).is_empty());
     }
 
     #[test]

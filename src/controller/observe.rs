@@ -1,14 +1,39 @@
 //! Observe stage: one read of everything a reconcile pass needs, into a plain [`Observed`] value
 //! that the decide functions take. Only objects this resource owns are kept (by owner reference,
 //! never by label alone); pods of its Jobs are kept with the Jobs.
+//!
+//! Owned objects come from [`Caches`]: one reflector per kind over the operator's objects
+//! (label `app.kubernetes.io/managed-by=deepinfer-operator`), trimmed by [`Trim`] to the fields
+//! the decide, build and status code reads before they enter the store. A pass reads no list;
+//! it waits only until every store has its first full list. The checkpoint's
+//! PersistentVolumeClaim and the prompts ConfigMap are read with a GET.
+//!
+//! A store lags the operator's own writes by the time their watch events take. So that a pass
+//! never decides on a view older than the writes before it (a group whose pods were created a
+//! moment ago would look broken), every write the passes make to a cached object is noted with
+//! the `resourceVersion` it produced ([`note_written`]), every event a store takes in with its
+//! own, and a pass first waits until each store has taken in the operator's newest write of its
+//! kind (resource versions of one kind compare as integers: they are the storage revision).
+//! Where that wait runs out ([`CATCH_UP`]) the pass goes on with what the stores hold. A delete
+//! that removes an object at once produces no version to wait for: a pass may still see it (its
+//! delete then meets 404), and the event that removes it triggers the next pass.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
-use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Service};
+use k8s_openapi::api::batch::v1::{Job, JobSpec};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, PodSpec, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::resource::v1::ResourceClaimTemplate;
 use k8s_openapi::api::scheduling::v1beta1::PodGroup;
-use kube::api::{Api, ListParams};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::api::Api;
+use kube::runtime::reflector::store::Writer;
+use kube::runtime::reflector::Store;
+use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
@@ -46,68 +71,376 @@ pub struct Observed {
     pub peer_endpoints: Vec<ConfigMap>,
 }
 
-fn owned_by(
-    meta_owner: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference],
-    uid: &str,
-) -> bool {
+/// Annotation `kubectl apply` leaves: a copy of the whole object, never read here.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// How an object of an owned kind is cut down before it enters a store: `managedFields`, the
+/// `kubectl.kubernetes.io/last-applied-configuration` annotation and every field no pass reads
+/// are dropped. Labels, other annotations (the applied hash) and owner references are kept.
+pub trait Trim {
+    /// Drops what no pass reads.
+    fn trim(&mut self);
+}
+
+fn trim_meta(meta: &mut ObjectMeta) {
+    meta.managed_fields = None;
+    if let Some(annotations) = meta.annotations.as_mut() {
+        annotations.remove(LAST_APPLIED);
+    }
+}
+
+impl Trim for Pod {
+    /// Keeps the node, the device claims and the status but for the pod and host IP lists.
+    fn trim(&mut self) {
+        trim_meta(&mut self.metadata);
+        self.spec = self.spec.take().map(|s| PodSpec {
+            node_name: s.node_name,
+            resource_claims: s.resource_claims,
+            ..PodSpec::default()
+        });
+        if let Some(status) = self.status.as_mut() {
+            status.pod_ips = None;
+            status.host_ips = None;
+        }
+    }
+}
+
+impl Trim for Job {
+    /// Keeps the TTL, the template's device claims and its containers' names and arguments
+    /// (the judge's names its evidence ConfigMap), and the status.
+    fn trim(&mut self) {
+        trim_meta(&mut self.metadata);
+        self.spec = self.spec.take().map(|s| JobSpec {
+            ttl_seconds_after_finished: s.ttl_seconds_after_finished,
+            template: k8s_openapi::api::core::v1::PodTemplateSpec {
+                metadata: None,
+                spec: s.template.spec.map(|p| PodSpec {
+                    containers: p
+                        .containers
+                        .into_iter()
+                        .map(|c| k8s_openapi::api::core::v1::Container {
+                            name: c.name,
+                            args: c.args,
+                            ..Default::default()
+                        })
+                        .collect(),
+                    resource_claims: p.resource_claims,
+                    ..PodSpec::default()
+                }),
+            },
+            ..JobSpec::default()
+        });
+    }
+}
+
+impl Trim for Service {
+    /// Metadata only: existing Services are compared by their applied hash.
+    fn trim(&mut self) {
+        trim_meta(&mut self.metadata);
+        self.spec = None;
+        self.status = None;
+    }
+}
+
+impl Trim for PodDisruptionBudget {
+    /// Metadata only: existing budgets are compared by their applied hash.
+    fn trim(&mut self) {
+        trim_meta(&mut self.metadata);
+        self.spec = None;
+        self.status = None;
+    }
+}
+
+impl Trim for ControllerRevision {
+    /// Keeps the revision number and the data (the spec the revision's groups are rebuilt from).
+    fn trim(&mut self) {
+        trim_meta(&mut self.metadata);
+    }
+}
+
+impl Trim for PodGroup {
+    /// Keeps spec (its device claims) and status.
+    fn trim(&mut self) {
+        trim_meta(&mut self.metadata);
+    }
+}
+
+impl Trim for ResourceClaimTemplate {
+    /// Metadata only: templates are matched by name.
+    fn trim(&mut self) {
+        trim_meta(&mut self.metadata);
+        self.spec = Default::default();
+    }
+}
+
+impl Trim for ConfigMap {
+    /// Metadata only: rank tables and peer endpoints are compared by their applied hash.
+    fn trim(&mut self) {
+        trim_meta(&mut self.metadata);
+        self.data = None;
+        self.binary_data = None;
+    }
+}
+
+/// Longest a pass waits for the stores to take in the operator's own writes.
+pub const CATCH_UP: Duration = Duration::from_secs(15);
+
+/// How far one kind's store has caught up with the operator's writes of that kind: the newest
+/// `resourceVersion` written and the newest taken into the store.
+#[derive(Debug, Default)]
+pub struct Progress {
+    written: AtomicU64,
+    stored: AtomicU64,
+    /// The newest version of a relist under way (the store takes the list in whole at its end).
+    listing: AtomicU64,
+}
+
+fn version(meta: &ObjectMeta) -> Option<u64> {
+    meta.resource_version.as_deref()?.parse().ok()
+}
+
+impl Progress {
+    /// Notes a watch event the reflector has applied to the store.
+    pub fn stored<K: Resource>(&self, event: &watcher::Event<K>) {
+        match event {
+            watcher::Event::Apply(o) | watcher::Event::Delete(o) => {
+                if let Some(v) = version(o.meta()) {
+                    self.stored.fetch_max(v, Ordering::SeqCst);
+                }
+            }
+            watcher::Event::Init => self.listing.store(0, Ordering::SeqCst),
+            watcher::Event::InitApply(o) => {
+                if let Some(v) = version(o.meta()) {
+                    self.listing.fetch_max(v, Ordering::SeqCst);
+                }
+            }
+            watcher::Event::InitDone => {
+                let listed = self.listing.swap(0, Ordering::SeqCst);
+                self.stored.fetch_max(listed, Ordering::SeqCst);
+            }
+        }
+    }
+
+    fn behind(&self) -> bool {
+        self.stored.load(Ordering::SeqCst) < self.written.load(Ordering::SeqCst)
+    }
+
+    /// Takes the store as current: after a wait ran out, later passes do not wait for the same
+    /// write again.
+    fn give_up(&self) {
+        self.written
+            .fetch_min(self.stored.load(Ordering::SeqCst), Ordering::SeqCst);
+    }
+}
+
+/// [`Progress`] of every cached kind, by kind name.
+#[derive(Debug, Default)]
+pub struct Written(BTreeMap<&'static str, Arc<Progress>>);
+
+impl Written {
+    /// The progress of `kind`, if it is cached.
+    pub fn of(&self, kind: &str) -> Option<Arc<Progress>> {
+        self.0.get(kind).cloned()
+    }
+
+    /// Notes an object the operator wrote, if its kind's store watches it.
+    fn note(&self, kind: &str, meta: &ObjectMeta) {
+        let watched = meta.labels.as_ref().is_some_and(|l| {
+            l.get(labels::MANAGED_BY).map(String::as_str) == Some(labels::MANAGER)
+                && (kind != "ConfigMap"
+                    || matches!(
+                        l.get(labels::COMPONENT).map(String::as_str),
+                        Some(crate::controller::build::RANK_TABLE_COMPONENT)
+                            | Some(crate::controller::build::PEER_ENDPOINTS_COMPONENT)
+                    ))
+        });
+        if let (true, Some(progress), Some(v)) = (watched, self.0.get(kind), version(meta)) {
+            progress.written.fetch_max(v, Ordering::SeqCst);
+        }
+    }
+
+    /// Waits until every store has taken in the newest write of its kind, at most `limit`.
+    async fn caught_up(&self, limit: Duration) {
+        let deadline = tokio::time::Instant::now() + limit;
+        while self.0.values().any(|p| p.behind()) {
+            if tokio::time::Instant::now() >= deadline {
+                for (kind, p) in &self.0 {
+                    if p.behind() {
+                        tracing::warn!(kind, "the cache has not caught up with the operator's own writes; reading it as it is");
+                        p.give_up();
+                    }
+                }
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}
+
+tokio::task_local! {
+    /// Where the writes of the running pass are noted.
+    static PASS_WRITES: Arc<Written>;
+}
+
+/// Runs one pass with its writes noted in `written` (see [`note_written`]).
+pub async fn noting_writes<F: std::future::Future>(written: Arc<Written>, pass: F) -> F::Output {
+    PASS_WRITES.scope(written, pass).await
+}
+
+/// Notes an object the running pass wrote, as the API server returned it, so that later passes
+/// wait until its store has it; outside a pass (or for a kind not cached) nothing happens.
+pub fn note_written<K: Resource + k8s_openapi::Resource>(obj: &K) {
+    let _ = PASS_WRITES.try_with(|w| w.note(<K as k8s_openapi::Resource>::KIND, obj.meta()));
+}
+
+/// The stores of the owned kinds a pass reads, each fed by one watch of the controller, and
+/// whether all of them hold their first full list.
+pub struct Caches {
+    pods: Store<Pod>,
+    jobs: Store<Job>,
+    services: Store<Service>,
+    budgets: Store<PodDisruptionBudget>,
+    revisions: Store<ControllerRevision>,
+    pod_groups: Store<PodGroup>,
+    claim_templates: Store<ResourceClaimTemplate>,
+    /// Rank-table and peer-endpoints ConfigMaps only.
+    config_maps: Store<ConfigMap>,
+    ready: tokio::sync::watch::Sender<bool>,
+    /// How far each store has caught up with the operator's writes.
+    pub written: Arc<Written>,
+}
+
+/// The writing ends of [`Caches`], taken by the controller loop that feeds them.
+pub struct CacheWriters {
+    /// Pods (worker and Job pods).
+    pub pods: Writer<Pod>,
+    /// Jobs.
+    pub jobs: Writer<Job>,
+    /// Services.
+    pub services: Writer<Service>,
+    /// PodDisruptionBudgets.
+    pub budgets: Writer<PodDisruptionBudget>,
+    /// ControllerRevisions.
+    pub revisions: Writer<ControllerRevision>,
+    /// PodGroups (fed only where groups are PodGroups).
+    pub pod_groups: Writer<PodGroup>,
+    /// ResourceClaimTemplates (fed only where the API server serves them).
+    pub claim_templates: Writer<ResourceClaimTemplate>,
+    /// Rank-table and peer-endpoints ConfigMaps.
+    pub config_maps: Writer<ConfigMap>,
+}
+
+impl Caches {
+    /// Empty stores, not ready, and their writers.
+    pub fn new() -> (Self, CacheWriters) {
+        let writers = CacheWriters {
+            pods: Writer::default(),
+            jobs: Writer::default(),
+            services: Writer::default(),
+            budgets: Writer::default(),
+            revisions: Writer::default(),
+            pod_groups: Writer::default(),
+            claim_templates: Writer::default(),
+            config_maps: Writer::default(),
+        };
+        let caches = Self {
+            pods: writers.pods.as_reader(),
+            jobs: writers.jobs.as_reader(),
+            services: writers.services.as_reader(),
+            budgets: writers.budgets.as_reader(),
+            revisions: writers.revisions.as_reader(),
+            pod_groups: writers.pod_groups.as_reader(),
+            claim_templates: writers.claim_templates.as_reader(),
+            config_maps: writers.config_maps.as_reader(),
+            ready: tokio::sync::watch::Sender::new(false),
+            written: Arc::new(Written(
+                [
+                    <Pod as k8s_openapi::Resource>::KIND,
+                    <Job as k8s_openapi::Resource>::KIND,
+                    <Service as k8s_openapi::Resource>::KIND,
+                    <PodDisruptionBudget as k8s_openapi::Resource>::KIND,
+                    <ControllerRevision as k8s_openapi::Resource>::KIND,
+                    <PodGroup as k8s_openapi::Resource>::KIND,
+                    <ResourceClaimTemplate as k8s_openapi::Resource>::KIND,
+                    <ConfigMap as k8s_openapi::Resource>::KIND,
+                ]
+                .into_iter()
+                .map(|kind| (kind, Arc::default()))
+                .collect(),
+            )),
+        };
+        (caches, writers)
+    }
+
+    /// Waits until every fed store holds its first full list (PodGroups and
+    /// ResourceClaimTemplates only when fed), then lets passes read them. The only waiter on
+    /// the stores: a store wakes one waiter.
+    pub async fn fill(&self, pod_groups: bool, claim_templates: bool) {
+        // An error means the writer was dropped with the controller loop: nothing to wait for.
+        let _ = self.pods.wait_until_ready().await;
+        let _ = self.jobs.wait_until_ready().await;
+        let _ = self.services.wait_until_ready().await;
+        let _ = self.budgets.wait_until_ready().await;
+        let _ = self.revisions.wait_until_ready().await;
+        let _ = self.config_maps.wait_until_ready().await;
+        if pod_groups {
+            let _ = self.pod_groups.wait_until_ready().await;
+        }
+        if claim_templates {
+            let _ = self.claim_templates.wait_until_ready().await;
+        }
+        self.ready.send_replace(true);
+    }
+
+    /// Waits until [`Caches::fill`] has seen every store filled.
+    async fn ready(&self) {
+        // The sender lives as long as `self`: `wait_for` cannot fail.
+        let _ = self.ready.subscribe().wait_for(|ready| *ready).await;
+    }
+}
+
+fn owned_by(meta_owner: &[OwnerReference], uid: &str) -> bool {
     meta_owner.iter().any(|o| o.uid == uid)
 }
 
-/// Lists one kind by the deployment label and keeps the objects owned by `uid`.
-async fn list_owned_by<K>(
-    ctx: &Context,
+/// The cached objects of `namespace` labelled with `deployment` (and `component`, if given).
+fn labelled<K>(
+    store: &Store<K>,
     ns: &str,
     deployment: &str,
-    uid: &str,
-) -> Result<Vec<K>, Error>
+    component: Option<&str>,
+) -> Vec<std::sync::Arc<K>>
 where
-    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-        + k8s_openapi::Resource
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug,
+    K: Resource<DynamicType = ()> + Clone + 'static,
 {
-    list_owned_with(ctx, ns, deployment, uid, None).await
+    store
+        .state()
+        .into_iter()
+        .filter(|o| o.meta().namespace.as_deref() == Some(ns))
+        .filter(|o| o.labels().get(labels::DEPLOYMENT).map(String::as_str) == Some(deployment))
+        .filter(|o| {
+            component
+                .is_none_or(|c| o.labels().get(labels::COMPONENT).map(String::as_str) == Some(c))
+        })
+        .collect()
 }
 
-/// As [`list_owned_by`], narrowed to the objects whose component label is `component` (so that
-/// no other object of the kind, e.g. large evidence ConfigMaps, is read).
-async fn list_owned_with<K>(
-    ctx: &Context,
+/// The cached objects labelled with `deployment` (and `component`) and owned by `uid`.
+fn owned_in<K>(
+    store: &Store<K>,
     ns: &str,
     deployment: &str,
     uid: &str,
     component: Option<&str>,
-) -> Result<Vec<K>, Error>
+) -> Vec<K>
 where
-    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-        + k8s_openapi::Resource
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug,
+    K: Resource<DynamicType = ()> + Clone + 'static,
 {
-    let api: Api<K> = Api::namespaced(ctx.client.clone(), ns);
-    let mut selector = format!("{}={deployment}", labels::DEPLOYMENT);
-    if let Some(component) = component {
-        selector.push_str(&format!(",{}={component}", labels::COMPONENT));
-    }
-    let lp = ListParams::default().labels(&selector);
-    let items = api
-        .list(&lp)
-        .await
-        .map_err(|e| {
-            Error::api(
-                "list",
-                <K as k8s_openapi::Resource>::KIND,
-                &format!("{ns}/-l {selector}"),
-                e,
-            )
-        })?
-        .items;
-    Ok(items
+    labelled(store, ns, deployment, component)
         .into_iter()
         .filter(|o| owned_by(o.owner_references(), uid))
-        .collect())
+        .map(|o| K::clone(&o))
+        .collect()
 }
 
 async fn get_opt<K>(ctx: &Context, ns: &str, name: &str) -> Result<Option<K>, Error>
@@ -129,7 +462,8 @@ where
     })
 }
 
-/// Reads every object the pass needs; PodGroups only when groups are PodGroups here.
+/// Reads every object the pass needs from the caches (PodGroups only when groups are PodGroups
+/// here), and the claim and prompts by GET.
 pub async fn observe(
     ctx: &Context,
     did: &DeepInferDeployment,
@@ -140,31 +474,20 @@ pub async fn observe(
         .ok_or_else(|| Error::NoNamespace(did.name_any()))?;
     let name = did.name_any();
     let uid = did.uid().unwrap_or_default();
-    let jobs: Vec<Job> = list_owned_by(ctx, &ns, &name, &uid).await?;
-    let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-    let lp = ListParams::default().labels(&format!("{}={name}", labels::DEPLOYMENT));
-    let pods = pods_api
-        .list(&lp)
-        .await
-        .map_err(|e| {
-            Error::api(
-                "list",
-                "Pod",
-                &format!("{ns}/-l {}={name}", labels::DEPLOYMENT),
-                e,
-            )
-        })?
-        .items;
+    let caches = &ctx.caches;
+    caches.ready().await;
+    caches.written.caught_up(CATCH_UP).await;
+    let jobs: Vec<Job> = owned_in(&caches.jobs, &ns, &name, &uid, None);
     let job_uids: Vec<String> = jobs.iter().filter_map(|j| j.uid()).collect();
     let mut workers = Vec::new();
     let mut job_pods = Vec::new();
-    for pod in pods {
+    for pod in labelled(&caches.pods, &ns, &name, None) {
         if owned_by(pod.owner_references(), &uid) {
             if pod.labels().get(labels::COMPONENT).map(String::as_str) == Some("worker") {
-                workers.push(pod);
+                workers.push(Pod::clone(&pod));
             }
         } else if job_uids.iter().any(|j| owned_by(pod.owner_references(), j)) {
-            job_pods.push(pod);
+            job_pods.push(Pod::clone(&pod));
         }
     }
     let claim_phase = match crate::controller::build::checkpoint_location(&did.spec) {
@@ -185,29 +508,29 @@ pub async fn observe(
         workers,
         jobs,
         job_pods,
-        services: list_owned_by(ctx, &ns, &name, &uid).await?,
-        budgets: list_owned_by(ctx, &ns, &name, &uid).await?,
-        revisions: list_owned_by(ctx, &ns, &name, &uid).await?,
+        services: owned_in(&caches.services, &ns, &name, &uid, None),
+        budgets: owned_in(&caches.budgets, &ns, &name, &uid, None),
+        revisions: owned_in(&caches.revisions, &ns, &name, &uid, None),
         claim_templates: if did.spec.accelerator.device_class_name.is_some()
             || did.spec.accelerator.domain_device_class_name.is_some()
         {
-            list_owned_by(ctx, &ns, &name, &uid).await?
+            owned_in(&caches.claim_templates, &ns, &name, &uid, None)
         } else {
             Vec::new()
         },
         rank_tables: {
             let component = Some(crate::controller::build::RANK_TABLE_COMPONENT);
-            list_owned_with(ctx, &ns, &name, &uid, component).await?
+            owned_in(&caches.config_maps, &ns, &name, &uid, component)
         },
         // Only a spec whose decode role has upstream roles has (or may delete) the file.
         peer_endpoints: if crate::controller::build::decode_has_upstreams(&did.spec) {
             let component = Some(crate::controller::build::PEER_ENDPOINTS_COMPONENT);
-            list_owned_with(ctx, &ns, &name, &uid, component).await?
+            owned_in(&caches.config_maps, &ns, &name, &uid, component)
         } else {
             Vec::new()
         },
         pod_groups: if pod_groups {
-            list_owned_by(ctx, &ns, &name, &uid).await?
+            owned_in(&caches.pod_groups, &ns, &name, &uid, None)
         } else {
             Vec::new()
         },
@@ -226,5 +549,248 @@ impl Observed {
             .iter()
             .filter(|p| p.labels().get("job-name").map(String::as_str) == Some(name))
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::{apply, build, decide, placement};
+
+    fn meta_with_noise(extra: serde_json::Value) -> serde_json::Value {
+        let mut meta = serde_json::json!({
+            "name": "flash-serve-abcde-0-0",
+            "namespace": "team",
+            "labels": {labels::DEPLOYMENT: "flash", labels::COMPONENT: "worker", "job-name": "flash-accept-0"},
+            "annotations": {
+                build::APPLIED_HASH_ANNOTATION: "h1",
+                LAST_APPLIED: "{\"a\": \"copy of the whole object\"}",
+            },
+            "ownerReferences": [{"apiVersion": "deepinfer.io/v1alpha1", "kind": "DeepInferDeployment", "name": "flash", "uid": "u-1"}],
+            "deletionTimestamp": "2026-01-01T00:00:05Z",
+            "managedFields": [{"manager": "deepinfer-operator", "operation": "Apply", "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {}}}],
+        });
+        meta.as_object_mut()
+            .expect("object")
+            .extend(extra.as_object().cloned().unwrap_or_default());
+        meta
+    }
+
+    fn pod() -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": meta_with_noise(serde_json::json!({})),
+            "spec": {
+                "nodeName": "nvidia-3",
+                "containers": [{"name": "engine", "image": "vllm:1", "args": ["--serve"], "env": [{"name": "A", "value": "b"}]}],
+                "volumes": [{"name": "model", "emptyDir": {}}],
+                "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "flash-gpus"}],
+                "readinessGates": [{"conditionType": "deepinfer.io/accepted"}],
+            },
+            "status": {
+                "phase": "Running",
+                "podIP": "10.0.0.7",
+                "podIPs": [{"ip": "10.0.0.7"}],
+                "hostIPs": [{"ip": "192.168.0.3"}],
+                "conditions": [
+                    {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+                    {"type": "Ready", "status": "True"},
+                    {"type": "deepinfer.io/accepted", "status": "True", "reason": "Passed"},
+                ],
+                "containerStatuses": [{
+                    "name": "engine", "ready": true, "restartCount": 1, "image": "vllm:1", "imageID": "sha",
+                    "state": {"running": {"startedAt": "2026-01-01T00:00:02Z"}},
+                    "lastState": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}},
+                }],
+            },
+        }))
+        .expect("a pod")
+    }
+
+    #[test]
+    fn a_trimmed_pod_reads_the_same_to_every_decision_and_keeps_no_managed_fields() {
+        let full = pod();
+        let mut trimmed = full.clone();
+        trimmed.trim();
+        assert!(trimmed.metadata.managed_fields.is_none());
+        assert!(!trimmed.annotations().contains_key(LAST_APPLIED));
+        assert!(trimmed
+            .spec
+            .as_ref()
+            .is_some_and(|s| s.containers.is_empty()));
+        assert!(
+            serde_json::to_vec(&trimmed).expect("json").len()
+                < serde_json::to_vec(&full).expect("json").len()
+        );
+        assert_eq!(trimmed.labels(), full.labels());
+        assert_eq!(trimmed.owner_references(), full.owner_references());
+        assert_eq!(build::applied_hash(&trimmed), build::applied_hash(&full));
+        assert_eq!(
+            trimmed.metadata.deletion_timestamp,
+            full.metadata.deletion_timestamp
+        );
+        assert!(apply::pod_ready(&trimmed) && apply::is_accepted(&trimmed));
+        assert_eq!(
+            decide::jobs::pod_trouble(&trimmed),
+            decide::jobs::pod_trouble(&full)
+        );
+        assert_eq!(
+            decide::jobs::unschedulable(&trimmed),
+            decide::jobs::unschedulable(&full)
+        );
+        assert_eq!(
+            decide::jobs::started_at(&trimmed, "engine"),
+            decide::jobs::started_at(&full, "engine")
+        );
+        assert_eq!(
+            decide::jobs::containers_ended(&[&trimmed]),
+            decide::jobs::containers_ended(&[&full])
+        );
+        assert_eq!(
+            placement::partial_placement(&[&trimmed], 2),
+            placement::partial_placement(&[&full], 2)
+        );
+        assert_eq!(
+            build::templates_in_use(trimmed.spec.as_ref()),
+            build::templates_in_use(full.spec.as_ref())
+        );
+        assert_eq!(
+            trimmed.status.as_ref().and_then(|s| s.pod_ip.as_deref()),
+            Some("10.0.0.7")
+        );
+    }
+
+    #[test]
+    fn a_trimmed_job_keeps_its_ttl_claims_judge_arguments_and_status() {
+        let full: Job = serde_json::from_value(serde_json::json!({
+            "metadata": meta_with_noise(serde_json::json!({"name": "flash-accept-0"})),
+            "spec": {
+                "backoffLimit": 0,
+                "template": {
+                    "metadata": {"labels": {"a": "b"}},
+                    "spec": {
+                        "containers": [{"name": build::JUDGE_CONTAINER, "image": "op:1", "args": ["judge", "--evidence-configmap", "flash-evidence-1"], "env": [{"name": "A", "value": "b"}]}],
+                        "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "flash-gpus"}],
+                    },
+                },
+            },
+            "status": {"conditions": [{"type": "Complete", "status": "True"}], "startTime": "2026-01-01T00:00:00Z"},
+        }))
+        .expect("a job");
+        let mut trimmed = full.clone();
+        trimmed.trim();
+        assert!(trimmed.metadata.managed_fields.is_none());
+        assert_eq!(trimmed.status, full.status);
+        assert_eq!(
+            build::evidence_of_job(&trimmed).as_deref(),
+            Some("flash-evidence-1")
+        );
+        let template = |j: &Job| j.spec.as_ref().and_then(|s| s.template.spec.clone());
+        assert_eq!(
+            build::templates_in_use(template(&trimmed).as_ref()),
+            build::templates_in_use(template(&full).as_ref())
+        );
+        assert_eq!(
+            decide::retention::jobs_to_expire(std::slice::from_ref(&trimmed), &[]),
+            decide::retention::jobs_to_expire(std::slice::from_ref(&full), &[])
+        );
+        assert!(template(&trimmed).is_some_and(|p| p.containers[0].env.is_none()));
+    }
+
+    fn labelled_pod(name: &str, component: Option<&str>, rv: &str) -> Pod {
+        let mut pod = Pod::default();
+        pod.metadata.name = Some(name.into());
+        pod.metadata.resource_version = Some(rv.into());
+        let mut l = BTreeMap::from([(labels::MANAGED_BY.to_string(), labels::MANAGER.to_string())]);
+        if let Some(c) = component {
+            l.insert(labels::COMPONENT.into(), c.into());
+        }
+        pod.metadata.labels = Some(l);
+        pod
+    }
+
+    #[tokio::test]
+    async fn a_pass_waits_until_the_store_has_the_operators_last_write_of_each_kind() {
+        let (caches, _writers) = Caches::new();
+        let written = caches.written.clone();
+        let pods = written.of("Pod").expect("pods are cached");
+        // A write outside a pass, or of an object no store watches, is not waited for.
+        note_written(&labelled_pod("a", None, "7"));
+        let mut foreign = labelled_pod("b", None, "9");
+        foreign.metadata.labels = None;
+        noting_writes(written.clone(), async { note_written(&foreign) }).await;
+        assert!(!pods.behind());
+        noting_writes(written.clone(), async {
+            note_written(&labelled_pod("c", None, "12"));
+        })
+        .await;
+        assert!(pods.behind());
+        let waiting = tokio::spawn({
+            let written = written.clone();
+            async move { written.caught_up(Duration::from_secs(30)).await }
+        });
+        // A relist counts only once it is complete; an event counts at once.
+        pods.stored(&watcher::Event::<Pod>::Init);
+        pods.stored(&watcher::Event::InitApply(labelled_pod("c", None, "12")));
+        assert!(pods.behind());
+        pods.stored(&watcher::Event::<Pod>::InitDone);
+        assert!(!pods.behind());
+        tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("the wait ends once the store has the write")
+            .expect("joined");
+        noting_writes(written.clone(), async {
+            note_written(&labelled_pod("c", None, "20"));
+        })
+        .await;
+        pods.stored(&watcher::Event::Apply(labelled_pod("c", None, "19")));
+        assert!(pods.behind());
+        pods.stored(&watcher::Event::Delete(labelled_pod("c", None, "21")));
+        assert!(!pods.behind());
+        // A wait that runs out reads the store as it is, and the next pass does not wait again.
+        noting_writes(written.clone(), async {
+            note_written(&labelled_pod("d", None, "30"));
+        })
+        .await;
+        written.caught_up(Duration::from_millis(20)).await;
+        assert!(!pods.behind());
+    }
+
+    #[test]
+    fn only_configmaps_the_store_watches_are_waited_for() {
+        let (caches, _writers) = Caches::new();
+        let cms = caches.written.of("ConfigMap").expect("cached");
+        let evidence = labelled_pod("e", Some("evidence"), "5").metadata;
+        caches.written.note("ConfigMap", &evidence);
+        assert!(!cms.behind());
+        let table = labelled_pod("t", Some(build::RANK_TABLE_COMPONENT), "6").metadata;
+        caches.written.note("ConfigMap", &table);
+        assert!(cms.behind());
+        caches.written.note("Role", &table);
+    }
+
+    #[test]
+    fn trimmed_applied_objects_keep_the_hash_they_are_compared_by() {
+        let meta: ObjectMeta =
+            serde_json::from_value(meta_with_noise(serde_json::json!({}))).expect("meta");
+        let mut cm = ConfigMap {
+            metadata: meta.clone(),
+            data: Some(std::collections::BTreeMap::from([(
+                "table".into(),
+                "x".repeat(4096),
+            )])),
+            ..ConfigMap::default()
+        };
+        cm.trim();
+        assert!(cm.data.is_none() && cm.metadata.managed_fields.is_none());
+        assert_eq!(build::applied_hash(&cm), Some("h1"));
+        let mut svc = Service {
+            metadata: meta,
+            spec: Some(Default::default()),
+            ..Service::default()
+        };
+        svc.trim();
+        assert!(svc.spec.is_none());
+        assert_eq!(build::applied_hash(&svc), Some("h1"));
+        assert_eq!(svc.owner_references().len(), 1);
     }
 }

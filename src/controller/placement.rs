@@ -28,8 +28,17 @@ pub enum GangScheduling {
 
 /// Whether the API server serves PodGroups (`scheduling.k8s.io/v1beta1`, resource `podgroups`).
 pub async fn pod_groups_served(client: &Client) -> Result<bool, kube::Error> {
-    match client.list_api_group_resources(POD_GROUP_API).await {
-        Ok(list) => Ok(list.resources.iter().any(|r| r.name == "podgroups")),
+    served(client, POD_GROUP_API, "podgroups").await
+}
+
+/// Whether the API server serves `resource` in `group_version` (e.g. `resource.k8s.io/v1`).
+pub async fn served(
+    client: &Client,
+    group_version: &str,
+    resource: &str,
+) -> Result<bool, kube::Error> {
+    match client.list_api_group_resources(group_version).await {
+        Ok(list) => Ok(list.resources.iter().any(|r| r.name == resource)),
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(false),
         Err(e) => Err(e),
     }

@@ -27,7 +27,8 @@ fn exercised() -> Metrics {
     let requests = super::ApiRequests::default();
     requests.record("patch", "pods", Some(200), 0.01);
     let metrics = Metrics::new(requests);
-    metrics.reconcile_started().succeeded();
+    metrics.triggered("ns/name");
+    metrics.reconcile_started("ns/name").succeeded();
     metrics.reconcile_failed("kube");
     metrics.observe_phase("ns/name", Some(Phase::Ready));
     metrics.acceptance_finished("Passed", 1.0);
@@ -184,6 +185,15 @@ pub const ALERTS: &[Alert] = &[
         meaning: "Kubernetes' own SLO for mutating calls is p99 at most 1 s; above it, every reconcile pass waits on the API server and resources converge slowly. Look at the API server's and etcd's load, admission webhooks, and `deepinfer_active_reconciles`.",
     },
     Alert {
+        name: "DeepInferReconcileLagging",
+        title: "Reconciles lagging",
+        expr: "histogram_quantile(0.99, sum by (namespace, job, le) (rate(deepinfer_watch_event_to_reconcile_seconds_bucket[10m]))) > 30",
+        for_: Some("15m"),
+        severity: "warning",
+        summary: "deepinfer-operator starts the reconcile of a change more than 30 s after seeing it",
+        meaning: "A pass starts as soon as a watch event arrives unless one is still running for the same resource, so changes wait for slow passes: look at `deepinfer_reconcile_duration_seconds`, `deepinfer_reconcile_queue_depth`, `deepinfer_active_reconciles` and the API server's latency (`DeepInferAPIWritesSlow`).",
+    },
+    Alert {
         name: "DeepInferOperatorWriteStorm",
         title: "Write storm",
         expr: "sum by (namespace, job) (rate(deepinfer_api_writes_total[10m])) > 1",
@@ -284,6 +294,8 @@ mod tests {
             "| `deepinfer_leader` | gauge |  |",
             "| `deepinfer_api_writes_total` | counter |  |",
             "| `deepinfer_active_reconciles` | gauge |  |",
+            "| `deepinfer_reconcile_queue_depth` | gauge |  |",
+            "`deepinfer_watch_event_to_reconcile_seconds_bucket`<br>`deepinfer_watch_event_to_reconcile_seconds_count`<br>`deepinfer_watch_event_to_reconcile_seconds_sum` | histogram |  |",
             "| `deepinfer_api_requests_total` | counter | `code`, `resource`, `verb` |",
             "| histogram | `resource`, `verb` |",
             "`deepinfer_acceptance_duration_seconds_bucket`<br>`deepinfer_acceptance_duration_seconds_count`<br>`deepinfer_acceptance_duration_seconds_sum` | histogram |",

@@ -81,21 +81,21 @@ shipped in config/rbac/role.yaml (a test keeps the two equal).
 # A PodDisruptionBudget per role, so a node drain takes down no more groups than a rollout may.
 - apiGroups: [policy]
   resources: [poddisruptionbudgets]
-  verbs: [list, create, patch, delete]
+  verbs: [list, watch, create, patch, delete]
 # The spec of each revision, so the serving revision's groups are rebuilt while another is judged.
 - apiGroups: [apps]
   resources: [controllerrevisions]
-  verbs: [list, create, patch, delete]
+  verbs: [list, watch, create, patch, delete]
 # A PodGroup per serving group and multi-pod acceptance run, so the scheduler binds all ranks or none
 # (only used where the API server serves scheduling.k8s.io/v1beta1).
 - apiGroups: [scheduling.k8s.io]
   resources: [podgroups]
-  verbs: [list, create, patch, delete]
+  verbs: [list, watch, create, patch, delete]
 # With spec.accelerator.deviceClassName, the ResourceClaimTemplate engine pods claim devices from
 # (Dynamic Resource Allocation).
 - apiGroups: [resource.k8s.io]
   resources: [resourceclaimtemplates]
-  verbs: [list, create, delete]
+  verbs: [list, watch, create, delete]
 # Checkpoint fetch, verification and acceptance Jobs; patch gives a finished Job whose verdict is
 # in status its ttlSecondsAfterFinished.
 - apiGroups: [batch]

@@ -16,7 +16,8 @@
 //!    fresh namespace on the same bed (see `floor.rs`).
 //!
 //! Per phase it prints the time to converge, API requests by verb per resource, reconciles per
-//! resource, the CPU seconds of the operator, the benchmark's node agent and the bed's processes,
+//! resource, the peak reconcile queue depth and how long watch events waited for their pass
+//! (mean and 99th percentile), the CPU seconds of the operator, the benchmark's node agent and the bed's processes,
 //! and the operator's resident memory at the start, at the peak (sampled each second) and at the
 //! end; then operator ÷ floor for reaching Ready and for the rollout. It prints figures and never
 //! judges them. The last line is `BENCH {json}` for scripts.
@@ -172,7 +173,7 @@ async fn wait_all(
     let mut operator = operator;
     let mut last_report = Instant::now();
     loop {
-        probe.sample();
+        probe.sample().await;
         if let Some(op) = operator.as_deref_mut() {
             op.assert_running();
         }
@@ -362,7 +363,7 @@ async fn phases(
     let mut op = start();
     let mut probe = Probe::start_fresh("restart", n, op.id(), address, agent.id());
     loop {
-        probe.sample();
+        probe.sample().await;
         let text = metrics(address, &mut op).await;
         if probe::passes_ended(&text) >= n as f64 {
             break;
@@ -376,7 +377,7 @@ async fn phases(
     // What follows the first pass over each (requeues, late events) belongs to the phase too.
     let converged_at = probe.elapsed();
     tokio::time::sleep(Duration::from_secs(5)).await;
-    probe.sample();
+    probe.sample().await;
     let mut restart = probe.finish().await;
     restart.seconds = converged_at.as_secs_f64();
     phases.push(restart.printed());

@@ -1,6 +1,7 @@
 //! What one phase cost: wall time, API requests by verb and resource (from the client's request
-//! counters, `deepinfer_api_requests_total`), reconcile passes, CPU seconds of every process
-//! involved and the operator's resident memory.
+//! counters, `deepinfer_api_requests_total`), reconcile passes, how long watch events waited for
+//! their pass and how many resources waited at once, CPU seconds of every process involved and
+//! the operator's resident memory.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -33,6 +34,48 @@ fn over_results(exposition: &str, name: &str) -> f64 {
 /// Reconcile passes that ended (successfully or not).
 pub fn passes_ended(exposition: &str) -> f64 {
     over_results(exposition, "deepinfer_reconcile_duration_seconds_count")
+}
+
+/// Series of the event-to-reconcile histogram.
+const EVENT_TO_RECONCILE: &str = "deepinfer_watch_event_to_reconcile_seconds";
+
+/// Cumulative counts of a histogram's buckets in an exposition: (upper bound, count).
+fn buckets(exposition: &str, histogram: &str) -> Vec<(f64, f64)> {
+    let prefix = format!("{histogram}_bucket{{le=\"");
+    exposition
+        .lines()
+        .filter_map(|l| {
+            let (le, count) = l.strip_prefix(&prefix)?.split_once("\"} ")?;
+            let le = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                le.parse().ok()?
+            };
+            Some((le, count.split_whitespace().next()?.parse().ok()?))
+        })
+        .collect()
+}
+
+/// Upper bound of the bucket holding quantile `q` of what a histogram observed between two
+/// expositions; `None` without observations or beyond the last finite bucket.
+fn quantile_bound(before: &str, after: &str, histogram: &str, q: f64) -> Option<f64> {
+    let earlier = buckets(before, histogram);
+    let counts: Vec<(f64, f64)> = buckets(after, histogram)
+        .into_iter()
+        .map(|(le, n)| {
+            let was = earlier.iter().find(|(l, _)| *l == le).map_or(0.0, |e| e.1);
+            (le, n - was)
+        })
+        .collect();
+    let total = counts.last()?.1;
+    if total <= 0.0 {
+        return None;
+    }
+    counts
+        .iter()
+        .find(|(_, n)| *n >= q * total)
+        .map(|(le, _)| *le)
+        .filter(|le| le.is_finite())
 }
 
 /// `deepinfer_api_requests_total` summed over codes: `"verb resource"` → requests, and the
@@ -104,6 +147,7 @@ pub struct Probe {
     bed_cpu: Vec<(String, u32, f64)>,
     rss_start: f64,
     rss_peak: f64,
+    queue_peak: f64,
 }
 
 /// The figures of one phase.
@@ -127,6 +171,16 @@ pub struct PhaseFigures {
     pub operator_cpu_seconds: Option<f64>,
     /// Operator RSS at the start, sampled peak and end, MiB (operator phases only).
     pub operator_rss_mib: Option<[f64; 3]>,
+    /// Most resources waiting for a pass after a watch event at one sample
+    /// (`deepinfer_reconcile_queue_depth`, sampled each second; operator phases only).
+    pub queue_depth_peak: Option<f64>,
+    /// Watch events that started a pass, per resource, and their mean wait until it started, ms
+    /// (`deepinfer_watch_event_to_reconcile_seconds`; operator phases only).
+    pub events_per_resource: Option<f64>,
+    pub event_to_reconcile_mean_ms: Option<f64>,
+    /// Upper bound of the bucket holding the 99th percentile of that wait, seconds (`None`
+    /// beyond the last finite bucket).
+    pub event_to_reconcile_p99_seconds: Option<f64>,
     /// CPU seconds and RSS (MiB, at the end) of the benchmark's node agent.
     pub node_agent_cpu_seconds: f64,
     pub node_agent_rss_mib: f64,
@@ -155,6 +209,7 @@ impl Probe {
                 .collect(),
             rss_start: rss,
             rss_peak: rss,
+            queue_peak: 0.0,
         }
     }
 
@@ -211,17 +266,24 @@ impl Probe {
         self.start.elapsed()
     }
 
-    /// Samples the operator's resident memory for the peak.
-    pub fn sample(&mut self) {
+    /// Samples the operator's resident memory and queue depth for their peaks.
+    pub async fn sample(&mut self) {
         if let Source::Operator { pid, .. } = &self.source {
             self.rss_peak = self.rss_peak.max(bed::rss_mib(*pid));
+            let depth = value(
+                &self.source.exposition().await,
+                "deepinfer_reconcile_queue_depth",
+            );
+            if depth.is_finite() {
+                self.queue_peak = self.queue_peak.max(depth);
+            }
         }
     }
 
     /// Ends the phase now.
     pub async fn finish(mut self) -> PhaseFigures {
         let seconds = self.start.elapsed().as_secs_f64();
-        self.sample();
+        self.sample().await;
         let end = self.source.exposition().await;
         let per = |v: f64| v / self.resources as f64;
         let (before, failed_before) = requests(&self.baseline);
@@ -249,6 +311,9 @@ impl Probe {
                 ),
                 Source::Client(_) => (None, None, None, None),
             };
+        let operator = matches!(self.source, Source::Operator { .. });
+        let events = diff(&format!("{EVENT_TO_RECONCILE}_count"));
+        let waited = diff(&format!("{EVENT_TO_RECONCILE}_sum"));
         PhaseFigures {
             name: self.name.clone(),
             seconds,
@@ -259,6 +324,15 @@ impl Probe {
             mean_reconcile_ms,
             operator_cpu_seconds,
             operator_rss_mib,
+            queue_depth_peak: operator.then_some(self.queue_peak),
+            events_per_resource: operator.then(|| per(events)),
+            event_to_reconcile_mean_ms: operator.then(|| 1000.0 * waited / events),
+            event_to_reconcile_p99_seconds: quantile_bound(
+                &self.baseline,
+                &end,
+                EVENT_TO_RECONCILE,
+                0.99,
+            ),
             node_agent_cpu_seconds: bed::cpu_seconds(self.agent) - self.agent_cpu,
             node_agent_rss_mib: bed::rss_mib(self.agent),
             bed_cpu_seconds: self
@@ -298,6 +372,20 @@ impl PhaseFigures {
                 "bench:   operator: {r:.2} reconciles per resource, mean pass {ms:.1} ms, {cpu:.1} CPU s, RSS {start:.1} / peak {peak:.1} / end {end:.1} MiB"
             );
         }
+        if let (Some(depth), Some(events), Some(mean)) = (
+            self.queue_depth_peak,
+            self.events_per_resource,
+            self.event_to_reconcile_mean_ms,
+        ) {
+            let p99 = self
+                .event_to_reconcile_p99_seconds
+                .map_or("beyond the last bucket".to_string(), |s| {
+                    format!("<= {s} s")
+                });
+            println!(
+                "bench:   saturation: queue depth peak {depth:.0}; {events:.1} watch events per resource started a pass, waiting {mean:.1} ms on average, p99 {p99}"
+            );
+        }
         let bed: Vec<String> = self
             .bed_cpu_seconds
             .iter()
@@ -327,5 +415,33 @@ mod tests {
         assert_eq!(by_verb["patch pods/status"], 4.0);
         assert_eq!(by_verb["list pods"], 2.0);
         assert_eq!(failed, 1.0);
+    }
+
+    #[test]
+    fn the_quantile_bound_is_read_from_the_buckets_filled_during_the_phase() {
+        let text = |counts: [u32; 3]| {
+            format!(
+                "{EVENT_TO_RECONCILE}_bucket{{le=\"0.1\"}} {}\n{EVENT_TO_RECONCILE}_bucket{{le=\"1.0\"}} {}\n{EVENT_TO_RECONCILE}_bucket{{le=\"+Inf\"}} {}\n",
+                counts[0], counts[1], counts[2]
+            )
+        };
+        let before = text([50, 50, 50]);
+        // Of 100 new events, 98 within 0.1 s and 2 within 1 s: the 99th is in the 1 s bucket.
+        assert_eq!(
+            quantile_bound(&before, &text([148, 150, 150]), EVENT_TO_RECONCILE, 0.99),
+            Some(1.0)
+        );
+        assert_eq!(
+            quantile_bound(&before, &text([150, 150, 150]), EVENT_TO_RECONCILE, 0.99),
+            Some(0.1)
+        );
+        assert_eq!(
+            quantile_bound(&before, &text([50, 50, 60]), EVENT_TO_RECONCILE, 0.99),
+            None
+        );
+        assert_eq!(
+            quantile_bound(&before, &before, EVENT_TO_RECONCILE, 0.99),
+            None
+        );
     }
 }

@@ -590,14 +590,10 @@ async fn acceptance_gate(
         format!(", wired to one group of each of {}", roles[1..].join(", "))
     };
     let running = if matches!(leader_state, JobState::Missing) {
-        let started = upstream
-            .pods
-            .iter()
-            .filter(|p| decide::jobs::started_at(p, build::ENGINE_CONTAINER).is_some())
-            .count();
         format!(
-            "the acceptance run of revision {revision} starts its {} group(s) first, as they serve: {started} of {} engine(s) running; then Job {leader} runs the workload on one {} group",
+            "the acceptance run of revision {revision} starts its {} group(s) first, as they serve: {} of {} engine(s) running; then Job {leader} runs the workload on one {} group",
             roles[1..].join(", "),
+            upstream.started(),
             upstream.expected,
             role.name
         )

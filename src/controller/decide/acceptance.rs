@@ -47,6 +47,14 @@ pub struct Upstream<'a> {
 }
 
 impl Upstream<'_> {
+    /// How many of their pods' engines run (or ran).
+    pub fn started(&self) -> usize {
+        self.pods
+            .iter()
+            .filter(|p| started_at(p, build::ENGINE_CONTAINER).is_some())
+            .count()
+    }
+
     /// The roles of these groups, for messages (`prefill, vision`).
     fn roles(&self, j: &Judging<'_>) -> String {
         j.roles.get(1..).unwrap_or_default().join(", ")
@@ -132,12 +140,7 @@ pub fn decide(
                     stop_leader: true,
                 };
             }
-            let started = upstream
-                .pods
-                .iter()
-                .filter(|p| started_at(p, build::ENGINE_CONTAINER).is_some())
-                .count();
-            return if started >= upstream.expected {
+            return if upstream.started() >= upstream.expected {
                 Step::StartJudged
             } else {
                 Step::Running
@@ -604,21 +607,13 @@ mod tests {
     }
 
     fn ended(code: i32) -> Pod {
-        use k8s_openapi::api::core::v1::ContainerStateTerminated;
         let mut pod = running_since("2026-01-01T00:00:00Z");
-        if let Some(cs) = pod
-            .status
-            .as_mut()
-            .and_then(|s| s.container_statuses.as_mut())
-        {
-            cs[0].state = Some(ContainerState {
-                terminated: Some(ContainerStateTerminated {
-                    exit_code: code,
-                    reason: Some("Error".into()),
-                    ..ContainerStateTerminated::default()
-                }),
-                ..ContainerState::default()
-            });
+        if let Some(status) = pod.status.as_mut() {
+            status.container_statuses = Some(vec![super::super::jobs::ended_container(
+                build::ENGINE_CONTAINER,
+                code,
+                "Error",
+            )]);
         }
         pod
     }

@@ -260,23 +260,14 @@ mod tests {
 
     #[test]
     fn a_verifier_killed_from_outside_says_how_it_ended() {
-        use k8s_openapi::api::core::v1::{
-            ContainerState, ContainerStateTerminated, ContainerStatus, Pod, PodStatus,
-        };
+        use k8s_openapi::api::core::v1::{Pod, PodStatus};
         let pod = Pod {
             status: Some(PodStatus {
-                container_statuses: Some(vec![ContainerStatus {
-                    name: "verify".into(),
-                    state: Some(ContainerState {
-                        terminated: Some(ContainerStateTerminated {
-                            exit_code: 137,
-                            reason: Some("OOMKilled".into()),
-                            ..ContainerStateTerminated::default()
-                        }),
-                        ..ContainerState::default()
-                    }),
-                    ..ContainerStatus::default()
-                }]),
+                container_statuses: Some(vec![super::super::jobs::ended_container(
+                    "verify",
+                    137,
+                    "OOMKilled",
+                )]),
                 ..PodStatus::default()
             }),
             ..Pod::default()

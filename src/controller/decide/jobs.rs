@@ -215,6 +215,29 @@ pub fn started_at(pod: &Pod, container: &str) -> Option<Timestamp> {
         })
 }
 
+/// A container status that ended with `exit_code` for `reason` (test fixture shared by the
+/// decide modules' tests).
+#[cfg(test)]
+pub(crate) fn ended_container(
+    name: &str,
+    exit_code: i32,
+    reason: &str,
+) -> k8s_openapi::api::core::v1::ContainerStatus {
+    use k8s_openapi::api::core::v1::{ContainerState, ContainerStateTerminated, ContainerStatus};
+    ContainerStatus {
+        name: name.into(),
+        state: Some(ContainerState {
+            terminated: Some(ContainerStateTerminated {
+                exit_code,
+                reason: Some(reason.into()),
+                ..ContainerStateTerminated::default()
+            }),
+            ..ContainerState::default()
+        }),
+        ..ContainerStatus::default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -512,9 +512,7 @@ mod tests {
 
     #[test]
     fn a_broken_group_says_which_rank_failed_how_and_where() {
-        use k8s_openapi::api::core::v1::{
-            ContainerState, ContainerStateTerminated, ContainerStatus, PodSpec,
-        };
+        use k8s_openapi::api::core::v1::PodSpec;
         let d = did();
         let rev = build::revision(&d.spec);
         let specs = BTreeMap::from([(rev.clone(), d.clone())]);
@@ -529,18 +527,11 @@ mod tests {
         });
         oom.status = Some(PodStatus {
             phase: Some("Failed".into()),
-            container_statuses: Some(vec![ContainerStatus {
-                name: "engine".into(),
-                state: Some(ContainerState {
-                    terminated: Some(ContainerStateTerminated {
-                        exit_code: 137,
-                        reason: Some("OOMKilled".into()),
-                        ..ContainerStateTerminated::default()
-                    }),
-                    ..ContainerState::default()
-                }),
-                ..ContainerStatus::default()
-            }]),
+            container_statuses: Some(vec![super::super::jobs::ended_container(
+                "engine",
+                137,
+                "OOMKilled",
+            )]),
             ..PodStatus::default()
         });
         let views = group_views(&pods, "worker", &specs, watchdog(0));

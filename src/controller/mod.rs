@@ -6,6 +6,7 @@
 
 pub mod apply;
 pub mod build;
+pub mod cached;
 pub mod decide;
 mod gates;
 pub mod observe;
@@ -24,6 +25,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
+use cached::CachedDeployment;
 use kube::core::{ApiResource, PartialObjectMeta};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
@@ -220,7 +222,7 @@ pub struct Context {
     pub awaiting_api: outage::AwaitingApi,
     /// The stream of those resources, taken by the controller loop that runs this context.
     awaiting_api_due: std::sync::Mutex<
-        Option<futures::channel::mpsc::UnboundedReceiver<ObjectRef<DynamicObject>>>,
+        Option<futures::channel::mpsc::UnboundedReceiver<ObjectRef<CachedDeployment>>>,
     >,
     /// The owned objects passes read, one store per kind.
     pub caches: observe::Caches,
@@ -549,7 +551,7 @@ pub async fn run_with_context(
     let client = ctx.client.clone();
     let ar = api_resource();
     // Watched as dynamic objects so one malformed resource cannot break the watch for all.
-    let dids: Api<DynamicObject> = match &namespace {
+    let dids: Api<CachedDeployment> = match &namespace {
         Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
         None => Api::all_with(client.clone(), &ar),
     };
@@ -779,7 +781,7 @@ fn owner_keys(meta: &kube::core::ObjectMeta, ar: &ApiResource) -> Vec<String> {
     meta.owner_references
         .iter()
         .flatten()
-        .filter_map(|o| ObjectRef::<DynamicObject>::from_owner_ref(ns, o, ar.clone()))
+        .filter_map(|o| ObjectRef::<CachedDeployment>::from_owner_ref(ns, o, ar.clone()))
         .map(|r| phase_key(r.namespace.as_deref().unwrap_or_default(), &r.name))
         .collect()
 }
@@ -889,19 +891,14 @@ where
 /// The resources among `dids` whose `spec.acceptance.promptsFrom` names the ConfigMap
 /// `namespace/name` (a resource reads prompts from its own namespace only).
 fn prompts_referrers(
-    dids: &[Arc<DynamicObject>],
+    dids: &[Arc<CachedDeployment>],
     namespace: Option<&str>,
     name: &str,
     ar: &ApiResource,
-) -> Vec<ObjectRef<DynamicObject>> {
+) -> Vec<ObjectRef<CachedDeployment>> {
     dids.iter()
         .filter(|d| d.namespace().as_deref() == namespace)
-        .filter(|d| {
-            d.data
-                .pointer("/spec/acceptance/promptsFrom/name")
-                .and_then(serde_json::Value::as_str)
-                == Some(name)
-        })
+        .filter(|d| d.prompts_from.as_deref() == Some(name))
         .map(|d| ObjectRef::from_obj_with(d.as_ref(), ar.clone()))
         .collect()
 }
@@ -973,7 +970,7 @@ where
 /// No `wait_until_ready`: the store wakes only its last waiter, the controller's own. Before the
 /// store is ready nothing has been reconciled, so there is nothing to forget either.
 async fn forget_deleted(
-    store: kube::runtime::reflector::Store<DynamicObject>,
+    store: kube::runtime::reflector::Store<CachedDeployment>,
     metrics: Arc<crate::metrics::Metrics>,
 ) {
     loop {
@@ -1002,7 +999,7 @@ where
     }
 }
 
-fn error_policy(obj: Arc<DynamicObject>, err: &Error, ctx: Arc<Context>) -> Action {
+fn error_policy(obj: Arc<CachedDeployment>, err: &Error, ctx: Arc<Context>) -> Action {
     ctx.metrics.reconcile_failed(err.metric_label());
     warn!(name = %obj.name_any(), namespace = ?obj.namespace(), error = %err, kind = err.metric_label(), "reconcile failed; retrying");
     if outage::unreachable(err) {
@@ -1016,7 +1013,7 @@ fn error_policy(obj: Arc<DynamicObject>, err: &Error, ctx: Arc<Context>) -> Acti
 const RESYNC: Duration = Duration::from_secs(300);
 
 /// One reconcile pass, counted and timed by its result.
-async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
+async fn reconcile(obj: Arc<CachedDeployment>, ctx: Arc<Context>) -> Result<Action, Error> {
     let metrics = ctx.metrics.clone();
     let key = phase_key(&obj.namespace().unwrap_or_default(), &obj.name_any());
     let mut timer = metrics.reconcile_started(&key);
@@ -1029,12 +1026,12 @@ async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action,
 }
 
 #[tracing::instrument(skip(obj, ctx), fields(name = %obj.name_any(), namespace = obj.namespace().unwrap_or_default()))]
-async fn reconcile_pass(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
+async fn reconcile_pass(obj: Arc<CachedDeployment>, ctx: Arc<Context>) -> Result<Action, Error> {
     ctx.reconciles.fetch_add(1, Ordering::Relaxed);
     let ns = obj
         .namespace()
         .ok_or_else(|| Error::NoNamespace(obj.name_any()))?;
-    let raw = serde_json::to_value(obj.as_ref()).map_err(Error::Serde)?;
+    let raw = obj.to_value(&api_resource()).map_err(Error::Serde)?;
     let previous: Option<DeepInferDeploymentStatus> = raw
         .get("status")
         .and_then(|s| serde_json::from_value(s.clone()).ok());
@@ -1063,7 +1060,7 @@ async fn reconcile_pass(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Ac
 /// event for every condition transition.
 async fn write_status(
     ctx: &Context,
-    obj: &DynamicObject,
+    obj: &CachedDeployment,
     ns: &str,
     previous: Option<&DeepInferDeploymentStatus>,
     outcome: &Outcome,
@@ -1214,14 +1211,18 @@ mod tests {
         assert!(Cli::try_parse_from(["op", "--gang-scheduling=always"]).is_err());
     }
 
-    fn did(ns: &str, name: &str, prompts_from: Option<&str>) -> Arc<DynamicObject> {
+    fn did(ns: &str, name: &str, prompts_from: Option<&str>) -> Arc<CachedDeployment> {
         let mut spec = serde_json::json!({"acceptance": {"prompts": []}});
         if let Some(cm) = prompts_from {
             spec["acceptance"]["promptsFrom"] = serde_json::json!({"name": cm, "key": "k"});
         }
-        let mut obj = DynamicObject::new(name, &api_resource()).within(ns);
-        obj.data = serde_json::json!({ "spec": spec });
-        Arc::new(obj)
+        let obj = serde_json::json!({
+            "apiVersion": api_resource().api_version,
+            "kind": api_resource().kind,
+            "metadata": {"name": name, "namespace": ns},
+            "spec": spec,
+        });
+        Arc::new(serde_json::from_value(obj).expect("decoded"))
     }
 
     #[test]

@@ -37,6 +37,7 @@ use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
+use super::cached::CachedPod;
 use super::{Context, Error};
 use crate::api::{labels, DeepInferDeployment};
 
@@ -82,26 +83,11 @@ pub trait Trim {
     fn trim(&mut self);
 }
 
-fn trim_meta(meta: &mut ObjectMeta) {
+/// Drops `managedFields` and the last-applied annotation.
+pub(super) fn trim_meta(meta: &mut ObjectMeta) {
     meta.managed_fields = None;
     if let Some(annotations) = meta.annotations.as_mut() {
         annotations.remove(LAST_APPLIED);
-    }
-}
-
-impl Trim for Pod {
-    /// Keeps the node, the device claims and the status but for the pod and host IP lists.
-    fn trim(&mut self) {
-        trim_meta(&mut self.metadata);
-        self.spec = self.spec.take().map(|s| PodSpec {
-            node_name: s.node_name,
-            resource_claims: s.resource_claims,
-            ..PodSpec::default()
-        });
-        if let Some(status) = self.status.as_mut() {
-            status.pod_ips = None;
-            status.host_ips = None;
-        }
     }
 }
 
@@ -296,7 +282,7 @@ pub fn note_written<K: Resource + k8s_openapi::Resource>(obj: &K) {
 /// The stores of the owned kinds a pass reads, each fed by one watch of the controller, and
 /// whether all of them hold their first full list.
 pub struct Caches {
-    pods: Store<Pod>,
+    pods: Store<CachedPod>,
     jobs: Store<Job>,
     services: Store<Service>,
     budgets: Store<PodDisruptionBudget>,
@@ -313,7 +299,7 @@ pub struct Caches {
 /// The writing ends of [`Caches`], taken by the controller loop that feeds them.
 pub struct CacheWriters {
     /// Pods (worker and Job pods).
-    pub pods: Writer<Pod>,
+    pub pods: Writer<CachedPod>,
     /// Jobs.
     pub jobs: Writer<Job>,
     /// Services.
@@ -484,10 +470,10 @@ pub async fn observe(
     for pod in labelled(&caches.pods, &ns, &name, None) {
         if owned_by(pod.owner_references(), &uid) {
             if pod.labels().get(labels::COMPONENT).map(String::as_str) == Some("worker") {
-                workers.push(Pod::clone(&pod));
+                workers.push(pod.to_pod());
             }
         } else if job_uids.iter().any(|j| owned_by(pod.owner_references(), j)) {
-            job_pods.push(Pod::clone(&pod));
+            job_pods.push(pod.to_pod());
         }
     }
     let claim_phase = match crate::controller::build::checkpoint_location(&did.spec) {
@@ -589,6 +575,7 @@ mod tests {
             "status": {
                 "phase": "Running",
                 "podIP": "10.0.0.7",
+                "hostIP": "192.168.0.3",
                 "podIPs": [{"ip": "10.0.0.7"}],
                 "hostIPs": [{"ip": "192.168.0.3"}],
                 "conditions": [
@@ -606,11 +593,81 @@ mod tests {
         .expect("a pod")
     }
 
+    /// The pod a pass reads of `full` after the cache decoded and trimmed it.
+    fn cached(full: &Pod) -> Pod {
+        let mut cached: CachedPod =
+            serde_json::from_value(serde_json::to_value(full).expect("json")).expect("decoded");
+        cached.trim();
+        cached.to_pod()
+    }
+
+    /// A pod that ended: an init container waited, the engine was killed with a message.
+    fn ended_pod() -> Pod {
+        let mut pod = pod();
+        let status = serde_json::json!({
+            "phase": "Failed",
+            "reason": "Evicted",
+            "message": "node out of memory",
+            "startTime": "2026-01-01T00:00:00Z",
+            "conditions": [
+                {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/4 nodes are available"},
+                {"type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet", "message": "evicted"},
+            ],
+            "initContainerStatuses": [{
+                "name": "fetch", "ready": false, "restartCount": 2, "image": "op:1", "imageID": "sha",
+                "state": {"waiting": {"reason": "ImagePullBackOff", "message": "pull failed"}},
+            }],
+            "containerStatuses": [{
+                "name": "engine", "ready": false, "restartCount": 0, "image": "vllm:1", "imageID": "sha",
+                "containerID": "sim://1", "allocatedResources": {"nvidia.com/gpu": "8"},
+                "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled", "message": "killed", "finishedAt": "2026-01-01T00:01:00Z"}},
+            }],
+        });
+        pod.status = Some(serde_json::from_value(status).expect("status"));
+        pod
+    }
+
+    #[test]
+    fn an_ended_cached_pod_reads_the_same_to_every_decision() {
+        let full = ended_pod();
+        let trimmed = cached(&full);
+        assert_eq!(
+            decide::jobs::pod_trouble(&trimmed),
+            decide::jobs::pod_trouble(&full)
+        );
+        assert_eq!(
+            decide::jobs::containers_ended(&[&trimmed]),
+            decide::jobs::containers_ended(&[&full])
+        );
+        assert_eq!(
+            decide::jobs::termination_message([&trimmed].into_iter(), "engine"),
+            Some("killed".to_string())
+        );
+        assert_eq!(
+            decide::jobs::started_at(&trimmed, "engine"),
+            decide::jobs::started_at(&full, "engine")
+        );
+        let status = |p: &Pod| {
+            let s = p.status.clone().expect("status");
+            (s.phase, s.reason, s.message, s.start_time, s.conditions)
+        };
+        assert_eq!(status(&trimmed), status(&full));
+        let state = |p: &Pod| {
+            let s = p.status.clone().expect("status");
+            s.init_container_statuses
+                .into_iter()
+                .chain(s.container_statuses)
+                .flatten()
+                .map(|c| (c.name, c.ready, c.restart_count, c.state, c.last_state))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(state(&trimmed), state(&full));
+    }
+
     #[test]
     fn a_trimmed_pod_reads_the_same_to_every_decision_and_keeps_no_managed_fields() {
         let full = pod();
-        let mut trimmed = full.clone();
-        trimmed.trim();
+        let trimmed = cached(&full);
         assert!(trimmed.metadata.managed_fields.is_none());
         assert!(!trimmed.annotations().contains_key(LAST_APPLIED));
         assert!(trimmed
@@ -656,6 +713,10 @@ mod tests {
         assert_eq!(
             trimmed.status.as_ref().and_then(|s| s.pod_ip.as_deref()),
             Some("10.0.0.7")
+        );
+        assert_eq!(
+            trimmed.status.as_ref().and_then(|s| s.host_ip.as_deref()),
+            Some("192.168.0.3")
         );
     }
 

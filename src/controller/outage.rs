@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use futures::channel::mpsc;
-use kube::api::DynamicObject;
+use super::cached::CachedDeployment;
 use kube::runtime::reflector::ObjectRef;
 use kube::Client;
 
@@ -43,15 +43,15 @@ async fn ready(client: &Client) -> bool {
 
 /// Resources waiting for the API server to answer again.
 pub struct AwaitingApi {
-    waiting: Mutex<HashSet<ObjectRef<DynamicObject>>>,
+    waiting: Mutex<HashSet<ObjectRef<CachedDeployment>>>,
     wake: tokio::sync::Notify,
-    retry: mpsc::UnboundedSender<ObjectRef<DynamicObject>>,
+    retry: mpsc::UnboundedSender<ObjectRef<CachedDeployment>>,
 }
 
 impl AwaitingApi {
     /// The registry and the stream of resources to reconcile once the API answers (for
     /// `Controller::reconcile_on`).
-    pub fn new() -> (Self, mpsc::UnboundedReceiver<ObjectRef<DynamicObject>>) {
+    pub fn new() -> (Self, mpsc::UnboundedReceiver<ObjectRef<CachedDeployment>>) {
         let (retry, due) = mpsc::unbounded();
         (
             Self {
@@ -63,13 +63,13 @@ impl AwaitingApi {
         )
     }
 
-    fn waiting(&self) -> std::sync::MutexGuard<'_, HashSet<ObjectRef<DynamicObject>>> {
+    fn waiting(&self) -> std::sync::MutexGuard<'_, HashSet<ObjectRef<CachedDeployment>>> {
         // Plain set operations cannot leave the set inconsistent when a holder panics.
         self.waiting.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// `resource`'s pass could not reach the API server: reconcile it when the server answers.
-    pub fn wait_for_api(&self, resource: ObjectRef<DynamicObject>) {
+    pub fn wait_for_api(&self, resource: ObjectRef<CachedDeployment>) {
         self.waiting().insert(resource);
         self.wake.notify_one();
     }
@@ -112,7 +112,7 @@ mod tests {
     use super::*;
     use futures::StreamExt;
 
-    fn resource(name: &str) -> ObjectRef<DynamicObject> {
+    fn resource(name: &str) -> ObjectRef<CachedDeployment> {
         ObjectRef::new_with(name, crate::controller::api_resource()).within("ns")
     }
 

@@ -3,8 +3,10 @@
 //! never by label alone); pods of its Jobs are kept with the Jobs.
 //!
 //! Owned objects come from [`Caches`]: one reflector per kind over the operator's objects
-//! (label `app.kubernetes.io/managed-by=deepinfer-operator`), trimmed by [`Trim`] to the fields
-//! the decide, build and status code reads before they enter the store. A pass reads no list;
+//! (label `app.kubernetes.io/managed-by=deepinfer-operator`), cut down to the fields the
+//! decide, build and status code reads before they enter the store: pods, Jobs and
+//! ControllerRevisions are decoded into the slimmer shapes of [`super::cached`], the other kinds
+//! trimmed by [`Trim`]. A pass reads no list;
 //! it waits only until every store has its first full list. The checkpoint's
 //! PersistentVolumeClaim and the prompts ConfigMap are read with a GET.
 //!
@@ -24,8 +26,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
-use k8s_openapi::api::batch::v1::{Job, JobSpec};
-use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, PodSpec, Service};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::resource::v1::ResourceClaimTemplate;
 use k8s_openapi::api::scheduling::v1beta1::PodGroup;
@@ -37,7 +39,7 @@ use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
-use super::cached::CachedPod;
+use super::cached::{CachedJob, CachedPod, CachedRevision};
 use super::{Context, Error};
 use crate::api::{labels, DeepInferDeployment};
 
@@ -91,34 +93,6 @@ pub(super) fn trim_meta(meta: &mut ObjectMeta) {
     }
 }
 
-impl Trim for Job {
-    /// Keeps the TTL, the template's device claims and its containers' names and arguments
-    /// (the judge's names its evidence ConfigMap), and the status.
-    fn trim(&mut self) {
-        trim_meta(&mut self.metadata);
-        self.spec = self.spec.take().map(|s| JobSpec {
-            ttl_seconds_after_finished: s.ttl_seconds_after_finished,
-            template: k8s_openapi::api::core::v1::PodTemplateSpec {
-                metadata: None,
-                spec: s.template.spec.map(|p| PodSpec {
-                    containers: p
-                        .containers
-                        .into_iter()
-                        .map(|c| k8s_openapi::api::core::v1::Container {
-                            name: c.name,
-                            args: c.args,
-                            ..Default::default()
-                        })
-                        .collect(),
-                    resource_claims: p.resource_claims,
-                    ..PodSpec::default()
-                }),
-            },
-            ..JobSpec::default()
-        });
-    }
-}
-
 impl Trim for Service {
     /// Metadata only: existing Services are compared by their applied hash.
     fn trim(&mut self) {
@@ -134,13 +108,6 @@ impl Trim for PodDisruptionBudget {
         trim_meta(&mut self.metadata);
         self.spec = None;
         self.status = None;
-    }
-}
-
-impl Trim for ControllerRevision {
-    /// Keeps the revision number and the data (the spec the revision's groups are rebuilt from).
-    fn trim(&mut self) {
-        trim_meta(&mut self.metadata);
     }
 }
 
@@ -283,10 +250,10 @@ pub fn note_written<K: Resource + k8s_openapi::Resource>(obj: &K) {
 /// whether all of them hold their first full list.
 pub struct Caches {
     pods: Store<CachedPod>,
-    jobs: Store<Job>,
+    jobs: Store<CachedJob>,
     services: Store<Service>,
     budgets: Store<PodDisruptionBudget>,
-    revisions: Store<ControllerRevision>,
+    revisions: Store<CachedRevision>,
     pod_groups: Store<PodGroup>,
     claim_templates: Store<ResourceClaimTemplate>,
     /// Rank-table and peer-endpoints ConfigMaps only.
@@ -301,13 +268,13 @@ pub struct CacheWriters {
     /// Pods (worker and Job pods).
     pub pods: Writer<CachedPod>,
     /// Jobs.
-    pub jobs: Writer<Job>,
+    pub jobs: Writer<CachedJob>,
     /// Services.
     pub services: Writer<Service>,
     /// PodDisruptionBudgets.
     pub budgets: Writer<PodDisruptionBudget>,
     /// ControllerRevisions.
-    pub revisions: Writer<ControllerRevision>,
+    pub revisions: Writer<CachedRevision>,
     /// PodGroups (fed only where groups are PodGroups).
     pub pod_groups: Writer<PodGroup>,
     /// ResourceClaimTemplates (fed only where the API server serves them).
@@ -412,6 +379,23 @@ where
 }
 
 /// The cached objects labelled with `deployment` (and `component`) and owned by `uid`.
+fn owned<K>(
+    store: &Store<K>,
+    ns: &str,
+    deployment: &str,
+    uid: &str,
+    component: Option<&str>,
+) -> impl Iterator<Item = Arc<K>>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    let uid = uid.to_string();
+    labelled(store, ns, deployment, component)
+        .into_iter()
+        .filter(move |o| owned_by(o.owner_references(), &uid))
+}
+
+/// [`owned`], as the objects themselves.
 fn owned_in<K>(
     store: &Store<K>,
     ns: &str,
@@ -422,9 +406,7 @@ fn owned_in<K>(
 where
     K: Resource<DynamicType = ()> + Clone + 'static,
 {
-    labelled(store, ns, deployment, component)
-        .into_iter()
-        .filter(|o| owned_by(o.owner_references(), uid))
+    owned(store, ns, deployment, uid, component)
         .map(|o| K::clone(&o))
         .collect()
 }
@@ -463,7 +445,9 @@ pub async fn observe(
     let caches = &ctx.caches;
     caches.ready().await;
     caches.written.caught_up(CATCH_UP).await;
-    let jobs: Vec<Job> = owned_in(&caches.jobs, &ns, &name, &uid, None);
+    let jobs: Vec<Job> = owned(&caches.jobs, &ns, &name, &uid, None)
+        .map(|j| j.to_job())
+        .collect();
     let job_uids: Vec<String> = jobs.iter().filter_map(|j| j.uid()).collect();
     let mut workers = Vec::new();
     let mut job_pods = Vec::new();
@@ -496,7 +480,9 @@ pub async fn observe(
         job_pods,
         services: owned_in(&caches.services, &ns, &name, &uid, None),
         budgets: owned_in(&caches.budgets, &ns, &name, &uid, None),
-        revisions: owned_in(&caches.revisions, &ns, &name, &uid, None),
+        revisions: owned(&caches.revisions, &ns, &name, &uid, None)
+            .map(|r| r.to_revision())
+            .collect(),
         claim_templates: if did.spec.accelerator.device_class_name.is_some()
             || did.spec.accelerator.domain_device_class_name.is_some()
         {
@@ -593,12 +579,17 @@ mod tests {
         .expect("a pod")
     }
 
-    /// The pod a pass reads of `full` after the cache decoded and trimmed it.
-    fn cached(full: &Pod) -> Pod {
-        let mut cached: CachedPod =
+    /// `full` as the cache decodes and trims it.
+    fn through_cache<C: DeserializeOwned + Trim>(full: &impl serde::Serialize) -> C {
+        let mut cached: C =
             serde_json::from_value(serde_json::to_value(full).expect("json")).expect("decoded");
         cached.trim();
-        cached.to_pod()
+        cached
+    }
+
+    /// The pod a pass reads of `full` after the cache decoded and trimmed it.
+    fn cached(full: &Pod) -> Pod {
+        through_cache::<CachedPod>(full).to_pod()
     }
 
     /// A pod that ended: an init container waited, the engine was killed with a message.
@@ -737,8 +728,7 @@ mod tests {
             "status": {"conditions": [{"type": "Complete", "status": "True"}], "startTime": "2026-01-01T00:00:00Z"},
         }))
         .expect("a job");
-        let mut trimmed = full.clone();
-        trimmed.trim();
+        let trimmed = through_cache::<CachedJob>(&full).to_job();
         assert!(trimmed.metadata.managed_fields.is_none());
         assert_eq!(trimmed.status, full.status);
         assert_eq!(
@@ -755,6 +745,21 @@ mod tests {
             decide::retention::jobs_to_expire(std::slice::from_ref(&full), &[])
         );
         assert!(template(&trimmed).is_some_and(|p| p.containers[0].env.is_none()));
+    }
+
+    #[test]
+    fn a_cached_revision_keeps_its_number_and_the_spec_it_rebuilds_groups_from() {
+        let full: ControllerRevision = serde_json::from_value(serde_json::json!({
+            "metadata": meta_with_noise(serde_json::json!({"name": "flash-2777e6e417"})),
+            "revision": 3,
+            "data": {"spec": {"model": {"name": "deepseek-ai/DeepSeek-V3", "revision": "abc"}, "replicas": 2}},
+        }))
+        .expect("a revision");
+        let trimmed = through_cache::<CachedRevision>(&full).to_revision();
+        assert!(trimmed.metadata.managed_fields.is_none());
+        assert_eq!(trimmed.revision, Some(3));
+        assert_eq!(trimmed.data, full.data);
+        assert_eq!(trimmed.labels(), full.labels());
     }
 
     fn labelled_pod(name: &str, component: Option<&str>, rv: &str) -> Pod {

@@ -7,8 +7,8 @@ use std::collections::HashSet;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use futures::channel::mpsc;
 use super::cached::CachedDeployment;
+use futures::channel::mpsc;
 use kube::runtime::reflector::ObjectRef;
 use kube::Client;
 

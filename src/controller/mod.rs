@@ -85,6 +85,10 @@ pub struct RunArgs {
     /// it is deleted whole to free its devices and retried with backoff, e.g. `120s`, `5m`.
     #[arg(long, default_value = "120s", value_parser = parse_duration)]
     pub partial_group_timeout: Duration,
+    /// Most reconcile passes running at once (at least 1). Passes of other resources wait in
+    /// the queue (`deepinfer_reconcile_queue_depth`); one resource never has two at once.
+    #[arg(long, env = "DEEPINFER_MAX_CONCURRENT_RECONCILES", default_value_t = DEFAULT_MAX_CONCURRENT_RECONCILES, value_parser = clap::value_parser!(u16).range(1..))]
+    pub max_concurrent_reconciles: u16,
     /// Log as JSON lines.
     #[arg(long)]
     pub json_logs: bool,
@@ -213,6 +217,8 @@ pub struct Context {
     pub pod_groups: tokio::sync::OnceCell<bool>,
     /// How long a group may stay partly placed before it is deleted and retried.
     pub partial_group_timeout: Duration,
+    /// Most reconcile passes running at once.
+    pub max_concurrent_reconciles: u16,
     /// The watchdog's latest retry per (resource UID, role): the pass after a deletion may
     /// still read the status from before it, so the backoff is also kept here.
     pub placement_retries: std::sync::Mutex<
@@ -270,10 +276,17 @@ pub struct Settings {
     pub gang_scheduling: placement::GangScheduling,
     /// How long a group may stay partly placed.
     pub partial_group_timeout: Duration,
+    /// Most reconcile passes running at once.
+    pub max_concurrent_reconciles: u16,
 }
 
 /// Default of `--partial-group-timeout`.
 pub const DEFAULT_PARTIAL_GROUP_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Default of `--max-concurrent-reconciles`: a pass mostly waits on the API server, so a few
+/// dozen keep it busy; without a bound, a restart over a thousand resources starts a thousand
+/// passes at once, each holding its reads and requests, against one API server.
+pub const DEFAULT_MAX_CONCURRENT_RECONCILES: u16 = 32;
 
 impl Settings {
     /// Settings for one namespace (or all) with the given licences, and defaults elsewhere.
@@ -287,6 +300,7 @@ impl Settings {
             retention: decide::retention::Retention::default(),
             gang_scheduling: placement::GangScheduling::Auto,
             partial_group_timeout: DEFAULT_PARTIAL_GROUP_TIMEOUT,
+            max_concurrent_reconciles: DEFAULT_MAX_CONCURRENT_RECONCILES,
         }
     }
 }
@@ -317,6 +331,7 @@ impl From<&RunArgs> for Settings {
             },
             gang_scheduling: a.gang_scheduling,
             partial_group_timeout: a.partial_group_timeout,
+            max_concurrent_reconciles: a.max_concurrent_reconciles,
         }
     }
 }
@@ -523,6 +538,7 @@ pub fn context(
         gang_scheduling: settings.gang_scheduling,
         pod_groups: tokio::sync::OnceCell::new(),
         partial_group_timeout: settings.partial_group_timeout,
+        max_concurrent_reconciles: settings.max_concurrent_reconciles,
         placement_retries: std::sync::Mutex::default(),
         awaiting_api,
         awaiting_api_due: std::sync::Mutex::new(Some(due)),
@@ -656,6 +672,9 @@ pub async fn run_with_context(
         ),
         cache.clone(),
         ar.clone(),
+    )
+    .with_config(
+        kube::runtime::controller::Config::default().concurrency(ctx.max_concurrent_reconciles),
     );
     // Every event of a trigger stream is noted for the resources it triggers, so that the pass
     // it starts observes how long it waited (`deepinfer_watch_event_to_reconcile_seconds`).
@@ -1201,6 +1220,13 @@ mod tests {
             defaults.partial_group_timeout,
             DEFAULT_PARTIAL_GROUP_TIMEOUT
         );
+        assert_eq!(
+            defaults.max_concurrent_reconciles,
+            DEFAULT_MAX_CONCURRENT_RECONCILES
+        );
+        let bounded = Cli::try_parse_from(["op", "--max-concurrent-reconciles=4"]).expect("valid");
+        assert_eq!(Settings::from(&bounded.run).max_concurrent_reconciles, 4);
+        assert!(Cli::try_parse_from(["op", "--max-concurrent-reconciles=0"]).is_err());
         assert_eq!(parse_duration("90"), Ok(Duration::from_secs(90)));
         assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
         let err = Cli::try_parse_from(["op", "--partial-group-timeout=2 weeks"])

@@ -191,7 +191,7 @@ pub const ALERTS: &[Alert] = &[
         for_: Some("15m"),
         severity: "warning",
         summary: "deepinfer-operator starts the reconcile of a change more than 30 s after seeing it",
-        meaning: "A pass starts as soon as a watch event arrives unless one is still running for the same resource, so changes wait for slow passes: look at `deepinfer_reconcile_duration_seconds`, `deepinfer_reconcile_queue_depth`, `deepinfer_active_reconciles` and the API server's latency (`DeepInferAPIWritesSlow`).",
+        meaning: "A pass starts as soon as a watch event arrives unless one is still running for the same resource or `--max-concurrent-reconciles` passes are running, so changes wait for slow passes: look at `deepinfer_reconcile_duration_seconds`, `deepinfer_reconcile_queue_depth`, `deepinfer_active_reconciles` and the API server's latency (`DeepInferAPIWritesSlow`).",
     },
     Alert {
         name: "DeepInferOperatorWriteStorm",

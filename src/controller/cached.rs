@@ -40,10 +40,9 @@ pub struct CachedDeployment {
 impl CachedDeployment {
     /// The cached form of the object `fields` (its `apiVersion`, `kind`, `metadata`, `spec`,
     /// `status`, ...).
-    fn from_fields(metadata: ObjectMeta, mut fields: Map<String, Value>) -> Self {
+    fn from_fields(mut metadata: ObjectMeta, mut fields: Map<String, Value>) -> Self {
         fields.remove("apiVersion");
         fields.remove("kind");
-        let mut metadata = metadata;
         trim_meta(&mut metadata);
         let prompts_from = fields
             .get("spec")

@@ -594,3 +594,107 @@ async fn gpu_a_hub_source_is_fetched_by_a_job_then_verified() {
     );
     op.stop().await;
 }
+
+/// Events on the real API server: the same news about the same object is one Event counting its
+/// repeats in `series` (whatever the object's resourceVersion), other news is another Event, and
+/// a repeat after its Event was deleted creates it anew instead of failing.
+#[tokio::test]
+async fn repeated_news_is_one_event_with_a_series_and_other_news_another() {
+    use deepinfer_operator::controller::events::Recorder;
+    use k8s_openapi::api::core::v1::ObjectReference;
+    use k8s_openapi::api::events::v1::Event as K8sEvent;
+    use kube::runtime::events::{Event, EventType, Reporter};
+
+    let client = support::client().await;
+    let ns = TestNamespace::new(&client, "events").await;
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "deepinfer-operator".into(),
+            instance: Some("events-test".into()),
+        },
+    );
+    let about = |rv: &str| ObjectReference {
+        api_version: Some("deepinfer.io/v1alpha1".into()),
+        kind: Some("DeepInferDeployment".into()),
+        namespace: Some(ns.name.clone()),
+        name: Some("flash".into()),
+        uid: Some("0b9f4a5e-7d55-4c1e-9a7f-1d2e3f4a5b6c".into()),
+        resource_version: Some(rv.into()),
+        field_path: None,
+    };
+    let news = |note: &str| Event {
+        type_: EventType::Warning,
+        reason: "AcceptanceFailed".into(),
+        note: Some(note.into()),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    let events: Api<K8sEvent> = Api::namespaced(client.clone(), &ns.name);
+    let listed = || async {
+        let mut l = events
+            .list(&ListParams::default())
+            .await
+            .expect("events")
+            .items;
+        l.sort_by_key(|e| e.event_time.as_ref().map(|t| t.0));
+        l
+    };
+
+    let failed = news("Accepted=False: 3 of 8 shots failed");
+    for rv in ["1", "2", "3"] {
+        recorder
+            .publish(&failed, &about(rv))
+            .await
+            .expect("publish");
+    }
+    let l = listed().await;
+    assert_eq!(l.len(), 1, "one Event for one piece of news: {l:?}");
+    assert_eq!(l[0].series.as_ref().map(|s| s.count), Some(3));
+    assert_eq!(
+        l[0].note.as_deref(),
+        Some("Accepted=False: 3 of 8 shots failed")
+    );
+    assert_eq!(l[0].reporting_instance.as_deref(), Some("events-test"));
+    assert_eq!(l[0].type_.as_deref(), Some("Warning"));
+
+    recorder
+        .publish(&news("Accepted=False: 5 of 8 shots failed"), &about("4"))
+        .await
+        .expect("publish");
+    let l = listed().await;
+    assert_eq!(l.len(), 2, "other news is another Event: {l:?}");
+    assert!(l[1].series.is_none());
+
+    events
+        .delete(&l[0].name_any(), &DeleteParams::default())
+        .await
+        .expect("delete");
+    recorder
+        .publish(&failed, &about("5"))
+        .await
+        .expect("a repeat of a deleted Event");
+    let l = listed().await;
+    assert_eq!(l.len(), 2, "{l:?}");
+    assert_eq!(
+        l.iter()
+            .filter(|e| e.note.as_deref() == Some("Accepted=False: 3 of 8 shots failed"))
+            .map(|e| e.series.is_none())
+            .collect::<Vec<_>>(),
+        vec![true],
+        "created anew, counting from one"
+    );
+    assert_eq!(recorder.remembered(), 2);
+}
+
+/// The bed's API server (Kubernetes 1.37) serves streaming lists, so the operator's watches start
+/// from them rather than from paged lists.
+#[tokio::test]
+async fn the_operator_finds_streaming_lists_served() {
+    use deepinfer_operator::controller::InitialLists;
+    let client = support::client().await;
+    let served = InitialLists::probe(&client, Some("default"))
+        .await
+        .expect("the API server answers");
+    assert_eq!(InitialLists::of(served), InitialLists::Streaming);
+}

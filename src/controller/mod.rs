@@ -8,6 +8,7 @@ pub mod apply;
 pub mod build;
 pub mod cached;
 pub mod decide;
+pub mod events;
 mod gates;
 pub mod observe;
 mod outage;
@@ -28,7 +29,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::{ApiResource, PartialObjectMeta};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{Event, EventType, Reporter};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Client, Resource, ResourceExt};
@@ -194,7 +195,7 @@ pub struct Context {
     /// API client (writes are counted by [`Context::writes`]).
     pub client: Client,
     /// Publishes Kubernetes events on condition transitions.
-    pub recorder: Recorder,
+    pub recorder: events::Recorder,
     /// Licence ids the admin allows.
     pub accepted_licenses: Vec<String>,
     /// Image of this operator for its Jobs.
@@ -519,7 +520,7 @@ pub fn context(
     let (awaiting_api, due) = outage::AwaitingApi::new();
     let (caches, cache_writers) = observe::Caches::new();
     Arc::new(Context {
-        recorder: Recorder::new(
+        recorder: events::Recorder::new(
             client.clone(),
             Reporter {
                 controller: "deepinfer-operator".into(),
@@ -567,12 +568,17 @@ pub async fn run_with_context(
     let client = ctx.client.clone();
     let ar = api_resource();
     // Watched as dynamic objects so one malformed resource cannot break the watch for all.
+    let ns = namespace.as_deref();
     let dids: Api<CachedDeployment> = match &namespace {
         Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
         None => Api::all_with(client.clone(), &ar),
     };
-    let owned =
-        watcher::Config::default().labels(&format!("{}={}", labels::MANAGED_BY, labels::MANAGER));
+    // How every watch reads its initial state, resolved once before any watch starts.
+    let lists =
+        InitialLists::of(resolved("streaming lists", || InitialLists::probe(&client, ns)).await);
+    let owned = lists
+        .config()
+        .labels(&format!("{}={}", labels::MANAGED_BY, labels::MANAGER));
     let Some(writers) = ctx
         .cache_writers
         .lock()
@@ -582,7 +588,6 @@ pub async fn run_with_context(
         warn!("this context's controller loop already ran; not starting another");
         return;
     };
-    let ns = namespace.as_deref();
     let written = &ctx.caches.written;
     // Which optional kinds exist here, resolved once before any watch starts.
     let pod_groups = resolved("gang scheduling", || ctx.pod_groups()).await;
@@ -613,7 +618,7 @@ pub async fn run_with_context(
             "ConfigMap",
             writers.config_maps,
             scoped(&client, ns),
-            watcher::Config::default().labels(&format!(
+            lists.config().labels(&format!(
                 "{}={},{} in ({},{})",
                 labels::MANAGED_BY,
                 labels::MANAGER,
@@ -659,8 +664,7 @@ pub async fn run_with_context(
         noted(
             on_own_backoff(
                 "DeepInferDeployment",
-                kube::runtime::reflector(writer, watcher(dids, watcher::Config::default()))
-                    .applied_objects(),
+                kube::runtime::reflector(writer, watcher(dids, lists.config())).applied_objects(),
             ),
             &ctx.metrics,
             |meta: &kube::core::ObjectMeta| {
@@ -723,7 +727,7 @@ pub async fn run_with_context(
         .watches_stream(
             on_own_backoff(
                 "ConfigMap",
-                watcher(config_maps, watcher::Config::default()).touched_objects(),
+                watcher(config_maps, lists.config()).touched_objects(),
             ),
             move |cm| {
                 let referrers = prompts_referrers(
@@ -803,6 +807,65 @@ fn owner_keys(meta: &kube::core::ObjectMeta, ar: &ApiResource) -> Vec<String> {
         .filter_map(|o| ObjectRef::<CachedDeployment>::from_owner_ref(ns, o, ar.clone()))
         .map(|r| phase_key(r.namespace.as_deref().unwrap_or_default(), &r.name))
         .collect()
+}
+
+/// How the watches read the state they start from (and re-read after a watch expires).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InitialLists {
+    /// As one watch that first sends every object, then a bookmark (`sendInitialEvents`, served
+    /// by default since Kubernetes 1.34): objects are decoded one at a time as they arrive.
+    Streaming,
+    /// As lists of [`InitialLists::PAGE`] objects, each page read whole before it is decoded.
+    Paged,
+}
+
+impl InitialLists {
+    /// Objects per page of a paged list. kube's default of 500 pods is about 4 MB of JSON held at
+    /// once per kind; every kind lists at the same time when the operator starts.
+    pub const PAGE: u32 = 100;
+
+    /// Streaming when the API server serves it.
+    pub fn of(streaming: bool) -> Self {
+        if streaming {
+            Self::Streaming
+        } else {
+            Self::Paged
+        }
+    }
+
+    /// The watcher configuration every watch starts from.
+    pub fn config(self) -> watcher::Config {
+        match self {
+            Self::Streaming => watcher::Config::default().streaming_lists(),
+            Self::Paged => watcher::Config::default().page_size(Self::PAGE),
+        }
+    }
+
+    /// Whether the API server serves streaming lists, asked with a watch of pods in scope that
+    /// no pod matches: refused (4xx) when the `WatchList` feature is off; an error while it
+    /// cannot answer, so that the caller asks again.
+    pub async fn probe(client: &Client, namespace: Option<&str>) -> Result<bool, Error> {
+        let api: Api<k8s_openapi::api::core::v1::Pod> = scoped(client, namespace);
+        let params = kube::api::WatchParams::streaming_lists()
+            .labels(&format!("{}=probe", labels::MANAGED_BY))
+            .timeout(1);
+        let first = match api.watch(&params, "0").await {
+            Ok(events) => events.boxed().next().await,
+            Err(e) => Some(Err(e)),
+        };
+        let refused = match first {
+            Some(Ok(kube::api::WatchEvent::Error(status))) => kube::Error::Api(status),
+            None | Some(Ok(_)) => return Ok(true),
+            Some(Err(e)) => e,
+        };
+        match refused {
+            kube::Error::Api(status) if (400..500).contains(&status.code) => {
+                info!(error = %status, "streaming lists not served; watches start from paged lists");
+                Ok(false)
+            }
+            e => Err(Error::Kube(e)),
+        }
+    }
 }
 
 /// Retries `resolve` every 5 seconds until the API server answers it.

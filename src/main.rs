@@ -6,6 +6,9 @@ use std::process::ExitCode;
 use clap::Parser;
 use deepinfer_operator::{acceptance, api, checkpoint, cli, controller, metrics};
 
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = cli::Cli::parse();

@@ -50,6 +50,10 @@ fn bench_drives_every_resource_to_ready_and_prints_every_figure() {
         "operatorRssReadyMib",
         "bytesPerResource",
         "bytesPerPod",
+        "operatorAnonIdleMib",
+        "operatorAnonReadyMib",
+        "anonBytesPerResource",
+        "anonBytesPerPod",
     ] {
         assert!(finite(&figures[key]), "{key} measured: {figures}");
     }

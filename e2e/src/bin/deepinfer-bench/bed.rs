@@ -101,12 +101,22 @@ fn clock_ticks() -> f64 {
 
 /// Resident memory of a process in MiB (`VmRSS`); NaN once it is gone.
 pub fn rss_mib(pid: u32) -> f64 {
+    status_mib(pid, "VmRSS:")
+}
+
+/// Anonymous resident memory of a process in MiB (`RssAnon`: heap and stacks, without the pages
+/// of the binary and libraries it has mapped and touched); NaN once it is gone.
+pub fn anon_mib(pid: u32) -> f64 {
+    status_mib(pid, "RssAnon:")
+}
+
+fn status_mib(pid: u32, field: &str) -> f64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|status| {
             status
                 .lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .find_map(|l| l.strip_prefix(field))
                 .and_then(|v| v.split_whitespace().next())
                 .and_then(|kb| kb.parse::<f64>().ok())
         })

@@ -2,8 +2,10 @@
 //! records (by watching) every object it creates and deletes, in order. The floor then replays,
 //! per deployment and phase, exactly those creations and deletions in a fresh namespace, waiting
 //! for what the operator waits for: a Job's completion before what follows it, worker pods
-//! Running before their `deepinfer.io/accepted` condition is set, and every pod created so far
-//! Ready before pods are deleted (a rollout replaces a group only once its successor serves).
+//! Running before their `deepinfer.io/accepted` condition is set, and, before a pod is deleted,
+//! the pods that were Ready when the operator deleted it (a rollout with room to spare replaces
+//! a group once its successor serves; without, it deletes first and the successor's gang can
+//! only be placed on the devices it frees).
 //! It uses the same kube client and request accounting as the operator, watches Jobs and Pods as
 //! the operator does, and runs one task per deployment (the operator's controller runs reconciles
 //! of different resources concurrently, without a limit).
@@ -75,6 +77,8 @@ enum Action {
     Delete {
         kind: usize,
         name: String,
+        /// For a pod: the deployment's pods that were Ready when the operator deleted it.
+        ready: Vec<String>,
     },
 }
 
@@ -97,6 +101,8 @@ struct Recording {
     accepted: HashMap<String, Value>,
     /// The uid of each deployment, named in its objects' owner references.
     uids: HashMap<String, String>,
+    /// The worker pods now Ready, with their deployment.
+    ready: HashMap<String, String>,
 }
 
 impl Recording {
@@ -113,17 +119,14 @@ impl Recording {
         };
         self.uids.insert(deployment.clone(), owner.uid.clone());
         let name = obj.name_any();
-        if let Some(condition) = obj
-            .data
-            .pointer("/status/conditions")
-            .and_then(Value::as_array)
-            .and_then(|cs| {
-                cs.iter().find(|c| {
-                    c.get("type").and_then(Value::as_str) == Some(ACCEPTED_POD_CONDITION)
-                        && c.get("status").and_then(Value::as_str) == Some("True")
-                })
-            })
-        {
+        if is_kind(kind, "Pod") {
+            if has_condition(obj, "Ready") {
+                self.ready.insert(name.clone(), deployment.clone());
+            } else {
+                self.ready.remove(&name);
+            }
+        }
+        if let Some(condition) = true_condition(obj, ACCEPTED_POD_CONDITION) {
             self.accepted.insert(name.clone(), condition.clone());
         }
         let Ok(body) = serde_json::to_value(obj) else {
@@ -153,19 +156,46 @@ impl Recording {
     }
 
     fn delete(&mut self, kind: usize, obj: &DynamicObject) {
+        let name = obj.name_any();
+        self.ready.remove(&name);
         if let Some(deployment) = obj.labels().get(labels::DEPLOYMENT).cloned() {
-            if self.seen.contains_key(&(kind, obj.name_any())) {
+            if self.seen.contains_key(&(kind, name.clone())) {
+                let ready = if is_kind(kind, "Pod") {
+                    let mut r: Vec<String> = self
+                        .ready
+                        .iter()
+                        .filter(|(_, d)| **d == deployment)
+                        .map(|(p, _)| p.clone())
+                        .collect();
+                    r.sort();
+                    r
+                } else {
+                    Vec::new()
+                };
                 self.steps.push(Step {
                     phase: self.phase,
                     deployment,
-                    action: Action::Delete {
-                        kind,
-                        name: obj.name_any(),
-                    },
+                    action: Action::Delete { kind, name, ready },
                 });
             }
         }
     }
+}
+
+/// The object's status condition `type_` if it is `True`.
+fn true_condition<'a>(obj: &'a DynamicObject, type_: &str) -> Option<&'a Value> {
+    obj.data
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)?
+        .iter()
+        .find(|c| {
+            c.get("type").and_then(Value::as_str) == Some(type_)
+                && c.get("status").and_then(Value::as_str) == Some("True")
+        })
+}
+
+fn has_condition(obj: &DynamicObject, type_: &str) -> bool {
+    true_condition(obj, type_).is_some()
 }
 
 /// Watches what the operator creates and deletes in a namespace, from before it starts.
@@ -442,8 +472,8 @@ impl Floor {
 
     /// Replays one deployment's steps of one phase. Creations go out together until one has
     /// to wait: for a Job's completion (or, for the rank Jobs of one acceptance run, the
-    /// leader's) before a Job of another run, a worker pod or a deletion; and for the pods
-    /// created so far to serve before a pod is deleted.
+    /// leader's) before a Job of another run, a worker pod or a deletion; and, before a pod is
+    /// deleted, for the pods that were Ready when the operator deleted it to serve.
     async fn replay(&self, steps: &[&Step], uid: (&str, &str)) -> anyhow::Result<()> {
         let mut live: Vec<String> = Vec::new();
         let mut serving: HashSet<String> = HashSet::new();
@@ -480,9 +510,11 @@ impl Floor {
                         .patch(&c.name, &PatchParams::default(), &patch)
                         .await?;
                 }
-                Action::Delete { kind, name } => {
+                Action::Delete { kind, name, ready } => {
                     if is_kind(*kind, "Pod") {
-                        self.serve(&live, &mut serving).await?;
+                        let waited: Vec<String> =
+                            live.iter().filter(|p| ready.contains(p)).cloned().collect();
+                        self.serve(&waited, &mut serving).await?;
                     }
                     match self
                         .api(*kind)

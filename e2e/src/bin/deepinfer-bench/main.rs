@@ -93,6 +93,10 @@ struct Figures {
     operator_rss_ready_mib: f64,
     bytes_per_resource: f64,
     bytes_per_pod: f64,
+    operator_anon_idle_mib: f64,
+    operator_anon_ready_mib: f64,
+    anon_bytes_per_resource: f64,
+    anon_bytes_per_pod: f64,
     phases: Vec<PhaseFigures>,
     /// Operator time ÷ floor time, per phase (`ready`, `rollout`).
     floor_ratio: BTreeMap<String, f64>,
@@ -325,6 +329,7 @@ async fn phases(
     metrics(address, &mut op).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let rss_idle = bed::rss_mib(op.id());
+    let anon_idle = bed::anon_mib(op.id());
     let mut phases = Vec::new();
 
     // 1. Every resource to Ready.
@@ -336,6 +341,7 @@ async fn phases(
     recorder.next_phase();
     phases.push(probe.finish().await.printed());
     let rss_ready = bed::rss_mib(op.id());
+    let anon_ready = bed::anon_mib(op.id());
 
     // 2. A new revision everywhere.
     let mut replayed = vec![("ready", ready_dids)];
@@ -398,14 +404,8 @@ async fn phases(
     let mut floor_ratio = BTreeMap::new();
     if !args.no_floor {
         let floor_ns = bench_namespace(client, "floor").await;
-        let floor_phases = floor::run(
-            &floor_ns.name,
-            recorded,
-            &replayed,
-            agent.id(),
-            timeout,
-        )
-        .await?;
+        let floor_phases =
+            floor::run(&floor_ns.name, recorded, &replayed, agent.id(), timeout).await?;
         for (operator_phase, floor_phase) in phases.iter().zip(&floor_phases) {
             floor_ratio.insert(
                 operator_phase.name.clone(),
@@ -417,6 +417,7 @@ async fn phases(
     }
 
     let delta = (rss_ready - rss_idle) * 1024.0 * 1024.0;
+    let anon_delta = (anon_ready - anon_idle) * 1024.0 * 1024.0;
     Ok(Figures {
         resources: n,
         worker_pods,
@@ -428,6 +429,10 @@ async fn phases(
         operator_rss_ready_mib: rss_ready,
         bytes_per_resource: delta / n as f64,
         bytes_per_pod: delta / worker_pods.max(1) as f64,
+        operator_anon_idle_mib: anon_idle,
+        operator_anon_ready_mib: anon_ready,
+        anon_bytes_per_resource: anon_delta / n as f64,
+        anon_bytes_per_pod: anon_delta / worker_pods.max(1) as f64,
         phases,
         floor_ratio,
     })
@@ -480,6 +485,10 @@ fn print_figures(f: &Figures) {
     println!(
         "bench: operator memory {:.1} MiB idle, {:.1} MiB with {} Ready resources: {:.0} bytes per resource, {:.0} bytes per worker pod (the same growth divided both ways)",
         f.operator_rss_idle_mib, f.operator_rss_ready_mib, f.resources, f.bytes_per_resource, f.bytes_per_pod
+    );
+    println!(
+        "bench: of which anonymous (heap and stacks; the rest is the binary's code as it is touched) {:.1} MiB idle, {:.1} MiB with {} Ready resources: {:.0} bytes per resource, {:.0} bytes per worker pod",
+        f.operator_anon_idle_mib, f.operator_anon_ready_mib, f.resources, f.anon_bytes_per_resource, f.anon_bytes_per_pod
     );
     for (phase, ratio) in &f.floor_ratio {
         println!("bench: {phase}: operator time / floor time = {ratio:.2}");

@@ -35,6 +35,13 @@ const CONCURRENT_NODE_WRITES: usize = 16;
 /// the API server is saturated (one second per request: 8 s at 128 at once, 63 s at 16).
 const CONCURRENT_LEASE_RENEWALS: usize = 128;
 
+/// A node's periodic write.
+#[derive(Debug, Clone, Copy)]
+enum Beat {
+    Lease,
+    Status,
+}
+
 /// What the agent currently does for a node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -240,36 +247,34 @@ impl Nodes {
     /// nodes that are up, each on its own clock: a slow round of status heartbeats never holds
     /// back the leases that keep the nodes Ready.
     pub async fn heartbeat_loop(self, status_interval: Duration) {
-        let nodes = &self;
-        let leases = async {
-            let mut tick = tokio::time::interval(LEASE_RENEW_INTERVAL);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tick.tick().await;
-                futures::stream::iter(nodes.names_in(Mode::Up))
-                    .for_each_concurrent(CONCURRENT_LEASE_RENEWALS, |name| async move {
-                        if let Err(e) = nodes.renew_lease(&name).await {
-                            warn!(node = %name, error = format!("{e:#}"), "lease renewal failed");
-                        }
-                    })
-                    .await;
-            }
+        futures::join!(
+            self.beat_every(Beat::Lease, LEASE_RENEW_INTERVAL),
+            self.beat_every(Beat::Status, status_interval)
+        );
+    }
+
+    /// Every `interval`, `beat` for each node that is up (a round that overruns delays the next).
+    async fn beat_every(&self, beat: Beat, interval: Duration) {
+        let (at_once, what) = match beat {
+            Beat::Lease => (CONCURRENT_LEASE_RENEWALS, "lease renewal failed"),
+            Beat::Status => (CONCURRENT_NODE_WRITES, "status heartbeat failed"),
         };
-        let statuses = async {
-            let mut tick = tokio::time::interval(status_interval);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tick.tick().await;
-                futures::stream::iter(nodes.names_in(Mode::Up))
-                    .for_each_concurrent(CONCURRENT_NODE_WRITES, |name| async move {
-                        if let Err(e) = nodes.post_status(&name).await {
-                            warn!(node = %name, error = format!("{e:#}"), "status heartbeat failed");
-                        }
-                    })
-                    .await;
-            }
-        };
-        futures::join!(leases, statuses);
+        let mut tick = tokio::time::interval(interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            futures::stream::iter(self.names_in(Mode::Up))
+                .for_each_concurrent(at_once, |name| async move {
+                    let done = match beat {
+                        Beat::Lease => self.renew_lease(&name).await,
+                        Beat::Status => self.post_status(&name).await,
+                    };
+                    if let Err(e) = done {
+                        warn!(node = %name, error = format!("{e:#}"), "{what}");
+                    }
+                })
+                .await;
+        }
     }
 
     /// Watches the Nodes to apply the fault annotation and to notice deletions.

@@ -231,7 +231,7 @@ fn expected_rules() -> Vec<(String, String, Vec<String>)> {
             &["jobs"],
             &["list", "watch", "create", "patch", "delete"],
         ),
-        ("", &["persistentvolumeclaims"], &["get"]),
+        ("", &["persistentvolumeclaims"], &["list", "watch"]),
         (
             "",
             &["configmaps"],

@@ -259,11 +259,27 @@ pub fn copy_dir(src: &Path, dest: &Path) {
 /// Creates a hostPath PersistentVolume holding a copy of `fixture` under `subdir`, and a claim
 /// `claim` in `ns` bound to it by the real PV controller. Returns the host directory.
 pub fn checkpoint_claim(ns: &str, claim: &str, fixture: &Path, subdir: &str) -> PathBuf {
+    checkpoint_objects(ns, claim, fixture, subdir, true)
+}
+
+/// [`checkpoint_claim`]'s volume alone, reserved for the claim `ns/claim` (which the real PV
+/// controller then binds to it). Returns the host directory.
+pub fn checkpoint_volume(ns: &str, claim: &str, fixture: &Path, subdir: &str) -> PathBuf {
+    checkpoint_objects(ns, claim, fixture, subdir, false)
+}
+
+fn checkpoint_objects(
+    ns: &str,
+    claim: &str,
+    fixture: &Path,
+    subdir: &str,
+    with_claim: bool,
+) -> PathBuf {
     let pv = format!("{ns}-{claim}");
     let host = bed_dir().join("volumes").join(&pv);
     let _ = std::fs::remove_dir_all(&host);
     copy_dir(fixture, &host.join(subdir));
-    let manifest = format!(
+    let volume = format!(
         r#"apiVersion: v1
 kind: PersistentVolume
 metadata: {{name: {pv}, labels: {{deepinfer.io/test-namespace: {ns}}}}}
@@ -274,7 +290,11 @@ spec:
   storageClassName: ""
   claimRef: {{namespace: {ns}, name: {claim}}}
   hostPath: {{path: {host}, type: Directory}}
----
+"#,
+        host = host.display()
+    );
+    let claim = format!(
+        r#"---
 apiVersion: v1
 kind: PersistentVolumeClaim
 metadata: {{name: {claim}, namespace: {ns}}}
@@ -283,9 +303,9 @@ spec:
   storageClassName: ""
   volumeName: {pv}
   resources: {{requests: {{storage: 1Gi}}}}
-"#,
-        host = host.display()
+"#
     );
+    let manifest = if with_claim { volume + &claim } else { volume };
     let (ok, out) = kubectl_stdin(&["apply", "-f", "-"], &manifest);
     assert!(ok, "creating the fixture checkpoint volume failed: {out}");
     host

@@ -334,7 +334,7 @@ async fn a_fetch_job_without_its_token_secret_says_which_secret_is_missing() {
 }
 
 /// Item 5: a `volume` checkpoint claim that exists but is not Bound has no volume, so no
-/// checkpoint: `ClaimNotBound`, not a Job that waits forever.
+/// checkpoint: `ClaimNotBound`, not a Job that waits forever; once bound, the resource goes on.
 #[tokio::test]
 async fn an_unbound_checkpoint_claim_has_its_own_reason() {
     let client = support::client().await;
@@ -374,6 +374,24 @@ spec:
             .items
             .is_empty(),
         "no Job waits on an unbound claim"
+    );
+    // Bound to a volume holding the checkpoint, the claim lets the resource go on: the claim
+    // watch brings its new phase, and no pass reads the claim by GET.
+    support::checkpoint_volume(&ns.name, "ckpt", &support::fixture_checkpoint(), "model");
+    status_where(&api, "flash", "past ClaimNotBound", |s| {
+        cond(s, "CheckpointVerified").is_some_and(|c| c.reason != "ClaimNotBound")
+    })
+    .await;
+    let metrics = op.ctx.metrics.encode().expect("metrics");
+    let claim_requests: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("deepinfer_api_requests_total{"))
+        .filter(|l| l.contains(r#"resource="persistentvolumeclaims""#))
+        .collect();
+    assert!(
+        claim_requests.iter().any(|l| l.contains(r#"verb="watch""#))
+            && !claim_requests.iter().any(|l| l.contains(r#"verb="get""#)),
+        "claims are watched, never read one by one: {claim_requests:?}"
     );
     op.stop().await;
 }

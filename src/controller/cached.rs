@@ -23,8 +23,8 @@ use serde_json::{Map, Value};
 use super::observe::{trim_meta, Trim};
 
 /// A `DeepInferDeployment` as the controller's cache keeps it: its metadata (trimmed as every
-/// cached object's), the ConfigMap its `spec.acceptance.promptsFrom` names (the ConfigMap watch
-/// maps events through it), and every other field of the object as JSON text, parsed by the pass
+/// cached object's), the ConfigMap its `spec.acceptance.promptsFrom` names and its checkpoint's
+/// PersistentVolumeClaim (the ConfigMap and claim watches map events through them), and every other field of the object as JSON text, parsed by the pass
 /// that reads it. Any JSON is kept: a resource that does not match the schema is cached too, and
 /// its pass reports the field.
 #[derive(Clone, Debug, Default)]
@@ -33,6 +33,9 @@ pub struct CachedDeployment {
     pub metadata: ObjectMeta,
     /// `spec.acceptance.promptsFrom.name`, when set.
     pub prompts_from: Option<String>,
+    /// The checkpoint's PersistentVolumeClaim (`spec.model.source.hub.claimName`, else
+    /// `spec.model.source.volume.claimName`), when set.
+    pub checkpoint_claim: Option<String>,
     /// The object's fields but `apiVersion`, `kind` and `metadata`, as one JSON object's text.
     body: Box<str>,
 }
@@ -44,14 +47,20 @@ impl CachedDeployment {
         fields.remove("apiVersion");
         fields.remove("kind");
         trim_meta(&mut metadata);
-        let prompts_from = fields
-            .get("spec")
-            .and_then(|s| s.pointer("/acceptance/promptsFrom/name"))
-            .and_then(Value::as_str)
-            .map(str::to_string);
+        let spec_str = |pointer: &str| {
+            fields
+                .get("spec")
+                .and_then(|s| s.pointer(pointer))
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        };
+        let prompts_from = spec_str("/acceptance/promptsFrom/name");
+        let checkpoint_claim = spec_str("/model/source/hub/claimName")
+            .or_else(|| spec_str("/model/source/volume/claimName"));
         Self {
             metadata,
             prompts_from,
+            checkpoint_claim,
             body: Value::Object(fields).to_string().into_boxed_str(),
         }
     }
@@ -387,6 +396,7 @@ mod tests {
         let full = object(spec);
         let cached: CachedDeployment = serde_json::from_value(full.clone()).expect("decoded");
         assert_eq!(cached.prompts_from.as_deref(), Some("prompts"));
+        assert_eq!(cached.checkpoint_claim, None);
         let mut expected = full;
         let meta = expected["metadata"].as_object_mut().expect("meta");
         meta.remove("managedFields");
@@ -408,5 +418,24 @@ mod tests {
         let back = cached.to_value(&ar).expect("value");
         assert_eq!(back["spec"], full["spec"]);
         assert!(serde_json::from_value::<crate::api::DeepInferDeployment>(back).is_err());
+    }
+
+    #[test]
+    fn a_cached_deployment_names_its_checkpoint_claim_from_either_source() {
+        let claim = |source: Value| {
+            let cached: CachedDeployment =
+                serde_json::from_value(object(serde_json::json!({"model": {"source": source}})))
+                    .expect("decoded");
+            cached.checkpoint_claim
+        };
+        assert_eq!(
+            claim(serde_json::json!({"hub": {"claimName": "weights", "revision": "r"}})).as_deref(),
+            Some("weights")
+        );
+        assert_eq!(
+            claim(serde_json::json!({"volume": {"claimName": "ckpt", "path": "/m"}})).as_deref(),
+            Some("ckpt")
+        );
+        assert_eq!(claim(serde_json::json!({"volume": {"claimName": 3}})), None);
     }
 }

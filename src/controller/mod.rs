@@ -651,6 +651,17 @@ pub async fn run_with_context(
         let ctx = ctx.clone();
         tokio::spawn(async move { ctx.caches.fill(pod_groups, claim_templates).await })
     };
+    // Checkpoint claims: every claim in scope, cut down to its name and phase, read by passes
+    // and mapped through the resources in the controller's own cache to those whose checkpoint
+    // it holds, so that a claim created or bound starts their pass.
+    let claims = triggering(
+        "PersistentVolumeClaim",
+        writers.claims,
+        scoped(&client, ns),
+        lists.config(),
+        written,
+        &mut feeders,
+    );
     // ConfigMaps named by `spec.acceptance.promptsFrom`: a metadata-only watch (no content is
     // read or kept; an edit moves the resourceVersion) mapped through the resources in the
     // controller's own cache to those that name the ConfigMap. No ConfigMap is cached here.
@@ -685,21 +696,30 @@ pub async fn run_with_context(
     let metrics = ctx.metrics.clone();
     let owners = {
         let ar = ar.clone();
-        move |meta: &kube::core::ObjectMeta| owner_keys(meta, &ar)
+        move |meta: &kube::core::ObjectMeta| keys(owner_refs(meta, &ar))
     };
     let controller = controller
-        .owns_stream(noted(
-            triggering(
-                "Pod",
-                writers.pods,
-                scoped(&client, ns),
-                owned.clone(),
-                written,
-                &mut feeders,
+        .watches_stream(
+            noted(
+                triggering(
+                    "Pod",
+                    writers.pods,
+                    scoped(&client, ns),
+                    owned.clone(),
+                    written,
+                    &mut feeders,
+                ),
+                &metrics,
+                {
+                    let ar = ar.clone();
+                    move |meta: &kube::core::ObjectMeta| keys(pod_owner_refs(meta, &ar))
+                },
             ),
-            &metrics,
-            owners.clone(),
-        ))
+            {
+                let ar = ar.clone();
+                move |pod| pod_owner_refs(pod.meta(), &ar)
+            },
+        )
         .owns_stream(noted(
             triggering(
                 "Job",
@@ -729,22 +749,20 @@ pub async fn run_with_context(
                 "ConfigMap",
                 watcher(config_maps, lists.config()).touched_objects(),
             ),
-            move |cm| {
-                let referrers = prompts_referrers(
-                    &cache.state(),
-                    cm.metadata.namespace.as_deref(),
-                    &cm.name_any(),
-                    &ar,
-                );
-                for r in &referrers {
-                    metrics.triggered(&phase_key(
-                        r.namespace.as_deref().unwrap_or_default(),
-                        &r.name,
-                    ));
+            {
+                let (cache, ar, metrics) = (cache.clone(), ar.clone(), metrics.clone());
+                move |cm| {
+                    referrers_noted(&cache, &cm.metadata, &ar, &metrics, |d| {
+                        d.prompts_from.as_deref()
+                    })
                 }
-                referrers
             },
         )
+        .watches_stream(claims, move |claim| {
+            referrers_noted(&cache, &claim.metadata, &ar, &metrics, |d| {
+                d.checkpoint_claim.as_deref()
+            })
+        })
         .graceful_shutdown_on(shutdown);
     let due = ctx
         .awaiting_api_due
@@ -797,14 +815,44 @@ where
     })
 }
 
-/// Keys (`namespace/name`) of the DeepInferDeployments an object's owner references name: the
-/// resources its watch event triggers, as the controller maps them.
-fn owner_keys(meta: &kube::core::ObjectMeta, ar: &ApiResource) -> Vec<String> {
+/// The DeepInferDeployments an object's owner references name: the resources its watch event
+/// triggers.
+fn owner_refs(meta: &kube::core::ObjectMeta, ar: &ApiResource) -> Vec<ObjectRef<CachedDeployment>> {
     let ns = meta.namespace.as_deref();
     meta.owner_references
         .iter()
         .flatten()
         .filter_map(|o| ObjectRef::<CachedDeployment>::from_owner_ref(ns, o, ar.clone()))
+        .collect()
+}
+
+/// The DeepInferDeployments a pod's watch event triggers: those its owner references name and,
+/// for a pod of a Job (labelled with the resource it runs for), that resource. A Job's status
+/// says nothing of a pod that waits on its image or cannot be placed, so its pod's own events
+/// start the pass that reports it.
+fn pod_owner_refs(
+    meta: &kube::core::ObjectMeta,
+    ar: &ApiResource,
+) -> Vec<ObjectRef<CachedDeployment>> {
+    let mut refs = owner_refs(meta, ar);
+    let of_job = meta
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.api_version == "batch/v1" && o.kind == "Job");
+    let deployment = meta.labels.as_ref().and_then(|l| l.get(labels::DEPLOYMENT));
+    if let (true, Some(name), Some(ns)) = (of_job, deployment, meta.namespace.as_deref()) {
+        let r = ObjectRef::new_with(name, ar.clone()).within(ns);
+        if !refs.contains(&r) {
+            refs.push(r);
+        }
+    }
+    refs
+}
+
+/// Keys (`namespace/name`) of resources, as the phase gauge and the trigger metrics name them.
+fn keys(refs: Vec<ObjectRef<CachedDeployment>>) -> Vec<String> {
+    refs.iter()
         .map(|r| phase_key(r.namespace.as_deref().unwrap_or_default(), &r.name))
         .collect()
 }
@@ -885,10 +933,10 @@ where
     }
 }
 
-/// A reflector of one owned kind into `writer`, objects trimmed before they are stored, each
-/// event noted in `written` once the store has it.
+/// A reflector of one owned kind into `cache`, objects trimmed before they are stored, each
+/// event taken into the owner index and then noted in `written` once the store has it.
 fn cached<K>(
-    writer: kube::runtime::reflector::store::Writer<K>,
+    cache: observe::CacheWriter<K>,
     api: Api<K>,
     config: watcher::Config,
     written: &observe::Written,
@@ -907,13 +955,17 @@ where
     let progress = written
         .of(<K as k8s_openapi::Resource>::KIND)
         .unwrap_or_default();
-    kube::runtime::reflector(writer, watcher(api, config).modify(observe::Trim::trim)).inspect(
-        move |event| {
-            if let Ok(event) = event {
-                progress.stored(event);
-            }
-        },
+    let by_owner = cache.by_owner;
+    kube::runtime::reflector(
+        cache.writer,
+        watcher(api, config).modify(observe::Trim::trim),
     )
+    .inspect(move |event| {
+        if let Ok(event) = event {
+            by_owner.took(event);
+            progress.stored(event);
+        }
+    })
 }
 
 /// Keeps the store of a kind whose changes trigger their owner, on its own backoff, in a task of
@@ -921,7 +973,7 @@ where
 /// stream for the controller.
 fn triggering<K>(
     kind: &'static str,
-    writer: kube::runtime::reflector::store::Writer<K>,
+    cache: observe::CacheWriter<K>,
     api: Api<K>,
     config: watcher::Config,
     written: &observe::Written,
@@ -939,7 +991,7 @@ where
         + 'static,
 {
     let (changed, changes) = futures::channel::mpsc::unbounded();
-    let objects = on_own_backoff(kind, cached(writer, api, config, written).touched_objects());
+    let objects = on_own_backoff(kind, cached(cache, api, config, written).touched_objects());
     feeders.push(tokio::spawn(objects.for_each(move |object| {
         // The controller has stopped when nobody receives.
         let _ = changed.unbounded_send(object);
@@ -951,7 +1003,7 @@ where
 /// Keeps the store of a kind that passes read but that triggers nothing, on its own backoff.
 fn feed<K>(
     kind: &'static str,
-    writer: kube::runtime::reflector::store::Writer<K>,
+    cache: observe::CacheWriter<K>,
     api: Api<K>,
     config: watcher::Config,
     written: &observe::Written,
@@ -967,22 +1019,48 @@ where
         + Sync
         + 'static,
 {
-    tokio::spawn(on_own_backoff(kind, cached(writer, api, config, written)).for_each(|_| async {}))
+    tokio::spawn(on_own_backoff(kind, cached(cache, api, config, written)).for_each(|_| async {}))
 }
 
-/// The resources among `dids` whose `spec.acceptance.promptsFrom` names the ConfigMap
-/// `namespace/name` (a resource reads prompts from its own namespace only).
-fn prompts_referrers(
+/// The resources among `dids` whose field `named` (the ConfigMap of
+/// `spec.acceptance.promptsFrom`, the checkpoint's claim) names the object `namespace/name` (a
+/// resource refers to objects of its own namespace only).
+fn referrers(
     dids: &[Arc<CachedDeployment>],
     namespace: Option<&str>,
     name: &str,
     ar: &ApiResource,
+    named: fn(&CachedDeployment) -> Option<&str>,
 ) -> Vec<ObjectRef<CachedDeployment>> {
     dids.iter()
         .filter(|d| d.namespace().as_deref() == namespace)
-        .filter(|d| d.prompts_from.as_deref() == Some(name))
+        .filter(|d| named(d) == Some(name))
         .map(|d| ObjectRef::from_obj_with(d.as_ref(), ar.clone()))
         .collect()
+}
+
+/// The resources that refer to an object through `named`, each noted as triggered by its event.
+fn referrers_noted(
+    cache: &kube::runtime::reflector::Store<CachedDeployment>,
+    meta: &kube::core::ObjectMeta,
+    ar: &ApiResource,
+    metrics: &crate::metrics::Metrics,
+    named: fn(&CachedDeployment) -> Option<&str>,
+) -> Vec<ObjectRef<CachedDeployment>> {
+    let referrers = referrers(
+        &cache.state(),
+        meta.namespace.as_deref(),
+        meta.name.as_deref().unwrap_or_default(),
+        ar,
+        named,
+    );
+    for r in &referrers {
+        metrics.triggered(&phase_key(
+            r.namespace.as_deref().unwrap_or_default(),
+            &r.name,
+        ));
+    }
+    referrers
 }
 
 /// Backoff of the controller's watches after an error: 0.5 s, doubling, at most 5 s. After an
@@ -1326,8 +1404,32 @@ mod tests {
             ],
         }))
         .expect("meta");
-        assert_eq!(owner_keys(&meta, &ar), ["team/flash"]);
-        assert!(owner_keys(&kube::core::ObjectMeta::default(), &ar).is_empty());
+        assert_eq!(keys(owner_refs(&meta, &ar)), ["team/flash"]);
+        assert!(owner_refs(&kube::core::ObjectMeta::default(), &ar).is_empty());
+    }
+
+    #[test]
+    fn a_job_pods_event_counts_for_the_resource_it_runs_for() {
+        let ar = api_resource();
+        let pod = |owners: serde_json::Value, deployment: Option<&str>| {
+            let mut meta = serde_json::json!({
+                "name": "flash-verify-x", "namespace": "team", "ownerReferences": owners,
+            });
+            if let Some(d) = deployment {
+                meta["labels"] = serde_json::json!({labels::DEPLOYMENT: d});
+            }
+            let meta: kube::core::ObjectMeta = serde_json::from_value(meta).expect("meta");
+            keys(pod_owner_refs(&meta, &ar))
+        };
+        let job = serde_json::json!([{"apiVersion": "batch/v1", "kind": "Job", "name": "flash-verify", "uid": "2"}]);
+        assert_eq!(pod(job.clone(), Some("flash")), ["team/flash"]);
+        // Not a Job's pod, or no resource named: only what owner references name.
+        let rs = serde_json::json!([{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "x", "uid": "3"}]);
+        assert!(pod(rs, Some("flash")).is_empty());
+        assert!(pod(job, None).is_empty());
+        // A worker pod owned by the resource is counted once.
+        let worker = serde_json::json!([{"apiVersion": ar.api_version, "kind": ar.kind, "name": "flash", "uid": "1"}]);
+        assert_eq!(pod(worker, Some("flash")), ["team/flash"]);
     }
 
     #[test]
@@ -1340,7 +1442,7 @@ mod tests {
             did("b", "four", Some("prompts")),
         ];
         let names = |ns: &str, cm: &str| -> Vec<String> {
-            prompts_referrers(&dids, Some(ns), cm, &ar)
+            referrers(&dids, Some(ns), cm, &ar, |d| d.prompts_from.as_deref())
                 .into_iter()
                 .map(|r| format!("{}/{}", r.namespace.unwrap_or_default(), r.name))
                 .collect()

@@ -8,7 +8,8 @@
 //! ControllerRevisions are decoded into the slimmer shapes of [`super::cached`], the other kinds
 //! trimmed by [`Trim`]. A pass reads no list;
 //! it waits only until every store has its first full list. The checkpoint's
-//! PersistentVolumeClaim and the prompts ConfigMap are read with a GET.
+//! PersistentVolumeClaim comes from a store of every claim in scope, cut down to its name and
+//! phase; the prompts ConfigMap is read with a GET.
 //!
 //! A store lags the operator's own writes by the time their watch events take. So that a pass
 //! never decides on a view older than the writes before it (a group whose pods were created a
@@ -20,7 +21,7 @@
 //! that removes an object at once produces no version to wait for: a pass may still see it (its
 //! delete then meets 404), and the event that removes it triggers the next pass.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,7 +35,7 @@ use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::Api;
 use kube::runtime::reflector::store::Writer;
-use kube::runtime::reflector::Store;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
@@ -123,6 +124,28 @@ impl Trim for ResourceClaimTemplate {
     fn trim(&mut self) {
         trim_meta(&mut self.metadata);
         self.spec = Default::default();
+    }
+}
+
+impl Trim for PersistentVolumeClaim {
+    /// Name, namespace and `status.phase` only: a pass reads whether the claim exists and is
+    /// bound.
+    fn trim(&mut self) {
+        let meta = std::mem::take(&mut self.metadata);
+        self.metadata = ObjectMeta {
+            name: meta.name,
+            namespace: meta.namespace,
+            resource_version: meta.resource_version,
+            ..ObjectMeta::default()
+        };
+        self.spec = None;
+        self.status =
+            self.status.take().map(
+                |s| k8s_openapi::api::core::v1::PersistentVolumeClaimStatus {
+                    phase: s.phase,
+                    ..Default::default()
+                },
+            );
     }
 }
 
@@ -249,15 +272,17 @@ pub fn note_written<K: Resource + k8s_openapi::Resource>(obj: &K) {
 /// The stores of the owned kinds a pass reads, each fed by one watch of the controller, and
 /// whether all of them hold their first full list.
 pub struct Caches {
-    pods: Store<CachedPod>,
-    jobs: Store<CachedJob>,
-    services: Store<Service>,
-    budgets: Store<PodDisruptionBudget>,
-    revisions: Store<CachedRevision>,
-    pod_groups: Store<PodGroup>,
-    claim_templates: Store<ResourceClaimTemplate>,
+    pods: Cache<CachedPod>,
+    jobs: Cache<CachedJob>,
+    services: Cache<Service>,
+    budgets: Cache<PodDisruptionBudget>,
+    revisions: Cache<CachedRevision>,
+    pod_groups: Cache<PodGroup>,
+    claim_templates: Cache<ResourceClaimTemplate>,
     /// Rank-table and peer-endpoints ConfigMaps only.
-    config_maps: Store<ConfigMap>,
+    config_maps: Cache<ConfigMap>,
+    /// Every PersistentVolumeClaim in scope, name and phase only.
+    claims: Cache<PersistentVolumeClaim>,
     ready: tokio::sync::watch::Sender<bool>,
     /// How far each store has caught up with the operator's writes.
     pub written: Arc<Written>,
@@ -266,45 +291,58 @@ pub struct Caches {
 /// The writing ends of [`Caches`], taken by the controller loop that feeds them.
 pub struct CacheWriters {
     /// Pods (worker and Job pods).
-    pub pods: Writer<CachedPod>,
+    pub pods: CacheWriter<CachedPod>,
     /// Jobs.
-    pub jobs: Writer<CachedJob>,
+    pub jobs: CacheWriter<CachedJob>,
     /// Services.
-    pub services: Writer<Service>,
+    pub services: CacheWriter<Service>,
     /// PodDisruptionBudgets.
-    pub budgets: Writer<PodDisruptionBudget>,
+    pub budgets: CacheWriter<PodDisruptionBudget>,
     /// ControllerRevisions.
-    pub revisions: Writer<CachedRevision>,
+    pub revisions: CacheWriter<CachedRevision>,
     /// PodGroups (fed only where groups are PodGroups).
-    pub pod_groups: Writer<PodGroup>,
+    pub pod_groups: CacheWriter<PodGroup>,
     /// ResourceClaimTemplates (fed only where the API server serves them).
-    pub claim_templates: Writer<ResourceClaimTemplate>,
+    pub claim_templates: CacheWriter<ResourceClaimTemplate>,
     /// Rank-table and peer-endpoints ConfigMaps.
-    pub config_maps: Writer<ConfigMap>,
+    pub config_maps: CacheWriter<ConfigMap>,
+    /// PersistentVolumeClaims.
+    pub claims: CacheWriter<PersistentVolumeClaim>,
 }
 
 impl Caches {
     /// Empty stores, not ready, and their writers.
     pub fn new() -> (Self, CacheWriters) {
+        let (pods, pods_writer) = CacheWriter::new();
+        let (jobs, jobs_writer) = CacheWriter::new();
+        let (services, services_writer) = CacheWriter::new();
+        let (budgets, budgets_writer) = CacheWriter::new();
+        let (revisions, revisions_writer) = CacheWriter::new();
+        let (pod_groups, pod_groups_writer) = CacheWriter::new();
+        let (claim_templates, claim_templates_writer) = CacheWriter::new();
+        let (config_maps, config_maps_writer) = CacheWriter::new();
+        let (claims, claims_writer) = CacheWriter::new();
         let writers = CacheWriters {
-            pods: Writer::default(),
-            jobs: Writer::default(),
-            services: Writer::default(),
-            budgets: Writer::default(),
-            revisions: Writer::default(),
-            pod_groups: Writer::default(),
-            claim_templates: Writer::default(),
-            config_maps: Writer::default(),
+            pods: pods_writer,
+            jobs: jobs_writer,
+            services: services_writer,
+            budgets: budgets_writer,
+            revisions: revisions_writer,
+            pod_groups: pod_groups_writer,
+            claim_templates: claim_templates_writer,
+            config_maps: config_maps_writer,
+            claims: claims_writer,
         };
         let caches = Self {
-            pods: writers.pods.as_reader(),
-            jobs: writers.jobs.as_reader(),
-            services: writers.services.as_reader(),
-            budgets: writers.budgets.as_reader(),
-            revisions: writers.revisions.as_reader(),
-            pod_groups: writers.pod_groups.as_reader(),
-            claim_templates: writers.claim_templates.as_reader(),
-            config_maps: writers.config_maps.as_reader(),
+            pods,
+            jobs,
+            services,
+            budgets,
+            revisions,
+            pod_groups,
+            claim_templates,
+            config_maps,
+            claims,
             ready: tokio::sync::watch::Sender::new(false),
             written: Arc::new(Written(
                 [
@@ -330,17 +368,18 @@ impl Caches {
     /// the stores: a store wakes one waiter.
     pub async fn fill(&self, pod_groups: bool, claim_templates: bool) {
         // An error means the writer was dropped with the controller loop: nothing to wait for.
-        let _ = self.pods.wait_until_ready().await;
-        let _ = self.jobs.wait_until_ready().await;
-        let _ = self.services.wait_until_ready().await;
-        let _ = self.budgets.wait_until_ready().await;
-        let _ = self.revisions.wait_until_ready().await;
-        let _ = self.config_maps.wait_until_ready().await;
+        let _ = self.pods.store.wait_until_ready().await;
+        let _ = self.jobs.store.wait_until_ready().await;
+        let _ = self.services.store.wait_until_ready().await;
+        let _ = self.budgets.store.wait_until_ready().await;
+        let _ = self.revisions.store.wait_until_ready().await;
+        let _ = self.config_maps.store.wait_until_ready().await;
+        let _ = self.claims.store.wait_until_ready().await;
         if pod_groups {
-            let _ = self.pod_groups.wait_until_ready().await;
+            let _ = self.pod_groups.store.wait_until_ready().await;
         }
         if claim_templates {
-            let _ = self.claim_templates.wait_until_ready().await;
+            let _ = self.claim_templates.store.wait_until_ready().await;
         }
         self.ready.send_replace(true);
     }
@@ -352,24 +391,128 @@ impl Caches {
     }
 }
 
+/// The names of one kind's cached objects by the uid of each of their owners, kept beside the
+/// kind's store so that a pass finds what a resource owns without reading the whole store. It
+/// follows the store event by event: an object is added under its owners when applied, removed
+/// when deleted, and a relist replaces the whole index when the store takes the list in. An
+/// object whose owners change stays listed under the old ones until the next relist; readers
+/// check each object's owner references, so such an entry is never taken for ownership.
+#[derive(Debug, Default)]
+pub struct ByOwner {
+    live: std::sync::RwLock<Names>,
+    /// The index of a relist under way.
+    listing: std::sync::Mutex<Option<Names>>,
+}
+
+/// Object names by owner uid.
+type Names = HashMap<String, BTreeSet<String>>;
+
+fn add<K: Resource>(names: &mut Names, o: &K) {
+    for owner in o.owner_references() {
+        names
+            .entry(owner.uid.clone())
+            .or_default()
+            .insert(o.name_any());
+    }
+}
+
+impl ByOwner {
+    /// Takes in a watch event the reflector has applied to the store.
+    pub fn took<K: Resource>(&self, event: &watcher::Event<K>) {
+        match event {
+            watcher::Event::Apply(o) => add(&mut write(&self.live), o),
+            watcher::Event::Delete(o) => {
+                let mut live = write(&self.live);
+                for owner in o.owner_references() {
+                    if let Some(names) = live.get_mut(&owner.uid) {
+                        names.remove(&o.name_any());
+                        if names.is_empty() {
+                            live.remove(&owner.uid);
+                        }
+                    }
+                }
+            }
+            watcher::Event::Init => *lock(&self.listing) = Some(Names::new()),
+            watcher::Event::InitApply(o) => {
+                if let Some(listing) = lock(&self.listing).as_mut() {
+                    add(listing, o);
+                }
+            }
+            watcher::Event::InitDone => {
+                if let Some(listed) = lock(&self.listing).take() {
+                    *write(&self.live) = listed;
+                }
+            }
+        }
+    }
+
+    /// The names of the objects listed under owner `uid`.
+    fn names(&self, uid: &str) -> Vec<String> {
+        self.live
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(uid)
+            .map(|names| names.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+}
+
+fn write(lock: &std::sync::RwLock<Names>) -> std::sync::RwLockWriteGuard<'_, Names> {
+    lock.write().unwrap_or_else(|e| e.into_inner())
+}
+
+fn lock(m: &std::sync::Mutex<Option<Names>>) -> std::sync::MutexGuard<'_, Option<Names>> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// One kind's store and its [`ByOwner`] index.
+pub struct Cache<K: Resource<DynamicType = ()> + Clone + 'static> {
+    store: Store<K>,
+    by_owner: Arc<ByOwner>,
+}
+
+/// The writing end of a [`Cache`]: the reflector's writer and the index it keeps in step.
+pub struct CacheWriter<K: Resource<DynamicType = ()> + Clone + 'static> {
+    /// Writes the store.
+    pub writer: Writer<K>,
+    /// Follows the store's events.
+    pub by_owner: Arc<ByOwner>,
+}
+
+impl<K: Resource<DynamicType = ()> + Clone + 'static> CacheWriter<K> {
+    fn new() -> (Cache<K>, Self) {
+        let writer = Writer::default();
+        let by_owner = Arc::new(ByOwner::default());
+        let cache = Cache {
+            store: writer.as_reader(),
+            by_owner: by_owner.clone(),
+        };
+        (cache, Self { writer, by_owner })
+    }
+}
+
 fn owned_by(meta_owner: &[OwnerReference], uid: &str) -> bool {
     meta_owner.iter().any(|o| o.uid == uid)
 }
 
-/// The cached objects of `namespace` labelled with `deployment` (and `component`, if given).
-fn labelled<K>(
-    store: &Store<K>,
+/// The cached objects of `namespace` owned by `uid` and labelled with `deployment` (and
+/// `component`, if given), found through the owner index.
+fn owned<K>(
+    cache: &Cache<K>,
     ns: &str,
     deployment: &str,
+    uid: &str,
     component: Option<&str>,
-) -> Vec<std::sync::Arc<K>>
+) -> Vec<Arc<K>>
 where
     K: Resource<DynamicType = ()> + Clone + 'static,
 {
-    store
-        .state()
+    cache
+        .by_owner
+        .names(uid)
         .into_iter()
-        .filter(|o| o.meta().namespace.as_deref() == Some(ns))
+        .filter_map(|name| cache.store.get(&ObjectRef::new(&name).within(ns)))
+        .filter(|o| owned_by(o.owner_references(), uid))
         .filter(|o| o.labels().get(labels::DEPLOYMENT).map(String::as_str) == Some(deployment))
         .filter(|o| {
             component
@@ -378,26 +521,9 @@ where
         .collect()
 }
 
-/// The cached objects labelled with `deployment` (and `component`) and owned by `uid`.
-fn owned<K>(
-    store: &Store<K>,
-    ns: &str,
-    deployment: &str,
-    uid: &str,
-    component: Option<&str>,
-) -> impl Iterator<Item = Arc<K>>
-where
-    K: Resource<DynamicType = ()> + Clone + 'static,
-{
-    let uid = uid.to_string();
-    labelled(store, ns, deployment, component)
-        .into_iter()
-        .filter(move |o| owned_by(o.owner_references(), &uid))
-}
-
 /// [`owned`], as the objects themselves.
 fn owned_in<K>(
-    store: &Store<K>,
+    cache: &Cache<K>,
     ns: &str,
     deployment: &str,
     uid: &str,
@@ -406,7 +532,8 @@ fn owned_in<K>(
 where
     K: Resource<DynamicType = ()> + Clone + 'static,
 {
-    owned(store, ns, deployment, uid, component)
+    owned(cache, ns, deployment, uid, component)
+        .into_iter()
         .map(|o| K::clone(&o))
         .collect()
 }
@@ -431,7 +558,7 @@ where
 }
 
 /// Reads every object the pass needs from the caches (PodGroups only when groups are PodGroups
-/// here), and the claim and prompts by GET.
+/// here), and the prompts by GET.
 pub async fn observe(
     ctx: &Context,
     did: &DeepInferDeployment,
@@ -446,28 +573,37 @@ pub async fn observe(
     caches.ready().await;
     caches.written.caught_up(CATCH_UP).await;
     let jobs: Vec<Job> = owned(&caches.jobs, &ns, &name, &uid, None)
+        .into_iter()
         .map(|j| j.to_job())
         .collect();
-    let job_uids: Vec<String> = jobs.iter().filter_map(|j| j.uid()).collect();
-    let mut workers = Vec::new();
-    let mut job_pods = Vec::new();
-    for pod in labelled(&caches.pods, &ns, &name, None) {
-        if owned_by(pod.owner_references(), &uid) {
-            if pod.labels().get(labels::COMPONENT).map(String::as_str) == Some("worker") {
-                workers.push(pod.to_pod());
+    let workers = owned(&caches.pods, &ns, &name, &uid, Some("worker"))
+        .into_iter()
+        .map(|p| p.to_pod())
+        .collect();
+    // A pod owned by the resource itself is never one of its Jobs' pods.
+    let mut job_pods: Vec<Pod> = Vec::new();
+    for job_uid in jobs.iter().filter_map(|j| j.uid()) {
+        for pod in owned(&caches.pods, &ns, &name, &job_uid, None) {
+            let seen = job_pods
+                .iter()
+                .any(|p| p.metadata.name == pod.metadata.name);
+            if !seen && !owned_by(pod.owner_references(), &uid) {
+                job_pods.push(pod.to_pod());
             }
-        } else if job_uids.iter().any(|j| owned_by(pod.owner_references(), j)) {
-            job_pods.push(pod.to_pod());
         }
     }
-    let claim_phase = match crate::controller::build::checkpoint_location(&did.spec) {
-        Some((claim, _)) => Some(
-            get_opt::<PersistentVolumeClaim>(ctx, &ns, &claim)
-                .await?
-                .map(|c| c.status.and_then(|s| s.phase).unwrap_or_default()),
-        ),
-        None => None,
-    };
+    let claim_phase = crate::controller::build::checkpoint_location(&did.spec).map(|(claim, _)| {
+        caches
+            .claims
+            .store
+            .get(&ObjectRef::new(&claim).within(&ns))
+            .map(|c| {
+                c.status
+                    .as_ref()
+                    .and_then(|s| s.phase.clone())
+                    .unwrap_or_default()
+            })
+    });
     let prompts = match &did.spec.acceptance.prompts_from {
         Some(from) => get_opt::<ConfigMap>(ctx, &ns, &from.name).await?,
         None => None,
@@ -481,6 +617,7 @@ pub async fn observe(
         services: owned_in(&caches.services, &ns, &name, &uid, None),
         budgets: owned_in(&caches.budgets, &ns, &name, &uid, None),
         revisions: owned(&caches.revisions, &ns, &name, &uid, None)
+            .into_iter()
             .map(|r| r.to_revision())
             .collect(),
         claim_templates: if did.spec.accelerator.device_class_name.is_some()
@@ -858,5 +995,93 @@ mod tests {
         assert!(svc.spec.is_none());
         assert_eq!(build::applied_hash(&svc), Some("h1"));
         assert_eq!(svc.owner_references().len(), 1);
+    }
+
+    fn service(ns: &str, name: &str, deployment: &str, owner: Option<&str>) -> Service {
+        let mut meta = ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(ns.into()),
+            labels: Some([(labels::DEPLOYMENT.to_string(), deployment.to_string())].into()),
+            ..ObjectMeta::default()
+        };
+        meta.owner_references = owner.map(|uid| {
+            vec![OwnerReference {
+                uid: uid.into(),
+                name: deployment.into(),
+                ..OwnerReference::default()
+            }]
+        });
+        Service {
+            metadata: meta,
+            ..Service::default()
+        }
+    }
+
+    /// Feeds one watch event to a cache as the controller's reflector does.
+    fn take(writer: &mut CacheWriter<Service>, event: watcher::Event<Service>) {
+        writer.writer.apply_watcher_event(&event);
+        writer.by_owner.took(&event);
+    }
+
+    fn names(cache: &Cache<Service>, ns: &str, deployment: &str, uid: &str) -> Vec<String> {
+        owned(cache, ns, deployment, uid, None)
+            .iter()
+            .map(|s| s.name_any())
+            .collect()
+    }
+
+    #[test]
+    fn the_owner_index_finds_exactly_what_a_resource_owns_through_changes_and_relists() {
+        use watcher::Event::{Apply, Delete, Init, InitApply, InitDone};
+        let (cache, mut writer) = CacheWriter::<Service>::new();
+        take(&mut writer, Init);
+        take(
+            &mut writer,
+            InitApply(service("team", "a-0", "a", Some("u-a"))),
+        );
+        take(&mut writer, InitDone);
+        take(&mut writer, Apply(service("team", "a-1", "a", Some("u-a"))));
+        take(&mut writer, Apply(service("team", "b-0", "b", Some("u-b"))));
+        // A label alone is not ownership, nor is an owner reference from another namespace
+        // whose name is taken in this one by another resource's object.
+        take(&mut writer, Apply(service("team", "a-stray", "a", None)));
+        take(
+            &mut writer,
+            Apply(service("other", "b-0", "a", Some("u-a"))),
+        );
+        assert_eq!(names(&cache, "team", "a", "u-a"), ["a-0", "a-1"]);
+        assert_eq!(names(&cache, "team", "b", "u-b"), ["b-0"]);
+        assert_eq!(names(&cache, "other", "a", "u-a"), ["b-0"]);
+        // Labelled for another deployment: not found under this one's name.
+        assert!(names(&cache, "team", "b", "u-a").is_empty());
+
+        // Deleted, and orphaned (its owner reference removed): neither is found any more.
+        take(
+            &mut writer,
+            Delete(service("team", "a-0", "a", Some("u-a"))),
+        );
+        take(&mut writer, Apply(service("team", "a-1", "a", None)));
+        assert!(names(&cache, "team", "a", "u-a").is_empty());
+
+        // A relist replaces the index whole: what the list lacks is gone, what it has is found.
+        take(&mut writer, Init);
+        take(
+            &mut writer,
+            InitApply(service("team", "a-2", "a", Some("u-a"))),
+        );
+        assert_eq!(
+            names(&cache, "team", "b", "u-b"),
+            ["b-0"],
+            "the old view is served until the list is in"
+        );
+        take(&mut writer, InitDone);
+        assert_eq!(names(&cache, "team", "a", "u-a"), ["a-2"]);
+        assert!(names(&cache, "team", "b", "u-b").is_empty());
+        assert!(names(&cache, "other", "a", "u-a").is_empty());
+        assert_eq!(
+            writer.by_owner.live.read().expect("lock").len(),
+            1,
+            "owners with nothing left are dropped"
+        );
     }
 }

@@ -101,10 +101,10 @@ shipped in config/rbac/role.yaml (a test keeps the two equal).
 - apiGroups: [batch]
   resources: [jobs]
   verbs: [list, watch, create, patch, delete]
-# Checks that the checkpoint claim exists and is bound.
+# Watches claims (name and phase kept) to check that the checkpoint claim exists and is bound.
 - apiGroups: [""]
   resources: [persistentvolumeclaims]
-  verbs: [get]
+  verbs: [list, watch]
 # ConfigMaps: get reads the prompts of spec.acceptance.promptsFrom; list and watch are a
 # metadata-only watch (an edit to those prompts re-runs acceptance) and list the evidence's
 # metadata; create and patch apply the acceptance spec and the evidence ConfigMap created before

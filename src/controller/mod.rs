@@ -678,10 +678,10 @@ pub async fn run_with_context(
                 kube::runtime::reflector(writer, watcher(dids, lists.config())).applied_objects(),
             ),
             &ctx.metrics,
-            |meta: &kube::core::ObjectMeta| {
+            |did: &CachedDeployment| {
                 vec![phase_key(
-                    meta.namespace.as_deref().unwrap_or_default(),
-                    meta.name.as_deref().unwrap_or_default(),
+                    did.metadata.namespace.as_deref().unwrap_or_default(),
+                    did.metadata.name.as_deref().unwrap_or_default(),
                 )]
             },
         ),
@@ -694,30 +694,32 @@ pub async fn run_with_context(
     // Every event of a trigger stream is noted for the resources it triggers, so that the pass
     // it starts observes how long it waited (`deepinfer_watch_event_to_reconcile_seconds`).
     let metrics = ctx.metrics.clone();
-    let owners = {
-        let ar = ar.clone();
-        move |meta: &kube::core::ObjectMeta| keys(owner_refs(meta, &ar))
-    };
     let controller = controller
         .watches_stream(
             noted(
-                triggering(
-                    "Pod",
-                    writers.pods,
-                    scoped(&client, ns),
-                    owned.clone(),
-                    written,
-                    &mut feeders,
-                ),
+                {
+                    let news = JobPodNews::default();
+                    triggering(
+                        "Pod",
+                        writers.pods,
+                        scoped(&client, ns),
+                        owned.clone(),
+                        written,
+                        &mut feeders,
+                    )
+                    .filter(move |pod| {
+                        std::future::ready(pod.as_ref().map_or(true, |p| news.is_news(p)))
+                    })
+                },
                 &metrics,
                 {
                     let ar = ar.clone();
-                    move |meta: &kube::core::ObjectMeta| keys(pod_owner_refs(meta, &ar))
+                    move |pod: &cached::CachedPod| keys(pod_owner_refs(pod, &ar))
                 },
             ),
             {
                 let ar = ar.clone();
-                move |pod| pod_owner_refs(pod.meta(), &ar)
+                move |pod| pod_owner_refs(&pod, &ar)
             },
         )
         .owns_stream(noted(
@@ -730,7 +732,7 @@ pub async fn run_with_context(
                 &mut feeders,
             ),
             &metrics,
-            owners.clone(),
+            owner_keys(&ar),
         ))
         .owns_stream(noted(
             triggering(
@@ -742,7 +744,7 @@ pub async fn run_with_context(
                 &mut feeders,
             ),
             &metrics,
-            owners,
+            owner_keys(&ar),
         ))
         .watches_stream(
             on_own_backoff(
@@ -800,7 +802,7 @@ pub async fn run_with_context(
 fn noted<K>(
     stream: impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static,
     metrics: &Arc<crate::metrics::Metrics>,
-    keys: impl Fn(&kube::core::ObjectMeta) -> Vec<String> + Send + 'static,
+    keys: impl Fn(&K) -> Vec<String> + Send + 'static,
 ) -> impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static
 where
     K: Resource + Send + 'static,
@@ -808,7 +810,7 @@ where
     let metrics = metrics.clone();
     stream.inspect(move |item| {
         if let Ok(obj) = item {
-            for key in keys(obj.meta()) {
+            for key in keys(obj) {
                 metrics.triggered(&key);
             }
         }
@@ -827,27 +829,64 @@ fn owner_refs(meta: &kube::core::ObjectMeta, ar: &ApiResource) -> Vec<ObjectRef<
 }
 
 /// The DeepInferDeployments a pod's watch event triggers: those its owner references name and,
-/// for a pod of a Job (labelled with the resource it runs for), that resource. A Job's status
-/// says nothing of a pod that waits on its image or cannot be placed, so its pod's own events
-/// start the pass that reports it.
-fn pod_owner_refs(
-    meta: &kube::core::ObjectMeta,
-    ar: &ApiResource,
-) -> Vec<ObjectRef<CachedDeployment>> {
+/// for a pod of a Job (labelled with the resource it runs for), that resource. Which Job pods'
+/// events reach here at all is [`JobPodNews`]'s call.
+fn pod_owner_refs(pod: &cached::CachedPod, ar: &ApiResource) -> Vec<ObjectRef<CachedDeployment>> {
+    let meta = &pod.metadata;
     let mut refs = owner_refs(meta, ar);
-    let of_job = meta
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|o| o.api_version == "batch/v1" && o.kind == "Job");
     let deployment = meta.labels.as_ref().and_then(|l| l.get(labels::DEPLOYMENT));
-    if let (true, Some(name), Some(ns)) = (of_job, deployment, meta.namespace.as_deref()) {
+    if let (true, Some(name), Some(ns)) = (of_job(meta), deployment, meta.namespace.as_deref()) {
         let r = ObjectRef::new_with(name, ar.clone()).within(ns);
         if !refs.contains(&r) {
             refs.push(r);
         }
     }
     refs
+}
+
+fn of_job(meta: &kube::core::ObjectMeta) -> bool {
+    meta.owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.api_version == "batch/v1" && o.kind == "Job")
+}
+
+/// Which pod events are news for a pass. Every event of a pod that is not a Job's is. A Job's
+/// status says nothing of a pod that cannot make progress without a person (its image, its
+/// configuration, no place to run: [`decide::jobs::pod_trouble`]), so a Job's pod's event is
+/// news when the pod enters such trouble, changes its kind of trouble, or leaves it; the rest of
+/// its life shows in its Job's status. The scheduler rewrites an unschedulable pod's message on
+/// every retry; those rewrites are not news. Remembers the trouble of the Job pods that are in
+/// trouble now, nothing of the others.
+#[derive(Default)]
+struct JobPodNews(std::sync::Mutex<std::collections::HashMap<String, &'static str>>);
+
+impl JobPodNews {
+    fn is_news(&self, pod: &cached::CachedPod) -> bool {
+        let meta = &pod.metadata;
+        if !of_job(meta) {
+            return true;
+        }
+        let key = phase_key(
+            meta.namespace.as_deref().unwrap_or_default(),
+            meta.name.as_deref().unwrap_or_default(),
+        );
+        let trouble = match meta.deletion_timestamp {
+            Some(_) => None,
+            None => decide::jobs::pod_trouble(&pod.to_pod()).map(|t| t.reason),
+        };
+        let mut seen = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        match trouble {
+            Some(reason) => seen.insert(key, reason) != Some(reason),
+            None => seen.remove(&key).is_some(),
+        }
+    }
+}
+
+/// The keys of the resources an object's owner references name, for [`noted`].
+fn owner_keys<K: Resource>(ar: &ApiResource) -> impl Fn(&K) -> Vec<String> + Send + 'static {
+    let ar = ar.clone();
+    move |o| keys(owner_refs(o.meta(), &ar))
 }
 
 /// Keys (`namespace/name`) of resources, as the phase gauge and the trigger metrics name them.
@@ -1409,27 +1448,74 @@ mod tests {
     }
 
     #[test]
-    fn a_job_pods_event_counts_for_the_resource_it_runs_for() {
+    fn a_job_pods_trouble_is_news_for_the_resource_it_runs_for_and_its_rewrites_are_not() {
         let ar = api_resource();
-        let pod = |owners: serde_json::Value, deployment: Option<&str>| {
-            let mut meta = serde_json::json!({
-                "name": "flash-verify-x", "namespace": "team", "ownerReferences": owners,
-            });
-            if let Some(d) = deployment {
-                meta["labels"] = serde_json::json!({labels::DEPLOYMENT: d});
-            }
-            let meta: kube::core::ObjectMeta = serde_json::from_value(meta).expect("meta");
-            keys(pod_owner_refs(&meta, &ar))
+        let waiting = |reason: &str, message: &str| {
+            serde_json::json!({"containerStatuses": [{
+                "name": "verify", "ready": false, "restartCount": 0, "image": "x", "imageID": "",
+                "state": {"waiting": {"reason": reason, "message": message}},
+            }]})
         };
+        let unschedulable = |message: &str| {
+            serde_json::json!({"phase": "Pending", "conditions": [{
+                "type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message,
+            }]})
+        };
+        let running = serde_json::json!({"phase": "Running"});
+        let pod =
+            |owners: serde_json::Value, deployment: Option<&str>, status: &serde_json::Value| {
+                let mut meta = serde_json::json!({
+                    "name": "flash-verify-x", "namespace": "team", "ownerReferences": owners,
+                });
+                if let Some(d) = deployment {
+                    meta["labels"] = serde_json::json!({labels::DEPLOYMENT: d});
+                }
+                serde_json::from_value::<cached::CachedPod>(
+                    serde_json::json!({"metadata": meta, "status": status}),
+                )
+                .expect("pod")
+            };
         let job = serde_json::json!([{"apiVersion": "batch/v1", "kind": "Job", "name": "flash-verify", "uid": "2"}]);
-        assert_eq!(pod(job.clone(), Some("flash")), ["team/flash"]);
+        assert_eq!(
+            keys(pod_owner_refs(
+                &pod(job.clone(), Some("flash"), &running),
+                &ar
+            )),
+            ["team/flash"]
+        );
+        let news = JobPodNews::default();
+        let of_job =
+            |status: &serde_json::Value| news.is_news(&pod(job.clone(), Some("flash"), status));
+        assert!(
+            !of_job(&running),
+            "a Job's pod on its way: its Job's status tells"
+        );
+        assert!(of_job(&unschedulable("0/8 nodes are available")));
+        assert!(
+            !of_job(&unschedulable("0/9 nodes are available")),
+            "the scheduler's retry"
+        );
+        assert!(
+            of_job(&waiting("ImagePullBackOff", "not found")),
+            "another trouble"
+        );
+        assert!(!of_job(&waiting("ImagePullBackOff", "still not found")));
+        assert!(of_job(&running), "out of trouble");
+        assert!(!of_job(&running));
+        assert!(
+            news.0.lock().expect("lock").is_empty(),
+            "nothing kept of pods out of trouble"
+        );
+
         // Not a Job's pod, or no resource named: only what owner references name.
         let rs = serde_json::json!([{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "x", "uid": "3"}]);
-        assert!(pod(rs, Some("flash")).is_empty());
-        assert!(pod(job, None).is_empty());
-        // A worker pod owned by the resource is counted once.
+        assert!(pod_owner_refs(&pod(rs, Some("flash"), &running), &ar).is_empty());
+        assert!(pod_owner_refs(&pod(job, None, &running), &ar).is_empty());
+        // A worker pod owned by the resource: every event is news, counted once.
         let worker = serde_json::json!([{"apiVersion": ar.api_version, "kind": ar.kind, "name": "flash", "uid": "1"}]);
-        assert_eq!(pod(worker, Some("flash")), ["team/flash"]);
+        let worker = pod(worker, Some("flash"), &running);
+        assert!(news.is_news(&worker) && news.is_news(&worker));
+        assert_eq!(keys(pod_owner_refs(&worker, &ar)), ["team/flash"]);
     }
 
     #[test]

@@ -973,7 +973,8 @@ where
 }
 
 /// A reflector of one owned kind into `cache`, objects trimmed before they are stored, each
-/// event taken into the owner index and then noted in `written` once the store has it.
+/// event taken into the owner index before the store takes it, and noted in `written` once the
+/// store has it.
 fn cached<K>(
     cache: observe::CacheWriter<K>,
     api: Api<K>,
@@ -994,14 +995,19 @@ where
     let progress = written
         .of(<K as k8s_openapi::Resource>::KIND)
         .unwrap_or_default();
+    // The index takes each event before the store does: a pass that finds the store filled, or
+    // holding an object, never finds the index behind it (a name the store does not hold yet is
+    // passed over as the store's own lag).
     let by_owner = cache.by_owner;
-    kube::runtime::reflector(
-        cache.writer,
-        watcher(api, config).modify(observe::Trim::trim),
-    )
-    .inspect(move |event| {
+    let events = watcher(api, config)
+        .modify(observe::Trim::trim)
+        .inspect(move |event| {
+            if let Ok(event) = event {
+                by_owner.took(event);
+            }
+        });
+    kube::runtime::reflector(cache.writer, events).inspect(move |event| {
         if let Ok(event) = event {
-            by_owner.took(event);
             progress.stored(event);
         }
     })

@@ -393,8 +393,10 @@ impl Caches {
 
 /// The names of one kind's cached objects by the uid of each of their owners, kept beside the
 /// kind's store so that a pass finds what a resource owns without reading the whole store. It
-/// follows the store event by event: an object is added under its owners when applied, removed
-/// when deleted, and a relist replaces the whole index when the store takes the list in. An
+/// takes each watch event just before the store does: an object is added under its owners when
+/// applied, removed when deleted, and a relist replaces the whole index when the list is in. So
+/// the index is never behind the store (once the store is filled, so is the index); a name it
+/// lists that the store does not hold yet is passed over. An
 /// object whose owners change stays listed under the old ones until the next relist; readers
 /// check each object's owner references, so such an entry is never taken for ownership.
 #[derive(Debug, Default)]
@@ -1017,10 +1019,10 @@ mod tests {
         }
     }
 
-    /// Feeds one watch event to a cache as the controller's reflector does.
+    /// Feeds one watch event to a cache as the controller's reflector does: index, then store.
     fn take(writer: &mut CacheWriter<Service>, event: watcher::Event<Service>) {
-        writer.writer.apply_watcher_event(&event);
         writer.by_owner.took(&event);
+        writer.writer.apply_watcher_event(&event);
     }
 
     fn names(cache: &Cache<Service>, ns: &str, deployment: &str, uid: &str) -> Vec<String> {

@@ -11,15 +11,17 @@ mod requests;
 pub use requests::{classify, ApiRequests, ApiRequestsLayer};
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
 use crate::api::Phase;
@@ -120,6 +122,8 @@ pub struct Metrics {
     /// `deepinfer_leader`: 1 while this instance reconciles (holds the leader Lease, or runs
     /// without leader election), else 0.
     leader: Gauge,
+    /// The caches' sizes, once the controller has handed them over.
+    caches: CachesCollector,
 }
 
 /// Exports the client's write counter as `deepinfer_api_writes_total` at scrape time.
@@ -136,6 +140,92 @@ impl Collector for WritesCollector {
             counter.metric_type(),
         )?;
         counter.encode(metric)
+    }
+}
+
+/// How many objects each of the operator's caches holds, by kind, read at scrape time.
+pub type CacheSizes = Box<dyn Fn() -> Vec<(&'static str, usize)> + Send + Sync>;
+
+/// `{kind="…"}` of a cache.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    kind: &'static str,
+}
+
+/// `{state="…"}` of the heap: `allocated` or `resident`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabels {
+    state: &'static str,
+}
+
+/// Exports `deepinfer_cached_objects{kind}` from the caches' sizes, once the controller has
+/// handed them over ([`Metrics::count_caches`]).
+#[derive(Clone, Default)]
+struct CachesCollector(Arc<OnceLock<CacheSizes>>);
+
+impl std::fmt::Debug for CachesCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CachesCollector")
+    }
+}
+
+impl Collector for CachesCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let mut metric = encoder.encode_descriptor(
+            "cached_objects",
+            "Objects held in the operator's caches of the kinds it owns and reads, by kind",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (kind, n) in self.0.get().map(|sizes| sizes()).unwrap_or_default() {
+            ConstGauge::new(gauge_value(n)).encode(metric.encode_family(&KindLabels { kind })?)?;
+        }
+        Ok(())
+    }
+}
+
+/// The allocator's own figures, in bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Heap {
+    /// Bytes the process holds allocated (the live heap, rounded up to the allocator's size
+    /// classes).
+    pub allocated: usize,
+    /// Bytes of physical memory in pages the allocator holds: the live heap, its own metadata
+    /// and freed pages not yet returned to the system.
+    pub resident: usize,
+}
+
+/// The heap as jemalloc counts it (the allocator of the operator's binary and of the
+/// benchmark); `None` if the statistics cannot be read. In a process whose global allocator is
+/// not jemalloc the figures are jemalloc's own bookkeeping only.
+pub fn heap() -> Option<Heap> {
+    // The statistics are a snapshot taken when the epoch advances.
+    tikv_jemalloc_ctl::epoch::advance().ok()?;
+    Some(Heap {
+        allocated: tikv_jemalloc_ctl::stats::allocated::read().ok()?,
+        resident: tikv_jemalloc_ctl::stats::resident::read().ok()?,
+    })
+}
+
+/// Exports `deepinfer_heap_bytes{state}` from [`heap`] at scrape time.
+#[derive(Debug)]
+struct HeapCollector;
+
+impl Collector for HeapCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let mut metric = encoder.encode_descriptor(
+            "heap",
+            "The operator's heap as its allocator counts it: allocated (live objects) and resident (pages it holds, freed ones not yet returned included); the process's resident set adds code pages and stacks",
+            Some(&Unit::Bytes),
+            MetricType::Gauge,
+        )?;
+        if let Some(heap) = heap() {
+            for (state, bytes) in [("allocated", heap.allocated), ("resident", heap.resident)] {
+                ConstGauge::new(gauge_value(bytes))
+                    .encode(metric.encode_family(&StateLabels { state })?)?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -232,6 +322,9 @@ impl Metrics {
             requests.latency.clone(),
         );
         registry.register_collector(Box::new(WritesCollector(requests)));
+        let caches = CachesCollector::default();
+        registry.register_collector(Box::new(caches.clone()));
+        registry.register_collector(Box::new(HeapCollector));
         Self {
             registry,
             reconciles,
@@ -246,7 +339,14 @@ impl Metrics {
             acceptance_runs,
             acceptance_duration,
             leader,
+            caches,
         }
+    }
+
+    /// Exports the sizes of the controller's caches as `deepinfer_cached_objects{kind}` (the
+    /// first caller's; one controller loop runs per process).
+    pub fn count_caches(&self, sizes: CacheSizes) {
+        let _ = self.caches.0.set(sizes);
     }
 
     /// Records whether this instance reconciles now.
@@ -431,6 +531,51 @@ mod tests {
         );
         assert!(text.ends_with("# EOF\n"), "OpenMetrics text ends with EOF");
         assert!(!text.contains(".."), "help texts end in one period: {text}");
+    }
+
+    #[test]
+    fn cache_sizes_are_read_at_each_scrape_once_the_controller_hands_them_over() {
+        let m = Metrics::new(ApiRequests::default());
+        assert!(m
+            .encode()
+            .unwrap()
+            .contains("# TYPE deepinfer_cached_objects gauge"));
+        assert_eq!(
+            line(
+                &m.encode().unwrap(),
+                r#"deepinfer_cached_objects{kind="Pod"}"#
+            ),
+            None
+        );
+        let pods = Arc::new(std::sync::atomic::AtomicUsize::new(3));
+        let seen = pods.clone();
+        m.count_caches(Box::new(move || {
+            vec![
+                ("Pod", seen.load(std::sync::atomic::Ordering::SeqCst)),
+                ("Job", 1),
+            ]
+        }));
+        let text = m.encode().unwrap();
+        assert_eq!(
+            line(&text, r#"deepinfer_cached_objects{kind="Pod"}"#),
+            Some("3")
+        );
+        assert_eq!(
+            line(&text, r#"deepinfer_cached_objects{kind="Job"}"#),
+            Some("1")
+        );
+        pods.store(5, std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(
+            line(
+                &m.encode().unwrap(),
+                r#"deepinfer_cached_objects{kind="Pod"}"#
+            ),
+            Some("5")
+        );
+        // The heap is exported whatever the allocator (the binary's is jemalloc).
+        let text = m.encode().unwrap();
+        assert!(line(&text, r#"deepinfer_heap_bytes{state="allocated"}"#).is_some());
+        assert!(line(&text, r#"deepinfer_heap_bytes{state="resident"}"#).is_some());
     }
 
     #[test]

@@ -58,6 +58,38 @@ fn bench_drives_every_resource_to_ready_and_prints_every_figure() {
         assert!(finite(&figures[key]), "{key} measured: {figures}");
     }
 
+    let heap = &figures["operatorHeapReadyMib"];
+    assert!(
+        heap.as_array()
+            .is_some_and(|h| h.len() == 2 && h.iter().all(|v| v.as_f64().is_some_and(|m| m > 0.0))),
+        "the operator's heap, allocated and resident: {figures}"
+    );
+    let cached = |kind: &str| figures["operatorCachedObjects"][kind].as_f64();
+    assert!(
+        cached("Pod").is_some_and(|n| n >= (8 * RESOURCES) as f64),
+        "the operator counts the worker pods in its cache: {figures}"
+    );
+    let caches = figures["caches"].as_array().expect("caches");
+    let cache = |kind: &str| {
+        caches
+            .iter()
+            .find(|c| c["kind"] == kind)
+            .unwrap_or_else(|| panic!("{kind} measured: {figures}"))
+    };
+    assert_eq!(cache("DeepInferDeployment")["objects"], RESOURCES);
+    assert!(
+        cache("Pod")["objects"]
+            .as_u64()
+            .is_some_and(|n| n >= 8 * RESOURCES),
+        "every worker pod measured: {figures}"
+    );
+    for kind in ["DeepInferDeployment", "Pod", "Job", "Service"] {
+        assert!(
+            cache(kind)["bytes"].as_u64().is_some_and(|b| b > 0),
+            "{kind}: bytes measured: {figures}"
+        );
+    }
+
     let phases = figures["phases"].as_array().expect("phases");
     let names: Vec<&str> = phases.iter().filter_map(|p| p["name"].as_str()).collect();
     assert_eq!(
@@ -101,6 +133,12 @@ fn bench_drives_every_resource_to_ready_and_prints_every_figure() {
                 phase["operatorRssMib"].as_array().map(|r| r.len()),
                 Some(3),
                 "{name}: RSS at start, peak and end: {phase}"
+            );
+            assert!(
+                phase["operatorHeapMib"]
+                    .as_array()
+                    .is_some_and(|h| h.len() == 2 && h.iter().all(finite)),
+                "{name}: heap allocated and resident at the end: {phase}"
             );
         }
     }

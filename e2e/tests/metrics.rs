@@ -88,6 +88,23 @@ async fn operator_serves_metrics_health_and_readiness() {
         Some(1.0),
         "without leader election the one instance reconciles: {text}"
     );
+    // Nothing is provisioned behind the licence gate: the caches hold no pod.
+    assert_eq!(
+        sample(text, r#"deepinfer_cached_objects{kind="Pod"}"#),
+        Some(0.0),
+        "cached pods exported: {text}"
+    );
+    // The binary's allocator is jemalloc: its live heap is megabytes, within what it holds.
+    let allocated = sample(text, r#"deepinfer_heap_bytes{state="allocated"}"#);
+    let resident = sample(text, r#"deepinfer_heap_bytes{state="resident"}"#);
+    assert!(
+        allocated.is_some_and(|a| a > 1024.0 * 1024.0),
+        "the heap exported: {text}"
+    );
+    assert!(
+        resident >= allocated,
+        "resident pages hold the live heap: {text}"
+    );
     assert!(
         text.ends_with("# EOF\n"),
         "OpenMetrics ends with EOF: {text}"

@@ -23,7 +23,7 @@ use std::time::Duration;
 use clap::Args;
 
 use cached::CachedDeployment;
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
@@ -519,6 +519,8 @@ pub fn context(
 ) -> Arc<Context> {
     let (awaiting_api, due) = outage::AwaitingApi::new();
     let (caches, cache_writers) = observe::Caches::new();
+    let metrics = crate::metrics::Metrics::new(requests.clone());
+    metrics.count_caches(caches.sizes());
     Arc::new(Context {
         recorder: events::Recorder::new(
             client.clone(),
@@ -534,7 +536,7 @@ pub fn context(
         job_deadlines: settings.job_deadlines,
         retention: settings.retention,
         writes: requests.write_counter(),
-        metrics: Arc::new(crate::metrics::Metrics::new(requests)),
+        metrics: Arc::new(metrics),
         reconciles: AtomicU64::new(0),
         gang_scheduling: settings.gang_scheduling,
         pod_groups: tokio::sync::OnceCell::new(),
@@ -576,9 +578,7 @@ pub async fn run_with_context(
     // How every watch reads its initial state, resolved once before any watch starts.
     let lists =
         InitialLists::of(resolved("streaming lists", || InitialLists::probe(&client, ns)).await);
-    let owned = lists
-        .config()
-        .labels(&format!("{}={}", labels::MANAGED_BY, labels::MANAGER));
+    let owned = lists.config().labels(&observe::owned_selector());
     let Some(writers) = ctx
         .cache_writers
         .lock()
@@ -618,14 +618,7 @@ pub async fn run_with_context(
             "ConfigMap",
             writers.config_maps,
             scoped(&client, ns),
-            lists.config().labels(&format!(
-                "{}={},{} in ({},{})",
-                labels::MANAGED_BY,
-                labels::MANAGER,
-                labels::COMPONENT,
-                build::RANK_TABLE_COMPONENT,
-                build::PEER_ENDPOINTS_COMPONENT
-            )),
+            lists.config().labels(&observe::config_map_selector()),
             written,
         ),
     ];
@@ -999,13 +992,7 @@ where
     // holding an object, never finds the index behind it (a name the store does not hold yet is
     // passed over as the store's own lag).
     let by_owner = cache.by_owner;
-    let events = watcher(api, config)
-        .modify(observe::Trim::trim)
-        .inspect(move |event| {
-            if let Ok(event) = event {
-                by_owner.took(event);
-            }
-        });
+    let events = watcher(api, config).map_ok(move |event| observe::prepared(&by_owner, event));
     kube::runtime::reflector(cache.writer, events).inspect(move |event| {
         if let Ok(event) = event {
             progress.stored(event);

@@ -32,6 +32,7 @@ fn exercised() -> Metrics {
     metrics.reconcile_failed("kube");
     metrics.observe_phase("ns/name", Some(Phase::Ready));
     metrics.acceptance_finished("Passed", 1.0);
+    metrics.count_caches(Box::new(|| vec![("Pod", 0)]));
     metrics
 }
 

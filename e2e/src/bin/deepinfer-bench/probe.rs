@@ -18,6 +18,31 @@ pub fn value(exposition: &str, series: &str) -> f64 {
     deepinfer_e2e::operator_process::sample(exposition, series).unwrap_or(f64::NAN)
 }
 
+/// The operator's heap, MiB allocated and resident (`deepinfer_heap_bytes`).
+pub fn heap_mib(exposition: &str) -> [f64; 2] {
+    ["allocated", "resident"].map(|state| {
+        value(
+            exposition,
+            &format!("deepinfer_heap_bytes{{state=\"{state}\"}}"),
+        ) / (1024.0 * 1024.0)
+    })
+}
+
+/// `deepinfer_cached_objects`: objects in each of the operator's caches, by kind.
+pub fn cached_objects(exposition: &str) -> BTreeMap<String, f64> {
+    exposition
+        .lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix("deepinfer_cached_objects{kind=\"")?;
+            let (kind, count) = rest.split_once("\"} ")?;
+            Some((
+                kind.to_string(),
+                count.split_whitespace().next()?.parse().ok()?,
+            ))
+        })
+        .collect()
+}
+
 /// Series `name` of the reconcile duration histogram summed over results (`success`, `error`).
 fn over_results(exposition: &str, name: &str) -> f64 {
     ["success", "error"]
@@ -171,6 +196,8 @@ pub struct PhaseFigures {
     pub operator_cpu_seconds: Option<f64>,
     /// Operator RSS at the start, sampled peak and end, MiB (operator phases only).
     pub operator_rss_mib: Option<[f64; 3]>,
+    /// The operator's heap at the end, MiB allocated and resident (operator phases only).
+    pub operator_heap_mib: Option<[f64; 2]>,
     /// Most resources waiting for a pass after a watch event at one sample
     /// (`deepinfer_reconcile_queue_depth`, sampled each second; operator phases only).
     pub queue_depth_peak: Option<f64>,
@@ -324,6 +351,7 @@ impl Probe {
             mean_reconcile_ms,
             operator_cpu_seconds,
             operator_rss_mib,
+            operator_heap_mib: operator.then(|| heap_mib(&end)),
             queue_depth_peak: operator.then_some(self.queue_peak),
             events_per_resource: operator.then(|| per(events)),
             event_to_reconcile_mean_ms: operator.then(|| 1000.0 * waited / events),
@@ -368,8 +396,9 @@ impl PhaseFigures {
             self.operator_cpu_seconds,
             self.operator_rss_mib,
         ) {
+            let [allocated, resident] = self.operator_heap_mib.unwrap_or([f64::NAN; 2]);
             println!(
-                "bench:   operator: {r:.2} reconciles per resource, mean pass {ms:.1} ms, {cpu:.1} CPU s, RSS {start:.1} / peak {peak:.1} / end {end:.1} MiB"
+                "bench:   operator: {r:.2} reconciles per resource, mean pass {ms:.1} ms, {cpu:.1} CPU s, RSS {start:.1} / peak {peak:.1} / end {end:.1} MiB, heap at the end {allocated:.1} MiB allocated, {resident:.1} MiB resident"
             );
         }
         if let (Some(depth), Some(events), Some(mean)) = (

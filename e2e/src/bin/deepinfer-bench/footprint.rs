@@ -1,0 +1,168 @@
+//! What the operator's caches hold, by kind: the benchmark lists every kind the operator caches,
+//! with the operator's own label selectors, and decodes each list into the operator's own cache
+//! types, trimmed, indexed by owner and stored as the operator's watches do
+//! ([`observe::filled`]), on one thread, with the operator's allocator (jemalloc). The heap that
+//! thread allocated and did not free is what the cache of that kind costs; it is set beside the
+//! operator's whole heap (`deepinfer_heap_bytes{state="allocated"}`), so that the rest (tasks,
+//! connections, the controller's queue, the event recorder) shows too.
+
+use kube::api::ListParams;
+use kube::core::{ObjectList, Request};
+use kube::runtime::reflector::store::Writer;
+use kube::runtime::watcher;
+use kube::{Client, Resource};
+use serde::de::DeserializeOwned;
+
+use deepinfer_operator::controller::cached::{
+    CachedDeployment, CachedJob, CachedPod, CachedRevision,
+};
+use deepinfer_operator::controller::observe::{self, Trim};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::resource::v1::ResourceClaimTemplate;
+use k8s_openapi::api::scheduling::v1beta1::PodGroup;
+
+/// One kind's cache, as measured.
+#[derive(serde::Serialize, Debug, Clone)]
+#[serde(rename_all = "camelCase")]
+pub struct KindFootprint {
+    pub kind: String,
+    pub objects: usize,
+    /// Heap bytes the decoded, trimmed, indexed and stored objects hold.
+    pub bytes: usize,
+}
+
+/// Net heap bytes this thread has allocated so far (allocated minus freed, cumulative).
+fn thread_heap() -> anyhow::Result<i128> {
+    let unreadable = |e| anyhow::anyhow!("jemalloc's thread statistics: {e}");
+    let allocated = tikv_jemalloc_ctl::thread::allocatedp::read()
+        .map_err(unreadable)?
+        .get();
+    let freed = tikv_jemalloc_ctl::thread::deallocatedp::read()
+        .map_err(unreadable)?
+        .get();
+    Ok(i128::from(allocated) - i128::from(freed))
+}
+
+/// Heap bytes `keep` leaves allocated on this thread (what it returns is held until the
+/// second reading), and what it returned.
+fn held<T>(keep: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result<(T, usize)> {
+    let before = thread_heap()?;
+    let kept = keep()?;
+    let after = thread_heap()?;
+    Ok((kept, usize::try_from(after - before).unwrap_or(0)))
+}
+
+/// The text of one list of `url` (a collection's path) selected by `selector`.
+async fn list_text(client: &Client, url: &str, selector: Option<&str>) -> kube::Result<String> {
+    let mut params = ListParams::default();
+    if let Some(selector) = selector {
+        params = params.labels(selector);
+    }
+    let request = Request::new(url)
+        .list(&params)
+        .map_err(kube::Error::BuildRequest)?;
+    client.request_text(request).await
+}
+
+/// One owned kind's list decoded into a cache as the operator keeps it.
+async fn owned<K>(
+    client: &Client,
+    namespace: &str,
+    selector: Option<&str>,
+) -> anyhow::Result<KindFootprint>
+where
+    K: Trim + Resource<DynamicType = ()> + Clone + DeserializeOwned + 'static,
+{
+    let kind = K::kind(&()).to_string();
+    let text = match list_text(client, &K::url_path(&(), Some(namespace)), selector).await {
+        Ok(text) => text,
+        // A kind the API server does not serve is not cached.
+        Err(kube::Error::Api(status)) if status.code == 404 => {
+            return Ok(KindFootprint {
+                kind,
+                objects: 0,
+                bytes: 0,
+            })
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let ((objects, cache), bytes) = held(|| {
+        let list: ObjectList<K> = serde_json::from_str(&text)?;
+        let objects = list.items.len();
+        Ok((objects, observe::filled(list.items)))
+    })?;
+    drop(cache);
+    Ok(KindFootprint {
+        kind,
+        objects,
+        bytes,
+    })
+}
+
+/// The operator's own resources, decoded and stored as its controller's reflector keeps them.
+async fn deployments(client: &Client, namespace: &str) -> anyhow::Result<KindFootprint> {
+    let ar = deepinfer_operator::controller::api_resource();
+    let url = CachedDeployment::url_path(&ar, Some(namespace));
+    let text = list_text(client, &url, None).await?;
+    let ((objects, store), bytes) = held(|| {
+        let list: ObjectList<CachedDeployment> = serde_json::from_str(&text)?;
+        let objects = list.items.len();
+        let mut writer = Writer::<CachedDeployment>::new(ar.clone());
+        for object in list.items {
+            writer.apply_watcher_event(&watcher::Event::Apply(object));
+        }
+        Ok((objects, writer))
+    })?;
+    drop(store);
+    Ok(KindFootprint {
+        kind: ar.kind.clone(),
+        objects,
+        bytes,
+    })
+}
+
+/// Every cache of the operator, measured over the objects of `namespace`.
+pub async fn measure(client: &Client, namespace: &str) -> anyhow::Result<Vec<KindFootprint>> {
+    let owned_selector = observe::owned_selector();
+    let owned_selector = Some(owned_selector.as_str());
+    let config_maps = observe::config_map_selector();
+    Ok(vec![
+        deployments(client, namespace).await?,
+        owned::<CachedPod>(client, namespace, owned_selector).await?,
+        owned::<CachedJob>(client, namespace, owned_selector).await?,
+        owned::<Service>(client, namespace, owned_selector).await?,
+        owned::<PodDisruptionBudget>(client, namespace, owned_selector).await?,
+        owned::<CachedRevision>(client, namespace, owned_selector).await?,
+        owned::<PodGroup>(client, namespace, owned_selector).await?,
+        owned::<ResourceClaimTemplate>(client, namespace, owned_selector).await?,
+        owned::<ConfigMap>(client, namespace, Some(config_maps.as_str())).await?,
+        owned::<PersistentVolumeClaim>(client, namespace, None).await?,
+    ])
+}
+
+/// Prints the caches beside the operator's heap (MiB allocated), and returns them.
+pub fn printed(kinds: Vec<KindFootprint>, operator_heap_mib: f64) -> Vec<KindFootprint> {
+    const MIB: f64 = 1024.0 * 1024.0;
+    let total: usize = kinds.iter().map(|k| k.bytes).sum();
+    let each: Vec<String> = kinds
+        .iter()
+        .filter(|k| k.objects > 0)
+        .map(|k| {
+            format!(
+                "{} {} x {:.0} B = {:.1} MiB",
+                k.kind,
+                k.objects,
+                k.bytes as f64 / k.objects as f64,
+                k.bytes as f64 / MIB
+            )
+        })
+        .collect();
+    println!(
+        "bench: caches (the operator's cache types decoded from the same lists, same allocator): {}; in all {:.1} MiB of the operator's {:.1} MiB heap",
+        each.join(", "),
+        total as f64 / MIB,
+        operator_heap_mib
+    );
+    kinds
+}

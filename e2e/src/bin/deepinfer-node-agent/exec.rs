@@ -616,21 +616,29 @@ impl PodCtx {
         let pgid = child
             .id()
             .ok_or_else(|| anyhow!("the container process vanished at start"))?;
-        Ok(Started { child, pgid })
+        Ok(Started {
+            child,
+            pgid,
+            at: tokio::time::Instant::now(),
+        })
     }
 
     /// Waits for the container's process to end, or ends it when the pod is stopped or a kill
     /// fault fires. Returns the exit code (128 + signal when killed), whether the pod was
-    /// stopped, and the fault that killed it.
+    /// stopped, and the fault that killed it. A kill fault counts from the process's spawn and
+    /// wins over the process's own end once its time has come: a process the agent sees only
+    /// after that time (it was still reporting the container as running) was killed, as a
+    /// kubelet's runtime would have killed it then, and reports 137.
     async fn wait(
         &self,
         mut started: Started,
         kill: Option<(Duration, Kill)>,
     ) -> (i32, bool, Option<Kill>) {
+        let spawned = started.at;
         let fault = async {
             match kill {
                 Some((after, how)) => {
-                    tokio::time::sleep(after).await;
+                    tokio::time::sleep_until(spawned + after).await;
                     how
                 }
                 None => std::future::pending().await,
@@ -638,13 +646,14 @@ impl PodCtx {
         };
         let mut killed = None;
         let (status, stopped) = tokio::select! {
-            status = started.child.wait() => (status, false),
+            biased;
             how = fault => {
                 warn!(pod = %self.name, fault = ?how, "killing an executed container (fault)");
                 signal_group(started.pgid, "KILL").await;
                 killed = Some(how);
                 (started.child.wait().await, false)
             }
+            status = started.child.wait() => (status, false),
             _ = stopped(self.stop.clone()) => {
                 signal_group(started.pgid, "TERM").await;
                 let status = match tokio::time::timeout(self.cfg.kill_grace, started.child.wait()).await {
@@ -660,6 +669,8 @@ impl PodCtx {
         // Like a container's PID namespace, the group ends with its main process.
         signal_group(started.pgid, "KILL").await;
         let code = match status {
+            // Killed by the fault, even where the process had ended on its own unseen.
+            _ if killed.is_some() => 128 + 9,
             Ok(s) => s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0)),
             Err(e) => {
                 warn!(error = %e, "waiting for container process failed");
@@ -861,6 +872,8 @@ impl PodCtx {
 struct Started {
     child: tokio::process::Child,
     pgid: u32,
+    /// When the process was spawned: a kill fault's clock starts here.
+    at: tokio::time::Instant,
 }
 
 /// Resolves once the pod is being stopped (or its runtime entry is gone).

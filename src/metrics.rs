@@ -185,20 +185,19 @@ impl Collector for CachesCollector {
 }
 
 /// The allocator's own figures, in bytes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Heap {
+struct Heap {
     /// Bytes the process holds allocated (the live heap, rounded up to the allocator's size
     /// classes).
-    pub allocated: usize,
+    allocated: usize,
     /// Bytes of physical memory in pages the allocator holds: the live heap, its own metadata
     /// and freed pages not yet returned to the system.
-    pub resident: usize,
+    resident: usize,
 }
 
-/// The heap as jemalloc counts it (the allocator of the operator's binary and of the
-/// benchmark); `None` if the statistics cannot be read. In a process whose global allocator is
-/// not jemalloc the figures are jemalloc's own bookkeeping only.
-pub fn heap() -> Option<Heap> {
+/// The heap as jemalloc counts it (the operator binary's allocator); `None` if the statistics
+/// cannot be read. In a process whose global allocator is not jemalloc the figures are
+/// jemalloc's own bookkeeping only.
+fn heap() -> Option<Heap> {
     // The statistics are a snapshot taken when the epoch advances.
     tikv_jemalloc_ctl::epoch::advance().ok()?;
     Some(Heap {

@@ -377,15 +377,30 @@ impl Caches {
         let claims = self.claims.store.clone();
         Box::new(move || {
             vec![
-                ("Pod", pods.len()),
-                ("Job", jobs.len()),
-                ("Service", services.len()),
-                ("PodDisruptionBudget", budgets.len()),
-                ("ControllerRevision", revisions.len()),
-                ("PodGroup", pod_groups.len()),
-                ("ResourceClaimTemplate", claim_templates.len()),
-                ("ConfigMap", config_maps.len()),
-                ("PersistentVolumeClaim", claims.len()),
+                (<Pod as k8s_openapi::Resource>::KIND, pods.len()),
+                (<Job as k8s_openapi::Resource>::KIND, jobs.len()),
+                (<Service as k8s_openapi::Resource>::KIND, services.len()),
+                (
+                    <PodDisruptionBudget as k8s_openapi::Resource>::KIND,
+                    budgets.len(),
+                ),
+                (
+                    <ControllerRevision as k8s_openapi::Resource>::KIND,
+                    revisions.len(),
+                ),
+                (<PodGroup as k8s_openapi::Resource>::KIND, pod_groups.len()),
+                (
+                    <ResourceClaimTemplate as k8s_openapi::Resource>::KIND,
+                    claim_templates.len(),
+                ),
+                (
+                    <ConfigMap as k8s_openapi::Resource>::KIND,
+                    config_maps.len(),
+                ),
+                (
+                    <PersistentVolumeClaim as k8s_openapi::Resource>::KIND,
+                    claims.len(),
+                ),
             ]
         })
     }

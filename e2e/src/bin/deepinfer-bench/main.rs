@@ -105,11 +105,8 @@ struct Figures {
     operator_anon_ready_mib: f64,
     anon_bytes_per_resource: f64,
     anon_bytes_per_pod: f64,
-    /// The operator's heap with N Ready resources, MiB allocated and resident.
-    operator_heap_ready_mib: [f64; 2],
-    /// Objects in the operator's caches with N Ready resources (`deepinfer_cached_objects`).
-    operator_cached_objects: BTreeMap<String, f64>,
-    /// What each of its caches holds then, measured here (see `footprint.rs`).
+    /// What each of the operator's caches holds with N Ready resources, measured here (see
+    /// `footprint.rs`; the operator's heap and object counts then are the `ready` phase's).
     caches: Vec<KindFootprint>,
     phases: Vec<PhaseFigures>,
     /// Operator time ÷ floor time, per phase (`ready`, `rollout`).
@@ -353,13 +350,14 @@ async fn phases(
     wait_all(&api, n, timeout, &mut probe, Some(&mut op), converged).await?;
     let ready_dids = floor::deployments(client, &ns.name).await?;
     recorder.next_phase();
-    phases.push(probe.finish().await.printed());
+    let ready = probe.finish().await.printed();
+    let heap_ready = ready
+        .operator_heap_mib
+        .map_or(f64::NAN, |[allocated, _]| allocated);
+    phases.push(ready);
     let rss_ready = bed::rss_mib(op.id());
     let anon_ready = bed::anon_mib(op.id());
-    let exposition = metrics(address, &mut op).await;
-    let heap_ready = probe::heap_mib(&exposition);
-    let cached_objects = probe::cached_objects(&exposition);
-    let caches = footprint::printed(footprint::measure(client, &ns.name).await?, heap_ready[0]);
+    let caches = footprint::printed(footprint::measure(client, &ns.name).await?, heap_ready);
 
     // 2. A new revision everywhere.
     let mut replayed = vec![("ready", ready_dids)];
@@ -451,8 +449,6 @@ async fn phases(
         operator_anon_ready_mib: anon_ready,
         anon_bytes_per_resource: anon_delta / n as f64,
         anon_bytes_per_pod: anon_delta / worker_pods.max(1) as f64,
-        operator_heap_ready_mib: heap_ready,
-        operator_cached_objects: cached_objects,
         caches,
         phases,
         floor_ratio,
@@ -510,10 +506,6 @@ fn print_figures(f: &Figures) {
     println!(
         "bench: of which anonymous (heap and stacks; the rest is the binary's code as it is touched) {:.1} MiB idle, {:.1} MiB with {} Ready resources: {:.0} bytes per resource, {:.0} bytes per worker pod",
         f.operator_anon_idle_mib, f.operator_anon_ready_mib, f.resources, f.anon_bytes_per_resource, f.anon_bytes_per_pod
-    );
-    println!(
-        "bench: operator heap with {} Ready resources: {:.1} MiB allocated, {:.1} MiB resident",
-        f.resources, f.operator_heap_ready_mib[0], f.operator_heap_ready_mib[1]
     );
     for (phase, ratio) in &f.floor_ratio {
         println!("bench: {phase}: operator time / floor time = {ratio:.2}");

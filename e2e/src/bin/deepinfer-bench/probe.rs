@@ -19,7 +19,7 @@ pub fn value(exposition: &str, series: &str) -> f64 {
 }
 
 /// The operator's heap, MiB allocated and resident (`deepinfer_heap_bytes`).
-pub fn heap_mib(exposition: &str) -> [f64; 2] {
+fn heap_mib(exposition: &str) -> [f64; 2] {
     ["allocated", "resident"].map(|state| {
         value(
             exposition,
@@ -29,7 +29,7 @@ pub fn heap_mib(exposition: &str) -> [f64; 2] {
 }
 
 /// `deepinfer_cached_objects`: objects in each of the operator's caches, by kind.
-pub fn cached_objects(exposition: &str) -> BTreeMap<String, f64> {
+fn cached_objects(exposition: &str) -> BTreeMap<String, f64> {
     exposition
         .lines()
         .filter_map(|l| {
@@ -198,6 +198,9 @@ pub struct PhaseFigures {
     pub operator_rss_mib: Option<[f64; 3]>,
     /// The operator's heap at the end, MiB allocated and resident (operator phases only).
     pub operator_heap_mib: Option<[f64; 2]>,
+    /// Objects in the operator's caches at the end, by kind (`deepinfer_cached_objects`;
+    /// operator phases only).
+    pub operator_cached_objects: Option<BTreeMap<String, f64>>,
     /// Most resources waiting for a pass after a watch event at one sample
     /// (`deepinfer_reconcile_queue_depth`, sampled each second; operator phases only).
     pub queue_depth_peak: Option<f64>,
@@ -352,6 +355,7 @@ impl Probe {
             operator_cpu_seconds,
             operator_rss_mib,
             operator_heap_mib: operator.then(|| heap_mib(&end)),
+            operator_cached_objects: operator.then(|| cached_objects(&end)),
             queue_depth_peak: operator.then_some(self.queue_peak),
             events_per_resource: operator.then(|| per(events)),
             event_to_reconcile_mean_ms: operator.then(|| 1000.0 * waited / events),

@@ -1,12 +1,16 @@
-//! The shapes the controller's caches keep of the kinds they hold most of: its own resources,
-//! pods, Jobs and ControllerRevisions. Each is decoded straight from the API server's lists and
-//! watch events into only what a pass reads, so a cached object costs a fraction of the API type
-//! it stands for (a `Pod` value is 2.4 KB before any of its strings, a `Job` 2.8 KB and each of
-//! its containers 2.3 KB; a spec as a tree of JSON values takes about ten times its text). A
-//! pass turns what it reads back into the API type: [`CachedPod::to_pod`],
-//! [`CachedJob::to_job`], [`CachedRevision::to_revision`], [`CachedDeployment::to_value`].
+//! The shapes the controller's caches keep of its own resources and of every kind it owns but
+//! PersistentVolumeClaims. Each is decoded straight from the API server's lists and watch events
+//! into only what a pass reads, so a cached object costs a fraction of the API type it stands
+//! for (a `Pod` value is 2.4 KB before any of its strings, a `Job` 2.8 KB and each of its
+//! containers 2.3 KB; a spec as a tree of JSON values takes about ten times its text; a label
+//! map takes a 640-byte node however few its entries). The metadata of an owned object keeps
+//! only what kube's store, the owner index and the passes read ([`Slim`], [`Marks`]). A pass
+//! turns what it reads back into the API type ([`Cached::to_api`],
+//! [`CachedDeployment::to_value`]).
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::marker::PhantomData;
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::batch::v1::{Job, JobSpec, JobStatus};
@@ -14,16 +18,134 @@ use k8s_openapi::api::core::v1::{
     Container, ContainerState, ContainerStatus, Pod, PodCondition, PodResourceClaim, PodSpec,
     PodStatus, PodTemplateSpec,
 };
+use k8s_openapi::api::scheduling::v1beta1::{PodGroup, PodGroupResourceClaim, PodGroupSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
 use kube::core::{ApiResource, DynamicResourceScope};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
+use super::build::{APPLIED_HASH_ANNOTATION, ASCEND_910_ANNOTATION, ASCEND_NPU_ANNOTATION};
 use super::observe::{trim_meta, Trim};
+use crate::api::{labels, ACCEPTED_POD_CONDITION};
 
-/// A `DeepInferDeployment` as the controller's cache keeps it: its metadata (trimmed as every
-/// cached object's), the ConfigMap its `spec.acceptance.promptsFrom` names and its checkpoint's
+/// The label the Job controller sets on its pods, naming their Job.
+pub const JOB_NAME_LABEL: &str = "job-name";
+
+/// The labels some pass reads on the operator's objects; the caches keep no other label.
+const KEPT_LABELS: &[&str] = &[
+    labels::MANAGED_BY,
+    labels::DEPLOYMENT,
+    labels::ROLE,
+    labels::GROUP,
+    labels::RANK,
+    labels::REVISION,
+    labels::COMPONENT,
+    JOB_NAME_LABEL,
+];
+
+/// The annotations some pass reads on the operator's objects (the applied hash; the device
+/// configuration the Ascend device plugin writes on pods); the caches keep no other annotation.
+const KEPT_ANNOTATIONS: &[&str] = &[
+    APPLIED_HASH_ANNOTATION,
+    ASCEND_910_ANNOTATION,
+    ASCEND_NPU_ANNOTATION,
+];
+
+/// The pod conditions some pass reads; a cached pod keeps no other.
+const KEPT_POD_CONDITIONS: &[&str] = &[
+    "PodScheduled",
+    "Ready",
+    "DisruptionTarget",
+    ACCEPTED_POD_CONDITION,
+];
+
+/// Labels or annotations as a cache keeps them: the kept keys the object has, with their values,
+/// in the order of the kept keys. One allocation for the entries (none when there are none)
+/// where a map takes a 640-byte node and two strings per entry.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Marks(Box<[(&'static str, Box<str>)]>);
+
+impl Marks {
+    /// The entries of `map` under one of `keys`.
+    fn kept(map: Option<BTreeMap<String, String>>, keys: &[&'static str]) -> Self {
+        let Some(map) = map else {
+            return Self::default();
+        };
+        Self(
+            keys.iter()
+                .filter_map(|&k| map.get(k).map(|v| (k, Box::from(v.as_str()))))
+                .collect(),
+        )
+    }
+
+    /// The value of `key`, if kept.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0.iter().find(|(k, _)| *k == key).map(|(_, v)| &**v)
+    }
+
+    /// The entries as the API types hold them (`None` when there are none).
+    fn to_map(&self) -> Option<BTreeMap<String, String>> {
+        (!self.0.is_empty()).then(|| {
+            self.0
+                .iter()
+                .map(|(k, v)| ((*k).to_string(), v.to_string()))
+                .collect()
+        })
+    }
+}
+
+/// The metadata of a cached object of an owned kind, cut down as it is decoded: what kube's
+/// store and the owner index read stays in an `ObjectMeta` (name, namespace, uid,
+/// resourceVersion, generation, timestamps, owner references); `managedFields`, finalizers and
+/// `generateName` are dropped; the kept labels and annotations are moved out into [`Marks`].
+#[derive(Clone, Debug, Default)]
+pub struct Slim {
+    meta: ObjectMeta,
+    labels: Marks,
+    annotations: Marks,
+}
+
+impl Slim {
+    /// The metadata with the kept labels and annotations back in.
+    fn full(&self) -> ObjectMeta {
+        ObjectMeta {
+            labels: self.labels.to_map(),
+            annotations: self.annotations.to_map(),
+            ..self.meta.clone()
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Slim {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let mut meta = ObjectMeta::deserialize(deserializer)?;
+        meta.managed_fields = None;
+        meta.finalizers = None;
+        meta.generate_name = None;
+        meta.self_link = None;
+        Ok(Self {
+            labels: Marks::kept(meta.labels.take(), KEPT_LABELS),
+            annotations: Marks::kept(meta.annotations.take(), KEPT_ANNOTATIONS),
+            meta,
+        })
+    }
+}
+
+/// An object as a cache of the owned kinds keeps it, and how a pass reads it.
+pub trait Cached: kube::Resource<DynamicType = ()> + Clone + 'static {
+    /// The API type it stands for.
+    type Api;
+
+    /// The value of the label `key` (only the labels some pass reads are kept).
+    fn label(&self, key: &str) -> Option<&str>;
+
+    /// The object as the API type, with the fields the cache keeps.
+    fn to_api(&self) -> Self::Api;
+}
+
+/// A `DeepInferDeployment` as the controller's cache keeps it: its metadata (without
+/// `managedFields` and the last-applied annotation), the ConfigMap its `spec.acceptance.promptsFrom` names and its checkpoint's
 /// PersistentVolumeClaim (the ConfigMap and claim watches map events through them), and every other field of the object as JSON text, parsed by the pass
 /// that reads it. Any JSON is kept: a resource that does not match the schema is cached too, and
 /// its pass reports the field.
@@ -122,14 +244,13 @@ impl kube::Resource for CachedDeployment {
     }
 }
 
-/// A pod as the cache keeps it: its metadata (trimmed), node and device claims, and of its
-/// status the phase, reason, message, addresses, start, conditions and each container's name,
-/// readiness, restarts and states. No pass reads the rest of a pod.
+/// A pod as the cache keeps it: its metadata (cut down, see [`Marks`]), node and device claims,
+/// and of its status the phase, reason, message, addresses, start, the conditions a pass reads
+/// and each container's name, readiness, restarts and states. No pass reads the rest of a pod.
 #[derive(Clone, Debug, Default, Deserialize)]
 pub struct CachedPod {
-    /// The pod's metadata.
     #[serde(default)]
-    pub metadata: ObjectMeta,
+    metadata: Slim,
     #[serde(default)]
     spec: Option<Placement>,
     #[serde(default)]
@@ -154,9 +275,69 @@ struct RunState {
     #[serde(rename = "hostIP")]
     host_ip: Option<String>,
     start_time: Option<Time>,
-    conditions: Option<Vec<PodCondition>>,
-    init_container_statuses: Option<Vec<ContainerRun>>,
-    container_statuses: Option<Vec<ContainerRun>>,
+    #[serde(default, deserialize_with = "kept_conditions")]
+    conditions: Option<Box<[Condition]>>,
+    init_container_statuses: Option<Box<[ContainerRun]>>,
+    container_statuses: Option<Box<[ContainerRun]>>,
+}
+
+/// A pod condition of [`KEPT_POD_CONDITIONS`] as a cached pod keeps it: its type and a status
+/// of the API's three words are shared rather than allocated; what no pass reads of a condition
+/// (probe time, observed generation) is dropped.
+#[derive(Clone, Debug)]
+struct Condition {
+    type_: &'static str,
+    status: Cow<'static, str>,
+    reason: Option<Box<str>>,
+    message: Option<Box<str>>,
+    last_transition_time: Option<Time>,
+}
+
+impl Condition {
+    /// `c`, if its type is kept.
+    fn kept(c: PodCondition) -> Option<Self> {
+        let type_ = *KEPT_POD_CONDITIONS.iter().find(|&&t| t == c.type_)?;
+        let status = ["True", "False", "Unknown"]
+            .into_iter()
+            .find(|&s| s == c.status)
+            .map_or(Cow::Owned(c.status), Cow::Borrowed);
+        Some(Self {
+            type_,
+            status,
+            reason: c.reason.map(String::into_boxed_str),
+            message: c.message.map(String::into_boxed_str),
+            last_transition_time: c.last_transition_time,
+        })
+    }
+
+    fn to_api(&self) -> PodCondition {
+        PodCondition {
+            type_: self.type_.to_string(),
+            status: self.status.to_string(),
+            reason: self.reason.as_deref().map(str::to_string),
+            message: self.message.as_deref().map(str::to_string),
+            last_transition_time: self.last_transition_time.clone(),
+            ..PodCondition::default()
+        }
+    }
+}
+
+/// The conditions of [`KEPT_POD_CONDITIONS`].
+fn kept_conditions<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<Box<[Condition]>>, D::Error> {
+    let all: Option<Vec<PodCondition>> = Option::deserialize(deserializer)?;
+    Ok(all.map(|all| all.into_iter().filter_map(Condition::kept).collect()))
+}
+
+/// A container state, `None` where it is empty (`lastState: {}` of a container never restarted).
+fn some_state<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<Box<ContainerState>>, D::Error> {
+    let state: Option<ContainerState> = Option::deserialize(deserializer)?;
+    Ok(state
+        .filter(|s| s.running.is_some() || s.terminated.is_some() || s.waiting.is_some())
+        .map(Box::new))
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -168,8 +349,10 @@ struct ContainerRun {
     #[serde(default)]
     restart_count: i32,
     started: Option<bool>,
-    state: Option<ContainerState>,
-    last_state: Option<ContainerState>,
+    #[serde(default, deserialize_with = "some_state")]
+    state: Option<Box<ContainerState>>,
+    #[serde(default, deserialize_with = "some_state")]
+    last_state: Option<Box<ContainerState>>,
 }
 
 impl ContainerRun {
@@ -179,23 +362,28 @@ impl ContainerRun {
             ready: self.ready,
             restart_count: self.restart_count,
             started: self.started,
-            state: self.state.clone(),
-            last_state: self.last_state.clone(),
+            state: self.state.as_deref().cloned(),
+            last_state: self.last_state.as_deref().cloned(),
             ..ContainerStatus::default()
         }
     }
 }
 
-fn statuses(runs: &Option<Vec<ContainerRun>>) -> Option<Vec<ContainerStatus>> {
+fn statuses(runs: &Option<Box<[ContainerRun]>>) -> Option<Vec<ContainerStatus>> {
     runs.as_ref()
         .map(|runs| runs.iter().map(ContainerRun::to_status).collect())
 }
 
-impl CachedPod {
-    /// The pod as the API type, with the fields the cache keeps.
-    pub fn to_pod(&self) -> Pod {
+impl Cached for CachedPod {
+    type Api = Pod;
+
+    fn label(&self, key: &str) -> Option<&str> {
+        self.metadata.labels.get(key)
+    }
+
+    fn to_api(&self) -> Pod {
         Pod {
-            metadata: self.metadata.clone(),
+            metadata: self.metadata.full(),
             spec: self.spec.as_ref().map(|s| PodSpec {
                 node_name: s.node_name.clone(),
                 resource_claims: s.resource_claims.clone(),
@@ -208,7 +396,10 @@ impl CachedPod {
                 pod_ip: s.pod_ip.clone(),
                 host_ip: s.host_ip.clone(),
                 start_time: s.start_time.clone(),
-                conditions: s.conditions.clone(),
+                conditions: s
+                    .conditions
+                    .as_deref()
+                    .map(|cs| cs.iter().map(Condition::to_api).collect()),
                 init_container_statuses: statuses(&s.init_container_statuses),
                 container_statuses: statuses(&s.container_statuses),
                 ..PodStatus::default()
@@ -218,7 +409,7 @@ impl CachedPod {
 }
 
 /// Makes `$cached` stand for the API kind `$api` in lists and watches (same group, version,
-/// kind and path), with the metadata trimmed as every cached kind's.
+/// kind and path).
 macro_rules! stands_for {
     ($cached:ty, $api:ty) => {
         impl k8s_openapi::Resource for $cached {
@@ -235,19 +426,17 @@ macro_rules! stands_for {
             type Ty = ObjectMeta;
 
             fn metadata(&self) -> &ObjectMeta {
-                &self.metadata
+                &self.metadata.meta
             }
 
             fn metadata_mut(&mut self) -> &mut ObjectMeta {
-                &mut self.metadata
+                &mut self.metadata.meta
             }
         }
 
         impl Trim for $cached {
-            /// Decoding kept only what a pass reads; the metadata is trimmed as every kind's.
-            fn trim(&mut self) {
-                trim_meta(&mut self.metadata);
-            }
+            /// Decoding kept only what a pass reads.
+            fn trim(&mut self) {}
         }
     };
 }
@@ -255,14 +444,14 @@ macro_rules! stands_for {
 stands_for!(CachedPod, Pod);
 stands_for!(CachedJob, Job);
 stands_for!(CachedRevision, ControllerRevision);
+stands_for!(CachedPodGroup, PodGroup);
 
 /// A Job as the cache keeps it: its metadata, TTL, its pods' device claims and containers'
 /// names and arguments (the judge's name its evidence ConfigMap), and its status.
 #[derive(Clone, Debug, Default, Deserialize)]
 pub struct CachedJob {
-    /// The Job's metadata.
     #[serde(default)]
-    pub metadata: ObjectMeta,
+    metadata: Slim,
     #[serde(default)]
     spec: Option<JobPlan>,
     #[serde(default)]
@@ -296,11 +485,16 @@ struct Invocation {
     args: Option<Vec<String>>,
 }
 
-impl CachedJob {
-    /// The Job as the API type, with the fields the cache keeps.
-    pub fn to_job(&self) -> Job {
+impl Cached for CachedJob {
+    type Api = Job;
+
+    fn label(&self, key: &str) -> Option<&str> {
+        self.metadata.labels.get(key)
+    }
+
+    fn to_api(&self) -> Job {
         Job {
-            metadata: self.metadata.clone(),
+            metadata: self.metadata.full(),
             spec: self.spec.as_ref().map(|s| JobSpec {
                 ttl_seconds_after_finished: s.ttl_seconds_after_finished,
                 template: PodTemplateSpec {
@@ -330,8 +524,7 @@ impl CachedJob {
 /// revision) as JSON text.
 #[derive(Clone, Debug, Default)]
 pub struct CachedRevision {
-    /// The revision's metadata.
-    pub metadata: ObjectMeta,
+    metadata: Slim,
     /// The revision's number.
     pub revision: Option<i64>,
     data: Box<str>,
@@ -342,7 +535,7 @@ impl<'de> Deserialize<'de> for CachedRevision {
         #[derive(Deserialize)]
         struct Wire {
             #[serde(default)]
-            metadata: ObjectMeta,
+            metadata: Slim,
             #[serde(default)]
             revision: Option<i64>,
             #[serde(default)]
@@ -357,14 +550,122 @@ impl<'de> Deserialize<'de> for CachedRevision {
     }
 }
 
-impl CachedRevision {
+impl Cached for CachedRevision {
+    type Api = ControllerRevision;
+
+    fn label(&self, key: &str) -> Option<&str> {
+        self.metadata.labels.get(key)
+    }
+
     /// The revision as the API type (data that no longer parses reads as null).
-    pub fn to_revision(&self) -> ControllerRevision {
+    fn to_api(&self) -> ControllerRevision {
         ControllerRevision {
-            metadata: self.metadata.clone(),
+            metadata: self.metadata.full(),
             revision: self.revision,
             data: RawExtension(serde_json::from_str(&self.data).unwrap_or(Value::Null)),
         }
+    }
+}
+
+/// A PodGroup as the cache keeps it: its metadata and the device claims of its spec (templates
+/// in use are not deleted).
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct CachedPodGroup {
+    #[serde(default)]
+    metadata: Slim,
+    #[serde(default)]
+    spec: GroupClaims,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct GroupClaims {
+    resource_claims: Option<Vec<PodGroupResourceClaim>>,
+}
+
+impl Cached for CachedPodGroup {
+    type Api = PodGroup;
+
+    fn label(&self, key: &str) -> Option<&str> {
+        self.metadata.labels.get(key)
+    }
+
+    fn to_api(&self) -> PodGroup {
+        PodGroup {
+            metadata: self.metadata.full(),
+            spec: PodGroupSpec {
+                resource_claims: self.spec.resource_claims.clone(),
+                ..PodGroupSpec::default()
+            },
+            status: None,
+        }
+    }
+}
+
+/// An object of kind `K` of which a pass reads the metadata only (Services, budgets, rank-table
+/// and peer-endpoints ConfigMaps, ResourceClaimTemplates: existing objects are compared by their
+/// applied hash or matched by name). Nothing but the metadata is decoded.
+#[derive(Debug, Deserialize)]
+pub struct CachedMeta<K> {
+    #[serde(default)]
+    metadata: Slim,
+    #[serde(skip)]
+    kind: PhantomData<fn() -> K>,
+}
+
+impl<K> Clone for CachedMeta<K> {
+    fn clone(&self) -> Self {
+        Self {
+            metadata: self.metadata.clone(),
+            kind: PhantomData,
+        }
+    }
+}
+
+impl<K: k8s_openapi::Resource> k8s_openapi::Resource for CachedMeta<K> {
+    const API_VERSION: &'static str = K::API_VERSION;
+    const GROUP: &'static str = K::GROUP;
+    const KIND: &'static str = K::KIND;
+    const VERSION: &'static str = K::VERSION;
+    const URL_PATH_SEGMENT: &'static str = K::URL_PATH_SEGMENT;
+    type Scope = K::Scope;
+}
+
+impl<K> k8s_openapi::Metadata for CachedMeta<K>
+where
+    K: k8s_openapi::Resource,
+{
+    type Ty = ObjectMeta;
+
+    fn metadata(&self) -> &ObjectMeta {
+        &self.metadata.meta
+    }
+
+    fn metadata_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata.meta
+    }
+}
+
+impl<K> Trim for CachedMeta<K> {
+    /// Only the metadata was decoded.
+    fn trim(&mut self) {}
+}
+
+impl<K> Cached for CachedMeta<K>
+where
+    K: k8s_openapi::Resource + k8s_openapi::Metadata<Ty = ObjectMeta> + Default + 'static,
+{
+    type Api = K;
+
+    fn label(&self, key: &str) -> Option<&str> {
+        self.metadata.labels.get(key)
+    }
+
+    /// The object with its metadata and every other field at its default.
+    fn to_api(&self) -> K {
+        let mut object = K::default();
+        *object.metadata_mut() = self.metadata.full();
+        object
     }
 }
 
@@ -387,6 +688,95 @@ mod tests {
             "spec": spec,
             "status": {"phase": "Ready", "observedGeneration": 3},
         })
+    }
+
+    #[test]
+    fn an_owned_object_keeps_only_the_labels_annotations_and_pod_conditions_a_pass_reads() {
+        let pod: CachedPod = serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "name": "flash-accept-0-x", "namespace": "team", "uid": "p-1",
+                "generateName": "flash-accept-0-",
+                "finalizers": ["batch.kubernetes.io/job-tracking"],
+                "labels": {
+                    labels::DEPLOYMENT: "flash", labels::COMPONENT: "acceptance",
+                    JOB_NAME_LABEL: "flash-accept-0",
+                    "batch.kubernetes.io/job-name": "flash-accept-0",
+                    "controller-uid": "j-1", "team": "inference",
+                },
+                "annotations": {
+                    APPLIED_HASH_ANNOTATION: "h1", ASCEND_910_ANNOTATION: "{}",
+                    "kubectl.kubernetes.io/last-applied-configuration": "{}",
+                },
+                "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "flash-accept-0", "uid": "j-1"}],
+            },
+            "status": {
+                "conditions": [
+                    {"type": "PodScheduled", "status": "True"},
+                    {"type": "Initialized", "status": "True"},
+                    {"type": "ContainersReady", "status": "True"},
+                    {"type": "Ready", "status": "True"},
+                    {"type": ACCEPTED_POD_CONDITION, "status": "True"},
+                ],
+                "containerStatuses": [{"name": "engine", "ready": true, "restartCount": 0, "image": "i", "imageID": "i",
+                    "state": {"running": {}}, "lastState": {}}],
+            },
+        }))
+        .expect("decoded");
+        assert_eq!(pod.label(labels::DEPLOYMENT), Some("flash"));
+        assert_eq!(pod.label("team"), None);
+        let back = pod.to_api();
+        let keys = |m: &Option<BTreeMap<String, String>>| {
+            m.iter()
+                .flatten()
+                .map(|(k, _)| k.clone())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            keys(&back.metadata.labels),
+            [labels::COMPONENT, labels::DEPLOYMENT, JOB_NAME_LABEL]
+        );
+        assert_eq!(
+            keys(&back.metadata.annotations),
+            [ASCEND_910_ANNOTATION, APPLIED_HASH_ANNOTATION]
+        );
+        assert_eq!(back.metadata.finalizers, None);
+        assert_eq!(back.metadata.generate_name, None);
+        assert_eq!(back.metadata.uid.as_deref(), Some("p-1"));
+        assert_eq!(back.metadata.owner_references.iter().flatten().count(), 1);
+        let status = back.status.expect("status");
+        let types: Vec<&str> = status
+            .conditions
+            .iter()
+            .flatten()
+            .map(|c| c.type_.as_str())
+            .collect();
+        assert_eq!(types, ["PodScheduled", "Ready", ACCEPTED_POD_CONDITION]);
+        let engine = &status.container_statuses.expect("containers")[0];
+        assert!(engine.state.as_ref().is_some_and(|s| s.running.is_some()));
+        assert_eq!(engine.last_state, None, "an empty state is no state");
+    }
+
+    #[test]
+    fn a_metadata_only_object_gives_back_its_kind_with_the_metadata_a_pass_reads() {
+        let budget: CachedMeta<k8s_openapi::api::policy::v1::PodDisruptionBudget> =
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                "metadata": {"name": "flash-worker", "namespace": "team",
+                    "labels": {labels::DEPLOYMENT: "flash", "extra": "x"},
+                    "annotations": {APPLIED_HASH_ANNOTATION: "h2", "note": "y"}},
+                "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"a": "b"}}},
+            }))
+            .expect("decoded");
+        assert_eq!(budget.label(labels::DEPLOYMENT), Some("flash"));
+        let back = budget.to_api();
+        assert_eq!(back.spec, None);
+        assert_eq!(crate::controller::build::applied_hash(&back), Some("h2"));
+        assert_eq!(back.metadata.labels.expect("labels").len(), 1);
+        assert_eq!(back.metadata.annotations.expect("annotations").len(), 1);
+        assert_eq!(
+            <CachedMeta<k8s_openapi::api::policy::v1::PodDisruptionBudget> as kube::Resource>::url_path(&(), Some("team")),
+            "/apis/policy/v1/namespaces/team/poddisruptionbudgets"
+        );
     }
 
     #[test]

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use cached::CachedDeployment;
+use cached::{Cached, CachedDeployment};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -825,9 +825,9 @@ fn owner_refs(meta: &kube::core::ObjectMeta, ar: &ApiResource) -> Vec<ObjectRef<
 /// for a pod of a Job (labelled with the resource it runs for), that resource. Which Job pods'
 /// events reach here at all is [`JobPodNews`]'s call.
 fn pod_owner_refs(pod: &cached::CachedPod, ar: &ApiResource) -> Vec<ObjectRef<CachedDeployment>> {
-    let meta = &pod.metadata;
+    let meta = pod.meta();
     let mut refs = owner_refs(meta, ar);
-    let deployment = meta.labels.as_ref().and_then(|l| l.get(labels::DEPLOYMENT));
+    let deployment = pod.label(labels::DEPLOYMENT);
     if let (true, Some(name), Some(ns)) = (of_job(meta), deployment, meta.namespace.as_deref()) {
         let r = ObjectRef::new_with(name, ar.clone()).within(ns);
         if !refs.contains(&r) {
@@ -856,7 +856,7 @@ struct JobPodNews(std::sync::Mutex<std::collections::HashMap<String, &'static st
 
 impl JobPodNews {
     fn is_news(&self, pod: &cached::CachedPod) -> bool {
-        let meta = &pod.metadata;
+        let meta = pod.meta();
         if !of_job(meta) {
             return true;
         }
@@ -866,7 +866,7 @@ impl JobPodNews {
         );
         let trouble = match meta.deletion_timestamp {
             Some(_) => None,
-            None => decide::jobs::pod_trouble(&pod.to_pod()).map(|t| t.reason),
+            None => decide::jobs::pod_trouble(&pod.to_api()).map(|t| t.reason),
         };
         let mut seen = self.0.lock().unwrap_or_else(|e| e.into_inner());
         match trouble {

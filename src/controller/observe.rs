@@ -3,10 +3,9 @@
 //! never by label alone); pods of its Jobs are kept with the Jobs.
 //!
 //! Owned objects come from [`Caches`]: one reflector per kind over the operator's objects
-//! (label `app.kubernetes.io/managed-by=deepinfer-operator`), cut down to the fields the
-//! decide, build and status code reads before they enter the store: pods, Jobs and
-//! ControllerRevisions are decoded into the slimmer shapes of [`super::cached`], the other kinds
-//! trimmed by [`Trim`]. A pass reads no list;
+//! (label `app.kubernetes.io/managed-by=deepinfer-operator`), decoded into the slimmer shapes of
+//! [`super::cached`], which keep only the fields the decide, build and status code reads. A pass
+//! reads no list;
 //! it waits only until every store has its first full list. The checkpoint's
 //! PersistentVolumeClaim comes from a store of every claim in scope, cut down to its name and
 //! phase; the prompts ConfigMap is read with a GET.
@@ -40,7 +39,9 @@ use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
-use super::cached::{CachedJob, CachedPod, CachedRevision};
+use super::cached::{
+    Cached, CachedJob, CachedMeta, CachedPod, CachedPodGroup, CachedRevision, JOB_NAME_LABEL,
+};
 use super::{Context, Error};
 use crate::api::{labels, DeepInferDeployment};
 
@@ -78,9 +79,8 @@ pub struct Observed {
 /// Annotation `kubectl apply` leaves: a copy of the whole object, never read here.
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
-/// How an object of an owned kind is cut down before it enters a store: `managedFields`, the
-/// `kubectl.kubernetes.io/last-applied-configuration` annotation and every field no pass reads
-/// are dropped. Labels, other annotations (the applied hash) and owner references are kept.
+/// How an object of a cached kind is cut down before it enters a store, where decoding did not
+/// already: every field no pass reads is dropped.
 pub trait Trim {
     /// Drops what no pass reads.
     fn trim(&mut self);
@@ -91,39 +91,6 @@ pub(super) fn trim_meta(meta: &mut ObjectMeta) {
     meta.managed_fields = None;
     if let Some(annotations) = meta.annotations.as_mut() {
         annotations.remove(LAST_APPLIED);
-    }
-}
-
-impl Trim for Service {
-    /// Metadata only: existing Services are compared by their applied hash.
-    fn trim(&mut self) {
-        trim_meta(&mut self.metadata);
-        self.spec = None;
-        self.status = None;
-    }
-}
-
-impl Trim for PodDisruptionBudget {
-    /// Metadata only: existing budgets are compared by their applied hash.
-    fn trim(&mut self) {
-        trim_meta(&mut self.metadata);
-        self.spec = None;
-        self.status = None;
-    }
-}
-
-impl Trim for PodGroup {
-    /// Keeps spec (its device claims) and status.
-    fn trim(&mut self) {
-        trim_meta(&mut self.metadata);
-    }
-}
-
-impl Trim for ResourceClaimTemplate {
-    /// Metadata only: templates are matched by name.
-    fn trim(&mut self) {
-        trim_meta(&mut self.metadata);
-        self.spec = Default::default();
     }
 }
 
@@ -146,15 +113,6 @@ impl Trim for PersistentVolumeClaim {
                     ..Default::default()
                 },
             );
-    }
-}
-
-impl Trim for ConfigMap {
-    /// Metadata only: rank tables and peer endpoints are compared by their applied hash.
-    fn trim(&mut self) {
-        trim_meta(&mut self.metadata);
-        self.data = None;
-        self.binary_data = None;
     }
 }
 
@@ -274,13 +232,13 @@ pub fn note_written<K: Resource + k8s_openapi::Resource>(obj: &K) {
 pub struct Caches {
     pods: Cache<CachedPod>,
     jobs: Cache<CachedJob>,
-    services: Cache<Service>,
-    budgets: Cache<PodDisruptionBudget>,
+    services: Cache<CachedMeta<Service>>,
+    budgets: Cache<CachedMeta<PodDisruptionBudget>>,
     revisions: Cache<CachedRevision>,
-    pod_groups: Cache<PodGroup>,
-    claim_templates: Cache<ResourceClaimTemplate>,
+    pod_groups: Cache<CachedPodGroup>,
+    claim_templates: Cache<CachedMeta<ResourceClaimTemplate>>,
     /// Rank-table and peer-endpoints ConfigMaps only.
-    config_maps: Cache<ConfigMap>,
+    config_maps: Cache<CachedMeta<ConfigMap>>,
     /// Every PersistentVolumeClaim in scope, name and phase only.
     claims: Cache<PersistentVolumeClaim>,
     ready: tokio::sync::watch::Sender<bool>,
@@ -295,17 +253,17 @@ pub struct CacheWriters {
     /// Jobs.
     pub jobs: CacheWriter<CachedJob>,
     /// Services.
-    pub services: CacheWriter<Service>,
+    pub services: CacheWriter<CachedMeta<Service>>,
     /// PodDisruptionBudgets.
-    pub budgets: CacheWriter<PodDisruptionBudget>,
+    pub budgets: CacheWriter<CachedMeta<PodDisruptionBudget>>,
     /// ControllerRevisions.
     pub revisions: CacheWriter<CachedRevision>,
     /// PodGroups (fed only where groups are PodGroups).
-    pub pod_groups: CacheWriter<PodGroup>,
+    pub pod_groups: CacheWriter<CachedPodGroup>,
     /// ResourceClaimTemplates (fed only where the API server serves them).
-    pub claim_templates: CacheWriter<ResourceClaimTemplate>,
+    pub claim_templates: CacheWriter<CachedMeta<ResourceClaimTemplate>>,
     /// Rank-table and peer-endpoints ConfigMaps.
-    pub config_maps: CacheWriter<ConfigMap>,
+    pub config_maps: CacheWriter<CachedMeta<ConfigMap>>,
     /// PersistentVolumeClaims.
     pub claims: CacheWriter<PersistentVolumeClaim>,
 }
@@ -585,44 +543,35 @@ fn owned_by(meta_owner: &[OwnerReference], uid: &str) -> bool {
 
 /// The cached objects of `namespace` owned by `uid` and labelled with `deployment` (and
 /// `component`, if given), found through the owner index.
-fn owned<K>(
+fn owned<K: Cached>(
     cache: &Cache<K>,
     ns: &str,
     deployment: &str,
     uid: &str,
     component: Option<&str>,
-) -> Vec<Arc<K>>
-where
-    K: Resource<DynamicType = ()> + Clone + 'static,
-{
+) -> Vec<Arc<K>> {
     cache
         .by_owner
         .names(uid)
         .into_iter()
         .filter_map(|name| cache.store.get(&ObjectRef::new(&name).within(ns)))
         .filter(|o| owned_by(o.owner_references(), uid))
-        .filter(|o| o.labels().get(labels::DEPLOYMENT).map(String::as_str) == Some(deployment))
-        .filter(|o| {
-            component
-                .is_none_or(|c| o.labels().get(labels::COMPONENT).map(String::as_str) == Some(c))
-        })
+        .filter(|o| o.label(labels::DEPLOYMENT) == Some(deployment))
+        .filter(|o| component.is_none_or(|c| o.label(labels::COMPONENT) == Some(c)))
         .collect()
 }
 
-/// [`owned`], as the objects themselves.
-fn owned_in<K>(
+/// [`owned`], as the API type.
+fn owned_in<K: Cached>(
     cache: &Cache<K>,
     ns: &str,
     deployment: &str,
     uid: &str,
     component: Option<&str>,
-) -> Vec<K>
-where
-    K: Resource<DynamicType = ()> + Clone + 'static,
-{
+) -> Vec<K::Api> {
     owned(cache, ns, deployment, uid, component)
-        .into_iter()
-        .map(|o| K::clone(&o))
+        .iter()
+        .map(|o| o.to_api())
         .collect()
 }
 
@@ -660,23 +609,15 @@ pub async fn observe(
     let caches = &ctx.caches;
     caches.ready().await;
     caches.written.caught_up(CATCH_UP).await;
-    let jobs: Vec<Job> = owned(&caches.jobs, &ns, &name, &uid, None)
-        .into_iter()
-        .map(|j| j.to_job())
-        .collect();
-    let workers = owned(&caches.pods, &ns, &name, &uid, Some("worker"))
-        .into_iter()
-        .map(|p| p.to_pod())
-        .collect();
+    let jobs = owned_in(&caches.jobs, &ns, &name, &uid, None);
+    let workers = owned_in(&caches.pods, &ns, &name, &uid, Some("worker"));
     // A pod owned by the resource itself is never one of its Jobs' pods.
     let mut job_pods: Vec<Pod> = Vec::new();
     for job_uid in jobs.iter().filter_map(|j| j.uid()) {
         for pod in owned(&caches.pods, &ns, &name, &job_uid, None) {
-            let seen = job_pods
-                .iter()
-                .any(|p| p.metadata.name == pod.metadata.name);
+            let seen = job_pods.iter().any(|p| p.metadata.name == pod.meta().name);
             if !seen && !owned_by(pod.owner_references(), &uid) {
-                job_pods.push(pod.to_pod());
+                job_pods.push(pod.to_api());
             }
         }
     }
@@ -704,10 +645,7 @@ pub async fn observe(
         job_pods,
         services: owned_in(&caches.services, &ns, &name, &uid, None),
         budgets: owned_in(&caches.budgets, &ns, &name, &uid, None),
-        revisions: owned(&caches.revisions, &ns, &name, &uid, None)
-            .into_iter()
-            .map(|r| r.to_revision())
-            .collect(),
+        revisions: owned_in(&caches.revisions, &ns, &name, &uid, None),
         claim_templates: if did.spec.accelerator.device_class_name.is_some()
             || did.spec.accelerator.domain_device_class_name.is_some()
         {
@@ -744,7 +682,7 @@ impl Observed {
     pub fn pods_of_job(&self, name: &str) -> Vec<&Pod> {
         self.job_pods
             .iter()
-            .filter(|p| p.labels().get("job-name").map(String::as_str) == Some(name))
+            .filter(|p| p.labels().get(JOB_NAME_LABEL).map(String::as_str) == Some(name))
             .collect()
     }
 }
@@ -814,7 +752,7 @@ mod tests {
 
     /// The pod a pass reads of `full` after the cache decoded and trimmed it.
     fn cached(full: &Pod) -> Pod {
-        through_cache::<CachedPod>(full).to_pod()
+        through_cache::<CachedPod>(full).to_api()
     }
 
     /// A pod that ended: an init container waited, the engine was killed with a message.
@@ -953,7 +891,7 @@ mod tests {
             "status": {"conditions": [{"type": "Complete", "status": "True"}], "startTime": "2026-01-01T00:00:00Z"},
         }))
         .expect("a job");
-        let trimmed = through_cache::<CachedJob>(&full).to_job();
+        let trimmed = through_cache::<CachedJob>(&full).to_api();
         assert!(trimmed.metadata.managed_fields.is_none());
         assert_eq!(trimmed.status, full.status);
         assert_eq!(
@@ -980,7 +918,7 @@ mod tests {
             "data": {"spec": {"model": {"name": "deepseek-ai/DeepSeek-V3", "revision": "abc"}, "replicas": 2}},
         }))
         .expect("a revision");
-        let trimmed = through_cache::<CachedRevision>(&full).to_revision();
+        let trimmed = through_cache::<CachedRevision>(&full).to_api();
         assert!(trimmed.metadata.managed_fields.is_none());
         assert_eq!(trimmed.revision, Some(3));
         assert_eq!(trimmed.data, full.data);
@@ -1063,29 +1001,30 @@ mod tests {
     fn trimmed_applied_objects_keep_the_hash_they_are_compared_by() {
         let meta: ObjectMeta =
             serde_json::from_value(meta_with_noise(serde_json::json!({}))).expect("meta");
-        let mut cm = ConfigMap {
+        let cm = through_cache::<CachedMeta<ConfigMap>>(&ConfigMap {
             metadata: meta.clone(),
             data: Some(std::collections::BTreeMap::from([(
                 "table".into(),
                 "x".repeat(4096),
             )])),
             ..ConfigMap::default()
-        };
-        cm.trim();
+        })
+        .to_api();
         assert!(cm.data.is_none() && cm.metadata.managed_fields.is_none());
         assert_eq!(build::applied_hash(&cm), Some("h1"));
-        let mut svc = Service {
+        let svc = through_cache::<CachedMeta<Service>>(&Service {
             metadata: meta,
             spec: Some(Default::default()),
             ..Service::default()
-        };
-        svc.trim();
+        })
+        .to_api();
         assert!(svc.spec.is_none());
         assert_eq!(build::applied_hash(&svc), Some("h1"));
         assert_eq!(svc.owner_references().len(), 1);
+        assert!(!svc.annotations().contains_key(LAST_APPLIED));
     }
 
-    fn service(ns: &str, name: &str, deployment: &str, owner: Option<&str>) -> Service {
+    fn service(ns: &str, name: &str, deployment: &str, owner: Option<&str>) -> CachedMeta<Service> {
         let mut meta = ObjectMeta {
             name: Some(name.into()),
             namespace: Some(ns.into()),
@@ -1099,19 +1038,27 @@ mod tests {
                 ..OwnerReference::default()
             }]
         });
-        Service {
+        through_cache(&Service {
             metadata: meta,
             ..Service::default()
-        }
+        })
     }
 
     /// Feeds one watch event to a cache as the controller's reflector does: index, then store.
-    fn take(writer: &mut CacheWriter<Service>, event: watcher::Event<Service>) {
+    fn take(
+        writer: &mut CacheWriter<CachedMeta<Service>>,
+        event: watcher::Event<CachedMeta<Service>>,
+    ) {
         writer.by_owner.took(&event);
         writer.writer.apply_watcher_event(&event);
     }
 
-    fn names(cache: &Cache<Service>, ns: &str, deployment: &str, uid: &str) -> Vec<String> {
+    fn names(
+        cache: &Cache<CachedMeta<Service>>,
+        ns: &str,
+        deployment: &str,
+        uid: &str,
+    ) -> Vec<String> {
         owned(cache, ns, deployment, uid, None)
             .iter()
             .map(|s| s.name_any())
@@ -1121,7 +1068,7 @@ mod tests {
     #[test]
     fn the_owner_index_finds_exactly_what_a_resource_owns_through_changes_and_relists() {
         use watcher::Event::{Apply, Delete, Init, InitApply, InitDone};
-        let (cache, mut writer) = CacheWriter::<Service>::new();
+        let (cache, mut writer) = CacheWriter::<CachedMeta<Service>>::new();
         take(&mut writer, Init);
         take(
             &mut writer,

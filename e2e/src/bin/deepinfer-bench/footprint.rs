@@ -14,13 +14,12 @@ use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 
 use deepinfer_operator::controller::cached::{
-    CachedDeployment, CachedJob, CachedPod, CachedRevision,
+    CachedDeployment, CachedJob, CachedMeta, CachedPod, CachedPodGroup, CachedRevision,
 };
 use deepinfer_operator::controller::observe::{self, Trim};
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::resource::v1::ResourceClaimTemplate;
-use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 
 /// One kind's cache, as measured.
 #[derive(serde::Serialize, Debug, Clone)]
@@ -131,12 +130,12 @@ pub async fn measure(client: &Client, namespace: &str) -> anyhow::Result<Vec<Kin
         deployments(client, namespace).await?,
         owned::<CachedPod>(client, namespace, owned_selector).await?,
         owned::<CachedJob>(client, namespace, owned_selector).await?,
-        owned::<Service>(client, namespace, owned_selector).await?,
-        owned::<PodDisruptionBudget>(client, namespace, owned_selector).await?,
+        owned::<CachedMeta<Service>>(client, namespace, owned_selector).await?,
+        owned::<CachedMeta<PodDisruptionBudget>>(client, namespace, owned_selector).await?,
         owned::<CachedRevision>(client, namespace, owned_selector).await?,
-        owned::<PodGroup>(client, namespace, owned_selector).await?,
-        owned::<ResourceClaimTemplate>(client, namespace, owned_selector).await?,
-        owned::<ConfigMap>(client, namespace, Some(config_maps.as_str())).await?,
+        owned::<CachedPodGroup>(client, namespace, owned_selector).await?,
+        owned::<CachedMeta<ResourceClaimTemplate>>(client, namespace, owned_selector).await?,
+        owned::<CachedMeta<ConfigMap>>(client, namespace, Some(config_maps.as_str())).await?,
         owned::<PersistentVolumeClaim>(client, namespace, None).await?,
     ])
 }

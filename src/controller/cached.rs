@@ -1,5 +1,5 @@
-//! The shapes the controller's caches keep of its own resources and of every kind it owns but
-//! PersistentVolumeClaims. Each is decoded straight from the API server's lists and watch events
+//! The shapes the controller's caches keep of its own resources, of every kind it owns and of
+//! checkpoint claims. Each is decoded straight from the API server's lists and watch events
 //! into only what a pass reads, so a cached object costs a fraction of the API type it stands
 //! for (a `Pod` value is 2.4 KB before any of its strings, a `Job` 2.8 KB and each of its
 //! containers 2.3 KB; a spec as a tree of JSON values takes about ten times its text; a label
@@ -15,8 +15,9 @@ use std::marker::PhantomData;
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::batch::v1::{Job, JobSpec, JobStatus};
 use k8s_openapi::api::core::v1::{
-    Container, ContainerState, ContainerStatus, Pod, PodCondition, PodResourceClaim, PodSpec,
-    PodStatus, PodTemplateSpec,
+    Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
+    ContainerStateWaiting, ContainerStatus, PersistentVolumeClaim, Pod, PodCondition,
+    PodResourceClaim, PodSpec, PodStatus, PodTemplateSpec,
 };
 use k8s_openapi::api::scheduling::v1beta1::{PodGroup, PodGroupResourceClaim, PodGroupSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
@@ -26,7 +27,6 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::build::{APPLIED_HASH_ANNOTATION, ASCEND_910_ANNOTATION, ASCEND_NPU_ANNOTATION};
-use super::observe::{trim_meta, Trim};
 use crate::api::{labels, ACCEPTED_POD_CONDITION};
 
 /// The label the Job controller sets on its pods, naming their Job.
@@ -92,6 +92,17 @@ impl Marks {
                 .map(|(k, v)| ((*k).to_string(), v.to_string()))
                 .collect()
         })
+    }
+}
+
+/// Annotation `kubectl apply` leaves: a copy of the whole object, never read here.
+pub(super) const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// Drops `managedFields` and the last-applied annotation.
+fn trim_meta(meta: &mut ObjectMeta) {
+    meta.managed_fields = None;
+    if let Some(annotations) = meta.annotations.as_mut() {
+        annotations.remove(LAST_APPLIED);
     }
 }
 
@@ -330,14 +341,49 @@ fn kept_conditions<'de, D: serde::Deserializer<'de>>(
     Ok(all.map(|all| all.into_iter().filter_map(Condition::kept).collect()))
 }
 
-/// A container state, `None` where it is empty (`lastState: {}` of a container never restarted).
+/// A container state as a cached pod keeps it: the one member the API sets, a running one
+/// inline (most containers of the pods cached are running), the others boxed.
+#[derive(Clone, Debug)]
+enum State {
+    Running(ContainerStateRunning),
+    Terminated(Box<ContainerStateTerminated>),
+    Waiting(Box<ContainerStateWaiting>),
+}
+
+impl State {
+    fn to_api(&self) -> ContainerState {
+        match self {
+            State::Running(r) => ContainerState {
+                running: Some(r.clone()),
+                ..ContainerState::default()
+            },
+            State::Terminated(t) => ContainerState {
+                terminated: Some(t.as_ref().clone()),
+                ..ContainerState::default()
+            },
+            State::Waiting(w) => ContainerState {
+                waiting: Some(w.as_ref().clone()),
+                ..ContainerState::default()
+            },
+        }
+    }
+}
+
+/// A container state; `None` where it is empty (`lastState: {}` of a container never
+/// restarted). Of a state with more than one member set (the API sets one), the terminated one
+/// is kept, else the waiting one.
 fn some_state<'de, D: serde::Deserializer<'de>>(
     deserializer: D,
-) -> Result<Option<Box<ContainerState>>, D::Error> {
-    let state: Option<ContainerState> = Option::deserialize(deserializer)?;
-    Ok(state
-        .filter(|s| s.running.is_some() || s.terminated.is_some() || s.waiting.is_some())
-        .map(Box::new))
+) -> Result<Option<State>, D::Error> {
+    let Some(state) = Option::<ContainerState>::deserialize(deserializer)? else {
+        return Ok(None);
+    };
+    Ok(match (state.terminated, state.waiting, state.running) {
+        (Some(t), _, _) => Some(State::Terminated(Box::new(t))),
+        (None, Some(w), _) => Some(State::Waiting(Box::new(w))),
+        (None, None, Some(r)) => Some(State::Running(r)),
+        (None, None, None) => None,
+    })
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -350,9 +396,9 @@ struct ContainerRun {
     restart_count: i32,
     started: Option<bool>,
     #[serde(default, deserialize_with = "some_state")]
-    state: Option<Box<ContainerState>>,
+    state: Option<State>,
     #[serde(default, deserialize_with = "some_state")]
-    last_state: Option<Box<ContainerState>>,
+    last_state: Option<State>,
 }
 
 impl ContainerRun {
@@ -362,8 +408,8 @@ impl ContainerRun {
             ready: self.ready,
             restart_count: self.restart_count,
             started: self.started,
-            state: self.state.as_deref().cloned(),
-            last_state: self.last_state.as_deref().cloned(),
+            state: self.state.as_ref().map(State::to_api),
+            last_state: self.last_state.as_ref().map(State::to_api),
             ..ContainerStatus::default()
         }
     }
@@ -433,11 +479,6 @@ macro_rules! stands_for {
                 &mut self.metadata.meta
             }
         }
-
-        impl Trim for $cached {
-            /// Decoding kept only what a pass reads.
-            fn trim(&mut self) {}
-        }
     };
 }
 
@@ -445,6 +486,7 @@ stands_for!(CachedPod, Pod);
 stands_for!(CachedJob, Job);
 stands_for!(CachedRevision, ControllerRevision);
 stands_for!(CachedPodGroup, PodGroup);
+stands_for!(CachedClaim, PersistentVolumeClaim);
 
 /// A Job as the cache keeps it: its metadata, TTL, its pods' device claims and containers'
 /// names and arguments (the judge's name its evidence ConfigMap), and its status.
@@ -602,6 +644,28 @@ impl Cached for CachedPodGroup {
     }
 }
 
+/// A PersistentVolumeClaim as the cache keeps it: its metadata (cut down) and `status.phase`; a
+/// pass reads whether the claim exists and is bound.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct CachedClaim {
+    #[serde(default)]
+    metadata: Slim,
+    #[serde(default)]
+    status: Option<ClaimPhase>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+struct ClaimPhase {
+    phase: Option<String>,
+}
+
+impl CachedClaim {
+    /// `status.phase` (`Pending`, `Bound`, `Lost`), if set.
+    pub fn phase(&self) -> Option<&str> {
+        self.status.as_ref()?.phase.as_deref()
+    }
+}
+
 /// An object of kind `K` of which a pass reads the metadata only (Services, budgets, rank-table
 /// and peer-endpoints ConfigMaps, ResourceClaimTemplates: existing objects are compared by their
 /// applied hash or matched by name). Nothing but the metadata is decoded.
@@ -644,11 +708,6 @@ where
     fn metadata_mut(&mut self) -> &mut ObjectMeta {
         &mut self.metadata.meta
     }
-}
-
-impl<K> Trim for CachedMeta<K> {
-    /// Only the metadata was decoded.
-    fn trim(&mut self) {}
 }
 
 impl<K> Cached for CachedMeta<K>
@@ -777,6 +836,27 @@ mod tests {
             <CachedMeta<k8s_openapi::api::policy::v1::PodDisruptionBudget> as kube::Resource>::url_path(&(), Some("team")),
             "/apis/policy/v1/namespaces/team/poddisruptionbudgets"
         );
+    }
+
+    #[test]
+    fn a_cached_claim_keeps_its_name_and_phase_and_none_of_its_annotations() {
+        let claim: CachedClaim = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "weights", "namespace": "team",
+                "annotations": {"pv.kubernetes.io/bind-completed": "yes"},
+                "finalizers": ["kubernetes.io/pvc-protection"]},
+            "spec": {"accessModes": ["ReadOnlyMany"], "volumeName": "pv-1"},
+            "status": {"phase": "Bound", "capacity": {"storage": "1Ti"}},
+        }))
+        .expect("decoded");
+        assert_eq!(claim.phase(), Some("Bound"));
+        assert_eq!(kube::ResourceExt::name_any(&claim), "weights");
+        assert_eq!(claim.metadata.annotations, Marks::default());
+        assert_eq!(kube::Resource::meta(&claim).finalizers, None);
+        let pending: CachedClaim =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "w"}}))
+                .expect("decoded");
+        assert_eq!(pending.phase(), None);
     }
 
     #[test]

@@ -644,7 +644,7 @@ pub async fn run_with_context(
         let ctx = ctx.clone();
         tokio::spawn(async move { ctx.caches.fill(pod_groups, claim_templates).await })
     };
-    // Checkpoint claims: every claim in scope, cut down to its name and phase, read by passes
+    // Checkpoint claims: every claim in scope, cut down to its metadata and phase, read by passes
     // and mapped through the resources in the controller's own cache to those whose checkpoint
     // it holds, so that a claim created or bound starts their pass.
     let claims = triggering(
@@ -754,7 +754,7 @@ pub async fn run_with_context(
             },
         )
         .watches_stream(claims, move |claim| {
-            referrers_noted(&cache, &claim.metadata, &ar, &metrics, |d| {
+            referrers_noted(&cache, claim.meta(), &ar, &metrics, |d| {
                 d.checkpoint_claim.as_deref()
             })
         })
@@ -975,8 +975,7 @@ fn cached<K>(
     written: &observe::Written,
 ) -> impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static
 where
-    K: observe::Trim
-        + Resource<DynamicType = ()>
+    K: Resource<DynamicType = ()>
         + k8s_openapi::Resource
         + Clone
         + serde::de::DeserializeOwned
@@ -992,7 +991,10 @@ where
     // holding an object, never finds the index behind it (a name the store does not hold yet is
     // passed over as the store's own lag).
     let by_owner = cache.by_owner;
-    let events = watcher(api, config).map_ok(move |event| observe::prepared(&by_owner, event));
+    let events = watcher(api, config).map_ok(move |event| {
+        by_owner.took(&event);
+        event
+    });
     kube::runtime::reflector(cache.writer, events).inspect(move |event| {
         if let Ok(event) = event {
             progress.stored(event);
@@ -1012,8 +1014,7 @@ fn triggering<K>(
     feeders: &mut Vec<tokio::task::JoinHandle<()>>,
 ) -> impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static
 where
-    K: observe::Trim
-        + Resource<DynamicType = ()>
+    K: Resource<DynamicType = ()>
         + k8s_openapi::Resource
         + Clone
         + serde::de::DeserializeOwned
@@ -1041,8 +1042,7 @@ fn feed<K>(
     written: &observe::Written,
 ) -> tokio::task::JoinHandle<()>
 where
-    K: observe::Trim
-        + Resource<DynamicType = ()>
+    K: Resource<DynamicType = ()>
         + k8s_openapi::Resource
         + Clone
         + serde::de::DeserializeOwned

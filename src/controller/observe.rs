@@ -40,7 +40,8 @@ use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
 use super::cached::{
-    Cached, CachedJob, CachedMeta, CachedPod, CachedPodGroup, CachedRevision, JOB_NAME_LABEL,
+    Cached, CachedClaim, CachedJob, CachedMeta, CachedPod, CachedPodGroup, CachedRevision,
+    JOB_NAME_LABEL,
 };
 use super::{Context, Error};
 use crate::api::{labels, DeepInferDeployment};
@@ -74,46 +75,6 @@ pub struct Observed {
     pub rank_tables: Vec<ConfigMap>,
     /// The ConfigMap listing the prefill / vision endpoints for decode groups.
     pub peer_endpoints: Vec<ConfigMap>,
-}
-
-/// Annotation `kubectl apply` leaves: a copy of the whole object, never read here.
-const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
-
-/// How an object of a cached kind is cut down before it enters a store, where decoding did not
-/// already: every field no pass reads is dropped.
-pub trait Trim {
-    /// Drops what no pass reads.
-    fn trim(&mut self);
-}
-
-/// Drops `managedFields` and the last-applied annotation.
-pub(super) fn trim_meta(meta: &mut ObjectMeta) {
-    meta.managed_fields = None;
-    if let Some(annotations) = meta.annotations.as_mut() {
-        annotations.remove(LAST_APPLIED);
-    }
-}
-
-impl Trim for PersistentVolumeClaim {
-    /// Name, namespace and `status.phase` only: a pass reads whether the claim exists and is
-    /// bound.
-    fn trim(&mut self) {
-        let meta = std::mem::take(&mut self.metadata);
-        self.metadata = ObjectMeta {
-            name: meta.name,
-            namespace: meta.namespace,
-            resource_version: meta.resource_version,
-            ..ObjectMeta::default()
-        };
-        self.spec = None;
-        self.status =
-            self.status.take().map(
-                |s| k8s_openapi::api::core::v1::PersistentVolumeClaimStatus {
-                    phase: s.phase,
-                    ..Default::default()
-                },
-            );
-    }
 }
 
 /// Longest a pass waits for the stores to take in the operator's own writes.
@@ -239,8 +200,8 @@ pub struct Caches {
     claim_templates: Cache<CachedMeta<ResourceClaimTemplate>>,
     /// Rank-table and peer-endpoints ConfigMaps only.
     config_maps: Cache<CachedMeta<ConfigMap>>,
-    /// Every PersistentVolumeClaim in scope, name and phase only.
-    claims: Cache<PersistentVolumeClaim>,
+    /// Every PersistentVolumeClaim in scope, metadata and phase only.
+    claims: Cache<CachedClaim>,
     ready: tokio::sync::watch::Sender<bool>,
     /// How far each store has caught up with the operator's writes.
     pub written: Arc<Written>,
@@ -265,7 +226,7 @@ pub struct CacheWriters {
     /// Rank-table and peer-endpoints ConfigMaps.
     pub config_maps: CacheWriter<CachedMeta<ConfigMap>>,
     /// PersistentVolumeClaims.
-    pub claims: CacheWriter<PersistentVolumeClaim>,
+    pub claims: CacheWriter<CachedClaim>,
 }
 
 impl Caches {
@@ -483,30 +444,20 @@ pub fn config_map_selector() -> String {
     )
 }
 
-/// A watch event made ready for a store: its object trimmed, then taken into the owner index
-/// `by_owner` (before the store takes it; see [`ByOwner`]).
-pub fn prepared<K: Trim + Resource>(
-    by_owner: &ByOwner,
-    event: watcher::Event<K>,
-) -> watcher::Event<K> {
-    let event = event.modify(Trim::trim);
-    by_owner.took(&event);
-    event
-}
-
-/// A cache holding `objects` as a watch's first list leaves it: each object prepared as the
-/// controller's watches prepare it, then stored. The benchmark measures with it what the
-/// operator's caches hold.
+/// A cache holding `objects` as a watch's first list leaves it: each object taken into the
+/// owner index, then stored, as the controller's watches do. The benchmark measures with it what
+/// the operator's caches hold.
 pub fn filled<K>(objects: Vec<K>) -> Cache<K>
 where
-    K: Trim + Resource<DynamicType = ()> + Clone + 'static,
+    K: Resource<DynamicType = ()> + Clone + 'static,
 {
     let (cache, mut w) = CacheWriter::new();
     let events = std::iter::once(watcher::Event::Init)
         .chain(objects.into_iter().map(watcher::Event::InitApply))
         .chain(std::iter::once(watcher::Event::InitDone));
     for event in events {
-        w.writer.apply_watcher_event(&prepared(&w.by_owner, event));
+        w.by_owner.took(&event);
+        w.writer.apply_watcher_event(&event);
     }
     cache
 }
@@ -626,12 +577,7 @@ pub async fn observe(
             .claims
             .store
             .get(&ObjectRef::new(&claim).within(&ns))
-            .map(|c| {
-                c.status
-                    .as_ref()
-                    .and_then(|s| s.phase.clone())
-                    .unwrap_or_default()
-            })
+            .map(|c| c.phase().unwrap_or_default().to_string())
     });
     let prompts = match &did.spec.acceptance.prompts_from {
         Some(from) => get_opt::<ConfigMap>(ctx, &ns, &from.name).await?,
@@ -689,6 +635,7 @@ impl Observed {
 
 #[cfg(test)]
 mod tests {
+    use super::super::cached::LAST_APPLIED;
     use super::*;
     use crate::controller::{apply, build, decide, placement};
 
@@ -742,12 +689,9 @@ mod tests {
         .expect("a pod")
     }
 
-    /// `full` as the cache decodes and trims it.
-    fn through_cache<C: DeserializeOwned + Trim>(full: &impl serde::Serialize) -> C {
-        let mut cached: C =
-            serde_json::from_value(serde_json::to_value(full).expect("json")).expect("decoded");
-        cached.trim();
-        cached
+    /// `full` as the cache decodes it.
+    fn through_cache<C: DeserializeOwned>(full: &impl serde::Serialize) -> C {
+        serde_json::from_value(serde_json::to_value(full).expect("json")).expect("decoded")
     }
 
     /// The pod a pass reads of `full` after the cache decoded and trimmed it.

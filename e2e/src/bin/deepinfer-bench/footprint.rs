@@ -1,6 +1,6 @@
 //! What the operator's caches hold, by kind: the benchmark lists every kind the operator caches,
 //! with the operator's own label selectors, and decodes each list into the operator's own cache
-//! types, trimmed, indexed by owner and stored as the operator's watches do
+//! types, indexed by owner and stored as the operator's watches do
 //! ([`observe::filled`]), on one thread, with the operator's allocator (jemalloc). The heap that
 //! thread allocated and did not free is what the cache of that kind costs; it is set beside the
 //! operator's whole heap (`deepinfer_heap_bytes{state="allocated"}`), so that the rest (tasks,
@@ -14,10 +14,10 @@ use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 
 use deepinfer_operator::controller::cached::{
-    CachedDeployment, CachedJob, CachedMeta, CachedPod, CachedPodGroup, CachedRevision,
+    CachedClaim, CachedDeployment, CachedJob, CachedMeta, CachedPod, CachedPodGroup, CachedRevision,
 };
-use deepinfer_operator::controller::observe::{self, Trim};
-use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Service};
+use deepinfer_operator::controller::observe;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::resource::v1::ResourceClaimTemplate;
 
@@ -27,7 +27,7 @@ use k8s_openapi::api::resource::v1::ResourceClaimTemplate;
 pub struct KindFootprint {
     pub kind: String,
     pub objects: usize,
-    /// Heap bytes the decoded, trimmed, indexed and stored objects hold.
+    /// Heap bytes the decoded, indexed and stored objects hold.
     pub bytes: usize,
 }
 
@@ -64,14 +64,14 @@ async fn list_text(client: &Client, url: &str, selector: Option<&str>) -> kube::
     client.request_text(request).await
 }
 
-/// One owned kind's list decoded into a cache as the operator keeps it.
+/// One cached kind's list decoded into a cache as the operator keeps it.
 async fn owned<K>(
     client: &Client,
     namespace: &str,
     selector: Option<&str>,
 ) -> anyhow::Result<KindFootprint>
 where
-    K: Trim + Resource<DynamicType = ()> + Clone + DeserializeOwned + 'static,
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + 'static,
 {
     let kind = K::kind(&()).to_string();
     let text = match list_text(client, &K::url_path(&(), Some(namespace)), selector).await {
@@ -136,7 +136,7 @@ pub async fn measure(client: &Client, namespace: &str) -> anyhow::Result<Vec<Kin
         owned::<CachedPodGroup>(client, namespace, owned_selector).await?,
         owned::<CachedMeta<ResourceClaimTemplate>>(client, namespace, owned_selector).await?,
         owned::<CachedMeta<ConfigMap>>(client, namespace, Some(config_maps.as_str())).await?,
-        owned::<PersistentVolumeClaim>(client, namespace, None).await?,
+        owned::<CachedClaim>(client, namespace, None).await?,
     ])
 }
 

@@ -20,13 +20,9 @@ e2e/bed/cluster-up.sh
 # namespace and would reconcile the tests' resources beside the operators the tests start, and its
 # sample deployment, whose workers hold devices the tests' acceptance runs need.
 if [ -f "$bed/pids/operator" ]; then
-  pid=$(cat "$bed/pids/operator")
-  if kill -0 "$pid" 2>/dev/null; then
-    kill "$pid" 2>/dev/null
-    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -9 "$pid" 2>/dev/null || true
-  fi
-  rm -f "$bed/pids/operator"
+  # shellcheck source=paths.sh
+  source "$root/e2e/bed/paths.sh"
+  stop_recorded "$bed/pids/operator"
   # Foreground: the command returns once the sample's pods are gone and their devices free.
   "$bed/bin/kubectl" --kubeconfig "$bed/kubeconfig" delete deepinferdeployment flash -n default \
     --ignore-not-found --cascade=foreground --timeout=120s >/dev/null

@@ -143,13 +143,21 @@ impl<'de> Deserialize<'de> for Slim {
     }
 }
 
+/// A cached shape's cut-down metadata.
+pub trait Slimmed {
+    /// The metadata as the cache keeps it.
+    fn slim(&self) -> &Slim;
+}
+
 /// An object as a cache of the owned kinds keeps it, and how a pass reads it.
-pub trait Cached: kube::Resource<DynamicType = ()> + Clone + 'static {
+pub trait Cached: Slimmed + kube::Resource<DynamicType = ()> + Clone + 'static {
     /// The API type it stands for.
     type Api;
 
     /// The value of the label `key` (only the labels some pass reads are kept).
-    fn label(&self, key: &str) -> Option<&str>;
+    fn label(&self, key: &str) -> Option<&str> {
+        self.slim().labels.get(key)
+    }
 
     /// The object as the API type, with the fields the cache keeps.
     fn to_api(&self) -> Self::Api;
@@ -423,10 +431,6 @@ fn statuses(runs: &Option<Box<[ContainerRun]>>) -> Option<Vec<ContainerStatus>> 
 impl Cached for CachedPod {
     type Api = Pod;
 
-    fn label(&self, key: &str) -> Option<&str> {
-        self.metadata.labels.get(key)
-    }
-
     fn to_api(&self) -> Pod {
         Pod {
             metadata: self.metadata.full(),
@@ -479,6 +483,12 @@ macro_rules! stands_for {
                 &mut self.metadata.meta
             }
         }
+
+        impl Slimmed for $cached {
+            fn slim(&self) -> &Slim {
+                &self.metadata
+            }
+        }
     };
 }
 
@@ -529,10 +539,6 @@ struct Invocation {
 
 impl Cached for CachedJob {
     type Api = Job;
-
-    fn label(&self, key: &str) -> Option<&str> {
-        self.metadata.labels.get(key)
-    }
 
     fn to_api(&self) -> Job {
         Job {
@@ -595,10 +601,6 @@ impl<'de> Deserialize<'de> for CachedRevision {
 impl Cached for CachedRevision {
     type Api = ControllerRevision;
 
-    fn label(&self, key: &str) -> Option<&str> {
-        self.metadata.labels.get(key)
-    }
-
     /// The revision as the API type (data that no longer parses reads as null).
     fn to_api(&self) -> ControllerRevision {
         ControllerRevision {
@@ -627,10 +629,6 @@ struct GroupClaims {
 
 impl Cached for CachedPodGroup {
     type Api = PodGroup;
-
-    fn label(&self, key: &str) -> Option<&str> {
-        self.metadata.labels.get(key)
-    }
 
     fn to_api(&self) -> PodGroup {
         PodGroup {
@@ -710,15 +708,17 @@ where
     }
 }
 
+impl<K> Slimmed for CachedMeta<K> {
+    fn slim(&self) -> &Slim {
+        &self.metadata
+    }
+}
+
 impl<K> Cached for CachedMeta<K>
 where
     K: k8s_openapi::Resource + k8s_openapi::Metadata<Ty = ObjectMeta> + Default + 'static,
 {
     type Api = K;
-
-    fn label(&self, key: &str) -> Option<&str> {
-        self.metadata.labels.get(key)
-    }
 
     /// The object with its metadata and every other field at its default.
     fn to_api(&self) -> K {

@@ -4,7 +4,7 @@
 //! for (a `Pod` value is 2.4 KB before any of its strings, a `Job` 2.8 KB and each of its
 //! containers 2.3 KB; a spec as a tree of JSON values takes about ten times its text; a label
 //! map takes a 640-byte node however few its entries). The metadata of an owned object keeps
-//! only what kube's store, the owner index and the passes read ([`Slim`], [`Marks`]). A pass
+//! only what the passes read, without an `ObjectMeta` once stored ([`Slim`], [`Marks`]). A pass
 //! turns what it reads back into the API type ([`Cached::to_api`],
 //! [`CachedDeployment::to_value`]).
 
@@ -16,11 +16,11 @@ use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::batch::v1::{Job, JobSpec, JobStatus};
 use k8s_openapi::api::core::v1::{
     Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
-    ContainerStateWaiting, ContainerStatus, PersistentVolumeClaim, Pod, PodCondition,
-    PodResourceClaim, PodSpec, PodStatus, PodTemplateSpec,
+    ContainerStateWaiting, ContainerStatus, PersistentVolumeClaim, PersistentVolumeClaimStatus,
+    Pod, PodCondition, PodResourceClaim, PodSpec, PodStatus, PodTemplateSpec,
 };
 use k8s_openapi::api::scheduling::v1beta1::{PodGroup, PodGroupResourceClaim, PodGroupSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
 use kube::core::{ApiResource, DynamicResourceScope};
 use serde::Deserialize;
@@ -61,35 +61,64 @@ const KEPT_POD_CONDITIONS: &[&str] = &[
 ];
 
 /// Labels or annotations as a cache keeps them: the kept keys the object has, with their values,
-/// in the order of the kept keys. One allocation for the entries (none when there are none)
-/// where a map takes a 640-byte node and two strings per entry.
+/// in the order of the kept keys, packed into one allocation (none when there are none): each
+/// entry is the key's index in [`kept_keys`], the value's length (4 bytes, little-endian) and
+/// the value. A map would take a 640-byte node and two strings per entry.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Marks(Box<[(&'static str, Box<str>)]>);
+pub struct Marks(Box<[u8]>);
+
+/// Every key a [`Marks`] may hold: the kept labels, then the kept annotations.
+fn kept_keys() -> impl Iterator<Item = &'static str> {
+    KEPT_LABELS.iter().chain(KEPT_ANNOTATIONS).copied()
+}
 
 impl Marks {
-    /// The entries of `map` under one of `keys`.
+    /// The entries of `map` under one of `keys` (each one of [`kept_keys`]).
     fn kept(map: Option<BTreeMap<String, String>>, keys: &[&'static str]) -> Self {
         let Some(map) = map else {
             return Self::default();
         };
-        Self(
-            keys.iter()
-                .filter_map(|&k| map.get(k).map(|v| (k, Box::from(v.as_str()))))
-                .collect(),
-        )
+        let mut packed = Vec::new();
+        for (index, key) in kept_keys().enumerate() {
+            let (Some(value), Ok(index)) = (map.get(key), u8::try_from(index)) else {
+                continue;
+            };
+            let Ok(len) = u32::try_from(value.len()) else {
+                continue;
+            };
+            if keys.contains(&key) {
+                packed.push(index);
+                packed.extend_from_slice(&len.to_le_bytes());
+                packed.extend_from_slice(value.as_bytes());
+            }
+        }
+        Self(packed.into_boxed_slice())
+    }
+
+    /// The entries, in the order of the kept keys.
+    fn entries(&self) -> impl Iterator<Item = (&'static str, &str)> {
+        let mut rest: &[u8] = &self.0;
+        std::iter::from_fn(move || {
+            let (&index, after) = rest.split_first()?;
+            let (len, after) = after.split_first_chunk::<4>()?;
+            let len = usize::try_from(u32::from_le_bytes(*len)).ok()?;
+            let (value, after) = (after.get(..len)?, after.get(len..)?);
+            rest = after;
+            let key = kept_keys().nth(usize::from(index))?;
+            Some((key, std::str::from_utf8(value).ok()?))
+        })
     }
 
     /// The value of `key`, if kept.
     pub fn get(&self, key: &str) -> Option<&str> {
-        self.0.iter().find(|(k, _)| *k == key).map(|(_, v)| &**v)
+        self.entries().find(|(k, _)| *k == key).map(|(_, v)| v)
     }
 
     /// The entries as the API types hold them (`None` when there are none).
     fn to_map(&self) -> Option<BTreeMap<String, String>> {
         (!self.0.is_empty()).then(|| {
-            self.0
-                .iter()
-                .map(|(k, v)| ((*k).to_string(), v.to_string()))
+            self.entries()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect()
         })
     }
@@ -106,24 +135,159 @@ fn trim_meta(meta: &mut ObjectMeta) {
     }
 }
 
-/// The metadata of a cached object of an owned kind, cut down as it is decoded: what kube's
-/// store and the owner index read stays in an `ObjectMeta` (name, namespace, uid,
-/// resourceVersion, generation, timestamps, owner references); `managedFields`, finalizers and
-/// `generateName` are dropped; the kept labels and annotations are moved out into [`Marks`].
+/// The API versions and kinds of the owners of cached objects, shared rather than allocated per
+/// owner reference.
+const OWNER_TYPES: &[&str] = &[
+    "deepinfer.io/v1alpha1",
+    "DeepInferDeployment",
+    "batch/v1",
+    "Job",
+];
+
+fn shared(s: String) -> Cow<'static, str> {
+    OWNER_TYPES
+        .iter()
+        .find(|&&t| t == s)
+        .map_or(Cow::Owned(s), |&t| Cow::Borrowed(t))
+}
+
+/// An owner reference as a cache keeps it.
+#[derive(Clone, Debug)]
+struct Owner {
+    api_version: Cow<'static, str>,
+    kind: Cow<'static, str>,
+    name: Box<str>,
+    uid: Box<str>,
+    controller: Option<bool>,
+    block_owner_deletion: Option<bool>,
+}
+
+impl Owner {
+    fn to_api(&self) -> OwnerReference {
+        OwnerReference {
+            api_version: self.api_version.to_string(),
+            kind: self.kind.to_string(),
+            name: self.name.to_string(),
+            uid: self.uid.to_string(),
+            controller: self.controller,
+            block_owner_deletion: self.block_owner_deletion,
+        }
+    }
+}
+
+impl From<OwnerReference> for Owner {
+    fn from(o: OwnerReference) -> Self {
+        Self {
+            api_version: shared(o.api_version),
+            kind: shared(o.kind),
+            name: o.name.into_boxed_str(),
+            uid: o.uid.into_boxed_str(),
+            controller: o.controller,
+            block_owner_deletion: o.block_owner_deletion,
+        }
+    }
+}
+
+/// The metadata of a cached object of an owned kind (or a checkpoint claim), cut down as it is
+/// decoded to what the passes read: name and namespace (one string, `namespace/name`, also the
+/// store's key), uid, resourceVersion, generation, creation and deletion times, owner
+/// references, and the kept labels and annotations ([`Marks`]). `managedFields`, finalizers,
+/// `generateName` and every other label and annotation are dropped.
+///
+/// An object on its way through a watch also carries its decoded `ObjectMeta` (without labels
+/// and annotations), which the watcher and the trigger mappings read through `kube::Resource`;
+/// the stores drop it ([`Cached::kept`]). A stored object is read through this type only.
 #[derive(Clone, Debug, Default)]
 pub struct Slim {
-    meta: ObjectMeta,
+    wire: Option<Box<ObjectMeta>>,
+    key: Box<str>,
+    uid: Box<str>,
+    resource_version: Box<str>,
+    generation: Option<i64>,
+    created: Option<Time>,
+    deleted: Option<Time>,
+    owners: Box<[Owner]>,
     labels: Marks,
     annotations: Marks,
 }
 
+/// Metadata read through `kube::Resource` of an object a store holds: nothing (see [`Slim`]).
+fn no_meta() -> &'static ObjectMeta {
+    static NONE: std::sync::OnceLock<ObjectMeta> = std::sync::OnceLock::new();
+    NONE.get_or_init(ObjectMeta::default)
+}
+
+fn text(s: &Option<String>) -> Box<str> {
+    s.as_deref().unwrap_or_default().into()
+}
+
+fn some_text(s: &str) -> Option<String> {
+    (!s.is_empty()).then(|| s.to_string())
+}
+
 impl Slim {
+    /// The decoded metadata of an object on its way through a watch; of a stored object, empty.
+    fn wire(&self) -> &ObjectMeta {
+        match &self.wire {
+            Some(meta) => meta,
+            None => no_meta(),
+        }
+    }
+
+    /// `namespace/name`: the store's key.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The object's name.
+    pub fn name(&self) -> &str {
+        self.key
+            .split_once('/')
+            .map_or(&*self.key, |(_, name)| name)
+    }
+
+    /// The object's namespace (`None` for a cluster-scoped object).
+    pub fn namespace(&self) -> Option<&str> {
+        self.key
+            .split_once('/')
+            .map(|(ns, _)| ns)
+            .filter(|ns| !ns.is_empty())
+    }
+
+    /// The object's uid.
+    pub fn uid(&self) -> &str {
+        &self.uid
+    }
+
+    /// The uids of the object's owners.
+    pub fn owner_uids(&self) -> impl Iterator<Item = &str> {
+        self.owners.iter().map(|o| &*o.uid)
+    }
+
+    /// Whether the object names `uid` among its owners.
+    pub fn owned_by(&self, uid: &str) -> bool {
+        self.owner_uids().any(|o| o == uid)
+    }
+
     /// The metadata with the kept labels and annotations back in.
     fn full(&self) -> ObjectMeta {
+        let (namespace, name) = match self.key.split_once('/') {
+            Some((ns, name)) => (some_text(ns), some_text(name)),
+            None => (None, some_text(&self.key)),
+        };
         ObjectMeta {
+            name,
+            namespace,
+            uid: some_text(&self.uid),
+            resource_version: some_text(&self.resource_version),
+            generation: self.generation,
+            creation_timestamp: self.created.clone(),
+            deletion_timestamp: self.deleted.clone(),
+            owner_references: (!self.owners.is_empty())
+                .then(|| self.owners.iter().map(Owner::to_api).collect()),
             labels: self.labels.to_map(),
             annotations: self.annotations.to_map(),
-            ..self.meta.clone()
+            ..ObjectMeta::default()
         }
     }
 }
@@ -135,10 +299,30 @@ impl<'de> Deserialize<'de> for Slim {
         meta.finalizers = None;
         meta.generate_name = None;
         meta.self_link = None;
+        let labels = Marks::kept(meta.labels.take(), KEPT_LABELS);
+        let annotations = Marks::kept(meta.annotations.take(), KEPT_ANNOTATIONS);
         Ok(Self {
-            labels: Marks::kept(meta.labels.take(), KEPT_LABELS),
-            annotations: Marks::kept(meta.annotations.take(), KEPT_ANNOTATIONS),
-            meta,
+            key: format!(
+                "{}/{}",
+                meta.namespace.as_deref().unwrap_or_default(),
+                meta.name.as_deref().unwrap_or_default()
+            )
+            .into_boxed_str(),
+            uid: text(&meta.uid),
+            resource_version: text(&meta.resource_version),
+            generation: meta.generation,
+            created: meta.creation_timestamp.clone(),
+            deleted: meta.deletion_timestamp.clone(),
+            owners: meta
+                .owner_references
+                .iter()
+                .flatten()
+                .cloned()
+                .map(Owner::from)
+                .collect(),
+            labels,
+            annotations,
+            wire: Some(Box::new(meta)),
         })
     }
 }
@@ -147,6 +331,9 @@ impl<'de> Deserialize<'de> for Slim {
 pub trait Slimmed {
     /// The metadata as the cache keeps it.
     fn slim(&self) -> &Slim;
+
+    /// The same, to change.
+    fn slim_mut(&mut self) -> &mut Slim;
 }
 
 /// An object as a cache of the owned kinds keeps it, and how a pass reads it.
@@ -157,6 +344,13 @@ pub trait Cached: Slimmed + kube::Resource<DynamicType = ()> + Clone + 'static {
     /// The value of the label `key` (only the labels some pass reads are kept).
     fn label(&self, key: &str) -> Option<&str> {
         self.slim().labels.get(key)
+    }
+
+    /// The object as a store keeps it: without the decoded `ObjectMeta` the watch needed.
+    fn kept(&self) -> Self {
+        let mut kept = self.clone();
+        kept.slim_mut().wire = None;
+        kept
     }
 
     /// The object as the API type, with the fields the cache keeps.
@@ -476,17 +670,21 @@ macro_rules! stands_for {
             type Ty = ObjectMeta;
 
             fn metadata(&self) -> &ObjectMeta {
-                &self.metadata.meta
+                self.metadata.wire()
             }
 
             fn metadata_mut(&mut self) -> &mut ObjectMeta {
-                &mut self.metadata.meta
+                self.metadata.wire.get_or_insert_with(Box::default)
             }
         }
 
         impl Slimmed for $cached {
             fn slim(&self) -> &Slim {
                 &self.metadata
+            }
+
+            fn slim_mut(&mut self) -> &mut Slim {
+                &mut self.metadata
             }
         }
     };
@@ -664,6 +862,21 @@ impl CachedClaim {
     }
 }
 
+impl Cached for CachedClaim {
+    type Api = PersistentVolumeClaim;
+
+    fn to_api(&self) -> PersistentVolumeClaim {
+        PersistentVolumeClaim {
+            metadata: self.metadata.full(),
+            spec: None,
+            status: self.status.as_ref().map(|s| PersistentVolumeClaimStatus {
+                phase: s.phase.clone(),
+                ..PersistentVolumeClaimStatus::default()
+            }),
+        }
+    }
+}
+
 /// An object of kind `K` of which a pass reads the metadata only (Services, budgets, rank-table
 /// and peer-endpoints ConfigMaps, ResourceClaimTemplates: existing objects are compared by their
 /// applied hash or matched by name). Nothing but the metadata is decoded.
@@ -700,17 +913,21 @@ where
     type Ty = ObjectMeta;
 
     fn metadata(&self) -> &ObjectMeta {
-        &self.metadata.meta
+        self.metadata.wire()
     }
 
     fn metadata_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata.meta
+        self.metadata.wire.get_or_insert_with(Box::default)
     }
 }
 
 impl<K> Slimmed for CachedMeta<K> {
     fn slim(&self) -> &Slim {
         &self.metadata
+    }
+
+    fn slim_mut(&mut self) -> &mut Slim {
+        &mut self.metadata
     }
 }
 
@@ -813,6 +1030,61 @@ mod tests {
         let engine = &status.container_statuses.expect("containers")[0];
         assert!(engine.state.as_ref().is_some_and(|s| s.running.is_some()));
         assert_eq!(engine.last_state, None, "an empty state is no state");
+    }
+
+    #[test]
+    fn a_stored_object_gives_back_the_metadata_it_was_decoded_with() {
+        let device = format!(
+            "{{\"pod_name\":\"ränk-0\",\"devices\":\"{}\"}}",
+            "0,".repeat(200)
+        );
+        let owners = serde_json::json!([
+            {"apiVersion": "deepinfer.io/v1alpha1", "kind": "DeepInferDeployment", "name": "flash",
+             "uid": "u-1", "controller": true, "blockOwnerDeletion": true},
+            {"apiVersion": "example.com/v1", "kind": "Other", "name": "x", "uid": "u-2"},
+        ]);
+        let pod: CachedPod = serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "name": "flash-serve-0-1", "namespace": "team", "uid": "p-1",
+                "resourceVersion": "4711", "generation": 2,
+                "creationTimestamp": "2026-01-01T00:00:00Z",
+                "deletionTimestamp": "2026-01-01T00:05:00Z",
+                "labels": {labels::DEPLOYMENT: "flash", labels::REVISION: "abc", labels::RANK: "1"},
+                "annotations": {ASCEND_910_ANNOTATION: device, APPLIED_HASH_ANNOTATION: "h"},
+                "ownerReferences": owners,
+            },
+            "spec": {"nodeName": "n-1"},
+        }))
+        .expect("decoded");
+        let kept = pod.kept();
+        assert_eq!(
+            kube::Resource::meta(&kept),
+            &ObjectMeta::default(),
+            "a stored object holds no decoded copy"
+        );
+        assert_eq!(kept.to_api(), pod.to_api());
+        let meta = kept.to_api().metadata;
+        assert_eq!(meta.name.as_deref(), Some("flash-serve-0-1"));
+        assert_eq!(meta.namespace.as_deref(), Some("team"));
+        assert_eq!(meta.uid.as_deref(), Some("p-1"));
+        assert_eq!(meta.resource_version.as_deref(), Some("4711"));
+        assert_eq!(meta.generation, Some(2));
+        assert!(meta.creation_timestamp.is_some() && meta.deletion_timestamp.is_some());
+        assert_eq!(
+            serde_json::to_value(&meta.owner_references).expect("json"),
+            owners
+        );
+        let annotations = meta.annotations.expect("annotations");
+        assert_eq!(annotations.get(ASCEND_910_ANNOTATION), Some(&device));
+        assert_eq!(meta.labels.expect("labels").len(), 3);
+        let slim = kept.slim();
+        assert_eq!(
+            (slim.key(), slim.name(), slim.namespace()),
+            ("team/flash-serve-0-1", "flash-serve-0-1", Some("team"))
+        );
+        assert!(slim.owned_by("u-2") && !slim.owned_by("flash"));
+        assert_eq!(kept.label(labels::RANK), Some("1"));
+        assert_eq!(kept.label(labels::ROLE), None);
     }
 
     #[test]

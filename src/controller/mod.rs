@@ -965,40 +965,24 @@ where
     }
 }
 
-/// A reflector of one owned kind into `cache`, objects trimmed before they are stored, each
-/// event taken into the owner index before the store takes it, and noted in `written` once the
-/// store has it.
+/// A watch of one owned kind feeding `cache`, each event noted in `written` once the cache has
+/// it.
 fn cached<K>(
-    cache: observe::CacheWriter<K>,
+    mut cache: observe::CacheWriter<K>,
     api: Api<K>,
     config: watcher::Config,
     written: &observe::Written,
 ) -> impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static
 where
-    K: Resource<DynamicType = ()>
-        + k8s_openapi::Resource
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
+    K: Cached + k8s_openapi::Resource + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync,
 {
     let progress = written
         .of(<K as k8s_openapi::Resource>::KIND)
         .unwrap_or_default();
-    // The index takes each event before the store does: a pass that finds the store filled, or
-    // holding an object, never finds the index behind it (a name the store does not hold yet is
-    // passed over as the store's own lag).
-    let by_owner = cache.by_owner;
-    let events = watcher(api, config).map_ok(move |event| {
-        by_owner.took(&event);
+    watcher(api, config).map_ok(move |event| {
+        cache.take(&event);
+        progress.stored(&event);
         event
-    });
-    kube::runtime::reflector(cache.writer, events).inspect(move |event| {
-        if let Ok(event) = event {
-            progress.stored(event);
-        }
     })
 }
 
@@ -1014,14 +998,7 @@ fn triggering<K>(
     feeders: &mut Vec<tokio::task::JoinHandle<()>>,
 ) -> impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static
 where
-    K: Resource<DynamicType = ()>
-        + k8s_openapi::Resource
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
+    K: Cached + k8s_openapi::Resource + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync,
 {
     let (changed, changes) = futures::channel::mpsc::unbounded();
     let objects = on_own_backoff(kind, cached(cache, api, config, written).touched_objects());
@@ -1042,14 +1019,7 @@ fn feed<K>(
     written: &observe::Written,
 ) -> tokio::task::JoinHandle<()>
 where
-    K: Resource<DynamicType = ()>
-        + k8s_openapi::Resource
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
+    K: Cached + k8s_openapi::Resource + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync,
 {
     tokio::spawn(on_own_backoff(kind, cached(cache, api, config, written)).for_each(|_| async {}))
 }

@@ -2,10 +2,10 @@
 //! that the decide functions take. Only objects this resource owns are kept (by owner reference,
 //! never by label alone); pods of its Jobs are kept with the Jobs.
 //!
-//! Owned objects come from [`Caches`]: one reflector per kind over the operator's objects
+//! Owned objects come from [`Caches`]: one watch per kind over the operator's objects
 //! (label `app.kubernetes.io/managed-by=deepinfer-operator`), decoded into the slimmer shapes of
-//! [`super::cached`], which keep only the fields the decide, build and status code reads. A pass
-//! reads no list;
+//! [`super::cached`], which keep only the fields the decide, build and status code reads, and
+//! stored once each in a [`Cache`] that finds them by name and by owner. A pass reads no list;
 //! it waits only until every store has its first full list. The checkpoint's
 //! PersistentVolumeClaim comes from a store of every claim in scope, cut down to its name and
 //! phase; the prompts ConfigMap is read with a GET.
@@ -20,7 +20,7 @@
 //! that removes an object at once produces no version to wait for: a pass may still see it (its
 //! delete then meets 404), and the event that removes it triggers the next pass.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,10 +31,8 @@ use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Service}
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::resource::v1::ResourceClaimTemplate;
 use k8s_openapi::api::scheduling::v1beta1::PodGroup;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::Api;
-use kube::runtime::reflector::store::Writer;
-use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
@@ -285,15 +283,15 @@ impl Caches {
     /// How many objects each store holds, by kind, read when called (for
     /// `deepinfer_cached_objects`).
     pub fn sizes(&self) -> crate::metrics::CacheSizes {
-        let pods = self.pods.store.clone();
-        let jobs = self.jobs.store.clone();
-        let services = self.services.store.clone();
-        let budgets = self.budgets.store.clone();
-        let revisions = self.revisions.store.clone();
-        let pod_groups = self.pod_groups.store.clone();
-        let claim_templates = self.claim_templates.store.clone();
-        let config_maps = self.config_maps.store.clone();
-        let claims = self.claims.store.clone();
+        let pods = self.pods.clone();
+        let jobs = self.jobs.clone();
+        let services = self.services.clone();
+        let budgets = self.budgets.clone();
+        let revisions = self.revisions.clone();
+        let pod_groups = self.pod_groups.clone();
+        let claim_templates = self.claim_templates.clone();
+        let config_maps = self.config_maps.clone();
+        let claims = self.claims.clone();
         Box::new(move || {
             vec![
                 (<Pod as k8s_openapi::Resource>::KIND, pods.len()),
@@ -325,22 +323,20 @@ impl Caches {
     }
 
     /// Waits until every fed store holds its first full list (PodGroups and
-    /// ResourceClaimTemplates only when fed), then lets passes read them. The only waiter on
-    /// the stores: a store wakes one waiter.
+    /// ResourceClaimTemplates only when fed), then lets passes read them.
     pub async fn fill(&self, pod_groups: bool, claim_templates: bool) {
-        // An error means the writer was dropped with the controller loop: nothing to wait for.
-        let _ = self.pods.store.wait_until_ready().await;
-        let _ = self.jobs.store.wait_until_ready().await;
-        let _ = self.services.store.wait_until_ready().await;
-        let _ = self.budgets.store.wait_until_ready().await;
-        let _ = self.revisions.store.wait_until_ready().await;
-        let _ = self.config_maps.store.wait_until_ready().await;
-        let _ = self.claims.store.wait_until_ready().await;
+        self.pods.filled().await;
+        self.jobs.filled().await;
+        self.services.filled().await;
+        self.budgets.filled().await;
+        self.revisions.filled().await;
+        self.config_maps.filled().await;
+        self.claims.filled().await;
         if pod_groups {
-            let _ = self.pod_groups.store.wait_until_ready().await;
+            self.pod_groups.filled().await;
         }
         if claim_templates {
-            let _ = self.claim_templates.store.wait_until_ready().await;
+            self.claim_templates.filled().await;
         }
         self.ready.send_replace(true);
     }
@@ -350,82 +346,6 @@ impl Caches {
         // The sender lives as long as `self`: `wait_for` cannot fail.
         let _ = self.ready.subscribe().wait_for(|ready| *ready).await;
     }
-}
-
-/// The names of one kind's cached objects by the uid of each of their owners, kept beside the
-/// kind's store so that a pass finds what a resource owns without reading the whole store. It
-/// takes each watch event just before the store does: an object is added under its owners when
-/// applied, removed when deleted, and a relist replaces the whole index when the list is in. So
-/// the index is never behind the store (once the store is filled, so is the index); a name it
-/// lists that the store does not hold yet is passed over. An
-/// object whose owners change stays listed under the old ones until the next relist; readers
-/// check each object's owner references, so such an entry is never taken for ownership.
-#[derive(Debug, Default)]
-pub struct ByOwner {
-    live: std::sync::RwLock<Names>,
-    /// The index of a relist under way.
-    listing: std::sync::Mutex<Option<Names>>,
-}
-
-/// Object names by owner uid.
-type Names = HashMap<String, BTreeSet<String>>;
-
-fn add<K: Resource>(names: &mut Names, o: &K) {
-    for owner in o.owner_references() {
-        names
-            .entry(owner.uid.clone())
-            .or_default()
-            .insert(o.name_any());
-    }
-}
-
-impl ByOwner {
-    /// Takes in a watch event the reflector has applied to the store.
-    pub fn took<K: Resource>(&self, event: &watcher::Event<K>) {
-        match event {
-            watcher::Event::Apply(o) => add(&mut write(&self.live), o),
-            watcher::Event::Delete(o) => {
-                let mut live = write(&self.live);
-                for owner in o.owner_references() {
-                    if let Some(names) = live.get_mut(&owner.uid) {
-                        names.remove(&o.name_any());
-                        if names.is_empty() {
-                            live.remove(&owner.uid);
-                        }
-                    }
-                }
-            }
-            watcher::Event::Init => *lock(&self.listing) = Some(Names::new()),
-            watcher::Event::InitApply(o) => {
-                if let Some(listing) = lock(&self.listing).as_mut() {
-                    add(listing, o);
-                }
-            }
-            watcher::Event::InitDone => {
-                if let Some(listed) = lock(&self.listing).take() {
-                    *write(&self.live) = listed;
-                }
-            }
-        }
-    }
-
-    /// The names of the objects listed under owner `uid`.
-    fn names(&self, uid: &str) -> Vec<String> {
-        self.live
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(uid)
-            .map(|names| names.iter().cloned().collect())
-            .unwrap_or_default()
-    }
-}
-
-fn write(lock: &std::sync::RwLock<Names>) -> std::sync::RwLockWriteGuard<'_, Names> {
-    lock.write().unwrap_or_else(|e| e.into_inner())
-}
-
-fn lock(m: &std::sync::Mutex<Option<Names>>) -> std::sync::MutexGuard<'_, Option<Names>> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The label selector of the owned kinds' watches: objects the operator manages.
@@ -444,72 +364,238 @@ pub fn config_map_selector() -> String {
     )
 }
 
-/// A cache holding `objects` as a watch's first list leaves it: each object taken into the
-/// owner index, then stored, as the controller's watches do. The benchmark measures with it what
-/// the operator's caches hold.
-pub fn filled<K>(objects: Vec<K>) -> Cache<K>
-where
-    K: Resource<DynamicType = ()> + Clone + 'static,
-{
+/// A cache holding `objects` as a watch's first list leaves it, as the controller's watches
+/// store them. The benchmark measures with it what the operator's caches hold.
+pub fn filled<K: Cached>(objects: Vec<K>) -> Cache<K> {
     let (cache, mut w) = CacheWriter::new();
     let events = std::iter::once(watcher::Event::Init)
         .chain(objects.into_iter().map(watcher::Event::InitApply))
         .chain(std::iter::once(watcher::Event::InitDone));
     for event in events {
-        w.by_owner.took(&event);
-        w.writer.apply_watcher_event(&event);
+        w.take(&event);
     }
     cache
 }
 
-/// One kind's store and its [`ByOwner`] index.
-pub struct Cache<K: Resource<DynamicType = ()> + Clone + 'static> {
-    store: Store<K>,
-    by_owner: Arc<ByOwner>,
+/// One kind's cached objects, as a watch leaves them: each object once, found by
+/// `namespace/name` and by the uid of each of its owners, so that a pass reads only what its
+/// resource owns. Objects are kept as [`Cached::kept`] makes them, with no `ObjectMeta`.
+pub struct Cache<K> {
+    objects: Arc<std::sync::RwLock<Objects<K>>>,
+    ready: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
-/// The writing end of a [`Cache`]: the reflector's writer and the index it keeps in step.
-pub struct CacheWriter<K: Resource<DynamicType = ()> + Clone + 'static> {
-    /// Writes the store.
-    pub writer: Writer<K>,
-    /// Follows the store's events.
-    pub by_owner: Arc<ByOwner>,
-}
-
-impl<K: Resource<DynamicType = ()> + Clone + 'static> CacheWriter<K> {
-    fn new() -> (Cache<K>, Self) {
-        let writer = Writer::default();
-        let by_owner = Arc::new(ByOwner::default());
-        let cache = Cache {
-            store: writer.as_reader(),
-            by_owner: by_owner.clone(),
-        };
-        (cache, Self { writer, by_owner })
+impl<K> Clone for Cache<K> {
+    fn clone(&self) -> Self {
+        Self {
+            objects: self.objects.clone(),
+            ready: self.ready.clone(),
+        }
     }
 }
 
-fn owned_by(meta_owner: &[OwnerReference], uid: &str) -> bool {
-    meta_owner.iter().any(|o| o.uid == uid)
+/// The writing end of a [`Cache`], fed with one watch's events.
+pub struct CacheWriter<K> {
+    cache: Cache<K>,
+    /// The objects of a relist under way; they replace the cache's whole once the list is in.
+    listing: Option<Vec<Arc<K>>>,
+}
+
+/// The objects of a [`Cache`].
+struct Objects<K> {
+    by_key: std::collections::HashSet<Entry<K>>,
+    by_owner: HashMap<Box<str>, Vec<Arc<K>>>,
+}
+
+impl<K> Default for Objects<K> {
+    fn default() -> Self {
+        Self {
+            by_key: Default::default(),
+            by_owner: HashMap::new(),
+        }
+    }
+}
+
+/// A cached object in the set of a [`Cache`], hashed and compared by its `namespace/name`, so
+/// the set needs no key of its own.
+struct Entry<K>(Arc<K>);
+
+impl<K: Cached> std::borrow::Borrow<str> for Entry<K> {
+    fn borrow(&self) -> &str {
+        self.0.slim().key()
+    }
+}
+
+impl<K: Cached> std::hash::Hash for Entry<K> {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.slim().key().hash(state);
+    }
+}
+
+impl<K: Cached> PartialEq for Entry<K> {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.slim().key() == other.0.slim().key()
+    }
+}
+
+impl<K: Cached> Eq for Entry<K> {}
+
+impl<K: Cached> Objects<K> {
+    fn from_list(list: Vec<Arc<K>>) -> Self {
+        let mut objects = Self::default();
+        for o in list {
+            objects.put(o);
+        }
+        objects
+    }
+
+    fn put(&mut self, o: Arc<K>) {
+        if let Some(old) = self.by_key.replace(Entry(o.clone())) {
+            self.unindex(&old.0);
+        }
+        for owner in o.slim().owner_uids() {
+            self.by_owner
+                .entry(owner.into())
+                .or_default()
+                .push(o.clone());
+        }
+    }
+
+    fn remove(&mut self, key: &str) {
+        if let Some(old) = self.by_key.take(key) {
+            self.unindex(&old.0);
+        }
+    }
+
+    fn unindex(&mut self, old: &Arc<K>) {
+        for owner in old.slim().owner_uids() {
+            if let Some(owned) = self.by_owner.get_mut(owner) {
+                owned.retain(|o| !Arc::ptr_eq(o, old));
+                if owned.is_empty() {
+                    self.by_owner.remove(owner);
+                }
+            }
+        }
+    }
+}
+
+impl<K: Cached> CacheWriter<K> {
+    fn new() -> (Cache<K>, Self) {
+        let cache = Cache {
+            objects: Arc::default(),
+            ready: Arc::new(tokio::sync::watch::Sender::new(false)),
+        };
+        let writer = Self {
+            cache: cache.clone(),
+            listing: None,
+        };
+        (cache, writer)
+    }
+
+    /// Takes in one watch event: an object applied or deleted at once; a relist replaces the
+    /// whole once its list is in (until then readers see the old view), and marks the cache
+    /// filled.
+    pub fn take(&mut self, event: &watcher::Event<K>) {
+        match event {
+            watcher::Event::Apply(o) => self.cache.write().put(Arc::new(o.kept())),
+            watcher::Event::Delete(o) => self.cache.write().remove(o.slim().key()),
+            watcher::Event::Init => self.listing = Some(Vec::new()),
+            watcher::Event::InitApply(o) => {
+                if let Some(listing) = self.listing.as_mut() {
+                    listing.push(Arc::new(o.kept()));
+                }
+            }
+            watcher::Event::InitDone => {
+                if let Some(listed) = self.listing.take() {
+                    *self.cache.write() = Objects::from_list(listed);
+                }
+                self.cache.ready.send_replace(true);
+            }
+        }
+    }
+}
+
+impl<K: Cached> Cache<K> {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Objects<K>> {
+        self.objects.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Objects<K>> {
+        self.objects.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The object `namespace/name`, if cached.
+    fn get(&self, ns: &str, name: &str) -> Option<Kept<K>> {
+        self.read()
+            .by_key
+            .get(format!("{ns}/{name}").as_str())
+            .map(|e| Kept(e.0.clone()))
+    }
+
+    /// The objects naming `uid` among their owners.
+    fn owned_by(&self, uid: &str) -> Vec<Kept<K>> {
+        self.read()
+            .by_owner
+            .get(uid)
+            .map(|owned| owned.iter().cloned().map(Kept).collect())
+            .unwrap_or_default()
+    }
+
+    /// How many objects the cache holds.
+    fn len(&self) -> usize {
+        self.read().by_key.len()
+    }
+
+    /// Waits until the cache holds its first full list (at once if it does).
+    async fn filled(&self) {
+        // The sender lives as long as `self`: `wait_for` cannot fail.
+        let _ = self.ready.subscribe().wait_for(|ready| *ready).await;
+    }
+}
+
+/// An object as a [`Cache`] holds it, read through its cut-down metadata or as the API type: a
+/// stored object has no `ObjectMeta` (see [`Cached::kept`]), so it is not read as a
+/// `kube::Resource`.
+struct Kept<K>(Arc<K>);
+
+impl<K: Cached> Kept<K> {
+    fn slim(&self) -> &super::cached::Slim {
+        self.0.slim()
+    }
+
+    fn label(&self, key: &str) -> Option<&str> {
+        self.0.label(key)
+    }
+
+    fn to_api(&self) -> K::Api {
+        self.0.to_api()
+    }
+}
+
+impl Kept<CachedClaim> {
+    fn phase(&self) -> Option<&str> {
+        self.0.phase()
+    }
 }
 
 /// The cached objects of `namespace` owned by `uid` and labelled with `deployment` (and
-/// `component`, if given), found through the owner index.
+/// `component`, if given), by name.
 fn owned<K: Cached>(
     cache: &Cache<K>,
     ns: &str,
     deployment: &str,
     uid: &str,
     component: Option<&str>,
-) -> Vec<Arc<K>> {
-    cache
-        .by_owner
-        .names(uid)
+) -> Vec<Kept<K>> {
+    let mut owned: Vec<Kept<K>> = cache
+        .owned_by(uid)
         .into_iter()
-        .filter_map(|name| cache.store.get(&ObjectRef::new(&name).within(ns)))
-        .filter(|o| owned_by(o.owner_references(), uid))
+        .filter(|o| o.slim().namespace() == Some(ns))
         .filter(|o| o.label(labels::DEPLOYMENT) == Some(deployment))
         .filter(|o| component.is_none_or(|c| o.label(labels::COMPONENT) == Some(c)))
-        .collect()
+        .collect();
+    owned.sort_by(|a, b| a.slim().name().cmp(b.slim().name()));
+    owned
 }
 
 /// [`owned`], as the API type.
@@ -566,8 +652,10 @@ pub async fn observe(
     let mut job_pods: Vec<Pod> = Vec::new();
     for job_uid in jobs.iter().filter_map(|j| j.uid()) {
         for pod in owned(&caches.pods, &ns, &name, &job_uid, None) {
-            let seen = job_pods.iter().any(|p| p.metadata.name == pod.meta().name);
-            if !seen && !owned_by(pod.owner_references(), &uid) {
+            let seen = job_pods
+                .iter()
+                .any(|p| p.metadata.name.as_deref() == Some(pod.slim().name()));
+            if !seen && !pod.slim().owned_by(&uid) {
                 job_pods.push(pod.to_api());
             }
         }
@@ -575,8 +663,7 @@ pub async fn observe(
     let claim_phase = crate::controller::build::checkpoint_location(&did.spec).map(|(claim, _)| {
         caches
             .claims
-            .store
-            .get(&ObjectRef::new(&claim).within(&ns))
+            .get(&ns, &claim)
             .map(|c| c.phase().unwrap_or_default().to_string())
     });
     let prompts = match &did.spec.acceptance.prompts_from {
@@ -638,6 +725,7 @@ mod tests {
     use super::super::cached::LAST_APPLIED;
     use super::*;
     use crate::controller::{apply, build, decide, placement};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
     fn meta_with_noise(extra: serde_json::Value) -> serde_json::Value {
         let mut meta = serde_json::json!({
@@ -988,13 +1076,12 @@ mod tests {
         })
     }
 
-    /// Feeds one watch event to a cache as the controller's reflector does: index, then store.
+    /// Feeds one watch event to a cache as the controller's watch does.
     fn take(
         writer: &mut CacheWriter<CachedMeta<Service>>,
         event: watcher::Event<CachedMeta<Service>>,
     ) {
-        writer.by_owner.took(&event);
-        writer.writer.apply_watcher_event(&event);
+        writer.take(&event);
     }
 
     fn names(
@@ -1005,7 +1092,7 @@ mod tests {
     ) -> Vec<String> {
         owned(cache, ns, deployment, uid, None)
             .iter()
-            .map(|s| s.name_any())
+            .map(|s| s.slim().name().to_string())
             .collect()
     }
 
@@ -1042,6 +1129,13 @@ mod tests {
         take(&mut writer, Apply(service("team", "a-1", "a", None)));
         assert!(names(&cache, "team", "a", "u-a").is_empty());
 
+        // An object whose owner changes is found under its new owner only.
+        take(&mut writer, Apply(service("team", "a-1", "a", Some("u-b"))));
+        assert_eq!(names(&cache, "team", "a", "u-b"), ["a-1"]);
+        assert!(names(&cache, "team", "a", "u-a").is_empty());
+        take(&mut writer, Apply(service("team", "a-1", "a", None)));
+        assert!(cache.get("team", "a-1").is_some() && cache.get("other", "a-1").is_none());
+
         // A relist replaces the index whole: what the list lacks is gone, what it has is found.
         take(&mut writer, Init);
         take(
@@ -1058,7 +1152,7 @@ mod tests {
         assert!(names(&cache, "team", "b", "u-b").is_empty());
         assert!(names(&cache, "other", "a", "u-a").is_empty());
         assert_eq!(
-            writer.by_owner.live.read().expect("lock").len(),
+            cache.read().by_owner.len(),
             1,
             "owners with nothing left are dropped"
         );

@@ -14,7 +14,8 @@ use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 
 use deepinfer_operator::controller::cached::{
-    CachedClaim, CachedDeployment, CachedJob, CachedMeta, CachedPod, CachedPodGroup, CachedRevision,
+    Cached, CachedClaim, CachedDeployment, CachedJob, CachedMeta, CachedPod, CachedPodGroup,
+    CachedRevision,
 };
 use deepinfer_operator::controller::observe;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
@@ -71,7 +72,7 @@ async fn owned<K>(
     selector: Option<&str>,
 ) -> anyhow::Result<KindFootprint>
 where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + 'static,
+    K: Cached + DeserializeOwned,
 {
     let kind = K::kind(&()).to_string();
     let text = match list_text(client, &K::url_path(&(), Some(namespace)), selector).await {

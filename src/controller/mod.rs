@@ -597,7 +597,7 @@ pub async fn run_with_context(
             .map_err(Error::Kube)
     })
     .await;
-    // One reflector per owned kind, its objects trimmed before they enter the store. Pods, Jobs
+    // One watch per owned kind, its objects cut down before they enter its cache. Pods, Jobs
     // and Services also trigger their owner; the other kinds are only read by passes.
     let mut feeders = vec![
         feed(

@@ -93,7 +93,7 @@ fn version(meta: &ObjectMeta) -> Option<u64> {
 }
 
 impl Progress {
-    /// Notes a watch event the reflector has applied to the store.
+    /// Notes a watch event the cache has taken in.
     pub fn stored<K: Resource>(&self, event: &watcher::Event<K>) {
         match event {
             watcher::Event::Apply(o) | watcher::Event::Delete(o) => {

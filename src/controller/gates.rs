@@ -19,9 +19,7 @@ use kube::ResourceExt;
 
 use super::apply;
 use super::build;
-use super::decide::checkpoint::{
-    claim_gate, judge_verify_report, running_job_gate, verified_message,
-};
+use super::decide::checkpoint::{claim_gate, judge_verify_job, running_job_gate, verified_message};
 use super::decide::jobs::{job_state, JobState};
 use super::decide::rejected::rejected_gate;
 use super::decide::rollout::{self, Action as GroupAction, Health, Progress, RoleInput};
@@ -460,7 +458,8 @@ async fn checkpoint_gate(
             format!("Job {verify_name} is verifying the checkpoint on {claim}"),
         )
     };
-    match job_state(observed, &verify_name, build::VERIFY) {
+    let state = job_state(observed, &verify_name, build::VERIFY);
+    match state {
         JobState::Missing => {
             apply::create_once(&jobs, &verify).await?;
             Ok((progressing(), None))
@@ -469,18 +468,13 @@ async fn checkpoint_gate(
             running(&verify_name, progressing(), deadlines.verify_seconds),
             None,
         )),
-        JobState::Succeeded(message) | JobState::Failed(message) => {
-            let report: Option<crate::checkpoint::VerifyReport> = message
-                .as_deref()
-                .and_then(|m| serde_json::from_str(m.trim()).ok());
-            Ok(judge_verify_report(
-                &verify_name,
-                key,
-                message.as_deref(),
-                report,
-                &decide::jobs::containers_ended(&observed.pods_of_job(&verify_name)),
-            ))
-        }
+        JobState::Succeeded(ref message) | JobState::Failed(ref message) => Ok(judge_verify_job(
+            &verify_name,
+            key,
+            matches!(state, JobState::Succeeded(_)),
+            message.as_deref(),
+            &decide::jobs::containers_ended(&observed.pods_of_job(&verify_name)),
+        )),
     }
 }
 

@@ -81,6 +81,35 @@ pub fn verified_message(done: &CheckpointStatus) -> String {
     )
 }
 
+/// The checkpoint gate's verdict on a verify Job that ended, from its termination `message`
+/// (the verifier's report) and how its containers ended (`ended`). A report that finds the
+/// checkpoint sound counts only from a Job that `succeeded`: a verifier killed after it wrote its
+/// report (by the OOM killer, by a node) did not finish, so its report is not trusted.
+pub fn judge_verify_job(
+    job: &str,
+    key: String,
+    succeeded: bool,
+    message: Option<&str>,
+    ended: &str,
+) -> (Gate, Option<CheckpointStatus>) {
+    let report: Option<VerifyReport> = message.and_then(|m| serde_json::from_str(m.trim()).ok());
+    match report {
+        Some(r) if r.ok && !succeeded => {
+            let msg = format!(
+                "Job {job} failed although its report found the checkpoint sound{ended}; a verification that did not end cleanly is not trusted: look at the Job's pod, then delete the Job to verify again"
+            );
+            (
+                Gate::Failed(
+                    reasons::VERIFICATION_FAILED,
+                    crate::controller::truncate(&msg, 2000),
+                ),
+                None,
+            )
+        }
+        report => judge_verify_report(job, key, message, report, ended),
+    }
+}
+
 /// The checkpoint gate's verdict from the verifier's report (the shared
 /// [`crate::checkpoint::VerifyReport`]).
 /// `ended` says how the Job's containers ended (see [`super::jobs::containers_ended`]), for a
@@ -247,6 +276,31 @@ mod tests {
             running_job_gate("f", &[], ("ckpt", Some("Bound")), None, running.clone()),
             running
         );
+    }
+
+    #[test]
+    fn a_sound_report_from_a_verify_job_that_failed_is_not_trusted() {
+        // The verifier wrote its report, then was killed (a kill fault, the OOM killer) before
+        // it ended: the Job failed, and the report must not verify the checkpoint.
+        let sound = serde_json::to_string(&report(true, vec![], &[])).expect("json");
+        let ended = "; container verify: exit code 137";
+        let (gate, status) =
+            judge_verify_job("flash-verify-1", "k".into(), false, Some(&sound), ended);
+        assert!(
+            matches!(&gate, Gate::Failed(r, m) if *r == reasons::VERIFICATION_FAILED
+                && m.contains("flash-verify-1") && m.contains("exit code 137")),
+            "{gate:?}"
+        );
+        assert!(status.is_none());
+        let (gate, status) = judge_verify_job("flash-verify-1", "k".into(), true, Some(&sound), "");
+        assert!(matches!(&gate, Gate::Passed(r, _) if *r == reasons::VERIFIED));
+        assert_eq!(status.expect("recorded").source_key, "k");
+        // A report of problems is reported as such whether or not the Job failed.
+        let damaged =
+            serde_json::to_string(&report(false, vec![ProblemKind::Files], &["x: missing"]))
+                .expect("json");
+        let (gate, _) = judge_verify_job("v", "k".into(), false, Some(&damaged), ended);
+        assert!(matches!(&gate, Gate::Failed(_, m) if m.contains("x: missing")));
     }
 
     #[test]

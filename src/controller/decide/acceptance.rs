@@ -174,19 +174,22 @@ pub fn decide(
         .as_deref()
         .and_then(|m| serde_json::from_str(m.trim()).ok());
     let judgement = match summary {
-        Some(s) => AcceptanceStatus {
-            revision: j.revision.to_string(),
-            result: s.result,
-            prompts: i32::try_from(s.prompts).unwrap_or(i32::MAX),
-            passed: i32::try_from(s.passed).unwrap_or(i32::MAX),
-            failed_prompts: s.failed_prompts,
-            evidence: (!s.evidence.is_empty()).then_some(s.evidence),
-            rerun_token: (!j.token.is_empty()).then(|| j.token.to_string()),
-            spec_hash: Some(j.spec_hash.to_string()),
-            reason: Some(crate::controller::truncate(&s.reason, 1000)),
-            template_version: Some(build::TEMPLATE_VERSION),
-            roles: j.roles.to_vec(),
-        },
+        // The judge passed the run, but the leader Job failed after it (a container killed
+        // after the verdict): a run that did not end cleanly is not accepted.
+        Some(s) if s.result == AcceptanceResult::Passed && matches!(leader, JobState::Failed(_)) => {
+            AcceptanceStatus {
+                result: AcceptanceResult::Failed,
+                reason: Some(crate::controller::truncate(
+                    &format!(
+                        "the acceptance Job failed after its judge passed the run{}; a run that did not end cleanly is not accepted",
+                        containers_ended(leader_pods)
+                    ),
+                    1000,
+                )),
+                ..judged(s, j)
+            }
+        }
+        Some(s) => judged(s, j),
         None if !leader_pods.iter().any(|p| {
             [build::ENGINE_CONTAINER, build::JUDGE_CONTAINER]
                 .iter()
@@ -209,6 +212,23 @@ pub fn decide(
     Step::Record {
         judgement: with_upstream(judgement, upstream, j),
         stop_leader: false,
+    }
+}
+
+/// The judgement the judge's summary `s` makes of the run `j`.
+fn judged(s: AcceptanceSummary, j: &Judging<'_>) -> AcceptanceStatus {
+    AcceptanceStatus {
+        revision: j.revision.to_string(),
+        result: s.result,
+        prompts: i32::try_from(s.prompts).unwrap_or(i32::MAX),
+        passed: i32::try_from(s.passed).unwrap_or(i32::MAX),
+        failed_prompts: s.failed_prompts,
+        evidence: (!s.evidence.is_empty()).then_some(s.evidence),
+        rerun_token: (!j.token.is_empty()).then(|| j.token.to_string()),
+        spec_hash: Some(j.spec_hash.to_string()),
+        reason: Some(crate::controller::truncate(&s.reason, 1000)),
+        template_version: Some(build::TEMPLATE_VERSION),
+        roles: j.roles.to_vec(),
     }
 }
 
@@ -604,6 +624,47 @@ mod tests {
             assert_eq!(judgement.template_version, Some(build::TEMPLATE_VERSION));
             assert_eq!(judgement.evidence.as_deref(), Some("ev"));
         }
+    }
+
+    #[test]
+    fn a_passing_summary_from_a_leader_job_that_failed_is_a_failure() {
+        // The judge wrote a passing summary, then the leader Job failed (a container killed
+        // after the verdict): a run that did not end cleanly is not accepted.
+        let pod = ended(137);
+        let Step::Record { judgement, .. } = decide(
+            None,
+            &JobState::Failed(Some(summary("Passed"))),
+            &[&pod],
+            &[&pod],
+            &Upstream::default(),
+            &judging("2026-01-01T00:05:00Z"),
+        ) else {
+            panic!("recorded");
+        };
+        assert_eq!(judgement.result, AcceptanceResult::Failed);
+        let reason = judgement.reason.expect("reason");
+        assert!(
+            reason.contains("failed") && reason.contains("exit code 137"),
+            "{reason}"
+        );
+        assert_eq!(
+            judgement.evidence.as_deref(),
+            Some("ev"),
+            "the evidence stays"
+        );
+        // A failing summary from a failed Job stays the judge's own verdict.
+        let Step::Record { judgement, .. } = decide(
+            None,
+            &JobState::Failed(Some(summary("Failed"))),
+            &[&pod],
+            &[&pod],
+            &Upstream::default(),
+            &judging("2026-01-01T00:05:00Z"),
+        ) else {
+            panic!("recorded");
+        };
+        assert_eq!(judgement.result, AcceptanceResult::Failed);
+        assert_eq!(judgement.failed_prompts, ["p2"]);
     }
 
     fn ended(code: i32) -> Pod {

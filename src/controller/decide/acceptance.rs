@@ -601,6 +601,21 @@ mod tests {
         assert!(judgement.reason.expect("reason").contains("OOMKilled"));
     }
 
+    /// The judgement recorded for a leader Job in `state` whose pod is `pod`.
+    fn judged(state: &JobState, pod: &Pod) -> AcceptanceStatus {
+        let Step::Record { judgement, .. } = decide(
+            None,
+            state,
+            &[pod],
+            &[pod],
+            &Upstream::default(),
+            &judging("2026-01-01T00:05:00Z"),
+        ) else {
+            panic!("recorded");
+        };
+        judgement
+    }
+
     #[test]
     fn the_summary_becomes_the_judgement_with_its_identity() {
         let pod = running_since("2026-01-01T00:00:00Z");
@@ -608,16 +623,7 @@ mod tests {
             ("Passed", AcceptanceResult::Passed),
             ("Failed", AcceptanceResult::Failed),
         ] {
-            let Step::Record { judgement, .. } = decide(
-                None,
-                &JobState::Succeeded(Some(summary(text))),
-                &[&pod],
-                &[&pod],
-                &Upstream::default(),
-                &judging("2026-01-01T00:05:00Z"),
-            ) else {
-                panic!("recorded");
-            };
+            let judgement = judged(&JobState::Succeeded(Some(summary(text))), &pod);
             assert_eq!(judgement.result, result);
             assert_eq!(judgement.failed_prompts, ["p2"]);
             assert_eq!(judgement.spec_hash.as_deref(), Some("h"));
@@ -628,43 +634,21 @@ mod tests {
 
     #[test]
     fn a_passing_summary_from_a_leader_job_that_failed_is_a_failure() {
-        // The judge wrote a passing summary, then the leader Job failed (a container killed
-        // after the verdict): a run that did not end cleanly is not accepted.
+        // The judge wrote a summary, then the leader Job failed (a container killed after the
+        // verdict): a run that did not end cleanly is not accepted.
         let pod = ended(137);
-        let Step::Record { judgement, .. } = decide(
-            None,
-            &JobState::Failed(Some(summary("Passed"))),
-            &[&pod],
-            &[&pod],
-            &Upstream::default(),
-            &judging("2026-01-01T00:05:00Z"),
-        ) else {
-            panic!("recorded");
-        };
-        assert_eq!(judgement.result, AcceptanceResult::Failed);
-        let reason = judgement.reason.expect("reason");
+        let passed = judged(&JobState::Failed(Some(summary("Passed"))), &pod);
+        assert_eq!(passed.result, AcceptanceResult::Failed);
+        let reason = passed.reason.expect("reason");
         assert!(
             reason.contains("failed") && reason.contains("exit code 137"),
             "{reason}"
         );
-        assert_eq!(
-            judgement.evidence.as_deref(),
-            Some("ev"),
-            "the evidence stays"
-        );
+        assert_eq!(passed.evidence.as_deref(), Some("ev"), "the evidence stays");
         // A failing summary from a failed Job stays the judge's own verdict.
-        let Step::Record { judgement, .. } = decide(
-            None,
-            &JobState::Failed(Some(summary("Failed"))),
-            &[&pod],
-            &[&pod],
-            &Upstream::default(),
-            &judging("2026-01-01T00:05:00Z"),
-        ) else {
-            panic!("recorded");
-        };
-        assert_eq!(judgement.result, AcceptanceResult::Failed);
-        assert_eq!(judgement.failed_prompts, ["p2"]);
+        let failed = judged(&JobState::Failed(Some(summary("Failed"))), &pod);
+        assert_eq!(failed.result, AcceptanceResult::Failed);
+        assert_eq!(failed.failed_prompts, ["p2"]);
     }
 
     fn ended(code: i32) -> Pod {

@@ -254,11 +254,6 @@ impl Slim {
             .filter(|ns| !ns.is_empty())
     }
 
-    /// The object's uid.
-    pub fn uid(&self) -> &str {
-        &self.uid
-    }
-
     /// The uids of the object's owners.
     pub fn owner_uids(&self) -> impl Iterator<Item = &str> {
         self.owners.iter().map(|o| &*o.uid)
@@ -346,10 +341,12 @@ pub trait Cached: Slimmed + kube::Resource<DynamicType = ()> + Clone + 'static {
         self.slim().labels.get(key)
     }
 
-    /// The object as a store keeps it: without the decoded `ObjectMeta` the watch needed.
-    fn kept(&self) -> Self {
-        let mut kept = self.clone();
-        kept.slim_mut().wire = None;
+    /// The object as a store keeps it: a copy without the decoded `ObjectMeta` the watch needs
+    /// (set aside while the copy is made, so it is never copied).
+    fn kept(&mut self) -> Self {
+        let wire = self.slim_mut().wire.take();
+        let kept = self.clone();
+        self.slim_mut().wire = wire;
         kept
     }
 
@@ -1043,7 +1040,7 @@ mod tests {
              "uid": "u-1", "controller": true, "blockOwnerDeletion": true},
             {"apiVersion": "example.com/v1", "kind": "Other", "name": "x", "uid": "u-2"},
         ]);
-        let pod: CachedPod = serde_json::from_value(serde_json::json!({
+        let mut pod: CachedPod = serde_json::from_value(serde_json::json!({
             "metadata": {
                 "name": "flash-serve-0-1", "namespace": "team", "uid": "p-1",
                 "resourceVersion": "4711", "generation": 2,
@@ -1061,6 +1058,11 @@ mod tests {
             kube::Resource::meta(&kept),
             &ObjectMeta::default(),
             "a stored object holds no decoded copy"
+        );
+        assert_eq!(
+            kube::Resource::meta(&pod).name.as_deref(),
+            Some("flash-serve-0-1"),
+            "the object on the watch keeps its decoded copy"
         );
         assert_eq!(kept.to_api(), pod.to_api());
         let meta = kept.to_api().metadata;

@@ -979,8 +979,8 @@ where
     let progress = written
         .of(<K as k8s_openapi::Resource>::KIND)
         .unwrap_or_default();
-    watcher(api, config).map_ok(move |event| {
-        cache.take(&event);
+    watcher(api, config).map_ok(move |mut event| {
+        cache.take(&mut event);
         progress.stored(&event);
         event
     })

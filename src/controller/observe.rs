@@ -371,8 +371,8 @@ pub fn filled<K: Cached>(objects: Vec<K>) -> Cache<K> {
     let events = std::iter::once(watcher::Event::Init)
         .chain(objects.into_iter().map(watcher::Event::InitApply))
         .chain(std::iter::once(watcher::Event::InitDone));
-    for event in events {
-        w.take(&event);
+    for mut event in events {
+        w.take(&mut event);
     }
     cache
 }
@@ -495,7 +495,7 @@ impl<K: Cached> CacheWriter<K> {
     /// Takes in one watch event: an object applied or deleted at once; a relist replaces the
     /// whole once its list is in (until then readers see the old view), and marks the cache
     /// filled.
-    pub fn take(&mut self, event: &watcher::Event<K>) {
+    pub fn take(&mut self, event: &mut watcher::Event<K>) {
         match event {
             watcher::Event::Apply(o) => self.cache.write().put(Arc::new(o.kept())),
             watcher::Event::Delete(o) => self.cache.write().remove(o.slim().key()),
@@ -1079,9 +1079,9 @@ mod tests {
     /// Feeds one watch event to a cache as the controller's watch does.
     fn take(
         writer: &mut CacheWriter<CachedMeta<Service>>,
-        event: watcher::Event<CachedMeta<Service>>,
+        mut event: watcher::Event<CachedMeta<Service>>,
     ) {
-        writer.take(&event);
+        writer.take(&mut event);
     }
 
     fn names(

@@ -26,7 +26,9 @@ use kube::core::{ApiResource, DynamicResourceScope};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::build::{APPLIED_HASH_ANNOTATION, ASCEND_910_ANNOTATION, ASCEND_NPU_ANNOTATION};
+use super::build::{
+    APPLIED_HASH_ANNOTATION, ASCEND_910_ANNOTATION, ASCEND_NPU_ANNOTATION, EVIDENCE_FLAG,
+};
 use crate::api::{labels, ACCEPTED_POD_CONDITION};
 
 /// The label the Job controller sets on its pods, naming their Job.
@@ -62,8 +64,8 @@ const KEPT_POD_CONDITIONS: &[&str] = &[
 
 /// Labels or annotations as a cache keeps them: the kept keys the object has, with their values,
 /// in the order of the kept keys, packed into one allocation (none when there are none): each
-/// entry is the key's index in [`kept_keys`], the value's length (4 bytes, little-endian) and
-/// the value. A map would take a 640-byte node and two strings per entry.
+/// entry is the key's index in [`kept_keys`] and the value as [`push_text`] writes it. A map
+/// would take a 640-byte node and two strings per entry.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Marks(Box<[u8]>);
 
@@ -83,13 +85,9 @@ impl Marks {
             let (Some(value), Ok(index)) = (map.get(key), u8::try_from(index)) else {
                 continue;
             };
-            let Ok(len) = u32::try_from(value.len()) else {
-                continue;
-            };
-            if keys.contains(&key) {
+            if keys.contains(&key) && packed_len(value).is_some() {
                 packed.push(index);
-                packed.extend_from_slice(&len.to_le_bytes());
-                packed.extend_from_slice(value.as_bytes());
+                push_text(&mut packed, Some(value));
             }
         }
         Self(packed.into_boxed_slice())
@@ -100,12 +98,10 @@ impl Marks {
         let mut rest: &[u8] = &self.0;
         std::iter::from_fn(move || {
             let (&index, after) = rest.split_first()?;
-            let (len, after) = after.split_first_chunk::<4>()?;
-            let len = usize::try_from(u32::from_le_bytes(*len)).ok()?;
-            let (value, after) = (after.get(..len)?, after.get(len..)?);
+            let (value, after) = next_text(after)?;
             rest = after;
             let key = kept_keys().nth(usize::from(index))?;
-            Some((key, std::str::from_utf8(value).ok()?))
+            Some((key, value?))
         })
     }
 
@@ -124,6 +120,100 @@ impl Marks {
     }
 }
 
+/// Marks an absent text where [`push_text`] writes a length.
+const ABSENT: u32 = u32::MAX;
+
+/// The length [`push_text`] writes for `text`; `None` for a text too long to pack (no text the
+/// API serves is).
+fn packed_len(text: &str) -> Option<u32> {
+    u32::try_from(text.len()).ok().filter(|&len| len != ABSENT)
+}
+
+/// Appends `text` to `packed`: its length (4 bytes, little-endian; [`ABSENT`] for `None`, or for
+/// a text too long to pack) and its bytes.
+fn push_text(packed: &mut Vec<u8>, text: Option<&str>) {
+    match text.and_then(|t| Some((t, packed_len(t)?))) {
+        Some((text, len)) => {
+            packed.extend_from_slice(&len.to_le_bytes());
+            packed.extend_from_slice(text.as_bytes());
+        }
+        None => packed.extend_from_slice(&ABSENT.to_le_bytes()),
+    }
+}
+
+/// The first text [`push_text`] wrote at the start of `packed`, and what follows it; `None` at
+/// the end.
+fn next_text(packed: &[u8]) -> Option<(Option<&str>, &[u8])> {
+    let (len, rest) = packed.split_first_chunk::<4>()?;
+    let len = u32::from_le_bytes(*len);
+    if len == ABSENT {
+        return Some((None, rest));
+    }
+    let len = usize::try_from(len).ok()?;
+    let (text, rest) = (rest.get(..len)?, rest.get(len..)?);
+    Some((std::str::from_utf8(text).ok(), rest))
+}
+
+/// Optional texts of a cached object packed into one allocation (none when every one is absent),
+/// each as [`push_text`] writes it, read back by position. Each `Option<String>` would take 24
+/// bytes and an allocation of its own.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Texts(Box<[u8]>);
+
+impl Texts {
+    fn of<'a>(texts: impl IntoIterator<Item = Option<&'a str>>) -> Self {
+        let texts: Vec<Option<&str>> = texts.into_iter().collect();
+        if texts.iter().all(Option::is_none) {
+            return Self::default();
+        }
+        let mut packed = Vec::new();
+        for text in texts {
+            push_text(&mut packed, text);
+        }
+        Self(packed.into_boxed_slice())
+    }
+
+    /// The text at `position`.
+    fn get(&self, position: usize) -> Option<&str> {
+        let mut rest: &[u8] = &self.0;
+        for _ in 0..position {
+            rest = next_text(rest)?.1;
+        }
+        next_text(rest)?.0
+    }
+
+    /// The text at `position`, owned.
+    fn owned(&self, position: usize) -> Option<String> {
+        self.get(position).map(str::to_string)
+    }
+}
+
+/// A time as a cache keeps it: whole seconds since the epoch (the API's `Time` has no finer
+/// precision), or none. 8 bytes against 24 for an `Option<Time>`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Stamp(i64);
+
+impl Default for Stamp {
+    fn default() -> Self {
+        Self(i64::MIN)
+    }
+}
+
+impl Stamp {
+    fn of(time: Option<&Time>) -> Self {
+        time.map_or_else(Self::default, |t| Self(t.0.as_second()))
+    }
+
+    fn time(self) -> Option<Time> {
+        if self == Self::default() {
+            return None;
+        }
+        k8s_openapi::jiff::Timestamp::from_second(self.0)
+            .ok()
+            .map(Time)
+    }
+}
+
 /// Annotation `kubectl apply` leaves: a copy of the whole object, never read here.
 pub(super) const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
@@ -135,55 +225,67 @@ fn trim_meta(meta: &mut ObjectMeta) {
     }
 }
 
-/// The API versions and kinds of the owners of cached objects, shared rather than allocated per
-/// owner reference.
-const OWNER_TYPES: &[&str] = &[
-    "deepinfer.io/v1alpha1",
-    "DeepInferDeployment",
-    "batch/v1",
-    "Job",
+/// The API versions and kinds of the owners of cached objects, kept as an index rather than as
+/// text per owner reference.
+const OWNER_TYPES: &[(&str, &str)] = &[
+    ("deepinfer.io/v1alpha1", "DeepInferDeployment"),
+    ("batch/v1", "Job"),
 ];
 
-fn shared(s: String) -> Cow<'static, str> {
-    OWNER_TYPES
-        .iter()
-        .find(|&&t| t == s)
-        .map_or(Cow::Owned(s), |&t| Cow::Borrowed(t))
-}
+/// [`Owner::type_`] of an owner whose type is not one of [`OWNER_TYPES`].
+const OTHER_OWNER: u8 = u8::MAX;
 
-/// An owner reference as a cache keeps it.
+/// An owner reference as a cache keeps it: its type as an index into [`OWNER_TYPES`], its name
+/// and uid packed into one allocation (with the `apiVersion` and `kind` of another type).
 #[derive(Clone, Debug)]
 struct Owner {
-    api_version: Cow<'static, str>,
-    kind: Cow<'static, str>,
-    name: Box<str>,
-    uid: Box<str>,
+    type_: u8,
     controller: Option<bool>,
     block_owner_deletion: Option<bool>,
+    /// The name and uid, then, for [`OTHER_OWNER`], the `apiVersion` and `kind`.
+    texts: Texts,
 }
 
 impl Owner {
+    fn uid(&self) -> &str {
+        self.texts.get(1).unwrap_or_default()
+    }
+
     fn to_api(&self) -> OwnerReference {
+        let (api_version, kind) = match OWNER_TYPES.get(usize::from(self.type_)) {
+            Some((api_version, kind)) => (api_version.to_string(), kind.to_string()),
+            None => (
+                self.texts.owned(2).unwrap_or_default(),
+                self.texts.owned(3).unwrap_or_default(),
+            ),
+        };
         OwnerReference {
-            api_version: self.api_version.to_string(),
-            kind: self.kind.to_string(),
-            name: self.name.to_string(),
-            uid: self.uid.to_string(),
+            api_version,
+            kind,
+            name: self.texts.owned(0).unwrap_or_default(),
+            uid: self.uid().to_string(),
             controller: self.controller,
             block_owner_deletion: self.block_owner_deletion,
         }
     }
 }
 
-impl From<OwnerReference> for Owner {
-    fn from(o: OwnerReference) -> Self {
+impl From<&OwnerReference> for Owner {
+    fn from(o: &OwnerReference) -> Self {
+        let known = OWNER_TYPES
+            .iter()
+            .position(|&(api_version, kind)| api_version == o.api_version && kind == o.kind)
+            .and_then(|i| u8::try_from(i).ok());
+        let (name, uid) = (Some(o.name.as_str()), Some(o.uid.as_str()));
+        let texts = match known {
+            Some(_) => Texts::of([name, uid]),
+            None => Texts::of([name, uid, Some(&o.api_version), Some(&o.kind)]),
+        };
         Self {
-            api_version: shared(o.api_version),
-            kind: shared(o.kind),
-            name: o.name.into_boxed_str(),
-            uid: o.uid.into_boxed_str(),
+            type_: known.unwrap_or(OTHER_OWNER),
             controller: o.controller,
             block_owner_deletion: o.block_owner_deletion,
+            texts,
         }
     }
 }
@@ -204,8 +306,8 @@ pub struct Slim {
     uid: Box<str>,
     resource_version: Box<str>,
     generation: Option<i64>,
-    created: Option<Time>,
-    deleted: Option<Time>,
+    created: Stamp,
+    deleted: Stamp,
     owners: Box<[Owner]>,
     labels: Marks,
     annotations: Marks,
@@ -256,7 +358,7 @@ impl Slim {
 
     /// The uids of the object's owners.
     pub fn owner_uids(&self) -> impl Iterator<Item = &str> {
-        self.owners.iter().map(|o| &*o.uid)
+        self.owners.iter().map(Owner::uid)
     }
 
     /// Whether the object names `uid` among its owners.
@@ -276,8 +378,8 @@ impl Slim {
             uid: some_text(&self.uid),
             resource_version: some_text(&self.resource_version),
             generation: self.generation,
-            creation_timestamp: self.created.clone(),
-            deletion_timestamp: self.deleted.clone(),
+            creation_timestamp: self.created.time(),
+            deletion_timestamp: self.deleted.time(),
             owner_references: (!self.owners.is_empty())
                 .then(|| self.owners.iter().map(Owner::to_api).collect()),
             labels: self.labels.to_map(),
@@ -306,13 +408,12 @@ impl<'de> Deserialize<'de> for Slim {
             uid: text(&meta.uid),
             resource_version: text(&meta.resource_version),
             generation: meta.generation,
-            created: meta.creation_timestamp.clone(),
-            deleted: meta.deletion_timestamp.clone(),
+            created: Stamp::of(meta.creation_timestamp.as_ref()),
+            deleted: Stamp::of(meta.deletion_timestamp.as_ref()),
             owners: meta
                 .owner_references
                 .iter()
                 .flatten()
-                .cloned()
                 .map(Owner::from)
                 .collect(),
             labels,
@@ -354,6 +455,24 @@ pub trait Cached: Slimmed + kube::Resource<DynamicType = ()> + Clone + 'static {
     fn to_api(&self) -> Self::Api;
 }
 
+/// JSON text as a cache keeps it, compressed with DEFLATE: the spec and status of a resource
+/// (and the spec a revision keeps) are read once per pass, and take a third of their text so.
+#[derive(Clone, Debug, Default)]
+struct Deflated(Box<[u8]>);
+
+impl Deflated {
+    fn of(text: &str) -> Self {
+        Self(miniz_oxide::deflate::compress_to_vec(text.as_bytes(), 6).into_boxed_slice())
+    }
+
+    /// The text back.
+    fn text(&self) -> Result<Vec<u8>, serde_json::Error> {
+        miniz_oxide::inflate::decompress_to_vec(&self.0).map_err(|e| {
+            <serde_json::Error as serde::de::Error>::custom(format!("a cached text: {e}"))
+        })
+    }
+}
+
 /// A `DeepInferDeployment` as the controller's cache keeps it: its metadata (without
 /// `managedFields` and the last-applied annotation), the ConfigMap its `spec.acceptance.promptsFrom` names and its checkpoint's
 /// PersistentVolumeClaim (the ConfigMap and claim watches map events through them), and every other field of the object as JSON text, parsed by the pass
@@ -369,7 +488,7 @@ pub struct CachedDeployment {
     /// `spec.model.source.volume.claimName`), when set.
     pub checkpoint_claim: Option<String>,
     /// The object's fields but `apiVersion`, `kind` and `metadata`, as one JSON object's text.
-    body: Box<str>,
+    body: Deflated,
 }
 
 impl CachedDeployment {
@@ -393,13 +512,13 @@ impl CachedDeployment {
             metadata,
             prompts_from,
             checkpoint_claim,
-            body: Value::Object(fields).to_string().into_boxed_str(),
+            body: Deflated::of(&Value::Object(fields).to_string()),
         }
     }
 
     /// The whole object as JSON, with `apiVersion` and `kind` of `ar`.
     pub fn to_value(&self, ar: &ApiResource) -> Result<Value, serde_json::Error> {
-        let mut fields: Map<String, Value> = serde_json::from_str(&self.body)?;
+        let mut fields: Map<String, Value> = serde_json::from_slice(&self.body.text()?)?;
         fields.insert("apiVersion".into(), Value::String(ar.api_version.clone()));
         fields.insert("kind".into(), Value::String(ar.kind.clone()));
         fields.insert("metadata".into(), serde_json::to_value(&self.metadata)?);
@@ -474,59 +593,100 @@ struct Placement {
     resource_claims: Option<Vec<PodResourceClaim>>,
 }
 
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
+/// A pod's status as a cached pod keeps it.
+#[derive(Clone, Debug, Default)]
 struct RunState {
-    phase: Option<String>,
-    reason: Option<String>,
-    message: Option<String>,
-    #[serde(rename = "podIP")]
-    pod_ip: Option<String>,
-    #[serde(rename = "hostIP")]
-    host_ip: Option<String>,
-    start_time: Option<Time>,
-    #[serde(default, deserialize_with = "kept_conditions")]
+    /// `phase`, `reason`, `message`, `podIP` and `hostIP`.
+    texts: Texts,
+    start_time: Stamp,
     conditions: Option<Box<[Condition]>>,
     init_container_statuses: Option<Box<[ContainerRun]>>,
     container_statuses: Option<Box<[ContainerRun]>>,
 }
 
-/// A pod condition of [`KEPT_POD_CONDITIONS`] as a cached pod keeps it: its type and a status
-/// of the API's three words are shared rather than allocated; what no pass reads of a condition
-/// (probe time, observed generation) is dropped.
+impl<'de> Deserialize<'de> for RunState {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Wire {
+            phase: Option<String>,
+            reason: Option<String>,
+            message: Option<String>,
+            #[serde(rename = "podIP")]
+            pod_ip: Option<String>,
+            #[serde(rename = "hostIP")]
+            host_ip: Option<String>,
+            start_time: Option<Time>,
+            #[serde(default, deserialize_with = "kept_conditions")]
+            conditions: Option<Box<[Condition]>>,
+            init_container_statuses: Option<Box<[ContainerRun]>>,
+            container_statuses: Option<Box<[ContainerRun]>>,
+        }
+        let w = Wire::deserialize(deserializer)?;
+        Ok(Self {
+            texts: Texts::of([
+                w.phase.as_deref(),
+                w.reason.as_deref(),
+                w.message.as_deref(),
+                w.pod_ip.as_deref(),
+                w.host_ip.as_deref(),
+            ]),
+            start_time: Stamp::of(w.start_time.as_ref()),
+            conditions: w.conditions,
+            init_container_statuses: w.init_container_statuses,
+            container_statuses: w.container_statuses,
+        })
+    }
+}
+
+/// The statuses a condition has in the API, kept as an index rather than as text.
+const CONDITION_STATUSES: &[&str] = &["True", "False", "Unknown"];
+
+/// A pod condition of [`KEPT_POD_CONDITIONS`] as a cached pod keeps it: its type and status as
+/// indexes, its transition time in seconds, its reason and message packed into one allocation;
+/// what no pass reads of a condition (probe time, observed generation) is dropped.
 #[derive(Clone, Debug)]
 struct Condition {
-    type_: &'static str,
-    status: Cow<'static, str>,
-    reason: Option<Box<str>>,
-    message: Option<Box<str>>,
-    last_transition_time: Option<Time>,
+    /// Index into [`KEPT_POD_CONDITIONS`].
+    type_: u8,
+    /// Index into [`CONDITION_STATUSES`]; past its end, the status is the third of `texts`.
+    status: u8,
+    last_transition_time: Stamp,
+    /// The reason and message, then a status not in [`CONDITION_STATUSES`].
+    texts: Texts,
 }
 
 impl Condition {
     /// `c`, if its type is kept.
     fn kept(c: PodCondition) -> Option<Self> {
-        let type_ = *KEPT_POD_CONDITIONS.iter().find(|&&t| t == c.type_)?;
-        let status = ["True", "False", "Unknown"]
-            .into_iter()
-            .find(|&s| s == c.status)
-            .map_or(Cow::Owned(c.status), Cow::Borrowed);
+        let type_ = KEPT_POD_CONDITIONS.iter().position(|&t| t == c.type_)?;
+        let status = CONDITION_STATUSES.iter().position(|&s| s == c.status);
+        let texts = match status {
+            Some(_) => Texts::of([c.reason.as_deref(), c.message.as_deref()]),
+            None => Texts::of([c.reason.as_deref(), c.message.as_deref(), Some(&c.status)]),
+        };
         Some(Self {
-            type_,
-            status,
-            reason: c.reason.map(String::into_boxed_str),
-            message: c.message.map(String::into_boxed_str),
-            last_transition_time: c.last_transition_time,
+            type_: u8::try_from(type_).ok()?,
+            status: status.and_then(|s| u8::try_from(s).ok()).unwrap_or(u8::MAX),
+            last_transition_time: Stamp::of(c.last_transition_time.as_ref()),
+            texts,
         })
     }
 
     fn to_api(&self) -> PodCondition {
         PodCondition {
-            type_: self.type_.to_string(),
-            status: self.status.to_string(),
-            reason: self.reason.as_deref().map(str::to_string),
-            message: self.message.as_deref().map(str::to_string),
-            last_transition_time: self.last_transition_time.clone(),
+            type_: KEPT_POD_CONDITIONS
+                .get(usize::from(self.type_))
+                .map(|t| t.to_string())
+                .unwrap_or_default(),
+            status: CONDITION_STATUSES
+                .get(usize::from(self.status))
+                .map(|s| s.to_string())
+                .or_else(|| self.texts.owned(2))
+                .unwrap_or_default(),
+            reason: self.texts.owned(0),
+            message: self.texts.owned(1),
+            last_transition_time: self.last_transition_time.time(),
             ..PodCondition::default()
         }
     }
@@ -540,11 +700,11 @@ fn kept_conditions<'de, D: serde::Deserializer<'de>>(
     Ok(all.map(|all| all.into_iter().filter_map(Condition::kept).collect()))
 }
 
-/// A container state as a cached pod keeps it: the one member the API sets, a running one
-/// inline (most containers of the pods cached are running), the others boxed.
+/// A container state as a cached pod keeps it: the one member the API sets, a running one as
+/// its start in seconds (most containers of the pods cached are running), the others boxed.
 #[derive(Clone, Debug)]
 enum State {
-    Running(ContainerStateRunning),
+    Running(Stamp),
     Terminated(Box<ContainerStateTerminated>),
     Waiting(Box<ContainerStateWaiting>),
 }
@@ -552,8 +712,10 @@ enum State {
 impl State {
     fn to_api(&self) -> ContainerState {
         match self {
-            State::Running(r) => ContainerState {
-                running: Some(r.clone()),
+            State::Running(started_at) => ContainerState {
+                running: Some(ContainerStateRunning {
+                    started_at: started_at.time(),
+                }),
                 ..ContainerState::default()
             },
             State::Terminated(t) => ContainerState {
@@ -580,7 +742,7 @@ fn some_state<'de, D: serde::Deserializer<'de>>(
     Ok(match (state.terminated, state.waiting, state.running) {
         (Some(t), _, _) => Some(State::Terminated(Box::new(t))),
         (None, Some(w), _) => Some(State::Waiting(Box::new(w))),
-        (None, None, Some(r)) => Some(State::Running(r)),
+        (None, None, Some(r)) => Some(State::Running(Stamp::of(r.started_at.as_ref()))),
         (None, None, None) => None,
     })
 }
@@ -588,7 +750,7 @@ fn some_state<'de, D: serde::Deserializer<'de>>(
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct ContainerRun {
-    name: String,
+    name: Box<str>,
     #[serde(default)]
     ready: bool,
     #[serde(default)]
@@ -603,7 +765,7 @@ struct ContainerRun {
 impl ContainerRun {
     fn to_status(&self) -> ContainerStatus {
         ContainerStatus {
-            name: self.name.clone(),
+            name: self.name.to_string(),
             ready: self.ready,
             restart_count: self.restart_count,
             started: self.started,
@@ -631,12 +793,12 @@ impl Cached for CachedPod {
                 ..PodSpec::default()
             }),
             status: self.status.as_deref().map(|s| PodStatus {
-                phase: s.phase.clone(),
-                reason: s.reason.clone(),
-                message: s.message.clone(),
-                pod_ip: s.pod_ip.clone(),
-                host_ip: s.host_ip.clone(),
-                start_time: s.start_time.clone(),
+                phase: s.texts.owned(0),
+                reason: s.texts.owned(1),
+                message: s.texts.owned(2),
+                pod_ip: s.texts.owned(3),
+                host_ip: s.texts.owned(4),
+                start_time: s.start_time.time(),
                 conditions: s
                     .conditions
                     .as_deref()
@@ -694,7 +856,8 @@ stands_for!(CachedPodGroup, PodGroup);
 stands_for!(CachedClaim, PersistentVolumeClaim);
 
 /// A Job as the cache keeps it: its metadata, TTL, its pods' device claims and containers'
-/// names and arguments (the judge's name its evidence ConfigMap), and its status.
+/// names, of their arguments only the evidence ConfigMap a judge names ([`EVIDENCE_FLAG`] and
+/// its value; a judge has two dozen arguments no pass reads), and its status.
 #[derive(Clone, Debug, Default, Deserialize)]
 pub struct CachedJob {
     #[serde(default)]
@@ -726,10 +889,34 @@ struct JobPods {
     resource_claims: Option<Vec<PodResourceClaim>>,
 }
 
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default)]
 struct Invocation {
-    name: String,
-    args: Option<Vec<String>>,
+    name: Box<str>,
+    /// The value of [`EVIDENCE_FLAG`] among the arguments.
+    evidence: Option<Box<str>>,
+}
+
+impl<'de> Deserialize<'de> for Invocation {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Wire {
+            #[serde(default)]
+            name: String,
+            #[serde(default)]
+            args: Vec<String>,
+        }
+        let mut wire = Wire::deserialize(deserializer)?;
+        let evidence = wire
+            .args
+            .iter()
+            .position(|a| a == EVIDENCE_FLAG)
+            .and_then(|i| wire.args.get_mut(i + 1))
+            .map(|value| std::mem::take(value).into_boxed_str());
+        Ok(Self {
+            name: wire.name.into_boxed_str(),
+            evidence,
+        })
+    }
 }
 
 impl Cached for CachedJob {
@@ -747,8 +934,10 @@ impl Cached for CachedJob {
                             .containers
                             .iter()
                             .map(|c| Container {
-                                name: c.name.clone(),
-                                args: c.args.clone(),
+                                name: c.name.to_string(),
+                                args: c.evidence.as_ref().map(|evidence| {
+                                    vec![EVIDENCE_FLAG.to_string(), evidence.to_string()]
+                                }),
                                 ..Container::default()
                             })
                             .collect(),
@@ -770,7 +959,7 @@ pub struct CachedRevision {
     metadata: Slim,
     /// The revision's number.
     pub revision: Option<i64>,
-    data: Box<str>,
+    data: Deflated,
 }
 
 impl<'de> Deserialize<'de> for CachedRevision {
@@ -788,7 +977,7 @@ impl<'de> Deserialize<'de> for CachedRevision {
         Ok(Self {
             metadata: wire.metadata,
             revision: wire.revision,
-            data: wire.data.to_string().into_boxed_str(),
+            data: Deflated::of(&wire.data.to_string()),
         })
     }
 }
@@ -801,7 +990,12 @@ impl Cached for CachedRevision {
         ControllerRevision {
             metadata: self.metadata.full(),
             revision: self.revision,
-            data: RawExtension(serde_json::from_str(&self.data).unwrap_or(Value::Null)),
+            data: RawExtension(
+                self.data
+                    .text()
+                    .and_then(|text| serde_json::from_slice(&text))
+                    .unwrap_or(Value::Null),
+            ),
         }
     }
 }
@@ -990,7 +1184,8 @@ mod tests {
                     {"type": "Ready", "status": "True"},
                     {"type": ACCEPTED_POD_CONDITION, "status": "True"},
                 ],
-                "containerStatuses": [{"name": "engine", "ready": true, "restartCount": 0, "image": "i", "imageID": "i",
+                "containerStatuses": [{"name": "engine", "image": "", "imageID": "",
+                "ready": true, "restartCount": 0, "image": "i", "imageID": "i",
                     "state": {"running": {}}, "lastState": {}}],
             },
         }))
@@ -1071,7 +1266,11 @@ mod tests {
         assert_eq!(meta.uid.as_deref(), Some("p-1"));
         assert_eq!(meta.resource_version.as_deref(), Some("4711"));
         assert_eq!(meta.generation, Some(2));
-        assert!(meta.creation_timestamp.is_some() && meta.deletion_timestamp.is_some());
+        assert_eq!(
+            serde_json::to_value((&meta.creation_timestamp, &meta.deletion_timestamp))
+                .expect("json"),
+            serde_json::json!(["2026-01-01T00:00:00Z", "2026-01-01T00:05:00Z"])
+        );
         assert_eq!(
             serde_json::to_value(&meta.owner_references).expect("json"),
             owners
@@ -1087,6 +1286,79 @@ mod tests {
         assert!(slim.owned_by("u-2") && !slim.owned_by("flash"));
         assert_eq!(kept.label(labels::RANK), Some("1"));
         assert_eq!(kept.label(labels::ROLE), None);
+    }
+
+    #[test]
+    fn a_stored_pod_gives_back_the_status_a_pass_reads() {
+        let status = serde_json::json!({
+            "phase": "Pending", "reason": "Evicted", "message": "the node was drained",
+            "podIP": "10.0.0.7", "hostIP": "192.168.1.2", "startTime": "2026-01-01T00:00:03Z",
+            "conditions": [
+                {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                 "message": "0/8 nodes are available: 8 Insufficient nvidia.com/gpu.",
+                 "lastTransitionTime": "2026-01-01T00:00:01Z"},
+                {"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:02Z"},
+                {"type": "DisruptionTarget", "status": "Pending", "reason": "EvictionByEvictionAPI"},
+                {"type": ACCEPTED_POD_CONDITION, "status": "Unknown", "message": "judging"},
+            ],
+            "initContainerStatuses": [{"name": "fetch", "image": "", "imageID": "",
+                "ready": false, "restartCount": 2,
+                "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off"}},
+                "lastState": {"terminated": {"exitCode": 137, "reason": "OOMKilled",
+                    "message": "killed", "startedAt": "2026-01-01T00:00:04Z",
+                    "finishedAt": "2026-01-01T00:00:05Z"}}}],
+            "containerStatuses": [{"name": "engine", "image": "", "imageID": "",
+                "ready": true, "restartCount": 0,
+                "started": true, "state": {"running": {"startedAt": "2026-01-01T00:00:06Z"}}}],
+        });
+        let mut pod: CachedPod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "flash-serve-0-1", "namespace": "team"},
+            "spec": {"nodeName": "n-1"},
+            "status": status,
+        }))
+        .expect("decoded");
+        let kept = pod.kept();
+        assert_eq!(
+            serde_json::to_value(kept.to_api().status).expect("json"),
+            status,
+            "every field a pass reads comes back as it was decoded"
+        );
+    }
+
+    #[test]
+    fn a_stored_job_keeps_of_its_arguments_the_evidence_its_judge_names() {
+        let mut job: CachedJob = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "flash-accept-0", "namespace": "team"},
+            "spec": {"template": {"spec": {"containers": [
+                {"name": "engine", "image": "e", "args": ["--serve", "--port", "8000"]},
+                {"name": crate::controller::build::JUDGE_CONTAINER, "image": "j",
+                 "args": ["judge", "--revision", "r1", EVIDENCE_FLAG, "flash-evidence-1", "--owner-name", "flash"]},
+            ]}}},
+        }))
+        .expect("decoded");
+        let back = job.kept().to_api();
+        let containers = back
+            .spec
+            .and_then(|s| s.template.spec)
+            .expect("pods")
+            .containers;
+        let args: Vec<_> = containers
+            .iter()
+            .map(|c| (c.name.as_str(), c.args.clone()))
+            .collect();
+        assert_eq!(
+            args,
+            [
+                ("engine", None),
+                (
+                    crate::controller::build::JUDGE_CONTAINER,
+                    Some(vec![
+                        EVIDENCE_FLAG.to_string(),
+                        "flash-evidence-1".to_string()
+                    ])
+                ),
+            ]
+        );
     }
 
     #[test]
@@ -1149,7 +1421,8 @@ mod tests {
             .expect("annotations")
             .remove("kubectl.kubernetes.io/last-applied-configuration");
         assert_eq!(cached.to_value(&ar).expect("value"), expected);
-        assert!(cached.body.len() < 200, "{}", cached.body);
+        let body = String::from_utf8(cached.body.text().expect("inflated")).expect("text");
+        assert!(body.len() < 200, "{body}");
     }
 
     #[test]

@@ -20,6 +20,9 @@ pub const RUNNER_DIR: &str = "/deepinfer/bin";
 /// The acceptance leader's container that judges; the only one whose termination message the
 /// operator reads.
 pub const JUDGE_CONTAINER: &str = "judge";
+
+/// The judge's argument naming the evidence ConfigMap it writes.
+pub const EVIDENCE_FLAG: &str = "--evidence-configmap";
 /// The container that runs the engine (every engine pod's).
 pub const ENGINE_CONTAINER: &str = "engine";
 /// Where the judge's service-account token is mounted (the path in-cluster clients read).
@@ -212,7 +215,7 @@ pub fn evidence_of_job(job: &Job) -> Option<String> {
     let judge = pod.containers.iter().find(|c| c.name == JUDGE_CONTAINER)?;
     let args = judge.args.as_ref()?;
     args.windows(2)
-        .find(|w| w[0] == "--evidence-configmap")
+        .find(|w| w[0] == EVIDENCE_FLAG)
         .map(|w| w[1].clone())
 }
 
@@ -439,7 +442,7 @@ fn judge_container(
                 .map(|r| r.name.as_str())
                 .collect::<Vec<_>>()
                 .join(","),
-            "--evidence-configmap".into(),
+            EVIDENCE_FLAG.into(),
             names.evidence_configmap.clone(),
             "--owner-name".into(),
             did.name_any(),

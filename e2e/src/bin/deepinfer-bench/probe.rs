@@ -104,10 +104,10 @@ fn quantile_bound(before: &str, after: &str, histogram: &str, q: f64) -> Option<
 }
 
 /// `deepinfer_api_requests_total` summed over codes: `"verb resource"` → requests, and the
-/// requests answered with anything but 2xx.
-fn requests(exposition: &str) -> (BTreeMap<String, f64>, f64) {
+/// requests answered with anything but 2xx: `"verb resource code"` → requests.
+fn requests(exposition: &str) -> (BTreeMap<String, f64>, BTreeMap<String, f64>) {
     let mut by_verb = BTreeMap::new();
-    let mut failed = 0.0;
+    let mut failed = BTreeMap::new();
     for line in exposition.lines() {
         let Some(rest) = line.strip_prefix("deepinfer_api_requests_total{") else {
             continue;
@@ -131,10 +131,11 @@ fn requests(exposition: &str) -> (BTreeMap<String, f64>, f64) {
             label("verb").unwrap_or_default(),
             label("resource").unwrap_or_default()
         );
-        *by_verb.entry(key).or_insert(0.0) += count;
-        if !label("code").is_some_and(|c| c.starts_with('2')) {
-            failed += count;
+        let code = label("code").unwrap_or_default();
+        if !code.starts_with('2') {
+            *failed.entry(format!("{key} {code}")).or_insert(0.0) += count;
         }
+        *by_verb.entry(key).or_insert(0.0) += count;
     }
     (by_verb, failed)
 }
@@ -186,6 +187,8 @@ pub struct PhaseFigures {
     pub requests_per_resource: BTreeMap<String, f64>,
     /// Requests answered with anything but 2xx (conflicts, not-found), in all.
     pub failed_requests: f64,
+    /// The same by `"verb resource code"`.
+    pub failed_by_request: BTreeMap<String, f64>,
     /// Mutating requests per resource.
     pub writes_per_resource: f64,
     /// Reconcile passes per resource (operator phases only).
@@ -318,6 +321,11 @@ impl Probe {
         let per = |v: f64| v / self.resources as f64;
         let (before, failed_before) = requests(&self.baseline);
         let (after, failed_after) = requests(&end);
+        let failed_by_request: BTreeMap<String, f64> = failed_after
+            .iter()
+            .map(|(k, v)| (k.clone(), v - failed_before.get(k).copied().unwrap_or(0.0)))
+            .filter(|(_, v)| *v > 0.0)
+            .collect();
         let requests_per_resource: BTreeMap<String, f64> = after
             .iter()
             .map(|(k, v)| (k.clone(), per(v - before.get(k).copied().unwrap_or(0.0))))
@@ -348,7 +356,8 @@ impl Probe {
             name: self.name.clone(),
             seconds,
             requests_per_resource,
-            failed_requests: failed_after - failed_before,
+            failed_requests: failed_by_request.values().sum(),
+            failed_by_request,
             writes_per_resource: per(diff("deepinfer_api_writes_total")),
             reconciles_per_resource,
             mean_reconcile_ms,
@@ -388,11 +397,21 @@ impl PhaseFigures {
             .iter()
             .map(|(k, v)| format!("{k} {v:.2}"))
             .collect();
+        let failed: Vec<String> = self
+            .failed_by_request
+            .iter()
+            .map(|(k, v)| format!("{k} x{v}"))
+            .collect();
         println!(
-            "bench:   API requests per resource: {} (writes {:.2}; {} answered non-2xx)",
+            "bench:   API requests per resource: {} (writes {:.2}; {} answered non-2xx{})",
             requests.join(", "),
             self.writes_per_resource,
-            self.failed_requests
+            self.failed_requests,
+            if failed.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", failed.join(", "))
+            }
         );
         if let (Some(r), Some(ms), Some(cpu), Some([start, peak, end])) = (
             self.reconciles_per_resource,
@@ -439,7 +458,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn requests_are_summed_over_codes_and_failures_counted() {
+    fn requests_are_summed_over_codes_and_failures_counted_by_request_and_code() {
         let text = "deepinfer_api_requests_total{verb=\"patch\",resource=\"pods/status\",code=\"200\"} 3\n\
                     deepinfer_api_requests_total{verb=\"patch\",resource=\"pods/status\",code=\"409\"} 1\n\
                     deepinfer_api_requests_total{verb=\"list\",resource=\"pods\",code=\"200\"} 2\n\
@@ -447,7 +466,10 @@ mod tests {
         let (by_verb, failed) = requests(text);
         assert_eq!(by_verb["patch pods/status"], 4.0);
         assert_eq!(by_verb["list pods"], 2.0);
-        assert_eq!(failed, 1.0);
+        assert_eq!(
+            failed,
+            BTreeMap::from([("patch pods/status 409".to_string(), 1.0)])
+        );
     }
 
     #[test]

@@ -162,13 +162,14 @@ struct Texts(Box<[u8]>);
 
 impl Texts {
     fn of<'a>(texts: impl IntoIterator<Item = Option<&'a str>>) -> Self {
-        let texts: Vec<Option<&str>> = texts.into_iter().collect();
-        if texts.iter().all(Option::is_none) {
-            return Self::default();
-        }
         let mut packed = Vec::new();
+        let mut any = false;
         for text in texts {
+            any |= text.is_some();
             push_text(&mut packed, text);
+        }
+        if !any {
+            return Self::default();
         }
         Self(packed.into_boxed_slice())
     }
@@ -902,15 +903,14 @@ impl<'de> Deserialize<'de> for Invocation {
         struct Wire {
             #[serde(default)]
             name: String,
-            #[serde(default)]
-            args: Vec<String>,
+            args: Option<Vec<String>>,
         }
-        let mut wire = Wire::deserialize(deserializer)?;
-        let evidence = wire
-            .args
+        let wire = Wire::deserialize(deserializer)?;
+        let mut args = wire.args.unwrap_or_default();
+        let evidence = args
             .iter()
             .position(|a| a == EVIDENCE_FLAG)
-            .and_then(|i| wire.args.get_mut(i + 1))
+            .and_then(|i| args.get_mut(i + 1))
             .map(|value| std::mem::take(value).into_boxed_str());
         Ok(Self {
             name: wire.name.into_boxed_str(),
@@ -1184,8 +1184,7 @@ mod tests {
                     {"type": "Ready", "status": "True"},
                     {"type": ACCEPTED_POD_CONDITION, "status": "True"},
                 ],
-                "containerStatuses": [{"name": "engine", "image": "", "imageID": "",
-                "ready": true, "restartCount": 0, "image": "i", "imageID": "i",
+                "containerStatuses": [{"name": "engine", "ready": true, "restartCount": 0, "image": "i", "imageID": "i",
                     "state": {"running": {}}, "lastState": {}}],
             },
         }))
@@ -1331,6 +1330,7 @@ mod tests {
             "metadata": {"name": "flash-accept-0", "namespace": "team"},
             "spec": {"template": {"spec": {"containers": [
                 {"name": "engine", "image": "e", "args": ["--serve", "--port", "8000"]},
+                {"name": "sidecar", "image": "s", "args": null},
                 {"name": crate::controller::build::JUDGE_CONTAINER, "image": "j",
                  "args": ["judge", "--revision", "r1", EVIDENCE_FLAG, "flash-evidence-1", "--owner-name", "flash"]},
             ]}}},
@@ -1350,6 +1350,7 @@ mod tests {
             args,
             [
                 ("engine", None),
+                ("sidecar", None),
                 (
                     crate::controller::build::JUDGE_CONTAINER,
                     Some(vec![

@@ -356,7 +356,8 @@ impl Probe {
             name: self.name.clone(),
             seconds,
             requests_per_resource,
-            failed_requests: failed_by_request.values().sum(),
+            // `abs`: an empty sum of floats is -0.
+            failed_requests: failed_by_request.values().sum::<f64>().abs(),
             failed_by_request,
             writes_per_resource: per(diff("deepinfer_api_writes_total")),
             reconciles_per_resource,

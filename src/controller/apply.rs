@@ -117,14 +117,21 @@ where
             writes += 1;
         }
     }
-    let wanted: BTreeSet<String> = desired.iter().map(ResourceExt::name_any).collect();
-    for svc in existing {
-        if !wanted.contains(&svc.name_any()) {
-            delete_ignoring_missing(api, &svc.name_any()).await?;
-            writes += 1;
-        }
+    for svc in unwanted(desired, existing) {
+        delete_ignoring_missing(api, &svc.name_any()).await?;
+        writes += 1;
     }
     Ok(writes)
+}
+
+/// The `existing` objects to delete: those not `desired`, but for those already being deleted
+/// (their delete waits on a finalizer; sending it again writes nothing new).
+fn unwanted<'a, K: Resource>(desired: &[K], existing: &'a [K]) -> Vec<&'a K> {
+    let wanted: BTreeSet<String> = desired.iter().map(ResourceExt::name_any).collect();
+    existing
+        .iter()
+        .filter(|o| o.meta().deletion_timestamp.is_none() && !wanted.contains(&o.name_any()))
+        .collect()
 }
 
 /// Sets the `deepinfer.io/accepted` condition of one pod (True grants service, False withdraws
@@ -164,4 +171,38 @@ pub fn pod_ready(pod: &Pod) -> bool {
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
         .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::scheduling::v1beta1::PodGroup;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+
+    fn group(name: &str, deleting: bool) -> PodGroup {
+        PodGroup {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                deletion_timestamp: deleting
+                    .then(|| Time(k8s_openapi::jiff::Timestamp::from_second(1).expect("time"))),
+                ..ObjectMeta::default()
+            },
+            ..PodGroup::default()
+        }
+    }
+
+    #[test]
+    fn objects_no_longer_desired_are_deleted_once_not_again_while_their_delete_is_underway() {
+        let desired = [group("kept", false)];
+        let existing = [
+            group("kept", false),
+            group("stale", false),
+            group("deleting", true),
+        ];
+        let names: Vec<String> = unwanted(&desired, &existing)
+            .into_iter()
+            .map(ResourceExt::name_any)
+            .collect();
+        assert_eq!(names, ["stale"]);
+    }
 }

@@ -643,6 +643,9 @@ impl<'de> Deserialize<'de> for RunState {
 /// The statuses a condition has in the API, kept as an index rather than as text.
 const CONDITION_STATUSES: &[&str] = &["True", "False", "Unknown"];
 
+/// [`Condition::status`] of a status not in [`CONDITION_STATUSES`].
+const OTHER_STATUS: u8 = u8::MAX;
+
 /// A pod condition of [`KEPT_POD_CONDITIONS`] as a cached pod keeps it: its type and status as
 /// indexes, its transition time in seconds, its reason and message packed into one allocation;
 /// what no pass reads of a condition (probe time, observed generation) is dropped.
@@ -650,7 +653,8 @@ const CONDITION_STATUSES: &[&str] = &["True", "False", "Unknown"];
 struct Condition {
     /// Index into [`KEPT_POD_CONDITIONS`].
     type_: u8,
-    /// Index into [`CONDITION_STATUSES`]; past its end, the status is the third of `texts`.
+    /// Index into [`CONDITION_STATUSES`]; for [`OTHER_STATUS`], the status is the third of
+    /// `texts`.
     status: u8,
     last_transition_time: Stamp,
     /// The reason and message, then a status not in [`CONDITION_STATUSES`].
@@ -668,7 +672,9 @@ impl Condition {
         };
         Some(Self {
             type_: u8::try_from(type_).ok()?,
-            status: status.and_then(|s| u8::try_from(s).ok()).unwrap_or(u8::MAX),
+            status: status
+                .and_then(|s| u8::try_from(s).ok())
+                .unwrap_or(OTHER_STATUS),
             last_transition_time: Stamp::of(c.last_transition_time.as_ref()),
             texts,
         })

@@ -602,7 +602,7 @@ mod tests {
     }
 
     /// The judgement recorded for a leader Job in `state` whose pod is `pod`.
-    fn judged(state: &JobState, pod: &Pod) -> AcceptanceStatus {
+    fn recorded(state: &JobState, pod: &Pod) -> AcceptanceStatus {
         let Step::Record { judgement, .. } = decide(
             None,
             state,
@@ -623,7 +623,7 @@ mod tests {
             ("Passed", AcceptanceResult::Passed),
             ("Failed", AcceptanceResult::Failed),
         ] {
-            let judgement = judged(&JobState::Succeeded(Some(summary(text))), &pod);
+            let judgement = recorded(&JobState::Succeeded(Some(summary(text))), &pod);
             assert_eq!(judgement.result, result);
             assert_eq!(judgement.failed_prompts, ["p2"]);
             assert_eq!(judgement.spec_hash.as_deref(), Some("h"));
@@ -637,7 +637,7 @@ mod tests {
         // The judge wrote a summary, then the leader Job failed (a container killed after the
         // verdict): a run that did not end cleanly is not accepted.
         let pod = ended(137);
-        let passed = judged(&JobState::Failed(Some(summary("Passed"))), &pod);
+        let passed = recorded(&JobState::Failed(Some(summary("Passed"))), &pod);
         assert_eq!(passed.result, AcceptanceResult::Failed);
         let reason = passed.reason.expect("reason");
         assert!(
@@ -646,7 +646,7 @@ mod tests {
         );
         assert_eq!(passed.evidence.as_deref(), Some("ev"), "the evidence stays");
         // A failing summary from a failed Job stays the judge's own verdict.
-        let failed = judged(&JobState::Failed(Some(summary("Failed"))), &pod);
+        let failed = recorded(&JobState::Failed(Some(summary("Failed"))), &pod);
         assert_eq!(failed.result, AcceptanceResult::Failed);
         assert_eq!(failed.failed_prompts, ["p2"]);
     }

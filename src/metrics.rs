@@ -152,7 +152,7 @@ struct KindLabels {
     kind: &'static str,
 }
 
-/// `{state="…"}` of the heap: `allocated` or `resident`.
+/// `{state="…"}` of the heap: `allocated`, `active`, `metadata` or `resident`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StateLabels {
     state: &'static str,
@@ -189,8 +189,13 @@ struct Heap {
     /// Bytes the process holds allocated (the live heap, rounded up to the allocator's size
     /// classes).
     allocated: usize,
-    /// Bytes of physical memory in pages the allocator holds: the live heap, its own metadata
-    /// and freed pages not yet returned to the system.
+    /// Bytes in the pages that hold live objects: the live heap and the free room beside it in
+    /// those pages (`active - allocated` is what the heap's spread over its pages costs).
+    active: usize,
+    /// Bytes of the allocator's own bookkeeping.
+    metadata: usize,
+    /// Bytes of physical memory in pages the allocator holds: active pages, its metadata and
+    /// freed pages not yet returned to the system.
     resident: usize,
 }
 
@@ -202,6 +207,8 @@ fn heap() -> Option<Heap> {
     tikv_jemalloc_ctl::epoch::advance().ok()?;
     Some(Heap {
         allocated: tikv_jemalloc_ctl::stats::allocated::read().ok()?,
+        active: tikv_jemalloc_ctl::stats::active::read().ok()?,
+        metadata: tikv_jemalloc_ctl::stats::metadata::read().ok()?,
         resident: tikv_jemalloc_ctl::stats::resident::read().ok()?,
     })
 }
@@ -214,12 +221,17 @@ impl Collector for HeapCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let mut metric = encoder.encode_descriptor(
             "heap",
-            "The operator's heap as its allocator counts it: allocated (live objects) and resident (pages it holds, freed ones not yet returned included); the process's resident set adds code pages and stacks",
+            "The operator's heap as its allocator counts it: allocated (live objects), active (the pages live objects are in), metadata (the allocator's bookkeeping) and resident (pages it holds, freed ones not yet returned included); the process's resident set adds code pages and stacks",
             Some(&Unit::Bytes),
             MetricType::Gauge,
         )?;
         if let Some(heap) = heap() {
-            for (state, bytes) in [("allocated", heap.allocated), ("resident", heap.resident)] {
+            for (state, bytes) in [
+                ("allocated", heap.allocated),
+                ("active", heap.active),
+                ("metadata", heap.metadata),
+                ("resident", heap.resident),
+            ] {
                 ConstGauge::new(gauge_value(bytes))
                     .encode(metric.encode_family(&StateLabels { state })?)?;
             }
@@ -574,7 +586,13 @@ mod tests {
         // The heap is exported whatever the allocator (the binary's is jemalloc).
         let text = m.encode().unwrap();
         assert!(line(&text, r#"deepinfer_heap_bytes{state="allocated"}"#).is_some());
-        assert!(line(&text, r#"deepinfer_heap_bytes{state="resident"}"#).is_some());
+        for state in ["active", "metadata", "resident"] {
+            assert!(line(
+                &text,
+                &format!(r#"deepinfer_heap_bytes{{state="{state}"}}"#)
+            )
+            .is_some());
+        }
     }
 
     #[test]

@@ -132,9 +132,9 @@ fn bench_drives_every_resource_to_ready_and_prints_every_figure() {
             );
             assert!(
                 phase["operatorHeapMib"].as_array().is_some_and(
-                    |h| h.len() == 2 && h.iter().all(|v| v.as_f64().is_some_and(|m| m > 0.0))
+                    |h| h.len() == 4 && h.iter().all(|v| v.as_f64().is_some_and(|m| m > 0.0))
                 ),
-                "{name}: heap allocated and resident at the end: {phase}"
+                "{name}: heap allocated, active, metadata and resident at the end: {phase}"
             );
             assert!(
                 phase["operatorCachedObjects"]

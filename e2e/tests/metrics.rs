@@ -94,16 +94,26 @@ async fn operator_serves_metrics_health_and_readiness() {
         Some(0.0),
         "cached pods exported: {text}"
     );
-    // The binary's allocator is jemalloc: its live heap is megabytes, within what it holds.
-    let allocated = sample(text, r#"deepinfer_heap_bytes{state="allocated"}"#);
-    let resident = sample(text, r#"deepinfer_heap_bytes{state="resident"}"#);
+    // The binary's allocator is jemalloc: its live heap is megabytes, in active pages, within
+    // what it holds; its bookkeeping is exported beside them.
+    let state = |s: &str| sample(text, &format!(r#"deepinfer_heap_bytes{{state="{s}"}}"#));
+    let [allocated, active, metadata, resident] =
+        ["allocated", "active", "metadata", "resident"].map(state);
     assert!(
         allocated.is_some_and(|a| a > 1024.0 * 1024.0),
         "the heap exported: {text}"
     );
     assert!(
-        resident >= allocated,
-        "resident pages hold the live heap: {text}"
+        active >= allocated,
+        "active pages hold the live heap: {text}"
+    );
+    assert!(
+        metadata.is_some_and(|m| m > 0.0),
+        "the allocator's metadata exported: {text}"
+    );
+    assert!(
+        resident >= active,
+        "resident pages hold the active ones: {text}"
     );
     assert!(
         text.ends_with("# EOF\n"),

@@ -124,13 +124,31 @@ where
     Ok(writes)
 }
 
-/// The `existing` objects to delete: those not `desired`, but for those already being deleted
-/// (their delete waits on a finalizer; sending it again writes nothing new).
+/// Deletes the objects named `names` that `existing` (the cache's view) holds. A name the cache
+/// does not hold is gone already (or was never made), and one being deleted waits on its
+/// finalizers: neither is sent again.
+pub async fn delete_named<K>(api: &Api<K>, existing: &[K], names: &[String]) -> Result<(), Error>
+where
+    K: Resource + k8s_openapi::Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    for obj in deletable(existing, |name| names.iter().any(|n| n == name)) {
+        delete_ignoring_missing(api, &obj.name_any()).await?;
+    }
+    Ok(())
+}
+
+/// The `existing` objects to delete: those not `desired`.
 fn unwanted<'a, K: Resource>(desired: &[K], existing: &'a [K]) -> Vec<&'a K> {
     let wanted: BTreeSet<String> = desired.iter().map(ResourceExt::name_any).collect();
+    deletable(existing, |name| !wanted.contains(name))
+}
+
+/// The `existing` objects whose name is `chosen`, but for those already being deleted (their
+/// delete waits on a finalizer; sending it again writes nothing new).
+fn deletable<K: Resource>(existing: &[K], chosen: impl Fn(&str) -> bool) -> Vec<&K> {
     existing
         .iter()
-        .filter(|o| o.meta().deletion_timestamp.is_none() && !wanted.contains(&o.name_any()))
+        .filter(|o| o.meta().deletion_timestamp.is_none() && chosen(&o.name_any()))
         .collect()
 }
 
@@ -204,5 +222,21 @@ mod tests {
             .map(ResourceExt::name_any)
             .collect();
         assert_eq!(names, ["stale"]);
+    }
+
+    #[test]
+    fn objects_deleted_by_name_are_only_those_the_cache_holds_and_not_already_being_deleted() {
+        let existing = [
+            group("run-0", false),
+            group("run-1", true),
+            group("other", false),
+        ];
+        let names = ["run-0", "run-1", "run-2"].map(String::from);
+        let chosen: Vec<String> = deletable(&existing, |n| names.iter().any(|m| m == n))
+            .into_iter()
+            .map(ResourceExt::name_any)
+            .collect();
+        // run-1's delete is underway, run-2 is gone (a delete would meet 404), other is not named.
+        assert_eq!(chosen, ["run-0"]);
     }
 }

@@ -700,7 +700,7 @@ async fn acceptance_gate(
             Ok(found)
         }
         acceptance::Step::Rerun => {
-            stop_acceptance(ctx, did, &jobs, &groups, 0).await?;
+            stop_acceptance(ctx, did, observed, &jobs, &groups, 0).await?;
             Ok(AcceptanceFound::progressing(
                 reasons::ACCEPTANCE_RUNNING,
                 format!(
@@ -714,7 +714,7 @@ async fn acceptance_gate(
         } => {
             // The followers' engines (and the other roles') have nothing left to serve.
             let from = if stop_leader { 0 } else { 1 };
-            stop_acceptance(ctx, did, &jobs, &groups, from).await?;
+            stop_acceptance(ctx, did, observed, &jobs, &groups, from).await?;
             let duration = observed
                 .job(&leader)
                 .and_then(|j| j.status.clone())
@@ -1006,10 +1006,13 @@ fn in_flight_evidence(observed: &Observed) -> Vec<String> {
 }
 
 /// Deletes the Jobs of a run: the judged group's ranks from `from` on, every rank of the other
-/// roles' groups, and each group's rendezvous Service and PodGroup once all its ranks go.
+/// roles' groups, and each group's rendezvous Service and PodGroup once all its ranks go. Only
+/// what the pass observed is deleted: a pass that records the same verdict again (its status
+/// write not yet in the cache) sends no delete for what the first one removed.
 async fn stop_acceptance(
     ctx: &Context,
     did: &ValidatedDeployment,
+    observed: &Observed,
     jobs: &Api<Job>,
     groups: &[build::RunGroup<'_>],
     from: i32,
@@ -1018,21 +1021,21 @@ async fn stop_acceptance(
     for group in groups {
         let pods = build::group_shape(&did.spec, group.role).pods;
         let first = if group.judged { from } else { 0 };
-        for rank in first..pods {
-            apply::delete_ignoring_missing(jobs, &group.job(rank)).await?;
-        }
+        let ranks: Vec<String> = (first..pods).map(|rank| group.job(rank)).collect();
+        apply::delete_named(jobs, &observed.jobs, &ranks).await?;
+        let named = std::slice::from_ref(&group.name);
         if build::acceptance_needs_service(&did.spec, group) {
             let svc_api: Api<Service> = Api::namespaced(ctx.client.clone(), ns);
-            apply::delete_ignoring_missing(&svc_api, &group.name).await?;
+            apply::delete_named(&svc_api, &observed.services, named).await?;
         }
         if pods > 1 && ctx.pod_groups().await? {
             let pod_groups: Api<PodGroup> = Api::namespaced(ctx.client.clone(), ns);
-            apply::delete_ignoring_missing(&pod_groups, &group.name).await?;
+            apply::delete_named(&pod_groups, &observed.pod_groups, named).await?;
         }
         if build::uses_rank_tables(&did.spec) {
             let configmaps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
-            let table = build::rank_table_name(&group.name);
-            apply::delete_ignoring_missing(&configmaps, &table).await?;
+            let table = [build::rank_table_name(&group.name)];
+            apply::delete_named(&configmaps, &observed.rank_tables, &table).await?;
         }
     }
     Ok(())

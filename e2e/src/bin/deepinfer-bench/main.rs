@@ -353,7 +353,7 @@ async fn phases(
     let ready = probe.finish().await.printed();
     let heap_ready = ready
         .operator_heap_mib
-        .map_or(f64::NAN, |[allocated, _]| allocated);
+        .map_or(f64::NAN, |[allocated, ..]| allocated);
     phases.push(ready);
     let rss_ready = bed::rss_mib(op.id());
     let anon_ready = bed::anon_mib(op.id());

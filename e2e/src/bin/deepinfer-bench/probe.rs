@@ -18,9 +18,9 @@ pub fn value(exposition: &str, series: &str) -> f64 {
     deepinfer_e2e::operator_process::sample(exposition, series).unwrap_or(f64::NAN)
 }
 
-/// The operator's heap, MiB allocated and resident (`deepinfer_heap_bytes`).
-fn heap_mib(exposition: &str) -> [f64; 2] {
-    ["allocated", "resident"].map(|state| {
+/// The operator's heap, MiB allocated, active, metadata and resident (`deepinfer_heap_bytes`).
+fn heap_mib(exposition: &str) -> [f64; 4] {
+    ["allocated", "active", "metadata", "resident"].map(|state| {
         value(
             exposition,
             &format!("deepinfer_heap_bytes{{state=\"{state}\"}}"),
@@ -199,8 +199,9 @@ pub struct PhaseFigures {
     pub operator_cpu_seconds: Option<f64>,
     /// Operator RSS at the start, sampled peak and end, MiB (operator phases only).
     pub operator_rss_mib: Option<[f64; 3]>,
-    /// The operator's heap at the end, MiB allocated and resident (operator phases only).
-    pub operator_heap_mib: Option<[f64; 2]>,
+    /// The operator's heap at the end, MiB allocated, active (the pages live objects are in),
+    /// the allocator's metadata and resident (operator phases only).
+    pub operator_heap_mib: Option<[f64; 4]>,
     /// Objects in the operator's caches at the end, by kind (`deepinfer_cached_objects`;
     /// operator phases only).
     pub operator_cached_objects: Option<BTreeMap<String, f64>>,
@@ -420,9 +421,10 @@ impl PhaseFigures {
             self.operator_cpu_seconds,
             self.operator_rss_mib,
         ) {
-            let [allocated, resident] = self.operator_heap_mib.unwrap_or([f64::NAN; 2]);
+            let [allocated, active, metadata, resident] =
+                self.operator_heap_mib.unwrap_or([f64::NAN; 4]);
             println!(
-                "bench:   operator: {r:.2} reconciles per resource, mean pass {ms:.1} ms, {cpu:.1} CPU s, RSS {start:.1} / peak {peak:.1} / end {end:.1} MiB, heap at the end {allocated:.1} MiB allocated, {resident:.1} MiB resident"
+                "bench:   operator: {r:.2} reconciles per resource, mean pass {ms:.1} ms, {cpu:.1} CPU s, RSS {start:.1} / peak {peak:.1} / end {end:.1} MiB, heap at the end {allocated:.1} MiB allocated, {active:.1} MiB in active pages, {metadata:.1} MiB allocator metadata, {resident:.1} MiB resident"
             );
         }
         if let (Some(depth), Some(events), Some(mean)) = (

@@ -18,13 +18,14 @@ impl OperatorProcess {
     /// Starts `deepinfer-operator run` watching `ns`, allowing the `mit` licence, serving its
     /// endpoints on `address`, with `extra` arguments and `env` set.
     pub fn start(ns: &str, address: SocketAddr, extra: &[&str], env: &[(&str, &str)]) -> Self {
-        Self::start_binary(&binary(), ns, address, extra, env, None)
+        Self::start_binary(&binary(), Some(ns), address, extra, env, None)
     }
 
-    /// As [`OperatorProcess::start`], running `binary`, its output appended to `log` if given.
+    /// As [`OperatorProcess::start`], running `binary`, watching `ns` (all namespaces if `None`),
+    /// its output appended to `log` if given.
     pub fn start_binary(
         binary: &std::path::Path,
-        ns: &str,
+        ns: Option<&str>,
         address: SocketAddr,
         extra: &[&str],
         env: &[(&str, &str)],
@@ -50,7 +51,7 @@ impl OperatorProcess {
         let child = Command::new(binary)
             .args(["run", "--kubeconfig"])
             .arg(support::kubeconfig())
-            .args(["--namespace", ns])
+            .args(ns.map(|ns| ["--namespace", ns]).into_iter().flatten())
             .args(["--metrics-address", &address.to_string()])
             .args(["--accepted-licenses", "mit"])
             .args(extra)

@@ -20,6 +20,9 @@ fn bench_drives_every_resource_to_ready_and_prints_every_figure() {
     let agent = operator.with_file_name("deepinfer-node-agent");
     let out = Command::new(bench)
         .args(["--resources", &RESOURCES.to_string()])
+        // Two namespaces, so that the operator watches every namespace and the floor stands in
+        // for each, as at N = 1000.
+        .args(["--per-namespace", &(RESOURCES / 2).to_string()])
         .args(["--timeout-seconds", "300", "--operator"])
         .arg(&operator)
         .arg("--node-agent")
@@ -39,6 +42,10 @@ fn bench_drives_every_resource_to_ready_and_prints_every_figure() {
         .expect("a BENCH line");
     let figures: Value = serde_json::from_str(line).expect("BENCH is JSON");
     assert_eq!(figures["resources"], RESOURCES);
+    assert_eq!(
+        figures["namespaces"], 2,
+        "spread over two namespaces: {figures}"
+    );
     assert_eq!(
         figures["workerPods"].as_u64(),
         Some(8 * RESOURCES),

@@ -180,7 +180,7 @@ impl Bed {
         vars.extend_from_slice(env);
         let operator = OperatorProcess::start_binary(
             &self.binary,
-            ns,
+            Some(ns),
             free_address(),
             extra,
             &vars,

@@ -1,6 +1,7 @@
 //! The floor: what the same work costs a plain client. While the operator works, the benchmark
 //! records (by watching) every object it creates and deletes, in order. The floor then replays,
-//! per deployment and phase, exactly those creations and deletions in a fresh namespace, waiting
+//! per deployment and phase, exactly those creations and deletions in a fresh namespace (one for
+//! each namespace the operator worked in), waiting
 //! for what the operator waits for: a Job's completion before what follows it, worker pods
 //! Running before their `deepinfer.io/accepted` condition is set, and, before a pod is deleted,
 //! the pods that were Ready when the operator deleted it (a rollout with room to spare replaces
@@ -266,11 +267,9 @@ impl Recorder {
             .count()
     }
 
-    /// Objects created and deleted per phase, printed per kind.
-    pub fn summary(&self) -> String {
-        let mut counts: BTreeMap<(usize, &str, &str), usize> = BTreeMap::new();
-        let state = self.lock();
-        for step in &state.steps {
+    /// Adds the objects created, updated and deleted per phase to `counts`, by kind.
+    fn count(&self, counts: &mut BTreeMap<(usize, &'static str, &'static str), usize>) {
+        for step in &self.lock().steps {
             let (verb, kind) = match &step.action {
                 Action::Create(c) => ("created", c.kind),
                 Action::Update(c) => ("updated", c.kind),
@@ -278,11 +277,6 @@ impl Recorder {
             };
             *counts.entry((step.phase, verb, KINDS[kind].2)).or_default() += 1;
         }
-        counts
-            .iter()
-            .map(|((phase, verb, kind), n)| format!("phase {phase} {verb} {n} {kind}"))
-            .collect::<Vec<_>>()
-            .join(", ")
     }
 
     /// Stops watching; returns what was recorded.
@@ -304,6 +298,19 @@ impl Recorder {
     }
 }
 
+/// Objects created, updated and deleted per phase in every recorded namespace, printed per kind.
+pub fn summary(recorders: &[Recorder]) -> String {
+    let mut counts = BTreeMap::new();
+    for recorder in recorders {
+        recorder.count(&mut counts);
+    }
+    counts
+        .iter()
+        .map(|((phase, verb, kind), n)| format!("phase {phase} {verb} {n} {kind}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// What the operator did in a namespace, per deployment.
 pub struct Recorded {
     /// The namespace it worked in; references to it are rewritten to the floor's.
@@ -315,10 +322,18 @@ pub struct Recorded {
     uids: HashMap<String, String>,
 }
 
-/// The deployments at the end of a phase, as the operator left them (status included).
-pub async fn deployments(client: &Client, ns: &str) -> anyhow::Result<Vec<DeepInferDeployment>> {
-    let api: Api<DeepInferDeployment> = Api::namespaced(client.clone(), ns);
-    Ok(api.list(&ListParams::default()).await?.items)
+/// The deployments of `namespaces` at the end of a phase, as the operator left them (status
+/// included).
+pub async fn deployments(
+    client: &Client,
+    namespaces: &[String],
+) -> anyhow::Result<Vec<DeepInferDeployment>> {
+    let mut all = Vec::new();
+    for ns in namespaces {
+        let api: Api<DeepInferDeployment> = Api::namespaced(client.clone(), ns);
+        all.extend(api.list(&ListParams::default()).await?.items);
+    }
+    Ok(all)
 }
 
 /// Removes what the server set, so that the object can be created again elsewhere.
@@ -421,13 +436,15 @@ fn is_token_volume(v: &Value) -> bool {
         .is_some_and(|n| n.starts_with("kube-api-access-"))
 }
 
-/// The floor's client and its caches of Jobs and Pods.
+/// The floor in one namespace: its client and caches of Jobs and Pods (shared by the floor's
+/// namespaces), and what the operator did in the namespace it stands in for.
 struct Floor {
     client: Client,
     ns: String,
     jobs: Store<Job>,
     pods: Store<Pod>,
     timeout: Duration,
+    steps: BTreeMap<String, Vec<Step>>,
     accepted: HashMap<String, Value>,
     /// The operator's namespace, named in RoleBinding subjects and Service DNS names.
     from_namespace: String,
@@ -455,6 +472,7 @@ impl Floor {
     fn job_done(&self, name: &str) -> bool {
         self.jobs.state().iter().any(|j| {
             j.name_any() == name
+                && j.metadata.namespace.as_ref() == Some(&self.ns)
                 && j.status
                     .as_ref()
                     .and_then(|s| s.succeeded)
@@ -466,7 +484,7 @@ impl Floor {
         self.pods
             .state()
             .iter()
-            .find(|p| p.name_any() == name)
+            .find(|p| p.name_any() == name && p.metadata.namespace.as_ref() == Some(&self.ns))
             .map(|p| f(p))
     }
 
@@ -621,12 +639,7 @@ impl Floor {
 
     /// One deployment through one phase: the user's create (phase 0) or spec change, the
     /// operator's steps, then the status the operator ended with.
-    async fn phase(
-        &self,
-        phase: usize,
-        did: &DeepInferDeployment,
-        steps: &[Step],
-    ) -> anyhow::Result<()> {
+    async fn phase(&self, phase: usize, did: &DeepInferDeployment) -> anyhow::Result<()> {
         let api: Api<DeepInferDeployment> = Api::namespaced(self.client.clone(), &self.ns);
         let name = did.name_any();
         let ours = if phase == 0 {
@@ -638,7 +651,13 @@ impl Floor {
             api.patch(&name, &PatchParams::default(), &Patch::Merge(spec))
                 .await?
         };
-        let mine: Vec<&Step> = steps.iter().filter(|s| s.phase == phase).collect();
+        let mine: Vec<&Step> = self
+            .steps
+            .get(&name)
+            .into_iter()
+            .flatten()
+            .filter(|s| s.phase == phase)
+            .collect();
         let theirs = self.from_uids.get(&name).cloned().unwrap_or_default();
         let ours = ours.metadata.uid.unwrap_or_default();
         anyhow::ensure!(
@@ -653,21 +672,15 @@ impl Floor {
     }
 }
 
-/// Runs the floor in `ns`: each phase's deployments (as the operator left them) through the
-/// steps the operator took in that phase, all deployments at once.
+/// Runs the floor: for each `(namespace, recorded)`, in that fresh namespace, the deployments
+/// of each phase (as the operator left them in the recorded namespace) through the steps the
+/// operator took in that phase, all deployments of every namespace at once.
 pub async fn run(
-    ns: &str,
-    recorded: Recorded,
+    namespaces: Vec<(String, Recorded)>,
     phases: &[(&str, Vec<DeepInferDeployment>)],
     agent: u32,
     timeout: Duration,
 ) -> anyhow::Result<Vec<PhaseFigures>> {
-    let Recorded {
-        namespace: from_namespace,
-        steps,
-        accepted,
-        uids: from_uids,
-    } = recorded;
     let kubeconfig = kube::config::Kubeconfig::read_from(deepinfer_e2e::support::kubeconfig())?;
     let config = kube::Config::from_custom_kubeconfig(
         kubeconfig,
@@ -677,45 +690,56 @@ pub async fn run(
     let requests = ApiRequests::default();
     let client = deepinfer_operator::controller::counting_client(config, &requests)?;
     let metrics = Arc::new(Metrics::new(requests));
+    // Watched as the operator watches: its one namespace, else every namespace.
+    let scoped = |client: &Client| -> (Api<Job>, Api<Pod>) {
+        match namespaces.as_slice() {
+            [(ns, _)] => (
+                Api::namespaced(client.clone(), ns),
+                Api::namespaced(client.clone(), ns),
+            ),
+            _ => (Api::all(client.clone()), Api::all(client.clone())),
+        }
+    };
+    let (job_api, pod_api) = scoped(&client);
     let (jobs, jobs_writer) = reflector::store();
     let (pods, pods_writer) = reflector::store();
-    let watch_jobs = reflector::reflector(
-        jobs_writer,
-        watcher(
-            Api::<Job>::namespaced(client.clone(), ns),
-            watcher::Config::default(),
-        ),
-    )
-    .default_backoff()
-    .for_each(|_| async {});
-    let watch_pods = reflector::reflector(
-        pods_writer,
-        watcher(
-            Api::<Pod>::namespaced(client.clone(), ns),
-            watcher::Config::default(),
-        ),
-    )
-    .default_backoff()
-    .for_each(|_| async {});
+    let watch_jobs =
+        reflector::reflector(jobs_writer, watcher(job_api, watcher::Config::default()))
+            .default_backoff()
+            .for_each(|_| async {});
+    let watch_pods =
+        reflector::reflector(pods_writer, watcher(pod_api, watcher::Config::default()))
+            .default_backoff()
+            .for_each(|_| async {});
     let watches = tokio::spawn(async move { futures::join!(watch_jobs, watch_pods) });
-    let floor = Floor {
-        client,
-        ns: ns.to_string(),
-        jobs,
-        pods,
-        timeout,
-        accepted,
-        from_namespace,
-        from_uids,
-    };
-    let none: Vec<Step> = Vec::new();
+    let floors: Vec<Floor> = namespaces
+        .into_iter()
+        .map(|(ns, recorded)| Floor {
+            client: client.clone(),
+            ns,
+            jobs: jobs.clone(),
+            pods: pods.clone(),
+            timeout,
+            steps: recorded.steps,
+            accepted: recorded.accepted,
+            from_namespace: recorded.namespace,
+            from_uids: recorded.uids,
+        })
+        .collect();
     let mut figures = Vec::new();
     for (phase, (name, dids)) in phases.iter().enumerate() {
         let probe =
             Probe::start_client(&format!("floor-{name}"), dids.len(), metrics.clone(), agent).await;
         let results = futures::future::join_all(dids.iter().map(|did| {
-            let steps = steps.get(&did.name_any()).unwrap_or(&none);
-            floor.phase(phase, did, steps)
+            let floor = floors
+                .iter()
+                .find(|f| did.metadata.namespace.as_ref() == Some(&f.from_namespace));
+            async move {
+                let floor = floor.ok_or_else(|| {
+                    anyhow::anyhow!("floor: no namespace stands in for {}", did.name_any())
+                })?;
+                floor.phase(phase, did).await
+            }
         }))
         .await;
         results.into_iter().collect::<anyhow::Result<Vec<()>>>()?;

@@ -68,14 +68,14 @@ async fn list_text(client: &Client, url: &str, selector: Option<&str>) -> kube::
 /// One cached kind's list decoded into a cache as the operator keeps it.
 async fn owned<K>(
     client: &Client,
-    namespace: &str,
+    namespace: Option<&str>,
     selector: Option<&str>,
 ) -> anyhow::Result<KindFootprint>
 where
     K: Cached + DeserializeOwned,
 {
     let kind = K::kind(&()).to_string();
-    let text = match list_text(client, &K::url_path(&(), Some(namespace)), selector).await {
+    let text = match list_text(client, &K::url_path(&(), namespace), selector).await {
         Ok(text) => text,
         // A kind the API server does not serve is not cached.
         Err(kube::Error::Api(status)) if status.code == 404 => {
@@ -101,9 +101,9 @@ where
 }
 
 /// The operator's own resources, decoded and stored as its controller's reflector keeps them.
-async fn deployments(client: &Client, namespace: &str) -> anyhow::Result<KindFootprint> {
+async fn deployments(client: &Client, namespace: Option<&str>) -> anyhow::Result<KindFootprint> {
     let ar = deepinfer_operator::controller::api_resource();
-    let url = CachedDeployment::url_path(&ar, Some(namespace));
+    let url = CachedDeployment::url_path(&ar, namespace);
     let text = list_text(client, &url, None).await?;
     let ((objects, store), bytes) = held(|| {
         let list: ObjectList<CachedDeployment> = serde_json::from_str(&text)?;
@@ -122,8 +122,12 @@ async fn deployments(client: &Client, namespace: &str) -> anyhow::Result<KindFoo
     })
 }
 
-/// Every cache of the operator, measured over the objects of `namespace`.
-pub async fn measure(client: &Client, namespace: &str) -> anyhow::Result<Vec<KindFootprint>> {
+/// Every cache of the operator, measured over the objects of `namespace` (of every namespace if
+/// `None`), as the operator watching that scope caches them.
+pub async fn measure(
+    client: &Client,
+    namespace: Option<&str>,
+) -> anyhow::Result<Vec<KindFootprint>> {
     let owned_selector = observe::owned_selector();
     let owned_selector = Some(owned_selector.as_str());
     let config_maps = observe::config_map_selector();

@@ -3,6 +3,13 @@
 //! simulated nodes served by a node agent of the benchmark's own (about one node per deployment:
 //! NVIDIA nodes of 8 GPUs in cliques of 4, Ascend nodes of 16 NPUs in super-pods of 8).
 //!
+//! The deployments are spread evenly over namespaces of at most 100 (`--per-namespace`), about
+//! 1,000 pods each, within the 3,000 pods per namespace of Kubernetes' scalability thresholds:
+//! the controller-manager's disruption and EndpointSlice controllers look at every
+//! PodDisruptionBudget and Service of a pod's namespace on each of its changes, so 1,000
+//! deployments in one namespace would cost the bed's controllers about ten times as much per
+//! pod change. With more than one namespace the operator watches every namespace.
+//!
 //! Every deployment verifies its checkpoint (a Job running the operator's verifier), passes its
 //! acceptance run (the operator's judge around the stand-in engine) and serves 8 worker pods with
 //! their Services: NVIDIA ones as 2 groups of 4 pods, Ascend ones as 1 group of 8. Phases:
@@ -13,7 +20,7 @@
 //! 4. `floor-ready`, `floor-rollout`: a plain client (the same kube client and request
 //!    accounting, one task per deployment as the operator has) creates and updates exactly the
 //!    objects the operator created, in the same order and waiting for the same things, in a
-//!    fresh namespace on the same bed (see `floor.rs`).
+//!    fresh namespace for each of the operator's on the same bed (see `floor.rs`).
 //!
 //! Per phase it prints the time to converge, API requests by verb per resource, reconciles per
 //! resource, the peak reconcile queue depth and how long watch events waited for their pass
@@ -22,8 +29,8 @@
 //! end; then operator ÷ floor for reaching Ready and for the rollout. It prints figures and never
 //! judges them. The last line is `BENCH {json}` for scripts.
 //!
-//! Usage: `deepinfer-bench [--resources N] [--operator PATH] [--node-agent PATH] [--no-floor]
-//! [--skip-rollout]` against the running bed (`make bench` starts it and builds a release
+//! Usage: `deepinfer-bench [--resources N] [--per-namespace M] [--operator PATH]
+//! [--node-agent PATH] [--no-floor] [--skip-rollout]` against the running bed (`make bench` starts it and builds a release
 //! operator).
 
 #![forbid(unsafe_code)]
@@ -77,10 +84,15 @@ struct Args {
     /// Leave out the floor (the plain client's run).
     #[arg(long)]
     no_floor: bool,
-    /// Leave out the rollout and the floor's rollout: `ready`, `restart`, `floor-ready` only
-    /// (at N = 1000 on 2 cores each phase takes most of an hour).
+    /// Leave out the rollout and the floor's rollout: `ready`, `restart`, `floor-ready` only.
     #[arg(long)]
     skip_rollout: bool,
+    /// Resources per namespace: N resources go into ⌈N ÷ this⌉ namespaces, 100 resources (about
+    /// 1,000 pods) each by default, within the 3,000 pods per namespace of Kubernetes' scalability
+    /// thresholds. With one namespace the operator watches that namespace, with more every
+    /// namespace.
+    #[arg(long, default_value_t = 100)]
+    per_namespace: usize,
 }
 
 /// Image of the first revision and of the rollout.
@@ -92,6 +104,7 @@ const IMAGE2: &str = "registry.example.com/deepinfer@sha256:fedcba9876543210fedc
 #[serde(rename_all = "camelCase")]
 struct Figures {
     resources: usize,
+    namespaces: usize,
     worker_pods: usize,
     nodes: usize,
     operator: String,
@@ -183,7 +196,7 @@ fn converged(did: &DeepInferDeployment) -> bool {
 
 /// Polls the resources of `api` each second until `done` holds for all `n`, sampling the probe.
 async fn wait_all(
-    api: &Api<DeepInferDeployment>,
+    apis: &[Api<DeepInferDeployment>],
     n: usize,
     timeout: Duration,
     probe: &mut Probe,
@@ -197,14 +210,17 @@ async fn wait_all(
         if let Some(op) = operator.as_deref_mut() {
             op.assert_running();
         }
-        let list = api.list(&ListParams::default()).await?;
-        let count = list.items.iter().filter(|d| done(d)).count();
+        let mut items = Vec::new();
+        for api in apis {
+            items.extend(api.list(&ListParams::default()).await?.items);
+        }
+        let count = items.iter().filter(|d| done(d)).count();
         if count == n {
             return Ok(());
         }
         if last_report.elapsed() >= Duration::from_secs(30) {
             let mut phases: BTreeMap<String, usize> = BTreeMap::new();
-            for d in &list.items {
+            for d in &items {
                 let phase = d.status.as_ref().and_then(|s| s.phase);
                 *phases.entry(format!("{phase:?}")).or_default() += 1;
             }
@@ -234,13 +250,15 @@ async fn bench_namespace(client: &Client, prefix: &str) -> TestNamespace {
 
 /// Creates the N resources, `concurrency` requests at a time.
 async fn create_all(
-    api: &Api<DeepInferDeployment>,
+    apis: &[Api<DeepInferDeployment>],
     n: usize,
     concurrency: usize,
 ) -> anyhow::Result<()> {
-    let objects = (0..n).map(resource).collect::<anyhow::Result<Vec<_>>>()?;
+    let objects = (0..n)
+        .map(|i| Ok((&apis[i * apis.len() / n], resource(i)?)))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     futures::stream::iter(objects)
-        .map(|did| async move { api.create(&PostParams::default(), &did).await })
+        .map(|(api, did)| async move { api.create(&PostParams::default(), &did).await })
         .buffer_unordered(concurrency)
         .try_collect::<Vec<_>>()
         .await?;
@@ -248,17 +266,15 @@ async fn create_all(
 }
 
 /// Changes the image of every resource (a new revision), `concurrency` requests at a time.
-async fn roll_all(api: &Api<DeepInferDeployment>, concurrency: usize) -> anyhow::Result<()> {
-    let names: Vec<String> = api
-        .list(&ListParams::default())
-        .await?
-        .items
-        .iter()
-        .map(ResourceExt::name_any)
-        .collect();
+async fn roll_all(apis: &[Api<DeepInferDeployment>], concurrency: usize) -> anyhow::Result<()> {
+    let mut names = Vec::new();
+    for api in apis {
+        let list = api.list(&ListParams::default()).await?;
+        names.extend(list.items.iter().map(|d| (api, d.name_any())));
+    }
     let patch = Patch::Merge(json!({"spec": {"runtime": {"image": IMAGE2}}}));
     futures::stream::iter(names)
-        .map(|name| {
+        .map(|(api, name)| {
             let patch = &patch;
             async move { api.patch(&name, &PatchParams::default(), patch).await }
         })
@@ -322,14 +338,32 @@ async fn phases(
     timeout: Duration,
 ) -> anyhow::Result<Figures> {
     let n = args.resources;
-    let ns = bench_namespace(client, "bench").await;
-    let api: Api<DeepInferDeployment> = Api::namespaced(client.clone(), &ns.name);
+    let mut namespaces = Vec::new();
+    for _ in 0..n.div_ceil(args.per_namespace.max(1)) {
+        namespaces.push(bench_namespace(client, "bench").await);
+    }
+    let names: Vec<String> = namespaces.iter().map(|ns| ns.name.clone()).collect();
+    // The operator watches its one namespace, else every namespace; its caches are measured so.
+    let scope = match names.as_slice() {
+        [one] => Some(one.as_str()),
+        _ => None,
+    };
+    println!(
+        "bench: {} namespaces of about {} resources, the operator watching {}",
+        names.len(),
+        n.div_ceil(names.len()),
+        scope.unwrap_or("every namespace")
+    );
+    let apis: Vec<Api<DeepInferDeployment>> = names
+        .iter()
+        .map(|ns| Api::namespaced(client.clone(), ns))
+        .collect();
     let address = free_address();
     let log = logs.join("operator.log");
     let start = || {
         OperatorProcess::start_binary(
             operator,
-            &ns.name,
+            scope,
             address,
             &[],
             &[("RUST_LOG", "warn")],
@@ -344,12 +378,15 @@ async fn phases(
     let mut phases = Vec::new();
 
     // 1. Every resource to Ready.
-    let recorder = floor::Recorder::start(client, &ns.name).await;
+    let mut recorders = Vec::new();
+    for ns in &names {
+        recorders.push(floor::Recorder::start(client, ns).await);
+    }
     let mut probe = Probe::start("ready", n, (op.id(), address), agent.id()).await;
-    create_all(&api, n, args.client_concurrency).await?;
-    wait_all(&api, n, timeout, &mut probe, Some(&mut op), converged).await?;
-    let ready_dids = floor::deployments(client, &ns.name).await?;
-    recorder.next_phase();
+    create_all(&apis, n, args.client_concurrency).await?;
+    wait_all(&apis, n, timeout, &mut probe, Some(&mut op), converged).await?;
+    let ready_dids = floor::deployments(client, &names).await?;
+    recorders.iter().for_each(floor::Recorder::next_phase);
     let ready = probe.finish().await.printed();
     let heap_ready = ready
         .operator_heap_mib
@@ -357,15 +394,13 @@ async fn phases(
     phases.push(ready);
     let rss_ready = bed::rss_mib(op.id());
     let anon_ready = bed::anon_mib(op.id());
-    let caches = footprint::printed(footprint::measure(client, &ns.name).await?, heap_ready);
+    let caches = footprint::printed(footprint::measure(client, scope).await?, heap_ready);
 
     // 2. A new revision everywhere.
     let mut replayed = vec![("ready", ready_dids)];
     if !args.skip_rollout {
-        let before: BTreeMap<String, Option<String>> = api
-            .list(&ListParams::default())
+        let before: BTreeMap<String, Option<String>> = floor::deployments(client, &names)
             .await?
-            .items
             .iter()
             .map(|d| {
                 (
@@ -375,14 +410,14 @@ async fn phases(
             })
             .collect();
         let mut probe = Probe::start("rollout", n, (op.id(), address), agent.id()).await;
-        roll_all(&api, args.client_concurrency).await?;
-        wait_all(&api, n, timeout, &mut probe, Some(&mut op), |d| {
+        roll_all(&apis, args.client_concurrency).await?;
+        wait_all(&apis, n, timeout, &mut probe, Some(&mut op), |d| {
             let revision = d.status.as_ref().and_then(|s| s.revision.clone());
             revision.is_some() && before.get(&d.name_any()) != Some(&revision) && converged(d)
         })
         .await?;
-        replayed.push(("rollout", floor::deployments(client, &ns.name).await?));
-        recorder.next_phase();
+        replayed.push(("rollout", floor::deployments(client, &names).await?));
+        recorders.iter().for_each(floor::Recorder::next_phase);
         phases.push(probe.finish().await.printed());
     }
 
@@ -412,16 +447,26 @@ async fn phases(
     restart.seconds = converged_at.as_secs_f64();
     phases.push(restart.printed());
     op.terminate(Duration::from_secs(30));
-    let worker_pods = recorder.pods_created(0);
-    println!("bench: the operator's objects: {}", recorder.summary());
-    let recorded = recorder.stop();
-    delete_and_wait(client, ns, timeout).await?;
+    let worker_pods = recorders.iter().map(|r| r.pods_created(0)).sum();
+    println!(
+        "bench: the operator's objects: {}",
+        floor::summary(&recorders)
+    );
+    let recorded: Vec<floor::Recorded> = recorders.into_iter().map(floor::Recorder::stop).collect();
+    delete_all(client, namespaces, timeout).await?;
 
     let mut floor_ratio = BTreeMap::new();
     if !args.no_floor {
-        let floor_ns = bench_namespace(client, "floor").await;
-        let floor_phases =
-            floor::run(&floor_ns.name, recorded, &replayed, agent.id(), timeout).await?;
+        let mut floor_namespaces = Vec::new();
+        for _ in &recorded {
+            floor_namespaces.push(bench_namespace(client, "floor").await);
+        }
+        let pairs = floor_namespaces
+            .iter()
+            .map(|ns| ns.name.clone())
+            .zip(recorded)
+            .collect();
+        let floor_phases = floor::run(pairs, &replayed, agent.id(), timeout).await?;
         for (operator_phase, floor_phase) in phases.iter().zip(&floor_phases) {
             floor_ratio.insert(
                 operator_phase.name.clone(),
@@ -429,13 +474,14 @@ async fn phases(
             );
         }
         phases.extend(floor_phases);
-        delete_and_wait(client, floor_ns, timeout).await?;
+        delete_all(client, floor_namespaces, timeout).await?;
     }
 
     let delta = (rss_ready - rss_idle) * 1024.0 * 1024.0;
     let anon_delta = (anon_ready - anon_idle) * 1024.0 * 1024.0;
     Ok(Figures {
         resources: n,
+        namespaces: names.len(),
         worker_pods,
         nodes: agent.nodes,
         operator: operator.display().to_string(),
@@ -453,6 +499,21 @@ async fn phases(
         phases,
         floor_ratio,
     })
+}
+
+/// Deletes benchmark namespaces, all at once, and waits until their pods are gone.
+async fn delete_all(
+    client: &Client,
+    namespaces: Vec<TestNamespace>,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    futures::future::try_join_all(
+        namespaces
+            .into_iter()
+            .map(|ns| delete_and_wait(client, ns, timeout)),
+    )
+    .await?;
+    Ok(())
 }
 
 /// Deletes a benchmark namespace and waits until its pods are gone, so that the next phase has
@@ -496,8 +557,8 @@ async fn delete_and_wait(
 
 fn print_figures(f: &Figures) {
     println!(
-        "bench: {} resources, {} worker pods, {} nodes (Ready in {:.1} s, the agent used {:.1} CPU s registering them)",
-        f.resources, f.worker_pods, f.nodes, f.nodes_ready_seconds, f.node_agent_register_cpu_seconds
+        "bench: {} resources in {} namespaces, {} worker pods, {} nodes (Ready in {:.1} s, the agent used {:.1} CPU s registering them)",
+        f.resources, f.namespaces, f.worker_pods, f.nodes, f.nodes_ready_seconds, f.node_agent_register_cpu_seconds
     );
     println!(
         "bench: operator memory {:.1} MiB idle, {:.1} MiB with {} Ready resources: {:.0} bytes per resource, {:.0} bytes per worker pod (the same growth divided both ways)",

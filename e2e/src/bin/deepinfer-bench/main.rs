@@ -43,6 +43,7 @@ mod probe;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
@@ -51,6 +52,8 @@ use deepinfer_e2e::support::{self, TestNamespace};
 use deepinfer_operator::api::DeepInferDeployment;
 use futures::{StreamExt, TryStreamExt};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
@@ -194,9 +197,49 @@ fn converged(did: &DeepInferDeployment) -> bool {
         })
 }
 
-/// Polls the resources of `api` each second until `done` holds for all `n`, sampling the probe.
+/// The benchmark's resources as their watches report them. The benchmark waits on these: its
+/// waiting costs the API server one watch event per change, not a list of every resource each
+/// second, which would load the API server in the operator's phases only (the floor's wait on
+/// their own writes).
+struct Watched {
+    stores: Vec<Store<DeepInferDeployment>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Watched {
+    /// Watches the resources of each of `apis`; returns once every watch has listed.
+    async fn start(apis: &[Api<DeepInferDeployment>]) -> anyhow::Result<Self> {
+        let mut watched = Self {
+            stores: Vec::new(),
+            tasks: Vec::new(),
+        };
+        for api in apis {
+            let (store, writer) = reflector::store();
+            let events = reflector::reflector(writer, watcher(api.clone(), Default::default()));
+            watched.tasks.push(tokio::spawn(
+                events.default_backoff().for_each(|_| async {}),
+            ));
+            store.wait_until_ready().await?;
+            watched.stores.push(store);
+        }
+        Ok(watched)
+    }
+
+    /// Every watched resource as last reported.
+    fn state(&self) -> Vec<Arc<DeepInferDeployment>> {
+        self.stores.iter().flat_map(Store::state).collect()
+    }
+}
+
+impl Drop for Watched {
+    fn drop(&mut self) {
+        self.tasks.iter().for_each(tokio::task::JoinHandle::abort);
+    }
+}
+
+/// Looks at the watched resources each second until `done` holds for all `n`, sampling the probe.
 async fn wait_all(
-    apis: &[Api<DeepInferDeployment>],
+    watched: &Watched,
     n: usize,
     timeout: Duration,
     probe: &mut Probe,
@@ -210,10 +253,7 @@ async fn wait_all(
         if let Some(op) = operator.as_deref_mut() {
             op.assert_running();
         }
-        let mut items = Vec::new();
-        for api in apis {
-            items.extend(api.list(&ListParams::default()).await?.items);
-        }
+        let items = watched.state();
         let count = items.iter().filter(|d| done(d)).count();
         if count == n {
             return Ok(());
@@ -382,9 +422,10 @@ async fn phases(
     for ns in &names {
         recorders.push(floor::Recorder::start(client, ns).await);
     }
+    let watched = Watched::start(&apis).await?;
     let mut probe = Probe::start("ready", n, (op.id(), address), agent.id()).await;
     create_all(&apis, n, args.client_concurrency).await?;
-    wait_all(&apis, n, timeout, &mut probe, Some(&mut op), converged).await?;
+    wait_all(&watched, n, timeout, &mut probe, Some(&mut op), converged).await?;
     let ready_dids = floor::deployments(client, &names).await?;
     recorders.iter().for_each(floor::Recorder::next_phase);
     let ready = probe.finish().await.printed();
@@ -411,7 +452,7 @@ async fn phases(
             .collect();
         let mut probe = Probe::start("rollout", n, (op.id(), address), agent.id()).await;
         roll_all(&apis, args.client_concurrency).await?;
-        wait_all(&apis, n, timeout, &mut probe, Some(&mut op), |d| {
+        wait_all(&watched, n, timeout, &mut probe, Some(&mut op), |d| {
             let revision = d.status.as_ref().and_then(|s| s.revision.clone());
             revision.is_some() && before.get(&d.name_any()) != Some(&revision) && converged(d)
         })
@@ -420,6 +461,8 @@ async fn phases(
         recorders.iter().for_each(floor::Recorder::next_phase);
         phases.push(probe.finish().await.printed());
     }
+
+    drop(watched);
 
     // 3. A restart over the converged set: every resource is reconciled again from the list;
     // converged once as many passes ended as there are resources.

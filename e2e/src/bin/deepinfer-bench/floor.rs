@@ -1,12 +1,11 @@
 //! The floor: what the same work costs a plain client. While the operator works, the benchmark
 //! records (by watching) every object it creates and deletes, in order. The floor then replays,
 //! per deployment and phase, exactly those creations and deletions in a fresh namespace (one for
-//! each namespace the operator worked in), waiting
-//! for what the operator waits for: a Job's completion before what follows it, worker pods
-//! Running before their `deepinfer.io/accepted` condition is set, and, before a pod is deleted,
-//! the pods that were Ready when the operator deleted it (a rollout with room to spare replaces
-//! a group once its successor serves; without, it deletes first and the successor's gang can
-//! only be placed on the devices it frees).
+//! each namespace the operator worked in), waiting for what the operator waits for: a Job's
+//! completion before what follows it, worker pods Running before their `deepinfer.io/accepted`
+//! condition is set, and, before a pod is deleted, the pods that were Ready when the operator
+//! deleted it (a rollout with room to spare replaces a group once its successor serves; without,
+//! it deletes first and the successor's gang can only be placed on the devices it frees).
 //! It uses the same kube client and request accounting as the operator, watches Jobs and Pods as
 //! the operator does, and runs one task per deployment (the operator's controller runs reconciles
 //! of different resources concurrently, without a limit).

@@ -30,8 +30,8 @@
 //! judges them. The last line is `BENCH {json}` for scripts.
 //!
 //! Usage: `deepinfer-bench [--resources N] [--per-namespace M] [--operator PATH]
-//! [--node-agent PATH] [--no-floor] [--skip-rollout]` against the running bed (`make bench` starts it and builds a release
-//! operator).
+//! [--node-agent PATH] [--no-floor] [--skip-rollout]` against the running bed (`make bench`
+//! starts it and builds a release operator).
 
 #![forbid(unsafe_code)]
 
@@ -199,8 +199,8 @@ fn converged(did: &DeepInferDeployment) -> bool {
 
 /// The benchmark's resources as their watches report them. The benchmark waits on these: its
 /// waiting costs the API server one watch event per change, not a list of every resource each
-/// second, which would load the API server in the operator's phases only (the floor's wait on
-/// their own writes).
+/// second, which would load the API server in the operator's phases only (the floor's phases
+/// wait on their own writes).
 struct Watched {
     stores: Vec<Store<DeepInferDeployment>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,

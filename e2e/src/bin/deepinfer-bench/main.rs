@@ -305,18 +305,24 @@ async fn create_all(
     Ok(())
 }
 
-/// Changes the image of every resource (a new revision), `concurrency` requests at a time.
-async fn roll_all(apis: &[Api<DeepInferDeployment>], concurrency: usize) -> anyhow::Result<()> {
-    let mut names = Vec::new();
-    for api in apis {
-        let list = api.list(&ListParams::default()).await?;
-        names.extend(list.items.iter().map(|d| (api, d.name_any())));
-    }
+/// Changes the image of each of `dids` (a new revision), `concurrency` requests at a time.
+async fn roll_all(
+    client: &Client,
+    dids: &[DeepInferDeployment],
+    concurrency: usize,
+) -> anyhow::Result<()> {
     let patch = Patch::Merge(json!({"spec": {"runtime": {"image": IMAGE2}}}));
-    futures::stream::iter(names)
-        .map(|(api, name)| {
+    futures::stream::iter(dids)
+        .map(|did| {
             let patch = &patch;
-            async move { api.patch(&name, &PatchParams::default(), patch).await }
+            let api: Api<DeepInferDeployment> = Api::namespaced(
+                client.clone(),
+                did.metadata.namespace.as_deref().unwrap_or(""),
+            );
+            async move {
+                api.patch(&did.name_any(), &PatchParams::default(), patch)
+                    .await
+            }
         })
         .buffer_unordered(concurrency)
         .try_collect::<Vec<_>>()
@@ -440,8 +446,8 @@ async fn phases(
     // 2. A new revision everywhere.
     let mut replayed = vec![("ready", ready_dids)];
     if !args.skip_rollout {
-        let before: BTreeMap<String, Option<String>> = floor::deployments(client, &names)
-            .await?
+        let current = floor::deployments(client, &names).await?;
+        let before: BTreeMap<String, Option<String>> = current
             .iter()
             .map(|d| {
                 (
@@ -451,7 +457,7 @@ async fn phases(
             })
             .collect();
         let mut probe = Probe::start("rollout", n, (op.id(), address), agent.id()).await;
-        roll_all(&apis, args.client_concurrency).await?;
+        roll_all(client, &current, args.client_concurrency).await?;
         wait_all(&watched, n, timeout, &mut probe, Some(&mut op), |d| {
             let revision = d.status.as_ref().and_then(|s| s.revision.clone());
             revision.is_some() && before.get(&d.name_any()) != Some(&revision) && converged(d)

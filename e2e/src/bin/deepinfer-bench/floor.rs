@@ -8,7 +8,9 @@
 //! it deletes first and the successor's gang can only be placed on the devices it frees).
 //! It uses the same kube client and request accounting as the operator, watches Jobs and Pods as
 //! the operator does, and runs one task per deployment (the operator's controller runs reconciles
-//! of different resources concurrently, without a limit).
+//! of different resources concurrently, without a limit). A request whose connection failed
+//! before it went out is sent again, as the operator's pass is retried when the API server
+//! could not be reached; any other failed request ends the run.
 //!
 //! Not replayed: the operator's reads before each write, events, and updates of objects it
 //! already created (it skips applies that change nothing). The deployments' status is written
@@ -435,6 +437,49 @@ fn is_token_volume(v: &Value) -> bool {
         .is_some_and(|n| n.starts_with("kube-api-access-"))
 }
 
+/// How many times a request whose connection failed is sent again, the first after
+/// [`RESEND_FIRST`], each wait twice the last (at most 2 s).
+const RESENDS: u32 = 8;
+const RESEND_FIRST: Duration = Duration::from_millis(100);
+
+/// Whether `error` is a connection that failed before the request went out (refused, or a TLS
+/// handshake the server closed: one delete of an N = 1000 `floor-ready` ended so, and the whole
+/// run with it): the request reached nobody, so sending it again cannot do it twice.
+fn unsent(error: &kube::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = source {
+        if e.downcast_ref::<hyper_util::client::legacy::Error>()
+            .is_some_and(hyper_util::client::legacy::Error::is_connect)
+        {
+            return true;
+        }
+        source = e.source();
+    }
+    false
+}
+
+/// The floor's request `send`, sent again while its connection fails before it goes out (up to
+/// [`RESENDS`] times), as the operator's pass is retried when the API server could not be
+/// reached. Any answer, and any other error, is returned as it is.
+async fn sent<T, F, Fut>(send: F) -> kube::Result<T>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = kube::Result<T>>,
+{
+    let mut wait = RESEND_FIRST;
+    let mut resent = 0;
+    loop {
+        match send().await {
+            Err(e) if resent < RESENDS && unsent(&e) => {
+                resent += 1;
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(2));
+            }
+            answered => return answered,
+        }
+    }
+}
+
 /// The floor in one namespace: its client and caches of Jobs and Pods (shared by the floor's
 /// namespaces), and what the operator did in the namespace it stands in for.
 struct Floor {
@@ -523,9 +568,9 @@ impl Floor {
                     self.create_batch(&batch, &mut live, uid).await?;
                     batch.clear();
                     let patch = Patch::Merge(self.rewritten(c, uid)?);
-                    self.api(c.kind)
-                        .patch(&c.name, &PatchParams::default(), &patch)
-                        .await?;
+                    let api = self.api(c.kind);
+                    let params = PatchParams::default();
+                    sent(|| api.patch(&c.name, &params, &patch)).await?;
                 }
                 Action::Delete { kind, name, ready } => {
                     if is_kind(*kind, "Pod") {
@@ -533,11 +578,9 @@ impl Floor {
                             live.iter().filter(|p| ready.contains(p)).cloned().collect();
                         self.serve(&waited, &mut serving).await?;
                     }
-                    match self
-                        .api(*kind)
-                        .delete(name, &DeleteParams::background())
-                        .await
-                    {
+                    let api = self.api(*kind);
+                    let params = DeleteParams::background();
+                    match sent(|| api.delete(name, &params)).await {
                         // The garbage collector may have been first (a Job's pods, a group).
                         Err(kube::Error::Api(status)) if status.code == 404 => {}
                         other => {
@@ -570,9 +613,9 @@ impl Floor {
         for stage in [referred, workloads] {
             futures::future::try_join_all(stage.iter().map(|c| async {
                 let body: DynamicObject = serde_json::from_value(self.rewritten(c, uid)?)?;
-                self.api(c.kind)
-                    .create(&PostParams::default(), &body)
-                    .await?;
+                let api = self.api(c.kind);
+                let params = PostParams::default();
+                sent(|| api.create(&params, &body)).await?;
                 anyhow::Ok(())
             }))
             .await?;
@@ -623,8 +666,9 @@ impl Floor {
                 || json!({"type": ACCEPTED_POD_CONDITION, "status": "True", "reason": "Accepted"}),
             );
             let patch = json!({"status": {"conditions": [condition]}});
-            api.patch_status(name, &PatchParams::default(), &Patch::Strategic(patch))
-                .await?;
+            let patch = Patch::Strategic(patch);
+            let params = PatchParams::default();
+            sent(|| api.patch_status(name, &params, &patch)).await?;
             self.until(&format!("pod {name} Ready"), || {
                 self.pod(name, deepinfer_operator::controller::apply::pod_ready)
                     .unwrap_or(false)
@@ -644,11 +688,12 @@ impl Floor {
         let ours = if phase == 0 {
             let mut fresh = DeepInferDeployment::new(&name, did.spec.clone());
             fresh.metadata.annotations = did.metadata.annotations.clone();
-            api.create(&PostParams::default(), &fresh).await?
+            let params = PostParams::default();
+            sent(|| api.create(&params, &fresh)).await?
         } else {
-            let spec = json!({"spec": did.spec});
-            api.patch(&name, &PatchParams::default(), &Patch::Merge(spec))
-                .await?
+            let spec = Patch::Merge(json!({"spec": did.spec}));
+            let params = PatchParams::default();
+            sent(|| api.patch(&name, &params, &spec)).await?
         };
         let mine: Vec<&Step> = self
             .steps
@@ -664,9 +709,9 @@ impl Floor {
             "no uid recorded for {name}"
         );
         self.replay(&mine, (&theirs, &ours)).await?;
-        let status = json!({"status": did.status});
-        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(status))
-            .await?;
+        let status = Patch::Merge(json!({"status": did.status}));
+        let params = PatchParams::default();
+        sent(|| api.patch_status(&name, &params, &status)).await?;
         Ok(())
     }
 }
@@ -746,4 +791,54 @@ pub async fn run(
     }
     watches.abort();
     Ok(figures)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    /// A client of an API server that accepts each connection and closes it during the TLS
+    /// handshake.
+    fn hanging_up() -> Client {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            for connection in listener.incoming() {
+                drop(connection);
+            }
+        });
+        let config = kube::Config::new(format!("https://{address}").parse().unwrap());
+        Client::try_from(config).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_request_whose_connection_failed_is_sent_again() {
+        let pods: Api<Pod> = Api::namespaced(hanging_up(), "floor");
+        let sends = AtomicU32::new(0);
+        let got = sent(|| async {
+            match sends.fetch_add(1, Ordering::SeqCst) {
+                0 | 1 => pods.get("p").await.map(|_| "hung up"),
+                _ => Ok("answered"),
+            }
+        })
+        .await;
+        assert_eq!(got.unwrap(), "answered");
+        assert_eq!(sends.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test]
+    async fn an_answer_is_not_sent_again() {
+        let sends = AtomicU32::new(0);
+        let got: kube::Result<()> = sent(|| async {
+            sends.fetch_add(1, Ordering::SeqCst);
+            Err(kube::Error::Api(Box::new(
+                kube::core::Status::failure("pods \"p\" already exists", "AlreadyExists")
+                    .with_code(409),
+            )))
+        })
+        .await;
+        assert!(matches!(got, Err(kube::Error::Api(s)) if s.code == 409));
+        assert_eq!(sends.load(Ordering::SeqCst), 1);
+    }
 }

@@ -665,8 +665,7 @@ impl Floor {
             let condition = self.accepted.get(*name).cloned().unwrap_or_else(
                 || json!({"type": ACCEPTED_POD_CONDITION, "status": "True", "reason": "Accepted"}),
             );
-            let patch = json!({"status": {"conditions": [condition]}});
-            let patch = Patch::Strategic(patch);
+            let patch = Patch::Strategic(json!({"status": {"conditions": [condition]}}));
             let params = PatchParams::default();
             sent(|| api.patch_status(name, &params, &patch)).await?;
             self.until(&format!("pod {name} Ready"), || {

@@ -332,7 +332,8 @@ pub async fn deployments(
     let mut all = Vec::new();
     for ns in namespaces {
         let api: Api<DeepInferDeployment> = Api::namespaced(client.clone(), ns);
-        all.extend(api.list(&ListParams::default()).await?.items);
+        let params = ListParams::default();
+        all.extend(sent(|| api.list(&params)).await?.items);
     }
     Ok(all)
 }
@@ -458,10 +459,11 @@ fn unsent(error: &kube::Error) -> bool {
     false
 }
 
-/// The floor's request `send`, sent again while its connection fails before it goes out (up to
-/// [`RESENDS`] times), as the operator's pass is retried when the API server could not be
-/// reached. Any answer, and any other error, is returned as it is.
-async fn sent<T, F, Fut>(send: F) -> kube::Result<T>
+/// The request `send` (the floor's, or one of the benchmark's own writes that start a phase), sent
+/// again while its connection fails before it goes out (up to [`RESENDS`] times), as the
+/// operator's pass is retried when the API server could not be reached. Any answer, and any other
+/// error, is returned as it is.
+pub async fn sent<T, F, Fut>(send: F) -> kube::Result<T>
 where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = kube::Result<T>>,

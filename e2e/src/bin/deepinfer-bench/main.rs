@@ -298,7 +298,10 @@ async fn create_all(
         .map(|i| Ok((&apis[i * apis.len() / n], resource(i)?)))
         .collect::<anyhow::Result<Vec<_>>>()?;
     futures::stream::iter(objects)
-        .map(|(api, did)| async move { api.create(&PostParams::default(), &did).await })
+        .map(|(api, did)| async move {
+            let params = PostParams::default();
+            floor::sent(|| api.create(&params, &did)).await
+        })
         .buffer_unordered(concurrency)
         .try_collect::<Vec<_>>()
         .await?;
@@ -320,8 +323,8 @@ async fn roll_all(
                 did.metadata.namespace.as_deref().unwrap_or(""),
             );
             async move {
-                api.patch(&did.name_any(), &PatchParams::default(), patch)
-                    .await
+                let (name, params) = (did.name_any(), PatchParams::default());
+                floor::sent(|| api.patch(&name, &params, patch)).await
             }
         })
         .buffer_unordered(concurrency)

@@ -333,7 +333,7 @@ pub async fn deployments(
     for ns in namespaces {
         let api: Api<DeepInferDeployment> = Api::namespaced(client.clone(), ns);
         let params = ListParams::default();
-        all.extend(sent(|| api.list(&params)).await?.items);
+        all.extend(sent(Repeat::Unanswered, || api.list(&params)).await?.items);
     }
     Ok(all)
 }
@@ -443,27 +443,43 @@ fn is_token_volume(v: &Value) -> bool {
 const RESENDS: u32 = 8;
 const RESEND_FIRST: Duration = Duration::from_millis(100);
 
-/// Whether `error` is a connection that failed before the request went out (refused, or a TLS
-/// handshake the server closed: one delete of an N = 1000 `floor-ready` ended so, and the whole
-/// run with it): the request reached nobody, so sending it again cannot do it twice.
-fn unsent(error: &kube::Error) -> bool {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
-    while let Some(e) = source {
-        if e.downcast_ref::<hyper_util::client::legacy::Error>()
-            .is_some_and(hyper_util::client::legacy::Error::is_connect)
-        {
-            return true;
+/// Which failed requests [`sent`] sends again.
+#[derive(Clone, Copy, Debug)]
+pub enum Repeat {
+    /// Only one whose connection failed before it went out (refused, or a TLS handshake the
+    /// server closed: one delete of an N = 1000 `floor-ready` ended so, and the whole run with
+    /// it). For a create: sent twice, it could meet its own object (409).
+    Unsent,
+    /// Also one whose connection closed before its answer came (a delete of another N = 1000
+    /// `floor-ready` met `peer closed connection without sending TLS close_notify`). For a
+    /// request that does the same when done twice: a delete (404 the second time, taken as
+    /// done), a patch, a read.
+    Unanswered,
+}
+
+impl Repeat {
+    /// Whether `error` is a request that failed as this allows to send again.
+    fn resends(self, error: &kube::Error) -> bool {
+        let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+        while let Some(e) = source {
+            if let Some(client) = e.downcast_ref::<hyper_util::client::legacy::Error>() {
+                if client.is_connect() {
+                    return true;
+                }
+            } else if e.is::<hyper::Error>() {
+                return matches!(self, Repeat::Unanswered);
+            }
+            source = e.source();
         }
-        source = e.source();
+        false
     }
-    false
 }
 
 /// The request `send` (the floor's, or one of the benchmark's own writes that start a phase), sent
-/// again while its connection fails before it goes out (up to [`RESENDS`] times), as the
-/// operator's pass is retried when the API server could not be reached. Any answer, and any other
-/// error, is returned as it is.
-pub async fn sent<T, F, Fut>(send: F) -> kube::Result<T>
+/// again while it fails as `repeat` allows (up to [`RESENDS`] times), as the operator's pass is
+/// retried when the API server could not be reached. Any answer, and any other error, is returned
+/// as it is.
+pub async fn sent<T, F, Fut>(repeat: Repeat, send: F) -> kube::Result<T>
 where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = kube::Result<T>>,
@@ -472,7 +488,7 @@ where
     let mut resent = 0;
     loop {
         match send().await {
-            Err(e) if resent < RESENDS && unsent(&e) => {
+            Err(e) if resent < RESENDS && repeat.resends(&e) => {
                 resent += 1;
                 tokio::time::sleep(wait).await;
                 wait = (wait * 2).min(Duration::from_secs(2));
@@ -572,7 +588,7 @@ impl Floor {
                     let patch = Patch::Merge(self.rewritten(c, uid)?);
                     let api = self.api(c.kind);
                     let params = PatchParams::default();
-                    sent(|| api.patch(&c.name, &params, &patch)).await?;
+                    sent(Repeat::Unanswered, || api.patch(&c.name, &params, &patch)).await?;
                 }
                 Action::Delete { kind, name, ready } => {
                     if is_kind(*kind, "Pod") {
@@ -582,7 +598,7 @@ impl Floor {
                     }
                     let api = self.api(*kind);
                     let params = DeleteParams::background();
-                    match sent(|| api.delete(name, &params)).await {
+                    match sent(Repeat::Unanswered, || api.delete(name, &params)).await {
                         // The garbage collector may have been first (a Job's pods, a group).
                         Err(kube::Error::Api(status)) if status.code == 404 => {}
                         other => {
@@ -617,7 +633,7 @@ impl Floor {
                 let body: DynamicObject = serde_json::from_value(self.rewritten(c, uid)?)?;
                 let api = self.api(c.kind);
                 let params = PostParams::default();
-                sent(|| api.create(&params, &body)).await?;
+                sent(Repeat::Unsent, || api.create(&params, &body)).await?;
                 anyhow::Ok(())
             }))
             .await?;
@@ -669,7 +685,10 @@ impl Floor {
             );
             let patch = Patch::Strategic(json!({"status": {"conditions": [condition]}}));
             let params = PatchParams::default();
-            sent(|| api.patch_status(name, &params, &patch)).await?;
+            sent(Repeat::Unanswered, || {
+                api.patch_status(name, &params, &patch)
+            })
+            .await?;
             self.until(&format!("pod {name} Ready"), || {
                 self.pod(name, deepinfer_operator::controller::apply::pod_ready)
                     .unwrap_or(false)
@@ -690,11 +709,11 @@ impl Floor {
             let mut fresh = DeepInferDeployment::new(&name, did.spec.clone());
             fresh.metadata.annotations = did.metadata.annotations.clone();
             let params = PostParams::default();
-            sent(|| api.create(&params, &fresh)).await?
+            sent(Repeat::Unsent, || api.create(&params, &fresh)).await?
         } else {
             let spec = Patch::Merge(json!({"spec": did.spec}));
             let params = PatchParams::default();
-            sent(|| api.patch(&name, &params, &spec)).await?
+            sent(Repeat::Unanswered, || api.patch(&name, &params, &spec)).await?
         };
         let mine: Vec<&Step> = self
             .steps
@@ -712,7 +731,10 @@ impl Floor {
         self.replay(&mine, (&theirs, &ours)).await?;
         let status = Patch::Merge(json!({"status": did.status}));
         let params = PatchParams::default();
-        sent(|| api.patch_status(&name, &params, &status)).await?;
+        sent(Repeat::Unanswered, || {
+            api.patch_status(&name, &params, &status)
+        })
+        .await?;
         Ok(())
     }
 }
@@ -817,7 +839,7 @@ mod tests {
     async fn a_request_whose_connection_failed_is_sent_again() {
         let pods: Api<Pod> = Api::namespaced(hanging_up(), "floor");
         let sends = AtomicU32::new(0);
-        let got = sent(|| async {
+        let got = sent(Repeat::Unsent, || async {
             match sends.fetch_add(1, Ordering::SeqCst) {
                 0 | 1 => pods.get("p").await.map(|_| "hung up"),
                 _ => Ok("answered"),
@@ -831,7 +853,7 @@ mod tests {
     #[tokio::test]
     async fn an_answer_is_not_sent_again() {
         let sends = AtomicU32::new(0);
-        let got: kube::Result<()> = sent(|| async {
+        let got: kube::Result<()> = sent(Repeat::Unanswered, || async {
             sends.fetch_add(1, Ordering::SeqCst);
             Err(kube::Error::Api(Box::new(
                 kube::core::Status::failure("pods \"p\" already exists", "AlreadyExists")
@@ -841,5 +863,50 @@ mod tests {
         .await;
         assert!(matches!(got, Err(kube::Error::Api(s)) if s.code == 409));
         assert_eq!(sends.load(Ordering::SeqCst), 1);
+    }
+
+    /// A client of a server (plain HTTP) that reads each request and closes the connection
+    /// without an answer.
+    fn closing_unanswered() -> Client {
+        use std::io::Read;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            for connection in listener.incoming() {
+                let mut connection = connection.unwrap();
+                let _ = connection.read(&mut [0; 4096]);
+            }
+        });
+        let config = kube::Config::new(format!("http://{address}").parse().unwrap());
+        Client::try_from(config).unwrap()
+    }
+
+    /// Sends through `repeat` a get to a server that closes each connection unanswered, the
+    /// first two times, then takes an answer; how many times it was sent.
+    async fn sends_closed_unanswered(repeat: Repeat) -> (kube::Result<&'static str>, u32) {
+        let pods: Api<Pod> = Api::namespaced(closing_unanswered(), "floor");
+        let sends = AtomicU32::new(0);
+        let got = sent(repeat, || async {
+            match sends.fetch_add(1, Ordering::SeqCst) {
+                0 | 1 => pods.get("p").await.map(|_| "closed"),
+                _ => Ok("answered"),
+            }
+        })
+        .await;
+        (got, sends.load(Ordering::SeqCst))
+    }
+
+    #[tokio::test]
+    async fn a_repeatable_request_whose_connection_closed_unanswered_is_sent_again() {
+        let (got, sends) = sends_closed_unanswered(Repeat::Unanswered).await;
+        assert_eq!(got.unwrap(), "answered");
+        assert_eq!(sends, 3);
+    }
+
+    #[tokio::test]
+    async fn a_create_whose_connection_closed_unanswered_is_not_sent_again() {
+        let (got, sends) = sends_closed_unanswered(Repeat::Unsent).await;
+        assert!(got.is_err());
+        assert_eq!(sends, 1);
     }
 }

@@ -300,7 +300,7 @@ async fn create_all(
     futures::stream::iter(objects)
         .map(|(api, did)| async move {
             let params = PostParams::default();
-            floor::sent(|| api.create(&params, &did)).await
+            floor::sent(floor::Repeat::Unsent, || api.create(&params, &did)).await
         })
         .buffer_unordered(concurrency)
         .try_collect::<Vec<_>>()
@@ -324,7 +324,10 @@ async fn roll_all(
             );
             async move {
                 let (name, params) = (did.name_any(), PatchParams::default());
-                floor::sent(|| api.patch(&name, &params, patch)).await
+                floor::sent(floor::Repeat::Unanswered, || {
+                    api.patch(&name, &params, patch)
+                })
+                .await
             }
         })
         .buffer_unordered(concurrency)

@@ -458,7 +458,7 @@ pub enum Repeat {
 }
 
 impl Repeat {
-    /// Whether `error` is a request that failed as this allows to send again.
+    /// Whether a request that failed with `error` may be sent again under this rule.
     fn resends(self, error: &kube::Error) -> bool {
         let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
         while let Some(e) = source {

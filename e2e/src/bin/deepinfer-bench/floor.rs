@@ -8,9 +8,8 @@
 //! it deletes first and the successor's gang can only be placed on the devices it frees).
 //! It uses the same kube client and request accounting as the operator, watches Jobs and Pods as
 //! the operator does, and runs one task per deployment (the operator's controller runs reconciles
-//! of different resources concurrently, without a limit). A request whose connection failed
-//! before it went out is sent again, as the operator's pass is retried when the API server
-//! could not be reached; any other failed request ends the run.
+//! of different resources concurrently, without a limit). A request that failed on its connection
+//! is sent again as [`crate::resend`] allows; any other failed request ends the run.
 //!
 //! Not replayed: the operator's reads before each write, events, and updates of objects it
 //! already created (it skips applies that change nothing). The deployments' status is written
@@ -35,6 +34,7 @@ use kube::{Client, ResourceExt};
 use serde_json::{json, Value};
 
 use crate::probe::{PhaseFigures, Probe};
+use crate::resend::{sent, Repeat};
 
 /// The kinds the operator creates, in the order the floor creates objects of one moment.
 const KINDS: [(&str, &str, &str); 10] = [
@@ -438,66 +438,6 @@ fn is_token_volume(v: &Value) -> bool {
         .is_some_and(|n| n.starts_with("kube-api-access-"))
 }
 
-/// How many times a request whose connection failed is sent again, the first after
-/// [`RESEND_FIRST`], each wait twice the last (at most 2 s).
-const RESENDS: u32 = 8;
-const RESEND_FIRST: Duration = Duration::from_millis(100);
-
-/// Which failed requests [`sent`] sends again.
-#[derive(Clone, Copy, Debug)]
-pub enum Repeat {
-    /// Only one whose connection failed before it went out (refused, or a TLS handshake the
-    /// server closed: one delete of an N = 1000 `floor-ready` ended so, and the whole run with
-    /// it). For a create: sent twice, it could meet its own object (409).
-    Unsent,
-    /// Also one whose connection closed before its answer came (a delete of another N = 1000
-    /// `floor-ready` met `peer closed connection without sending TLS close_notify`). For a
-    /// request that does the same when done twice: a delete (404 the second time, taken as
-    /// done), a patch, a read.
-    Unanswered,
-}
-
-impl Repeat {
-    /// Whether a request that failed with `error` may be sent again under this rule.
-    fn resends(self, error: &kube::Error) -> bool {
-        let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
-        while let Some(e) = source {
-            if let Some(client) = e.downcast_ref::<hyper_util::client::legacy::Error>() {
-                if client.is_connect() {
-                    return true;
-                }
-            } else if e.is::<hyper::Error>() {
-                return matches!(self, Repeat::Unanswered);
-            }
-            source = e.source();
-        }
-        false
-    }
-}
-
-/// The request `send` (the floor's, or one of the benchmark's own writes that start a phase), sent
-/// again while it fails as `repeat` allows (up to [`RESENDS`] times), as the operator's pass is
-/// retried when the API server could not be reached. Any answer, and any other error, is returned
-/// as it is.
-pub async fn sent<T, F, Fut>(repeat: Repeat, send: F) -> kube::Result<T>
-where
-    F: Fn() -> Fut,
-    Fut: std::future::Future<Output = kube::Result<T>>,
-{
-    let mut wait = RESEND_FIRST;
-    let mut resent = 0;
-    loop {
-        match send().await {
-            Err(e) if resent < RESENDS && repeat.resends(&e) => {
-                resent += 1;
-                tokio::time::sleep(wait).await;
-                wait = (wait * 2).min(Duration::from_secs(2));
-            }
-            answered => return answered,
-        }
-    }
-}
-
 /// The floor in one namespace: its client and caches of Jobs and Pods (shared by the floor's
 /// namespaces), and what the operator did in the namespace it stands in for.
 struct Floor {
@@ -814,99 +754,4 @@ pub async fn run(
     }
     watches.abort();
     Ok(figures)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::sync::atomic::{AtomicU32, Ordering};
-
-    /// A client of an API server that accepts each connection and closes it during the TLS
-    /// handshake.
-    fn hanging_up() -> Client {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let address = listener.local_addr().unwrap();
-        std::thread::spawn(move || {
-            for connection in listener.incoming() {
-                drop(connection);
-            }
-        });
-        let config = kube::Config::new(format!("https://{address}").parse().unwrap());
-        Client::try_from(config).unwrap()
-    }
-
-    #[tokio::test]
-    async fn a_request_whose_connection_failed_is_sent_again() {
-        let pods: Api<Pod> = Api::namespaced(hanging_up(), "floor");
-        let sends = AtomicU32::new(0);
-        let got = sent(Repeat::Unsent, || async {
-            match sends.fetch_add(1, Ordering::SeqCst) {
-                0 | 1 => pods.get("p").await.map(|_| "hung up"),
-                _ => Ok("answered"),
-            }
-        })
-        .await;
-        assert_eq!(got.unwrap(), "answered");
-        assert_eq!(sends.load(Ordering::SeqCst), 3);
-    }
-
-    #[tokio::test]
-    async fn an_answer_is_not_sent_again() {
-        let sends = AtomicU32::new(0);
-        let got: kube::Result<()> = sent(Repeat::Unanswered, || async {
-            sends.fetch_add(1, Ordering::SeqCst);
-            Err(kube::Error::Api(Box::new(
-                kube::core::Status::failure("pods \"p\" already exists", "AlreadyExists")
-                    .with_code(409),
-            )))
-        })
-        .await;
-        assert!(matches!(got, Err(kube::Error::Api(s)) if s.code == 409));
-        assert_eq!(sends.load(Ordering::SeqCst), 1);
-    }
-
-    /// A client of a server (plain HTTP) that reads each request and closes the connection
-    /// without an answer.
-    fn closing_unanswered() -> Client {
-        use std::io::Read;
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let address = listener.local_addr().unwrap();
-        std::thread::spawn(move || {
-            for connection in listener.incoming() {
-                let mut connection = connection.unwrap();
-                let _ = connection.read(&mut [0; 4096]);
-            }
-        });
-        let config = kube::Config::new(format!("http://{address}").parse().unwrap());
-        Client::try_from(config).unwrap()
-    }
-
-    /// Sends through `repeat` a get to a server that closes each connection unanswered, the
-    /// first two times, then takes an answer; how many times it was sent.
-    async fn sends_closed_unanswered(repeat: Repeat) -> (kube::Result<&'static str>, u32) {
-        let pods: Api<Pod> = Api::namespaced(closing_unanswered(), "floor");
-        let sends = AtomicU32::new(0);
-        let got = sent(repeat, || async {
-            match sends.fetch_add(1, Ordering::SeqCst) {
-                0 | 1 => pods.get("p").await.map(|_| "closed"),
-                _ => Ok("answered"),
-            }
-        })
-        .await;
-        (got, sends.load(Ordering::SeqCst))
-    }
-
-    #[tokio::test]
-    async fn a_repeatable_request_whose_connection_closed_unanswered_is_sent_again() {
-        let (got, sends) = sends_closed_unanswered(Repeat::Unanswered).await;
-        assert_eq!(got.unwrap(), "answered");
-        assert_eq!(sends, 3);
-    }
-
-    #[tokio::test]
-    async fn a_create_whose_connection_closed_unanswered_is_not_sent_again() {
-        let (got, sends) = sends_closed_unanswered(Repeat::Unsent).await;
-        assert!(got.is_err());
-        assert_eq!(sends, 1);
-    }
 }

@@ -39,6 +39,7 @@ mod bed;
 mod floor;
 mod footprint;
 mod probe;
+mod resend;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -300,7 +301,7 @@ async fn create_all(
     futures::stream::iter(objects)
         .map(|(api, did)| async move {
             let params = PostParams::default();
-            floor::sent(floor::Repeat::Unsent, || api.create(&params, &did)).await
+            resend::sent(resend::Repeat::Unsent, || api.create(&params, &did)).await
         })
         .buffer_unordered(concurrency)
         .try_collect::<Vec<_>>()
@@ -324,7 +325,7 @@ async fn roll_all(
             );
             async move {
                 let (name, params) = (did.name_any(), PatchParams::default());
-                floor::sent(floor::Repeat::Unanswered, || {
+                resend::sent(resend::Repeat::Unanswered, || {
                     api.patch(&name, &params, patch)
                 })
                 .await

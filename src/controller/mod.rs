@@ -7,6 +7,7 @@
 pub mod apply;
 pub mod build;
 pub mod cached;
+pub mod connection;
 pub mod decide;
 pub mod events;
 mod gates;
@@ -353,7 +354,7 @@ pub fn user_agent(identity: &str) -> Option<http::HeaderValue> {
 }
 
 /// Builds a client whose requests are recorded in `requests` (by verb, resource and code, with
-/// their latency), with the operator's [`user_agent`].
+/// their latency), with the operator's [`user_agent`], on the [`connection`] stack.
 pub fn counting_client(
     config: kube::Config,
     requests: &crate::metrics::ApiRequests,
@@ -367,7 +368,7 @@ pub fn counting_client(
         }
         req
     });
-    Ok(kube::client::ClientBuilder::try_from(config)?
+    Ok(connection::builder(&config, connection::POOL_IDLE)?
         .with_layer(&user_agent)
         .with_layer(&crate::metrics::ApiRequestsLayer(requests.clone()))
         .build())

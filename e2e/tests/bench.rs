@@ -178,6 +178,10 @@ fn bench_drives_every_resource_to_ready_and_prints_every_figure() {
         "the restarted operator reconciled every resource: {}",
         phases[2]
     );
+    assert_eq!(
+        figures["operatorNamespacesLeft"], 0,
+        "the floor starts once the operator's namespaces are gone, not only their pods: {figures}"
+    );
     for phase in ["ready", "rollout"] {
         assert!(
             figures["floorRatio"][phase]

@@ -3,7 +3,10 @@
 //! It is kube's default stack, built from the same public parts: TLS and credentials from the
 //! kubeconfig, its connect, read and write timeouts, the base URI, extra headers, and the retry
 //! of 429, 503 and 504. One setting differs: a pooled connection is let go after [`POOL_IDLE`]
-//! idle instead of hyper-util's 90 s.
+//! idle instead of hyper-util's 90 s. Two parts are left out: kube's tracing span per request
+//! (the operator records every request, its code and latency in its metrics instead), and the
+//! expiry of a client certificate from an exec plugin (`Client::valid_until`, which the operator
+//! does not read).
 //!
 //! The API server closes a keep-alive connection after 90 s idle (the `IdleTimeout` of its
 //! `http.Server`). With the client's pool keeping it for 90 s too, a request can go out on a

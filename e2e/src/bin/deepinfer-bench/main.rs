@@ -612,39 +612,35 @@ async fn delete_and_wait(
     }
     let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), &name);
     let start = Instant::now();
-    let mut pods_gone = None;
     loop {
-        if pods_gone.is_none() {
-            let left = pods
-                .list_metadata(&ListParams::default())
-                .await
-                .map(|l| l.items.len())
-                .unwrap_or(0);
-            if left == 0 {
-                pods_gone = Some(start.elapsed());
-            } else {
-                anyhow::ensure!(
-                    start.elapsed() < timeout,
-                    "{left} pods of {name} left after {timeout:?}"
-                );
-            }
+        let left = pods
+            .list_metadata(&ListParams::default())
+            .await
+            .map(|l| l.items.len())
+            .unwrap_or(0);
+        if left == 0 {
+            break;
         }
-        if let Some(pods_gone) = pods_gone {
-            if namespaces.get_opt(&name).await?.is_none() {
-                println!(
-                    "bench: namespace {name} emptied in {:.1} s (its pods gone in {:.1} s)",
-                    start.elapsed().as_secs_f64(),
-                    pods_gone.as_secs_f64()
-                );
-                return Ok(());
-            }
-            anyhow::ensure!(
-                start.elapsed() < timeout,
-                "namespace {name} still there after {timeout:?}, its pods gone"
-            );
-        }
+        anyhow::ensure!(
+            start.elapsed() < timeout,
+            "{left} pods of {name} left after {timeout:?}"
+        );
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
+    let pods_gone = start.elapsed();
+    while namespaces.get_opt(&name).await?.is_some() {
+        anyhow::ensure!(
+            start.elapsed() < timeout,
+            "namespace {name} still there after {timeout:?}, its pods gone"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    println!(
+        "bench: namespace {name} emptied in {:.1} s (its pods gone in {:.1} s)",
+        start.elapsed().as_secs_f64(),
+        pods_gone.as_secs_f64()
+    );
+    Ok(())
 }
 
 fn print_figures(f: &Figures) {

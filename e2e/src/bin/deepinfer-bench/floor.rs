@@ -2,7 +2,8 @@
 //! records (by watching) every object it creates and deletes, in order. The floor then replays,
 //! per deployment and phase, exactly those creations and deletions in a fresh namespace (one for
 //! each namespace the operator worked in), waiting for what the operator waits for: a Job's
-//! completion before what follows it, worker pods Running before their `deepinfer.io/accepted`
+//! completion where the operator was seen to find it complete (and in any case before a worker
+//! pod or a Job of another run), worker pods Running before their `deepinfer.io/accepted`
 //! condition is set, and, before a pod is deleted, the pods that were Ready when the operator
 //! deleted it (a rollout with room to spare replaces a group once its successor serves; without,
 //! it deletes first and the successor's gang can only be placed on the devices it frees).
@@ -12,7 +13,8 @@
 //! is sent again as [`crate::resend`] allows; any other failed request ends the run.
 //!
 //! Not replayed: the operator's reads before each write, events, and updates of objects it
-//! already created (it skips applies that change nothing). The deployments' status is written
+//! already created other than those [`tracks_updates`] names (it skips applies that change
+//! nothing). The deployments' status is written
 //! once per deployment and phase, with the status the operator ended with.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -82,6 +84,10 @@ enum Action {
         /// For a pod: the deployment's pods that were Ready when the operator deleted it.
         ready: Vec<String>,
     },
+    /// A Job the operator created was seen complete: what it did next waited for that.
+    Completed {
+        name: String,
+    },
 }
 
 /// One recorded action.
@@ -105,6 +111,8 @@ struct Recording {
     uids: HashMap<String, String>,
     /// The worker pods now Ready, with their deployment.
     ready: HashMap<String, String>,
+    /// The Jobs seen complete.
+    completed: HashSet<String>,
 }
 
 impl Recording {
@@ -141,20 +149,30 @@ impl Recording {
             group: obj.labels().get(labels::GROUP).cloned(),
             body: body.clone(),
         };
-        let action = match self.seen.insert((kind, name), body.clone()) {
-            None => Action::Create(created),
+        let changed = match self.seen.insert((kind, name.clone()), body.clone()) {
+            None => Some(Action::Create(created)),
             Some(before)
                 if tracks_updates(kind, &body) && comparable(&before) != comparable(&body) =>
             {
-                Action::Update(created)
+                Some(Action::Update(created))
             }
-            Some(_) => return,
+            Some(_) => None,
         };
-        self.steps.push(Step {
-            phase: self.phase,
-            deployment,
-            action,
-        });
+        let completed = (is_kind(kind, "Job")
+            && obj
+                .data
+                .pointer("/status/succeeded")
+                .and_then(Value::as_i64)
+                .is_some_and(|n| n >= 1)
+            && self.completed.insert(name.clone()))
+        .then_some(Action::Completed { name });
+        for action in changed.into_iter().chain(completed) {
+            self.steps.push(Step {
+                phase: self.phase,
+                deployment: deployment.clone(),
+                action,
+            });
+        }
     }
 
     fn delete(&mut self, kind: usize, obj: &DynamicObject) {
@@ -275,6 +293,7 @@ impl Recorder {
                 Action::Create(c) => ("created", c.kind),
                 Action::Update(c) => ("updated", c.kind),
                 Action::Delete { kind, .. } => ("deleted", *kind),
+                Action::Completed { .. } => continue,
             };
             *counts.entry((step.phase, verb, KINDS[kind].2)).or_default() += 1;
         }
@@ -438,6 +457,81 @@ fn is_token_volume(v: &Value) -> bool {
         .is_some_and(|n| n.starts_with("kube-api-access-"))
 }
 
+/// One move of a replay.
+#[derive(Debug)]
+enum Move<'a> {
+    /// Create these objects at once.
+    Create(Vec<&'a Created>),
+    /// Wait until one of these Jobs (the Job, or the leader of a run's rank Jobs) completed.
+    Await(Vec<&'a Created>),
+    /// Write the operator's later form of this object.
+    Update(&'a Created),
+    /// Delete this object (for a pod: once `ready` serve).
+    Delete {
+        kind: usize,
+        name: &'a str,
+        ready: &'a [String],
+    },
+}
+
+/// The order in which the floor replays one deployment's steps of one phase. Creations go out
+/// together until one has to wait for a Job's completion (or, for the rank Jobs of one
+/// acceptance run, the leader's): where the operator was seen to find it complete, and in any
+/// case before a Job of another run or a worker pod. Nothing else waits for a Job: the operator
+/// writes an acceptance run's rank table, and may delete what it replaces, while the run is
+/// under way (and the run cannot end before its table is written).
+fn plan<'a>(steps: &[&'a Step]) -> Vec<Move<'a>> {
+    let mut moves = Vec::new();
+    let mut batch: Vec<&Created> = Vec::new();
+    let mut pending: Vec<&Created> = Vec::new();
+    let flush = |moves: &mut Vec<Move<'a>>,
+                 batch: &mut Vec<&'a Created>,
+                 pending: &mut Vec<&'a Created>,
+                 wait: bool| {
+        if !batch.is_empty() {
+            moves.push(Move::Create(std::mem::take(batch)));
+        }
+        if wait && !pending.is_empty() {
+            moves.push(Move::Await(std::mem::take(pending)));
+        }
+    };
+    for step in steps {
+        match &step.action {
+            Action::Create(c) => {
+                let waits = is_kind(c.kind, "Pod")
+                    || (is_kind(c.kind, "Job")
+                        && pending.first().is_some_and(|p| p.group != c.group));
+                if waits {
+                    flush(&mut moves, &mut batch, &mut pending, true);
+                }
+                batch.push(c);
+                if is_kind(c.kind, "Job") {
+                    pending.push(c);
+                }
+            }
+            Action::Update(c) => {
+                flush(&mut moves, &mut batch, &mut pending, false);
+                moves.push(Move::Update(c));
+            }
+            Action::Completed { name } => {
+                if pending.iter().any(|j| j.name == *name) {
+                    flush(&mut moves, &mut batch, &mut pending, true);
+                }
+            }
+            Action::Delete { kind, name, ready } => {
+                flush(&mut moves, &mut batch, &mut pending, false);
+                moves.push(Move::Delete {
+                    kind: *kind,
+                    name,
+                    ready,
+                });
+            }
+        }
+    }
+    flush(&mut moves, &mut batch, &mut pending, true);
+    moves
+}
+
 /// The floor in one namespace: its client and caches of Jobs and Pods (shared by the floor's
 /// namespaces), and what the operator did in the namespace it stands in for.
 struct Floor {
@@ -490,53 +584,28 @@ impl Floor {
             .map(|p| f(p))
     }
 
-    /// Replays one deployment's steps of one phase. Creations go out together until one has
-    /// to wait: for a Job's completion (or, for the rank Jobs of one acceptance run, the
-    /// leader's) before a Job of another run, a worker pod or a deletion; and, before a pod is
-    /// deleted, for the pods that were Ready when the operator deleted it to serve.
+    /// Replays one deployment's steps of one phase, in the order [`plan`] gives; then sets its
+    /// pods serving.
     async fn replay(&self, steps: &[&Step], uid: (&str, &str)) -> anyhow::Result<()> {
         let mut live: Vec<String> = Vec::new();
         let mut serving: HashSet<String> = HashSet::new();
-        let mut batch: Vec<&Created> = Vec::new();
-        let mut pending: Vec<&Created> = Vec::new();
-        for step in steps {
-            let waits = match &step.action {
-                Action::Create(c) => {
-                    is_kind(c.kind, "Pod")
-                        || (is_kind(c.kind, "Job")
-                            && pending.first().is_some_and(|p| p.group != c.group))
-                }
-                Action::Update(_) => false,
-                Action::Delete { .. } => true,
-            };
-            if waits {
-                self.create_batch(&batch, &mut live, uid).await?;
-                batch.clear();
-                self.wait_for_jobs(&pending).await?;
-                pending.clear();
-            }
-            match &step.action {
-                Action::Create(c) => {
-                    batch.push(c);
-                    if is_kind(c.kind, "Job") {
-                        pending.push(c);
-                    }
-                }
-                Action::Update(c) => {
-                    self.create_batch(&batch, &mut live, uid).await?;
-                    batch.clear();
+        for next in plan(steps) {
+            match next {
+                Move::Create(batch) => self.create_batch(&batch, &mut live, uid).await?,
+                Move::Await(jobs) => self.wait_for_jobs(&jobs).await?,
+                Move::Update(c) => {
                     let patch = Patch::Merge(self.rewritten(c, uid)?);
                     let api = self.api(c.kind);
                     let params = PatchParams::default();
                     sent(Repeat::Unanswered, || api.patch(&c.name, &params, &patch)).await?;
                 }
-                Action::Delete { kind, name, ready } => {
-                    if is_kind(*kind, "Pod") {
+                Move::Delete { kind, name, ready } => {
+                    if is_kind(kind, "Pod") {
                         let waited: Vec<String> =
                             live.iter().filter(|p| ready.contains(p)).cloned().collect();
                         self.serve(&waited, &mut serving).await?;
                     }
-                    let api = self.api(*kind);
+                    let api = self.api(kind);
                     let params = DeleteParams::background();
                     match sent(Repeat::Unanswered, || api.delete(name, &params)).await {
                         // The garbage collector may have been first (a Job's pods, a group).
@@ -549,8 +618,6 @@ impl Floor {
                 }
             }
         }
-        self.create_batch(&batch, &mut live, uid).await?;
-        self.wait_for_jobs(&pending).await?;
         self.serve(&live, &mut serving).await
     }
 
@@ -754,4 +821,156 @@ pub async fn run(
     }
     watches.abort();
     Ok(figures)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kind(name: &str) -> usize {
+        KINDS
+            .iter()
+            .position(|k| k.2 == name)
+            .expect("a kind the floor knows")
+    }
+
+    fn created(kind_name: &str, name: &str, group: Option<&str>) -> Created {
+        Created {
+            kind: kind(kind_name),
+            name: name.to_string(),
+            group: group.map(str::to_string),
+            body: json!({}),
+        }
+    }
+
+    fn step(action: Action) -> Step {
+        Step {
+            phase: 1,
+            deployment: "d".to_string(),
+            action,
+        }
+    }
+
+    /// The plan as `create a b`, `await a b`, `update a`, `delete a`.
+    fn shown(steps: &[Step]) -> Vec<String> {
+        let steps: Vec<&Step> = steps.iter().collect();
+        let names = |cs: &[&Created]| {
+            cs.iter()
+                .map(|c| c.name.as_str())
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        plan(&steps)
+            .iter()
+            .map(|m| match m {
+                Move::Create(cs) => format!("create {}", names(cs)),
+                Move::Await(cs) => format!("await {}", names(cs)),
+                Move::Update(c) => format!("update {}", c.name),
+                Move::Delete { name, .. } => format!("delete {name}"),
+            })
+            .collect()
+    }
+
+    /// An Ascend acceptance run in a rollout: the operator creates the run's rank table and rank
+    /// Jobs, deletes an old object while the run's pods are being placed, then writes the table
+    /// `completed` (the engine waits for it) and, once the run passed, creates worker pods.
+    fn ascend_rollout() -> Vec<Step> {
+        vec![
+            step(Action::Create(created("ConfigMap", "table", None))),
+            step(Action::Create(created("Job", "rank-0", Some("run")))),
+            step(Action::Create(created("Job", "rank-1", Some("run")))),
+            step(Action::Delete {
+                kind: kind("Pod"),
+                name: "old-0".to_string(),
+                ready: Vec::new(),
+            }),
+            step(Action::Update(created("ConfigMap", "table", None))),
+            step(Action::Create(created("Pod", "new-0", None))),
+        ]
+    }
+
+    #[test]
+    fn a_deletion_while_a_run_is_under_way_does_not_wait_for_the_run() {
+        // Waiting for the run before the deletion would wait for ever: the run needs the
+        // table's update, which comes after the deletion.
+        assert_eq!(
+            shown(&ascend_rollout()),
+            [
+                "create table rank-0 rank-1",
+                "delete old-0",
+                "update table",
+                "await rank-0 rank-1",
+                "create new-0"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_run_is_awaited_where_the_operator_saw_it_complete() {
+        let steps = [
+            step(Action::Create(created("Job", "verify", None))),
+            step(Action::Completed {
+                name: "verify".to_string(),
+            }),
+            step(Action::Delete {
+                kind: kind("Job"),
+                name: "verify".to_string(),
+                ready: Vec::new(),
+            }),
+            step(Action::Create(created("Job", "accept", None))),
+            // A Job of another phase or of no pending run changes nothing.
+            step(Action::Completed {
+                name: "elsewhere".to_string(),
+            }),
+            step(Action::Create(created("Service", "serve", None))),
+        ];
+        assert_eq!(
+            shown(&steps),
+            [
+                "create verify",
+                "await verify",
+                "delete verify",
+                "create accept serve",
+                "await accept"
+            ]
+        );
+    }
+
+    fn job(succeeded: Option<i64>) -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {
+                "name": "accept",
+                "labels": {labels::DEPLOYMENT: "d"},
+                "ownerReferences": [{
+                    "apiVersion": "deepinfer.io/v1alpha1",
+                    "kind": "DeepInferDeployment",
+                    "name": "d",
+                    "uid": "u",
+                }],
+            },
+            "spec": {"template": {"spec": {"containers": []}}},
+            "status": {"succeeded": succeeded},
+        }))
+        .expect("a Job")
+    }
+
+    #[test]
+    fn the_recorder_notes_once_when_a_job_it_saw_created_is_complete() {
+        let mut recording = Recording::default();
+        for succeeded in [None, Some(0), Some(1), Some(1)] {
+            recording.apply(kind("Job"), &job(succeeded));
+        }
+        let actions: Vec<String> = recording
+            .steps
+            .iter()
+            .map(|s| match &s.action {
+                Action::Create(c) => format!("create {}", c.name),
+                Action::Completed { name } => format!("completed {name}"),
+                other => format!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(actions, ["create accept", "completed accept"]);
+    }
 }

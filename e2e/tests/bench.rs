@@ -191,3 +191,98 @@ fn bench_drives_every_resource_to_ready_and_prints_every_figure() {
         );
     }
 }
+
+/// The processes whose parent is `pid`, read from `/proc`.
+fn children(pid: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|child| {
+            std::fs::read_to_string(format!("/proc/{child}/stat")).is_ok_and(|stat| {
+                // `pid (comm) state ppid ...`: the command may hold spaces and parentheses.
+                stat.rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok())
+                    == Some(pid)
+            })
+        })
+        .collect()
+}
+
+fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X")
+    })
+}
+
+/// An interrupted run (a terminal's Ctrl-C, `kill`, a CI job's timeout) stops what it started:
+/// no operator keeps reconciling and no node agent keeps serving nodes after the benchmark ends.
+#[test]
+fn a_terminated_bench_stops_the_operator_and_node_agent_it_started() {
+    use std::time::{Duration, Instant};
+
+    let bench = env!("CARGO_BIN_EXE_deepinfer-bench");
+    let operator = deepinfer_e2e::operator_process::binary();
+    let agent = operator.with_file_name("deepinfer-node-agent");
+    let mut child = Command::new(bench)
+        .args(["--resources", "2", "--timeout-seconds", "300", "--operator"])
+        .arg(&operator)
+        .arg("--node-agent")
+        .arg(&agent)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("running deepinfer-bench");
+    let pid = child.id();
+    // Both started: the node agent first, the operator once the nodes are Ready.
+    let wanted = [&agent, &operator].map(|b| std::fs::canonicalize(b).expect("the binaries exist"));
+    let start = Instant::now();
+    let started = loop {
+        let started: Vec<u32> = children(pid)
+            .into_iter()
+            .filter(|c| {
+                std::fs::read_link(format!("/proc/{c}/exe")).is_ok_and(|exe| wanted.contains(&exe))
+            })
+            .collect();
+        if started.len() == wanted.len() {
+            break started;
+        }
+        if let Some(status) = child.try_wait().expect("waiting for deepinfer-bench") {
+            panic!("deepinfer-bench ended with {status} before starting the operator");
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "deepinfer-bench started {started:?}, not its node agent and operator, within 120 s"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let sent = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .expect("running kill");
+    assert!(sent.success(), "sending SIGTERM");
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("waiting for deepinfer-bench") {
+            break status;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(90),
+            "deepinfer-bench did not end within 90 s of SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(!status.success(), "an interrupted run is not a success");
+    let left: Vec<u32> = started.into_iter().filter(|&p| running(p)).collect();
+    for p in &left {
+        let _ = Command::new("kill")
+            .args(["-KILL", &p.to_string()])
+            .status();
+    }
+    assert!(
+        left.is_empty(),
+        "processes deepinfer-bench started still run after it ended: {left:?}"
+    );
+}

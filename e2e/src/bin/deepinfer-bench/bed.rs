@@ -220,8 +220,25 @@ impl BenchAgent {
     }
 }
 
+/// How long the node agent has to stop its pods' processes once asked to.
+const AGENT_STOP_GRACE: Duration = Duration::from_secs(30);
+
 impl Drop for BenchAgent {
+    /// Asks the node agent to stop (SIGTERM: it ends the processes it executes for pods, which run
+    /// in process groups of their own and would outlive a SIGKILL of the agent), then kills it if
+    /// it has not ended within [`AGENT_STOP_GRACE`].
     fn drop(&mut self) {
+        let asked = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .is_ok_and(|s| s.success());
+        let start = std::time::Instant::now();
+        while asked && start.elapsed() < AGENT_STOP_GRACE {
+            if !matches!(self.child.try_wait(), Ok(None)) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

@@ -138,7 +138,35 @@ fn main() -> anyhow::Result<()> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?
-        .block_on(run(args))
+        .block_on(async {
+            tokio::select! {
+                result = run(args) => result,
+                signal = stop_signal() => Err(anyhow::anyhow!(
+                    "{signal} received: the run is stopped, with the operator and node agent it started"
+                )),
+            }
+        })
+}
+
+/// The first of SIGTERM, SIGINT and SIGHUP. The run is then dropped, and with it the operator
+/// and node agent processes it started, which their `Drop` stops; the signal's default action
+/// would end this process alone and leave them running.
+async fn stop_signal() -> &'static str {
+    use tokio::signal::unix::{signal, SignalKind};
+    async fn received(kind: SignalKind, name: &'static str) -> &'static str {
+        match signal(kind) {
+            Ok(mut stream) => {
+                stream.recv().await;
+                name
+            }
+            Err(_) => std::future::pending().await,
+        }
+    }
+    tokio::select! {
+        name = received(SignalKind::terminate(), "SIGTERM") => name,
+        name = received(SignalKind::interrupt(), "SIGINT") => name,
+        name = received(SignalKind::hangup(), "SIGHUP") => name,
+    }
 }
 
 /// `target/release/<name>` if built, else `target/debug/<name>` (or under `CARGO_TARGET_DIR`).

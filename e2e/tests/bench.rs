@@ -192,30 +192,29 @@ fn bench_drives_every_resource_to_ready_and_prints_every_figure() {
     }
 }
 
-/// The processes whose parent is `pid`, read from `/proc`.
+/// A process's state and parent, from `/proc/<pid>/stat` (`pid (comm) state ppid ...`; the
+/// command may hold spaces and parentheses).
+fn state_and_parent(pid: u32) -> Option<(String, u32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let mut fields = stat.rsplit_once(')')?.1.split_whitespace();
+    let state = fields.next()?.to_string();
+    Some((state, fields.next()?.parse().ok()?))
+}
+
+/// The processes whose parent is `pid`.
 fn children(pid: u32) -> Vec<u32> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
     entries
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|child| {
-            std::fs::read_to_string(format!("/proc/{child}/stat")).is_ok_and(|stat| {
-                // `pid (comm) state ppid ...`: the command may hold spaces and parentheses.
-                stat.rsplit_once(')')
-                    .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok())
-                    == Some(pid)
-            })
-        })
+        .filter(|&child| state_and_parent(child).is_some_and(|(_, parent)| parent == pid))
         .collect()
 }
 
+/// Whether `pid` exists and has not ended (a zombie has).
 fn running(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-        stat.rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().next())
-            .is_some_and(|state| state != "Z" && state != "X")
-    })
+    state_and_parent(pid).is_some_and(|(state, _)| state != "Z" && state != "X")
 }
 
 /// An interrupted run (a terminal's Ctrl-C, `kill`, a CI job's timeout) stops what it started:

@@ -75,27 +75,14 @@ impl OperatorProcess {
 
     /// Sends SIGTERM and waits up to `timeout` for the exit.
     pub fn terminate(&mut self, timeout: Duration) -> std::process::ExitStatus {
-        let sent = Command::new("kill")
-            .args(["-TERM", &self.0.id().to_string()])
-            .status()
-            .expect("running kill");
-        assert!(sent.success(), "sending SIGTERM");
+        assert!(send_term(&self.0), "sending SIGTERM");
         self.wait_exit(timeout)
             .unwrap_or_else(|| panic!("the operator did not exit within {timeout:?} of SIGTERM"))
     }
 
     /// Waits up to `timeout` for the process to exit on its own.
     pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
-        let start = std::time::Instant::now();
-        loop {
-            if let Some(status) = self.0.try_wait().expect("waiting for the operator") {
-                return Some(status);
-            }
-            if start.elapsed() >= timeout {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        wait_exit(&mut self.0, timeout)
     }
 
     /// Kills the process with SIGKILL (no shutdown, no Lease release) and reaps it.
@@ -116,6 +103,26 @@ impl Drop for OperatorProcess {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
+    }
+}
+
+/// Sends SIGTERM to `child`; whether it was sent.
+pub fn send_term(child: &Child) -> bool {
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Waits up to `timeout` for `child` to exit; `None` if it still runs (or cannot be waited for).
+pub fn wait_exit(child: &mut Child, timeout: Duration) -> Option<std::process::ExitStatus> {
+    let start = std::time::Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return Some(status),
+            Ok(None) if start.elapsed() < timeout => std::thread::sleep(Duration::from_millis(100)),
+            _ => return None,
+        }
     }
 }
 

@@ -257,22 +257,12 @@ fn a_terminated_bench_stops_the_operator_and_node_agent_it_started() {
         );
         std::thread::sleep(Duration::from_millis(200));
     };
-    let sent = Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status()
-        .expect("running kill");
-    assert!(sent.success(), "sending SIGTERM");
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("waiting for deepinfer-bench") {
-            break status;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(90),
-            "deepinfer-bench did not end within 90 s of SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    assert!(
+        deepinfer_e2e::operator_process::send_term(&child),
+        "sending SIGTERM"
+    );
+    let status = deepinfer_e2e::operator_process::wait_exit(&mut child, Duration::from_secs(90))
+        .expect("deepinfer-bench ends within 90 s of SIGTERM");
     assert!(!status.success(), "an interrupted run is not a success");
     let left: Vec<u32> = started.into_iter().filter(|&p| running(p)).collect();
     for p in &left {

@@ -228,16 +228,9 @@ impl Drop for BenchAgent {
     /// in process groups of their own and would outlive a SIGKILL of the agent), then kills it if
     /// it has not ended within [`AGENT_STOP_GRACE`].
     fn drop(&mut self) {
-        let asked = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .is_ok_and(|s| s.success());
-        let start = std::time::Instant::now();
-        while asked && start.elapsed() < AGENT_STOP_GRACE {
-            if !matches!(self.child.try_wait(), Ok(None)) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
+        use deepinfer_e2e::operator_process::{send_term, wait_exit};
+        if send_term(&self.child) && wait_exit(&mut self.child, AGENT_STOP_GRACE).is_some() {
+            return;
         }
         let _ = self.child.kill();
         let _ = self.child.wait();

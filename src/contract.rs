@@ -5,8 +5,10 @@
 //! code cannot drift apart.
 
 /// Version of the contract. Every engine container gets it in [`env::CONTRACT_VERSION`]; a
-/// change that removes or renames an item, or makes an optional item required, raises it.
-pub const VERSION: &str = "1";
+/// change that removes or renames an item, changes its meaning, or makes an optional item
+/// required, raises it. Version 2: the acceptance template runs the serving configuration
+/// ([`placeholder::SERVING_ARGS`], [`placeholder::SERVING_COMMAND`]).
+pub const VERSION: &str = "2";
 
 /// Whether an item is always there.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -139,14 +141,53 @@ pub mod placeholder {
     pub const PROMPTS_FILE: &str = "{prompts_file}";
     /// The outputs file (JSON lines) the engine writes.
     pub const OUTPUTS_FILE: &str = "{outputs_file}";
+    /// The serving container's arguments of the judged role (`--model_name <dir>`, then
+    /// `spec.runtime.args`, then the role's `spec.runtime.roles[].args`), as zero or more
+    /// arguments. Only a whole argument; every template holds it.
+    pub const SERVING_ARGS: &str = "{serving_args}";
+    /// `spec.runtime.command` as zero or more arguments (none when the image's entrypoint
+    /// serves). Only a whole argument.
+    pub const SERVING_COMMAND: &str = "{serving_command}";
 }
 
-/// Every placeholder the runner substitutes; all three are always substituted.
+/// Every placeholder the runner substitutes. The file placeholders are substituted anywhere in
+/// an argument; [`placeholder::SERVING_ARGS`] and [`placeholder::SERVING_COMMAND`] only as a
+/// whole argument, which becomes zero or more arguments. Required: every template may use it
+/// and it always has a value ([`placeholder::SERVING_ARGS`] must be in every template);
+/// optional: it expands to nothing when the situation it names does not hold.
 pub const PLACEHOLDERS: &[Item] = &[
     required(placeholder::MODEL_DIR),
     required(placeholder::PROMPTS_FILE),
     required(placeholder::OUTPUTS_FILE),
+    required(placeholder::SERVING_ARGS),
+    optional(placeholder::SERVING_COMMAND),
 ];
+
+/// Placeholders that stand for a list of arguments and so must be a whole argument.
+pub const LIST_PLACEHOLDERS: &[&str] = &[placeholder::SERVING_ARGS, placeholder::SERVING_COMMAND];
+
+/// The documented acceptance inputs of the environment: the variables whose values legitimately
+/// differ between the judged engine of an acceptance run and a serving engine of the same role
+/// and revision, because they name the pod or its group rather than configure the engine. Every
+/// other variable the operator sets, and every variable of `spec.runtime.env` and the role's
+/// `spec.runtime.roles[].env`, has the same value in both. (`RANK_TABLE_FILE` and
+/// `DEEPINFER_PEER_ENDPOINTS_FILE` name the same paths in both; the files' contents list the
+/// run's own groups.)
+pub const ACCEPTANCE_INPUT_ENV: &[Item] = &[
+    required(env::GROUP),
+    required(env::LEADER_ADDRESS),
+    required(env::PEERS),
+    required(env::MASTER_ADDR),
+    required(env::POD_NAME),
+    required(env::POD_IP),
+    optional(env::PREFILL_SERVICE),
+    optional(env::VISION_SERVICE),
+];
+
+/// What the runner writes in its report (and the judge in `manifest.json`) in place of the value
+/// of a variable that comes from a Secret, a ConfigMap or a resource field, and in place of any
+/// occurrence of such a value in another variable or an argument.
+pub const REDACTED: &str = "<redacted>";
 
 /// Fields of one line of the outputs file.
 pub mod output {
@@ -229,7 +270,13 @@ mod tests {
 
     #[test]
     fn names_are_unique_within_each_table() {
-        for table in [ENV, PLACEHOLDERS, OUTPUT_FIELDS, EVENTS] {
+        for table in [
+            ENV,
+            PLACEHOLDERS,
+            OUTPUT_FIELDS,
+            EVENTS,
+            ACCEPTANCE_INPUT_ENV,
+        ] {
             let mut names: Vec<_> = table.iter().map(|i| i.name).collect();
             names.sort_unstable();
             let before = names.len();

@@ -45,6 +45,7 @@ pub fn phase_label(phase: Phase) -> &'static str {
         Phase::Provisioning => "Provisioning",
         Phase::Ready => "Ready",
         Phase::Failed => "Failed",
+        Phase::Unknown => "Unknown",
     }
 }
 

@@ -110,6 +110,8 @@ fn the_sheet_of_kept_evidence_is_printed_as_a_table_and_bad_evidence_is_named() 
         devices: Default::default(),
         engine: manifest::EngineRecord {
             command: vec![],
+            argv: None,
+            env: None,
             exit: acceptance::engine::EngineExit::Exited { code: 0 },
             timeout_seconds: 60,
         },

@@ -128,28 +128,63 @@ fn the_runner_substitutes_every_placeholder() {
         .iter()
         .map(|p| format!("--x={}", p.name))
         .collect();
-    let rendered = engine::render_command(
-        &template,
-        Path::new("/models/m"),
-        Path::new("/w/prompts.jsonl"),
-        Path::new("/w/outputs.jsonl"),
-    );
+    let serving_command = ["serve".to_string()];
+    let serving_args = ["--model_name".to_string(), "/models/m".to_string()];
+    let inputs = engine::TemplateInputs {
+        model_dir: Path::new("/models/m"),
+        prompts_file: Path::new("/w/prompts.jsonl"),
+        outputs_file: Path::new("/w/outputs.jsonl"),
+        serving_command: &serving_command,
+        serving_args: &serving_args,
+    };
+    let file_placeholders: Vec<String> = template
+        .iter()
+        .filter(|t| !contract::LIST_PLACEHOLDERS.iter().any(|p| t.ends_with(p)))
+        .cloned()
+        .collect();
     assert_eq!(
-        rendered,
+        engine::render_command(&file_placeholders, &inputs),
         [
             "--x=/models/m",
             "--x=/w/prompts.jsonl",
             "--x=/w/outputs.jsonl"
         ]
     );
+    let whole: Vec<String> = contract::LIST_PLACEHOLDERS
+        .iter()
+        .map(|p| p.to_string())
+        .collect();
+    assert_eq!(
+        engine::render_command(&whole, &inputs),
+        ["--model_name", "/models/m", "serve"],
+        "list placeholders, as whole arguments, become the serving words"
+    );
     let default = engine::DEFAULT_COMMAND.join(" ");
-    for p in contract::PLACEHOLDERS {
-        assert!(
-            default.contains(p.name),
-            "the default command uses {}",
-            p.name
-        );
+    for p in [
+        contract::placeholder::SERVING_ARGS,
+        contract::placeholder::PROMPTS_FILE,
+        contract::placeholder::OUTPUTS_FILE,
+    ] {
+        assert!(default.contains(p), "the default command uses {p}");
     }
+    assert_eq!(
+        engine::template_problem(
+            &engine::DEFAULT_COMMAND
+                .iter()
+                .map(|s| s.to_string())
+                .collect::<Vec<_>>()
+        ),
+        None,
+        "the default command is a valid template"
+    );
+}
+
+#[test]
+fn the_documents_acceptance_inputs_are_the_contracts() {
+    assert_eq!(
+        table(&document(), "acceptance-inputs"),
+        items(contract::ACCEPTANCE_INPUT_ENV)
+    );
 }
 
 #[test]

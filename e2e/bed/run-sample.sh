@@ -46,7 +46,7 @@ PVC
 # (no GPU, no DeepInfer weights here) replaying valid shot-planner outputs.
 fixtures="$root/e2e/fixtures/shot-planner"
 engine=$(jq -cn --arg bin "$root/target/debug/deepinfer-fake-engine" --arg canned "$fixtures/valid-2-2-2.jsonl" \
-  '{command: [$bin, "--model_name", "{model_dir}", "--prompts", "{prompts_file}", "--output", "{outputs_file}",
+  '{command: [$bin, "{serving_args}", "--prompts", "{prompts_file}", "--output", "{outputs_file}",
               "--check_structured_output", "--canned", $canned]}')
 k create --dry-run=client -o json -f "$root/config/samples/nvidia-colocated.yaml" \
   | jq --argjson engine "$engine" '.spec.acceptance.engine = $engine' | k apply --server-side -f -

@@ -419,7 +419,7 @@ pub fn shot_planner_acceptance(canned: &str, mode: &str) -> serde_json::Value {
     let mut acceptance: serde_json::Value = serde_yaml::from_str(&text).expect("fixture is YAML");
     acceptance["engine"] = serde_json::json!({"command": [
         fake_engine().display().to_string(),
-        "--model_name", "{model_dir}",
+        "{serving_args}",
         "--prompts", "{prompts_file}",
         "--output", "{outputs_file}",
         "--check_structured_output",

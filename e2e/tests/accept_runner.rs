@@ -56,8 +56,7 @@ async fn accept(name: &str, canned: &str, mode: &str, timeout_seconds: i32) -> R
     spec.timeout_seconds = timeout_seconds;
     let command = [
         FAKE_ENGINE,
-        "--model_name",
-        "{model_dir}",
+        "{serving_args}",
         "--prompts",
         "{prompts_file}",
         "--output",
@@ -219,8 +218,22 @@ async fn manifest_records_the_configuration_and_timings() {
     assert!(sheet.contains("Capacity:  "), "{sheet}");
     assert!(!sheet.contains("output tokens/s, not reported"), "{sheet}");
     assert_eq!(m["truncated"], serde_json::json!([]));
+    // The fixture's sampling (greedy, seed 1234; the title card varies) is recorded and printed.
+    let greedy = serde_json::json!({"temperature": 0.0, "topP": 1.0, "topK": 0, "seed": 1234, "repetitionPenalty": 1.0});
+    assert_eq!(m["sampling"], greedy);
+    assert_eq!(m["prompts"][0]["sampling"], greedy);
+    assert_eq!(m["prompts"][2]["sampling"]["temperature"], 0.7);
+    assert_eq!(m["prompts"][2]["sampling"]["topP"], 0.9);
+    assert!(
+        sheet.contains("Sampling:  temperature 0 (greedy) | top-p 1 (off) | top-k 0 (off) | seed 1234 | repetition penalty 1\n           per prompt: title-card: temperature 0.7, top-p 0.9\n"),
+        "{sheet}"
+    );
     let log = String::from_utf8(run.file("engine.log")).unwrap();
     assert!(log.contains("DEEPINFER_EVENT warmup_done"), "{log}");
+    assert!(
+        log.contains("prompt \"title-card\": sampling temperature=0.7 top_p=0.9"),
+        "the engine was handed each prompt's sampling: {log}"
+    );
 }
 
 #[tokio::test]

@@ -846,3 +846,91 @@ async fn gpu_verification_pods_killed_or_oom_killed_never_verify_and_slow_starts
     op.stop().await;
     monitor.assert_clean().await;
 }
+
+/// The shot planner's valid outputs with the slowest request taking `seconds`, written to a file
+/// of this test's own (the stand-in engine finishes once that time has passed).
+fn slow_valid_outputs(test: &str, seconds: f64) -> std::path::PathBuf {
+    let dir = support::repo_root().join("e2e/fixtures/shot-planner");
+    let text = std::fs::read_to_string(dir.join("valid-2-2-2.jsonl")).expect("fixture outputs");
+    let lines: Vec<String> = text
+        .lines()
+        .enumerate()
+        .map(|(i, line)| {
+            let mut v: Value = serde_json::from_str(line).expect("a JSON line");
+            if i == 0 {
+                v["completion_seconds"] = json!(seconds);
+            }
+            v.to_string()
+        })
+        .collect();
+    let path = std::env::temp_dir().join(format!("{test}-{}.jsonl", std::process::id()));
+    std::fs::write(&path, lines.join("\n") + "\n").expect("writing the slow outputs");
+    path
+}
+
+/// The verdict of a finished run is read from a view at least as new as the Job's completion:
+/// with the Pod watch held back while the judge finishes (the Job cache sees the Job complete,
+/// the Pod cache still shows the judge running), the recorded verdict is the judge's pass, the
+/// run is not deleted and run again, and nothing is recorded as "ended without a summary".
+#[tokio::test]
+async fn gpu_a_pod_watch_lagging_behind_a_finished_judge_records_the_real_verdict() {
+    let (client, ns, api) = setup("lagging").await;
+    let op = Operator::start(&ns.name, &["mit"]).await;
+    let outputs = slow_valid_outputs("lagging", 8.0);
+    let canned = outputs.display().to_string();
+    create(&api, planner("lagging", &canned, "replay")).await;
+    status_where(&api, "lagging", "the acceptance run under way", |s| {
+        cond(s, "AcceptancePassed").is_some_and(|c| c.reason == "AcceptanceRunning")
+    })
+    .await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let leader = support::eventually(TIMEOUT, "the judged engine running", || async {
+        let jobs = acceptance_jobs(&client, &ns.name, "lagging").await;
+        let job = jobs.first()?.clone();
+        let lp = ListParams::default().labels(&format!("job-name={}", job.name_any()));
+        let running = pods.list(&lp).await.ok()?.items.iter().any(|p| {
+            p.status
+                .as_ref()
+                .and_then(|s| s.container_statuses.as_ref())
+                .is_some_and(|cs| {
+                    cs.iter().any(|c| {
+                        c.name == "engine"
+                            && c.state.as_ref().and_then(|s| s.running.as_ref()).is_some()
+                    })
+                })
+        });
+        running.then_some(job)
+    })
+    .await;
+    let lag = op.ctx.caches.written.of("Pod").expect("pods are cached");
+    lag.hold();
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns.name);
+    support::eventually(TIMEOUT, "the acceptance Job complete", || async {
+        let job = jobs.get(&leader.name_any()).await.ok()?;
+        (job.status?.succeeded? == 1).then_some(())
+    })
+    .await;
+    let judged = support::eventually(
+        Duration::from_secs(60),
+        "a verdict recorded while the Pod watch lags",
+        || async { api.get("lagging").await.ok()?.status?.acceptance },
+    )
+    .await;
+    let still = jobs.get(&leader.name_any()).await.ok();
+    lag.release();
+    assert!(
+        judged.passed(),
+        "the judge passed the run; recorded instead: {judged:?}"
+    );
+    assert_eq!(
+        still.and_then(|j| j.uid()),
+        leader.uid(),
+        "the finished run was kept, not deleted and run again"
+    );
+    status_where(&api, "lagging", "Ready once the watch caught up", |s| {
+        cond(s, "Ready").is_some_and(|c| c.status == "True")
+    })
+    .await;
+    let _ = std::fs::remove_file(outputs);
+    op.stop().await;
+}

@@ -89,7 +89,7 @@ fn deployment(name: &str) -> DeepInferDeployment {
     let text = std::fs::read_to_string(fixtures.join("acceptance.yaml")).expect("fixture spec");
     let mut acceptance: Value = serde_yaml::from_str(&text).expect("fixture spec is YAML");
     acceptance["engine"] = json!({"command": [
-        FAKE_ENGINE, "--model_name", "{model_dir}", "--prompts", "{prompts_file}",
+        FAKE_ENGINE, "{serving_args}", "--prompts", "{prompts_file}",
         "--output", "{outputs_file}",
         "--canned", fixtures.join("valid-2-2-2.jsonl").display().to_string(),
         "--mode", "replay",

@@ -64,7 +64,12 @@ struct Ran {
 }
 
 fn run(name: &str, env: &BTreeMap<String, String>) -> Ran {
-    let (command, dir) = prepare(name);
+    run_serving(name, env, &[])
+}
+
+/// As [`run`], with `serving` after `--model_name <dir>` in `{serving_args}`.
+fn run_serving(name: &str, env: &BTreeMap<String, String>, serving: &[&str]) -> Ran {
+    let (command, dir) = prepare_serving(name, serving);
     let out = Command::new(&command[0])
         .args(&command[1..])
         .env_clear()
@@ -82,6 +87,11 @@ fn run(name: &str, env: &BTreeMap<String, String>) -> Ran {
 
 /// A fresh work directory with the prompts written, and the rendered command.
 fn prepare(name: &str) -> (Vec<String>, PathBuf) {
+    prepare_serving(name, &[])
+}
+
+/// As [`prepare`], with `serving` after `--model_name <dir>` in `{serving_args}`.
+fn prepare_serving(name: &str, serving: &[&str]) -> (Vec<String>, PathBuf) {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
         .join("engine-contract")
         .join(name);
@@ -92,7 +102,7 @@ fn prepare(name: &str) -> (Vec<String>, PathBuf) {
     )
     .unwrap();
     let prompts = dir.join(handoff::PROMPTS_FILE);
-    std::fs::write(&prompts, engine_io::prompts_jsonl(&spec.prompts).unwrap()).unwrap();
+    std::fs::write(&prompts, engine_io::prompts_jsonl(&spec).unwrap()).unwrap();
     let outputs = dir.join(handoff::OUTPUTS_FILE);
     // The documented default command's flags, with the stand-in as the program.
     let mut template: Vec<String> = engine::DEFAULT_COMMAND[2..]
@@ -100,7 +110,21 @@ fn prepare(name: &str) -> (Vec<String>, PathBuf) {
         .map(|s| s.to_string())
         .collect();
     template.insert(0, FAKE_ENGINE.to_string());
-    let mut command = engine::render_command(&template, &dir.join("model"), &prompts, &outputs);
+    let model = dir.join("model");
+    let serving_args: Vec<String> = ["--model_name".to_string(), model.display().to_string()]
+        .into_iter()
+        .chain(serving.iter().map(|s| s.to_string()))
+        .collect();
+    let mut command = engine::render_command(
+        &template,
+        &engine::TemplateInputs {
+            model_dir: &model,
+            prompts_file: &prompts,
+            outputs_file: &outputs,
+            serving_command: &[],
+            serving_args: &serving_args,
+        },
+    );
     command.extend([
         "--canned".to_string(),
         fixtures().join("valid-2-2-2.jsonl").display().to_string(),
@@ -213,15 +237,63 @@ fn the_stand_in_engine_refuses_an_incomplete_contract_environment_naming_the_var
         assert!(ran.outputs.is_empty(), "no outputs without {}", item.name);
     }
     let mut other = env.clone();
-    other.insert(contract::env::CONTRACT_VERSION.into(), "2".into());
+    // The version before this one.
+    other.insert(contract::env::CONTRACT_VERSION.into(), "1".into());
     let ran = run("other-version", &other);
     assert_eq!(ran.code, Some(2));
     assert!(
         ran.stderr.contains(&format!(
-            "DEEPINFER_CONTRACT_VERSION is \"2\"; this engine implements engine contract version {}",
+            "DEEPINFER_CONTRACT_VERSION is \"1\"; this engine implements engine contract version {}",
             contract::VERSION
         )),
         "{}",
         ran.stderr
     );
+}
+
+#[test]
+fn the_stand_in_engine_reads_each_prompts_sampling_settings() {
+    let ran = run("sampling", &acceptance_env());
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    // The fixture pins greedy decoding with seed 1234, and lets the title card vary.
+    assert!(
+        ran.stderr.contains("prompt \"shot-plan\": sampling temperature=0 top_p=1 top_k=0 seed=1234 repetition_penalty=1"),
+        "{}",
+        ran.stderr
+    );
+    assert!(
+        ran.stderr.contains("prompt \"title-card\": sampling temperature=0.7 top_p=0.9 top_k=0 seed=1234 repetition_penalty=1"),
+        "{}",
+        ran.stderr
+    );
+}
+
+#[test]
+fn the_stand_in_engine_honours_a_max_length_serving_flag_and_ignores_flags_it_does_not_model() {
+    let env = acceptance_env();
+    let cut = run_serving(
+        "max-model-len",
+        &env,
+        &["--max_batch_size", "8", "--x", "--max_model_len", "8"],
+    );
+    assert_eq!(cut.code, Some(0), "{}", cut.stderr);
+    assert!(
+        cut.stderr
+            .contains("serving flag --max_batch_size 8 changes nothing")
+            && cut.stderr.contains("serving flag --x changes nothing"),
+        "{}",
+        cut.stderr
+    );
+    let parsed = engine_io::parse_outputs(&cut.outputs);
+    assert_eq!(parsed.outputs.len(), 4, "{:?}", parsed.errors);
+    for line in &parsed.outputs {
+        let out = &line.output;
+        assert!(out.text.chars().count() <= 8, "{out:?}");
+        assert_eq!(out.finish_reason, "length", "cut short by the length limit");
+    }
+    let dashed = run_serving("max-model-len-dashed", &env, &["--max-model-len", "8"]);
+    assert_eq!(dashed.code, Some(0), "{}", dashed.stderr);
+    assert_eq!(dashed.outputs, cut.outputs, "either spelling");
+    let whole = run("max-model-len-none", &env);
+    assert_ne!(whole.outputs, cut.outputs);
 }

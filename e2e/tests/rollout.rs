@@ -115,12 +115,14 @@ fn groups(pods: &[Pod]) -> BTreeMap<(String, String), bool> {
     out
 }
 
-/// Samples the ready groups (all ranks Ready) every 500 ms until stopped; keeps the minimum and
-/// the most groups that existed at once.
+/// Samples the ready groups (all ranks Ready) and the ready endpoints of the `worker` role's
+/// Service every 500 ms until stopped; keeps the minima and the most groups that existed at once.
 struct Sampler {
     stop: Arc<AtomicBool>,
     min_ready: Arc<AtomicUsize>,
+    min_endpoints: Arc<AtomicUsize>,
     max_groups: Arc<AtomicUsize>,
+    samples: Arc<AtomicUsize>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -128,16 +130,27 @@ impl Sampler {
     fn start(client: &Client, ns: &str, did: &str) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let min_ready = Arc::new(AtomicUsize::new(usize::MAX));
+        let min_endpoints = Arc::new(AtomicUsize::new(usize::MAX));
         let max_groups = Arc::new(AtomicUsize::new(0));
+        let samples = Arc::new(AtomicUsize::new(0));
         let task = tokio::spawn({
             let (client, ns, did) = (client.clone(), ns.to_string(), did.to_string());
-            let (stop, min_ready, max_groups) =
-                (stop.clone(), min_ready.clone(), max_groups.clone());
+            let (stop, min_ready, min_endpoints, max_groups, samples) = (
+                stop.clone(),
+                min_ready.clone(),
+                min_endpoints.clone(),
+                max_groups.clone(),
+                samples.clone(),
+            );
             async move {
+                let service = format!("{did}-worker");
                 while !stop.load(Ordering::Relaxed) {
                     let g = groups(&workers(&client, &ns, &did).await);
                     min_ready.fetch_min(g.values().filter(|r| **r).count(), Ordering::Relaxed);
                     max_groups.fetch_max(g.len(), Ordering::Relaxed);
+                    let endpoints = ready_endpoints(&client, &ns, &service).await;
+                    min_endpoints.fetch_min(endpoints, Ordering::Relaxed);
+                    samples.fetch_add(1, Ordering::Relaxed);
                     tokio::time::sleep(Duration::from_millis(500)).await;
                 }
             }
@@ -145,9 +158,16 @@ impl Sampler {
         Self {
             stop,
             min_ready,
+            min_endpoints,
             max_groups,
+            samples,
             task,
         }
+    }
+
+    /// The fewest ready endpoints the role Service had so far.
+    fn min_endpoints(&self) -> usize {
+        self.min_endpoints.load(Ordering::Relaxed)
     }
 
     /// Stops sampling; returns (minimum ready groups, most groups at once).
@@ -156,7 +176,12 @@ impl Sampler {
         let _ = self.task.await;
         let min = self.min_ready.load(Ordering::Relaxed);
         let max = self.max_groups.load(Ordering::Relaxed);
-        println!("{what}: minimum ready groups {min}, most groups at once {max}");
+        let samples = self.samples.load(Ordering::Relaxed);
+        println!(
+            "{what}: minimum ready groups {min}, most groups at once {max} ({samples} samples)"
+        );
+        // A minimum over no sample would be usize::MAX and pass every bound.
+        assert!(samples >= 2, "{what}: only {samples} sample(s) were taken");
         (min, max)
     }
 }
@@ -431,4 +456,163 @@ async fn gpu_a_changed_pod_template_rolls_one_group_at_a_time() {
         "nothing was judged again"
     );
     op.stop().await;
+}
+
+/// The pods serving `did` now: (name, uid) of every worker pod that is Ready.
+async fn serving_pods(client: &Client, ns: &str, did: &str) -> BTreeSet<(String, String)> {
+    workers(client, ns, did)
+        .await
+        .iter()
+        .filter(|p| pod_ready(p))
+        .map(|p| (p.name_any(), p.uid().unwrap_or_default()))
+        .collect()
+}
+
+/// A runtime commit of its own for failing candidate number `n`.
+fn commit(n: u32) -> String {
+    format!("{n:040x}")
+}
+
+#[tokio::test]
+async fn gpu_six_failing_revisions_in_a_row_never_take_the_serving_revision_down() {
+    let (client, ns, api, op) = setup("sixfail").await;
+    create(&api, deployment("sixfail", 2, 8, 1, 0)).await;
+    let ready = status_where(&api, "sixfail", "Ready", is_ready).await;
+    let serving = serving_pods(&client, &ns.name, "sixfail").await;
+    assert_eq!(serving.len(), 2);
+    support::eventually(TIMEOUT, "2 ready endpoints", || async {
+        (ready_endpoints(&client, &ns.name, "sixfail-worker").await == 2).then_some(())
+    })
+    .await;
+    let sampler = Sampler::start(&client, &ns.name, "sixfail");
+    // Each candidate is a new runtime commit whose engine's outputs break a rule.
+    let failing = support::shot_planner_acceptance("invalid-2-2-3.jsonl", "replay");
+    for n in 1..=6 {
+        patch(
+            &api,
+            "sixfail",
+            json!({"spec": {"runtime": {"commit": commit(n)}, "acceptance": failing}}),
+        )
+        .await;
+        let st = status_where(&api, "sixfail", &format!("candidate {n} judged"), |s| {
+            s.revision != ready.revision
+                && s.judgements.iter().any(|j| {
+                    Some(&j.revision) == s.revision.as_ref()
+                        && j.result == deepinfer_operator::api::AcceptanceResult::Failed
+                })
+        })
+        .await;
+        println!(
+            "candidate {n}: revision {:?} failed; ready endpoints never below {} so far",
+            st.revision,
+            sampler.min_endpoints()
+        );
+    }
+    // A few more passes after the sixth verdict.
+    support::poke(&api, "sixfail", 3).await;
+    let min_endpoints = sampler.min_endpoints();
+    let (min_groups, _) = sampler.finish("six failing candidates").await;
+    println!("six failing candidates: fewest ready endpoints {min_endpoints}");
+    assert!(
+        min_groups >= 2 && min_endpoints >= 2,
+        "with maxUnavailable 0 both groups serve throughout: fewest ready groups {min_groups}, fewest ready endpoints {min_endpoints}"
+    );
+    assert_eq!(
+        serving_pods(&client, &ns.name, "sixfail").await,
+        serving,
+        "the serving revision's pods are the same pods, still serving"
+    );
+    let st = api.get_status("sixfail").await.expect("status").status;
+    let st = st.expect("a status");
+    assert!(
+        st.judgements
+            .iter()
+            .any(|j| Some(&j.revision) == ready.revision.as_ref() && j.passed()),
+        "the serving revision's pass is kept: {:?}",
+        st.judgements
+    );
+    op.stop().await;
+}
+
+/// Writes `status` over the resource's status subresource (JSON merge patch on raw JSON, so
+/// values the typed API would refuse can be written).
+async fn overwrite_status(client: &Client, ns: &str, name: &str, status: Value) {
+    use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("deepinfer.io", "v1alpha1", "DeepInferDeployment"),
+        "deepinferdeployments",
+    );
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &ar);
+    let patch = json!([{"op": "replace", "path": "/status", "value": status}]);
+    api.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::<Value>::Json(serde_json::from_value(patch).expect("a JSON patch")),
+    )
+    .await
+    .expect("overwriting the status");
+}
+
+/// Runs `damage` on a Ready two-group deployment, then samples serving for 30 s and until it is
+/// Ready again: which pods serve never changes, and nothing is judged again.
+async fn serving_survives(prefix: &str, damage: impl FnOnce(Value) -> Value) {
+    let (client, ns, api, op) = setup(prefix).await;
+    create(&api, deployment(prefix, 2, 8, 1, 0)).await;
+    let ready = status_where(&api, prefix, "Ready", is_ready).await;
+    let service = format!("{prefix}-worker");
+    support::eventually(TIMEOUT, "2 ready endpoints", || async {
+        (ready_endpoints(&client, &ns.name, &service).await == 2).then_some(())
+    })
+    .await;
+    let serving = serving_pods(&client, &ns.name, prefix).await;
+    let runs = acceptance_jobs(&client, &ns.name, prefix).await;
+    let sampler = Sampler::start(&client, &ns.name, prefix);
+    let stored = serde_json::to_value(&ready).expect("status as JSON");
+    overwrite_status(&client, &ns.name, prefix, damage(stored)).await;
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let st = status_where(&api, prefix, "Ready again", is_ready).await;
+    let min_endpoints = sampler.min_endpoints();
+    let (min_groups, _) = sampler.finish(prefix).await;
+    println!("{prefix}: fewest ready endpoints {min_endpoints}");
+    assert!(
+        min_groups >= 2 && min_endpoints >= 2,
+        "both groups serve throughout: fewest ready groups {min_groups}, ready endpoints {min_endpoints}"
+    );
+    assert_eq!(serving_pods(&client, &ns.name, prefix).await, serving);
+    assert_eq!(
+        acceptance_jobs(&client, &ns.name, prefix).await,
+        runs,
+        "nothing is judged again"
+    );
+    assert_eq!(st.revision, ready.revision);
+    assert!(
+        st.judgements
+            .iter()
+            .any(|j| Some(&j.revision) == ready.revision.as_ref() && j.passed()),
+        "the pass is known again: {:?}",
+        st.judgements
+    );
+    op.stop().await;
+}
+
+#[tokio::test]
+async fn gpu_a_lost_status_changes_no_serving_pod() {
+    serving_survives("lost", |_| json!({})).await;
+}
+
+#[tokio::test]
+async fn gpu_a_status_with_an_unknown_phase_and_result_changes_no_serving_pod() {
+    serving_survives("unknown", |mut status| {
+        status["phase"] = json!("Draining");
+        if let Some(list) = status["judgements"].as_array_mut() {
+            for j in list {
+                j["result"] = json!("PassedWithWarnings");
+            }
+        }
+        if status["acceptance"].is_object() {
+            status["acceptance"]["result"] = json!("PassedWithWarnings");
+        }
+        status
+    })
+    .await;
 }

@@ -86,6 +86,14 @@ impl CompiledSpec {
         if spec.prompts.is_empty() {
             return Err(SpecError("prompts: at least one prompt is needed".into()));
         }
+        // Prompts from a ConfigMap reach here unchecked by the CRD: their sampling is bounded here.
+        if let Some((field, message)) = spec
+            .sampling
+            .as_ref()
+            .and_then(|s| s.problems("the default").into_iter().next())
+        {
+            return Err(SpecError(format!("sampling.{field} {message}")));
+        }
         let mut seen = HashMap::new();
         let mut prompts = Vec::with_capacity(spec.prompts.len());
         for (index, prompt) in spec.prompts.iter().enumerate() {
@@ -97,6 +105,14 @@ impl CompiledSpec {
                 return Err(SpecError(format!(
                     "{at}: id already used by prompts[{first}]"
                 )));
+            }
+            if let Some((field, message)) = prompt.sampling.as_ref().and_then(|s| {
+                crate::api::AcceptanceSampling::from(s)
+                    .problems("the value of sampling")
+                    .into_iter()
+                    .next()
+            }) {
+                return Err(SpecError(format!("{at}.sampling.{field} {message}")));
             }
             prompts.push(compile_prompt(prompt).map_err(|e| SpecError(format!("{at}.{e}")))?);
         }

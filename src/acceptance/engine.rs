@@ -12,12 +12,12 @@ use tokio::io::{AsyncRead, AsyncReadExt as _};
 
 use crate::contract::{self, placeholder};
 
-/// DeepInfer's offline example with an explicit local model directory and structured-output checks.
-pub const DEFAULT_COMMAND: [&str; 9] = [
+/// DeepInfer's offline example run with the serving arguments of the judged role
+/// (`--model_name <dir>` first) and the acceptance inputs, checking structured output.
+pub const DEFAULT_COMMAND: [&str; 8] = [
     "python3",
     "/opt/deepinfer/examples/offline_inference.py",
-    "--model_name",
-    placeholder::MODEL_DIR,
+    placeholder::SERVING_ARGS,
     "--prompts",
     placeholder::PROMPTS_FILE,
     "--output",
@@ -41,22 +41,88 @@ const MAX_LINE_BYTES: usize = 16 * 1024;
 /// How long to wait for the engine's pipes to close after it exited.
 const DRAIN_GRACE: Duration = Duration::from_secs(5);
 
-/// Substitutes `{model_dir}`, `{prompts_file}` and `{outputs_file}` in every argument; other
-/// braces are left as they are.
-pub fn render_command(
-    template: &[String],
-    model_dir: &Path,
-    prompts_file: &Path,
-    outputs_file: &Path,
-) -> Vec<String> {
-    template
+/// Most arguments of an acceptance command template (the CRD's bound).
+pub const MAX_TEMPLATE_ARGS: usize = 256;
+/// Longest argument of an acceptance command template, in characters (the CRD's bound).
+pub const MAX_TEMPLATE_ARG_CHARS: usize = 4096;
+
+/// What the placeholders of the acceptance command template stand for.
+#[derive(Debug, Clone, Copy)]
+pub struct TemplateInputs<'a> {
+    /// `{model_dir}`.
+    pub model_dir: &'a Path,
+    /// `{prompts_file}`.
+    pub prompts_file: &'a Path,
+    /// `{outputs_file}`.
+    pub outputs_file: &'a Path,
+    /// `{serving_command}`: `spec.runtime.command`, empty when the image's entrypoint serves.
+    pub serving_command: &'a [String],
+    /// `{serving_args}`: the serving container's arguments.
+    pub serving_args: &'a [String],
+}
+
+/// Renders the template: an argument that is exactly `{serving_args}` or `{serving_command}`
+/// becomes those arguments (zero or more); `{model_dir}`, `{prompts_file}` and `{outputs_file}`
+/// are substituted anywhere in an argument; other braces are left as they are.
+pub fn render_command(template: &[String], inputs: &TemplateInputs<'_>) -> Vec<String> {
+    let mut out = Vec::with_capacity(template.len() + inputs.serving_args.len());
+    for arg in template {
+        match arg.as_str() {
+            placeholder::SERVING_ARGS => out.extend(inputs.serving_args.iter().cloned()),
+            placeholder::SERVING_COMMAND => out.extend(inputs.serving_command.iter().cloned()),
+            _ => out.push(
+                arg.replace(placeholder::MODEL_DIR, &inputs.model_dir.to_string_lossy())
+                    .replace(
+                        placeholder::PROMPTS_FILE,
+                        &inputs.prompts_file.to_string_lossy(),
+                    )
+                    .replace(
+                        placeholder::OUTPUTS_FILE,
+                        &inputs.outputs_file.to_string_lossy(),
+                    ),
+            ),
+        }
+    }
+    out
+}
+
+/// Why a template cannot be used, naming `spec.acceptance.engine.command` and the fix; `None`
+/// when it holds `{serving_args}` as a whole argument and no list placeholder inside a larger one.
+pub fn template_problem(template: &[String]) -> Option<String> {
+    if template.len() > MAX_TEMPLATE_ARGS {
+        return Some(format!(
+            "has {} arguments; at most {MAX_TEMPLATE_ARGS} are allowed",
+            template.len()
+        ));
+    }
+    if let Some(i) = template
         .iter()
-        .map(|arg| {
-            arg.replace(placeholder::MODEL_DIR, &model_dir.to_string_lossy())
-                .replace(placeholder::PROMPTS_FILE, &prompts_file.to_string_lossy())
-                .replace(placeholder::OUTPUTS_FILE, &outputs_file.to_string_lossy())
-        })
-        .collect()
+        .position(|arg| arg.chars().count() > MAX_TEMPLATE_ARG_CHARS)
+    {
+        return Some(format!(
+            "argument {i} is longer than {MAX_TEMPLATE_ARG_CHARS} characters; shorten it"
+        ));
+    }
+    if let Some(arg) = template.iter().find(|arg| {
+        contract::LIST_PLACEHOLDERS
+            .iter()
+            .any(|p| arg.as_str() != *p && arg.contains(p))
+    }) {
+        return Some(format!(
+            "argument {arg:?} holds a list placeholder inside a larger argument; {} and {} stand for zero or more arguments and must each be a whole argument of spec.acceptance.engine.command",
+            placeholder::SERVING_ARGS,
+            placeholder::SERVING_COMMAND
+        ));
+    }
+    if !template.iter().any(|arg| arg == placeholder::SERVING_ARGS) {
+        return Some(format!(
+            "does not hold {} as a whole argument, so the judged engine would not run the serving configuration; add \"{}\" to spec.acceptance.engine.command where the engine takes its flags (in place of \"--model_name {}\")",
+            placeholder::SERVING_ARGS,
+            placeholder::SERVING_ARGS,
+            placeholder::MODEL_DIR
+        ));
+    }
+    None
 }
 
 /// How the engine ended.
@@ -363,23 +429,111 @@ async fn pump(mut stream: Box<dyn AsyncRead + Send + Unpin>, shared: Arc<Shared>
 mod tests {
     use super::*;
 
+    fn inputs<'a>(command: &'a [String], args: &'a [String]) -> TemplateInputs<'a> {
+        TemplateInputs {
+            model_dir: Path::new("/models/m"),
+            prompts_file: Path::new("/w/p.jsonl"),
+            outputs_file: Path::new("/w/o.jsonl"),
+            serving_command: command,
+            serving_args: args,
+        }
+    }
+
     #[test]
     fn renders_placeholders_only() {
         let template: Vec<String> = DEFAULT_COMMAND
             .iter()
             .map(|s| s.to_string())
-            .chain(["--x={\"a\":1}".to_string()])
+            .chain(["--x={\"a\":1}".to_string(), "--m={model_dir}".to_string()])
             .collect();
-        let cmd = render_command(
-            &template,
-            Path::new("/models/m"),
-            Path::new("/w/p.jsonl"),
-            Path::new("/w/o.jsonl"),
+        let args = ["--model_name".to_string(), "/models/m".to_string()];
+        let cmd = render_command(&template, &inputs(&[], &args));
+        assert_eq!(
+            cmd,
+            [
+                "python3",
+                "/opt/deepinfer/examples/offline_inference.py",
+                "--model_name",
+                "/models/m",
+                "--prompts",
+                "/w/p.jsonl",
+                "--output",
+                "/w/o.jsonl",
+                "--check_structured_output",
+                "--x={\"a\":1}",
+                "--m=/models/m"
+            ]
         );
-        assert_eq!(cmd[3], "/models/m");
-        assert_eq!(cmd[5], "/w/p.jsonl");
-        assert_eq!(cmd[7], "/w/o.jsonl");
-        assert_eq!(cmd[9], "--x={\"a\":1}");
+    }
+
+    #[test]
+    fn the_serving_command_and_args_become_whole_arguments_in_place() {
+        let template: Vec<String> = [
+            "{serving_command}",
+            "--offline",
+            "{serving_args}",
+            "--prompts",
+            "{prompts_file}",
+        ]
+        .map(String::from)
+        .to_vec();
+        let command = ["deepinfer-serve".to_string(), "--no-banner".to_string()];
+        let args: Vec<String> = [
+            "--model_name",
+            "/models/m",
+            "--max_model_len",
+            "8",
+            "{outputs_file}",
+        ]
+        .map(String::from)
+        .to_vec();
+        assert_eq!(
+            render_command(&template, &inputs(&command, &args)),
+            [
+                "deepinfer-serve",
+                "--no-banner",
+                "--offline",
+                "--model_name",
+                "/models/m",
+                "--max_model_len",
+                "8",
+                "{outputs_file}",
+                "--prompts",
+                "/w/p.jsonl"
+            ],
+            "the serving words are given as they are, never substituted themselves"
+        );
+        assert_eq!(
+            render_command(&template, &inputs(&[], &args))[..2],
+            ["--offline", "--model_name"],
+            "no serving command: the placeholder is no argument at all"
+        );
+    }
+
+    #[test]
+    fn a_template_without_the_serving_args_is_refused_naming_the_fix() {
+        let owned = |t: &[&str]| t.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(template_problem(&owned(&DEFAULT_COMMAND)), None);
+        let old = owned(&[
+            "python3",
+            "x.py",
+            "--model_name",
+            "{model_dir}",
+            "--prompts",
+            "{prompts_file}",
+        ]);
+        let problem = template_problem(&old).expect("refused");
+        assert!(
+            problem.contains("spec.acceptance.engine.command")
+                && problem.contains("\"{serving_args}\""),
+            "{problem}"
+        );
+        let inside = owned(&["engine", "--args={serving_args}", "{serving_args}"]);
+        assert!(template_problem(&inside)
+            .expect("refused")
+            .contains("whole argument"));
+        let command_inside = owned(&["sh", "-c", "{serving_command} run", "{serving_args}"]);
+        assert!(template_problem(&command_inside).is_some());
     }
 
     #[test]

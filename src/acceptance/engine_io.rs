@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::api::{AcceptancePrompt, StructuredOutput};
+use crate::api::{AcceptanceSpec, EffectiveSampling, StructuredOutput};
 
 /// First bytes of the line the evidence writer appends to a truncated `outputs.jsonl`.
 pub const TRUNCATION_MARKER: &str = "# deepinfer-operator: truncated";
@@ -20,6 +20,37 @@ pub struct PromptLine {
     pub max_tokens: Option<i32>,
     /// The structured output requested (DeepInfer's per-prompt `so_args` sampling parameter).
     pub so_args: SoArgs,
+    /// The sampling settings to generate with, every default applied. Absent only in files
+    /// written before the runner pinned sampling.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampling: Option<SamplingParams>,
+}
+
+/// Sampling settings of one prompt, named as the engine's sampling parameters.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq)]
+pub struct SamplingParams {
+    /// Sampling temperature; 0 is greedy decoding.
+    pub temperature: f64,
+    /// Nucleus-sampling probability mass; 1 is off.
+    pub top_p: f64,
+    /// Top-k; 0 is off.
+    pub top_k: i32,
+    /// Random seed.
+    pub seed: i64,
+    /// Repetition penalty; 1 is none.
+    pub repetition_penalty: f64,
+}
+
+impl From<EffectiveSampling> for SamplingParams {
+    fn from(s: EffectiveSampling) -> Self {
+        Self {
+            temperature: s.temperature,
+            top_p: s.top_p,
+            top_k: s.top_k,
+            seed: s.seed,
+            repetition_penalty: s.repetition_penalty,
+        }
+    }
 }
 
 /// Structured-output request: exactly one key is set.
@@ -46,22 +77,26 @@ impl From<&StructuredOutput> for SoArgs {
     }
 }
 
-impl From<&AcceptancePrompt> for PromptLine {
-    fn from(p: &AcceptancePrompt) -> Self {
-        Self {
+/// The prompts file's lines for a spec (`promptsFrom` already resolved), in spec order, each with
+/// its effective sampling (the section's, then the prompt's overrides, defaults applied).
+pub fn prompt_lines(spec: &AcceptanceSpec) -> Vec<PromptLine> {
+    spec.prompts
+        .iter()
+        .map(|p| PromptLine {
             id: p.id.clone(),
             prompt: p.prompt.clone(),
             max_tokens: p.max_tokens,
             so_args: (&p.structured_output).into(),
-        }
-    }
+            sampling: Some(spec.sampling_of(p).into()),
+        })
+        .collect()
 }
 
-/// The prompts file's bytes: one compact JSON object per line.
-pub fn prompts_jsonl(prompts: &[AcceptancePrompt]) -> anyhow::Result<Vec<u8>> {
+/// The prompts file's bytes: one compact JSON object per line (see [`prompt_lines`]).
+pub fn prompts_jsonl(spec: &AcceptanceSpec) -> anyhow::Result<Vec<u8>> {
     let mut out = Vec::new();
-    for p in prompts {
-        serde_json::to_writer(&mut out, &PromptLine::from(p))?;
+    for line in prompt_lines(spec) {
+        serde_json::to_writer(&mut out, &line)?;
         out.push(b'\n');
     }
     Ok(out)
@@ -192,12 +227,38 @@ mod tests {
     }
 
     #[test]
-    fn prompt_lines_carry_so_args() {
-        let prompt: AcceptancePrompt = serde_yaml::from_str(
-            "id: p\nprompt: say yes\nmaxTokens: 8\nstructuredOutput:\n  regex: 'yes|no'\n",
+    fn prompt_lines_carry_so_args_and_the_default_sampling() {
+        let spec = crate::acceptance::parse_spec(
+            "prompts:\n- id: p\n  prompt: say yes\n  maxTokens: 8\n  structuredOutput:\n    regex: 'yes|no'\n",
         )
         .unwrap();
-        let text = String::from_utf8(prompts_jsonl(&[prompt]).unwrap()).unwrap();
-        assert_eq!(text, "{\"id\":\"p\",\"prompt\":\"say yes\",\"max_tokens\":8,\"so_args\":{\"regex\":\"yes|no\"}}\n");
+        let text = String::from_utf8(prompts_jsonl(&spec).unwrap()).unwrap();
+        assert_eq!(text, "{\"id\":\"p\",\"prompt\":\"say yes\",\"max_tokens\":8,\"so_args\":{\"regex\":\"yes|no\"},\"sampling\":{\"temperature\":0.0,\"top_p\":1.0,\"top_k\":0,\"seed\":0,\"repetition_penalty\":1.0}}\n");
+    }
+
+    #[test]
+    fn prompt_lines_carry_the_section_sampling_with_each_prompts_overrides() {
+        let spec = crate::acceptance::parse_spec(
+            "sampling: {temperature: 0.6, topP: 0.95, seed: 42}\nprompts:\n- {id: a, prompt: x, structuredOutput: {regex: a}}\n- {id: b, prompt: y, sampling: {temperature: 0, topK: 20, repetitionPenalty: 1.05}, structuredOutput: {regex: b}}\n",
+        )
+        .unwrap();
+        let text = String::from_utf8(prompts_jsonl(&spec).unwrap()).unwrap();
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(
+            lines[0]["sampling"],
+            serde_json::json!({"temperature": 0.6, "top_p": 0.95, "top_k": 0, "seed": 42, "repetition_penalty": 1.0})
+        );
+        assert_eq!(
+            lines[1]["sampling"],
+            serde_json::json!({"temperature": 0.0, "top_p": 0.95, "top_k": 20, "seed": 42, "repetition_penalty": 1.05})
+        );
+        // A line without `sampling` (written before it was pinned) still reads.
+        let old: PromptLine =
+            serde_json::from_str("{\"id\":\"p\",\"prompt\":\"x\",\"so_args\":{\"regex\":\"a\"}}")
+                .unwrap();
+        assert_eq!(old.sampling, None);
     }
 }

@@ -273,6 +273,26 @@ fn cap_manifest(manifest: &mut Manifest) {
         |_| true,
         &mut cuts,
     );
+    if let Some(argv) = manifest.engine.argv.as_mut() {
+        cap_list(
+            argv,
+            "engine.argv",
+            "the first arguments",
+            |_| true,
+            &mut cuts,
+        );
+    }
+    if let Some(env) = manifest.engine.env.as_mut() {
+        let mut entries: Vec<(String, String)> = std::mem::take(env).into_iter().collect();
+        cap_list(
+            &mut entries,
+            "engine.env",
+            "the first names",
+            |_| true,
+            &mut cuts,
+        );
+        *env = entries.into_iter().collect();
+    }
     manifest.truncated.extend(cuts);
 }
 
@@ -526,6 +546,8 @@ async fn replace_own(
     }
     let mut replacement = cm.clone();
     replacement.metadata.resource_version = existing.metadata.resource_version;
+    // The operator's annotations stay (it records its judgement of the run there).
+    replacement.metadata.annotations = existing.metadata.annotations;
     api.replace(name, &PostParams::default(), &replacement)
         .await
         .map(|_| ())
@@ -558,6 +580,8 @@ mod tests {
             devices: Default::default(),
             engine: EngineRecord {
                 command: vec![],
+                argv: None,
+                env: None,
                 exit: EngineExit::Exited { code: 0 },
                 timeout_seconds: 1,
             },
@@ -680,8 +704,15 @@ mod tests {
             result,
             reason,
             devices: Default::default(),
+            // An image whose environment and arguments are huge.
             engine: EngineRecord {
                 command: vec![],
+                argv: Some(vec!["a".repeat(100); 2_000]),
+                env: Some(
+                    (0..5_000)
+                        .map(|i| (format!("VAR_{i:05}"), "v".repeat(100)))
+                        .collect(),
+                ),
                 exit,
                 timeout_seconds: 1,
             },
@@ -730,6 +761,18 @@ mod tests {
         for key in [VERDICTS_KEY, MANIFEST_KEY, OUTPUTS_KEY] {
             assert!(cut.contains(&key), "{key} not recorded: {:#?}", m.truncated);
         }
+        for field in ["engine.argv", "engine.env"] {
+            assert!(
+                m.truncated.iter().any(|t| t.note.starts_with(field)),
+                "{field} cut not recorded: {:#?}",
+                m.truncated
+            );
+        }
+        assert!(m
+            .engine
+            .env
+            .as_ref()
+            .is_some_and(|e| e.contains_key("VAR_00000")));
         let verdict_cut = m.truncated.iter().find(|t| t.key == VERDICTS_KEY).unwrap();
         assert!(
             verdict_cut.note.contains(&format!("of {}", verdicts.len())),

@@ -13,6 +13,7 @@
 //! Without a shared directory (`accept` alone, for local runs and tests) the same engine side
 //! runs in-process.
 
+use std::collections::BTreeMap;
 use std::io::{Read as _, Seek as _};
 use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
@@ -25,7 +26,7 @@ use serde::{Deserialize, Serialize};
 use super::devices::{self, DeviceInventory};
 use super::engine::{self, EngineExit, Timings, LOG_TAIL_BYTES};
 use super::engine_io;
-use crate::api::{AcceptancePrompt, AcceptanceSpec};
+use crate::api::AcceptanceSpec;
 
 /// The prompts file the engine reads.
 pub const PROMPTS_FILE: &str = "prompts.jsonl";
@@ -61,14 +62,96 @@ pub struct RunEngineArgs {
     /// The directory shared with the judge: prompts, outputs, log and report; the engine's cwd.
     #[arg(long)]
     pub work_dir: PathBuf,
+    /// The serving configuration the template's placeholders stand for.
+    #[command(flatten)]
+    pub serving: ServingArgs,
+}
+
+/// The serving command and arguments of the judged role (what `{serving_command}` and
+/// `{serving_args}` stand for) and the variables whose values are never recorded. The operator
+/// passes them to `run-engine` as the serving pod builder makes them.
+#[derive(Args, Debug, Clone, Default, PartialEq, Eq)]
+pub struct ServingArgs {
+    /// One word of the serving command (`spec.runtime.command`), in order; repeat it for each
+    /// word. None: the image's entrypoint serves and `{serving_command}` is no argument.
+    #[arg(
+        long = "serving-command",
+        value_name = "WORD",
+        allow_hyphen_values = true
+    )]
+    pub serving_command: Vec<String>,
+    /// A variable whose value the report records as `<redacted>` (one from a Secret, a ConfigMap
+    /// or a resource field); repeat it for each name.
+    #[arg(long = "redact-env", value_name = "NAME")]
+    pub redact_env: Vec<String>,
+    /// The serving container's arguments, after `--`; `{serving_args}`. None given:
+    /// `--model_name <model dir>`, the arguments of a spec without runtime or role arguments.
+    #[arg(last = true, value_name = "SERVING_ARG")]
+    pub serving_args: Vec<String>,
+}
+
+/// Flag of `run-engine` carrying one word of the serving command.
+pub const SERVING_COMMAND_FLAG: &str = "--serving-command";
+/// Flag of `run-engine` naming a variable whose value is redacted.
+pub const REDACT_ENV_FLAG: &str = "--redact-env";
+
+impl ServingArgs {
+    /// `{serving_args}`: the given arguments, or `--model_name <model_dir>` when none were given.
+    pub fn args_or_default(&self, model_dir: &Path) -> Vec<String> {
+        if self.serving_args.is_empty() {
+            vec![
+                "--model_name".to_string(),
+                model_dir.to_string_lossy().into_owned(),
+            ]
+        } else {
+            self.serving_args.clone()
+        }
+    }
+}
+
+/// The judged engine's environment as the runner hands it over (`vars`, then `HF_HUB_OFFLINE=1`
+/// as the runner sets it) and its argv, with the values of `redact` and every occurrence of such
+/// a value elsewhere written as [`crate::contract::REDACTED`].
+pub fn redacted_record(
+    vars: impl IntoIterator<Item = (String, String)>,
+    argv: &[String],
+    redact: &[String],
+) -> (Vec<String>, BTreeMap<String, String>) {
+    use crate::contract::REDACTED;
+    let mut env: BTreeMap<String, String> = vars.into_iter().collect();
+    env.insert(crate::contract::env::HF_HUB_OFFLINE.to_string(), "1".into());
+    let mut secrets: Vec<String> = redact
+        .iter()
+        .filter_map(|name| env.get(name).cloned())
+        .filter(|value| !value.is_empty())
+        .collect();
+    // Longest first, so that a value holding another is replaced whole.
+    secrets.sort_by_key(|v| std::cmp::Reverse(v.len()));
+    let scrub = |text: &str| {
+        secrets.iter().fold(text.to_string(), |t, secret| {
+            t.replace(secret.as_str(), REDACTED)
+        })
+    };
+    for (name, value) in env.iter_mut() {
+        *value = if redact.contains(name) {
+            REDACTED.to_string()
+        } else {
+            scrub(value)
+        };
+    }
+    (argv.iter().map(|a| scrub(a)).collect(), env)
 }
 
 /// What the engine side reports to the judge.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct EngineReport {
-    /// The rendered command.
+    /// The rendered command: the judged engine's effective argv, redacted.
     pub command: Vec<String>,
+    /// The judged engine's effective environment, redacted; `None` when the engine was not run
+    /// (or a report of an older runner).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env: Option<BTreeMap<String, String>>,
     /// How the engine ended.
     pub exit: EngineExit,
     /// The timeout applied.
@@ -106,6 +189,7 @@ pub fn timeout_of(spec: &AcceptanceSpec) -> Duration {
 fn failed_report(error: String, timeout: Duration) -> EngineReport {
     EngineReport {
         command: Vec::new(),
+        env: None,
         exit: EngineExit::SpawnFailed {
             error: error.clone(),
         },
@@ -122,6 +206,7 @@ pub async fn run_engine(
     spec: &AcceptanceSpec,
     model_dir: &Path,
     work_dir: &Path,
+    serving: &ServingArgs,
 ) -> (EngineReport, Vec<u8>) {
     let timeout = timeout_of(spec);
     if !model_dir.is_dir() {
@@ -130,7 +215,7 @@ pub async fn run_engine(
     }
     let prompts_file = work_dir.join(PROMPTS_FILE);
     let outputs_file = work_dir.join(OUTPUTS_FILE);
-    if let Err(err) = prepare_work_dir(work_dir, &prompts_file, &outputs_file, &spec.prompts) {
+    if let Err(err) = prepare_work_dir(work_dir, &prompts_file, &outputs_file, spec) {
         let error = format!("work directory {}: {err:#}", work_dir.display());
         return (failed_report(error, timeout), Vec::new());
     }
@@ -141,11 +226,33 @@ pub async fn run_engine(
             .map(|s| s.to_string())
             .collect(),
     };
-    let command = engine::render_command(&template, model_dir, &prompts_file, &outputs_file);
+    if let Some(problem) = engine::template_problem(&template) {
+        let error = format!("spec.acceptance.engine.command {problem}");
+        return (failed_report(error, timeout), Vec::new());
+    }
+    let serving_args = serving.args_or_default(model_dir);
+    let command = engine::render_command(
+        &template,
+        &engine::TemplateInputs {
+            model_dir,
+            prompts_file: &prompts_file,
+            outputs_file: &outputs_file,
+            serving_command: &serving.serving_command,
+            serving_args: &serving_args,
+        },
+    );
     let devices = devices::inventory().await;
     let run = engine::run(&command, work_dir, timeout).await;
+    let vars = std::env::vars_os().map(|(k, v)| {
+        (
+            k.to_string_lossy().into_owned(),
+            v.to_string_lossy().into_owned(),
+        )
+    });
+    let (argv, env) = redacted_record(vars, &command, &serving.redact_env);
     let report = EngineReport {
-        command,
+        command: argv,
+        env: Some(env),
         exit: run.exit,
         timeout_seconds: timeout.as_secs(),
         timings: run.timings,
@@ -160,10 +267,10 @@ fn prepare_work_dir(
     dir: &Path,
     prompts_file: &Path,
     outputs_file: &Path,
-    prompts: &[AcceptancePrompt],
+    spec: &AcceptanceSpec,
 ) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir)?;
-    std::fs::write(prompts_file, engine_io::prompts_jsonl(prompts)?)?;
+    std::fs::write(prompts_file, engine_io::prompts_jsonl(spec)?)?;
     match std::fs::remove_file(outputs_file) {
         Err(err) if err.kind() != std::io::ErrorKind::NotFound => Err(err.into()),
         _ => Ok(()),
@@ -192,7 +299,7 @@ async fn engine_side(args: &RunEngineArgs) -> anyhow::Result<()> {
         .with_context(|| format!("reading {}", args.spec_file.display()))
         .and_then(|text| super::parse_spec(&text))
     {
-        Ok(spec) => run_engine(&spec, &args.model_dir, dir).await,
+        Ok(spec) => run_engine(&spec, &args.model_dir, dir, &args.serving).await,
         Err(err) => (
             failed_report(format!("acceptance spec: {err:#}"), Duration::from_secs(1)),
             Vec::new(),
@@ -468,6 +575,7 @@ mod tests {
             spec_file,
             model_dir: d.join("no-model"),
             work_dir: d.join("work"),
+            serving: ServingArgs::default(),
         };
         assert_eq!(run_engine_side(&args).await, 0);
         let report: EngineReport =
@@ -475,6 +583,158 @@ mod tests {
                 .unwrap();
         assert!(report.error.unwrap().starts_with("model directory /"));
         assert!(d.join("work").join(STARTED_FILE).exists());
+        std::fs::remove_dir_all(d).unwrap();
+    }
+
+    fn parse_run_engine(args: &[&str]) -> RunEngineArgs {
+        #[derive(clap::Parser)]
+        struct Wrapper {
+            #[command(flatten)]
+            args: RunEngineArgs,
+        }
+        <Wrapper as clap::Parser>::try_parse_from(
+            std::iter::once("run-engine").chain(args.iter().copied()),
+        )
+        .expect("run-engine arguments")
+        .args
+    }
+
+    #[test]
+    fn run_engine_takes_the_serving_command_and_args_as_the_operator_passes_them() {
+        let args = parse_run_engine(&[
+            "--spec-file=/s",
+            "--model-dir=/m",
+            "--work-dir=/w",
+            "--serving-command=python3",
+            "--serving-command=-u",
+            "--redact-env=HF_TOKEN",
+            "--",
+            "--model_name",
+            "/m",
+            "--spec-file",
+            "--max_model_len",
+            "8",
+        ]);
+        assert_eq!(args.serving.serving_command, ["python3", "-u"]);
+        assert_eq!(args.serving.redact_env, ["HF_TOKEN"]);
+        assert_eq!(
+            args.serving.serving_args,
+            ["--model_name", "/m", "--spec-file", "--max_model_len", "8"],
+            "everything after `--` is the engine's, even a word that looks like a runner flag"
+        );
+        assert_eq!(args.spec_file, PathBuf::from("/s"));
+        let none = parse_run_engine(&["--spec-file=/s", "--model-dir=/m", "--work-dir=/w"]);
+        assert_eq!(
+            none.serving.args_or_default(Path::new("/m")),
+            ["--model_name", "/m"]
+        );
+    }
+
+    #[test]
+    fn secret_values_are_redacted_wherever_they_appear() {
+        let vars = [
+            ("HF_TOKEN", "hf_s3cret"),
+            ("AUTH", "Bearer hf_s3cret"),
+            ("EMPTY_SECRET", ""),
+            ("PLAIN", "x"),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string()));
+        let argv = ["engine", "--api-key=hf_s3cret", "--x"].map(String::from);
+        let (argv, env) = redacted_record(
+            vars,
+            &argv,
+            &["HF_TOKEN".to_string(), "EMPTY_SECRET".to_string()],
+        );
+        assert_eq!(argv, ["engine", "--api-key=<redacted>", "--x"]);
+        assert_eq!(env["HF_TOKEN"], "<redacted>");
+        assert_eq!(env["EMPTY_SECRET"], "<redacted>");
+        assert_eq!(env["AUTH"], "Bearer <redacted>");
+        assert_eq!(env["PLAIN"], "x");
+        assert_eq!(
+            env["HF_HUB_OFFLINE"], "1",
+            "as the runner sets it for the engine"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_engine_runs_the_serving_args_and_the_report_records_its_argv_and_env() {
+        let d = dir("serving");
+        std::fs::create_dir_all(d.join("model")).unwrap();
+        let spec_file = d.join("spec.yaml");
+        std::fs::write(
+            &spec_file,
+            concat!(
+                "prompts: [{id: a, prompt: x, structuredOutput: {regex: a}}]\n",
+                "engine: {command: [sh, -c, 'printf \"%s\\n\" \"$@\" > argv.txt', sh, '{serving_command}', '{serving_args}', --prompts, '{prompts_file}']}\n"
+            ),
+        )
+        .unwrap();
+        let work = d.join("work");
+        let serving = ServingArgs {
+            serving_command: vec!["serve".into()],
+            redact_env: vec!["PATH".into()],
+            serving_args: ["--model_name", "/models/m", "--max_model_len", "8"]
+                .map(String::from)
+                .to_vec(),
+        };
+        let args = RunEngineArgs {
+            spec_file,
+            model_dir: d.join("model"),
+            work_dir: work.clone(),
+            serving,
+        };
+        assert_eq!(run_engine_side(&args).await, 0);
+        let report: EngineReport =
+            serde_json::from_slice(&std::fs::read(work.join(REPORT_FILE)).unwrap()).unwrap();
+        assert_eq!(report.exit, EngineExit::Exited { code: 0 }, "{report:?}");
+        let prompts = work.join(PROMPTS_FILE).display().to_string();
+        assert_eq!(
+            report.command,
+            [
+                "sh",
+                "-c",
+                "printf \"%s\\n\" \"$@\" > argv.txt",
+                "sh",
+                "serve",
+                "--model_name",
+                "/models/m",
+                "--max_model_len",
+                "8",
+                "--prompts",
+                prompts.as_str()
+            ]
+        );
+        let seen = std::fs::read_to_string(work.join("argv.txt")).unwrap();
+        assert_eq!(
+            seen.lines().collect::<Vec<_>>(),
+            report.command[4..],
+            "the engine got exactly the recorded arguments"
+        );
+        let env = report.env.expect("env recorded");
+        assert_eq!(env["PATH"], crate::contract::REDACTED);
+        assert_eq!(env["HF_HUB_OFFLINE"], "1");
+        std::fs::remove_dir_all(d).unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_template_without_the_serving_args_is_not_run() {
+        let d = dir("old-template");
+        std::fs::create_dir_all(d.join("model")).unwrap();
+        let spec = crate::acceptance::parse_spec(
+            "prompts: [{id: a, prompt: x, structuredOutput: {regex: a}}]\nengine: {command: [engine, --model_name, '{model_dir}']}\n",
+        )
+        .unwrap();
+        let (report, _) = run_engine(
+            &spec,
+            &d.join("model"),
+            &d.join("work"),
+            &ServingArgs::default(),
+        )
+        .await;
+        assert!(report
+            .error
+            .expect("a runner error")
+            .starts_with("spec.acceptance.engine.command does not hold {serving_args}"),);
         std::fs::remove_dir_all(d).unwrap();
     }
 }

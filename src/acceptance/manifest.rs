@@ -7,7 +7,7 @@ use super::checker::Verdict;
 use super::devices::DeviceInventory;
 use super::engine::{EngineExit, Timings};
 use super::engine_io::ParsedOutputs;
-use crate::api::ParallelSpec;
+use crate::api::{EffectiveSampling, ParallelSpec};
 
 /// Kubernetes keeps at most this many bytes of a termination message.
 pub const TERMINATION_MESSAGE_LIMIT: usize = 4096;
@@ -135,6 +135,16 @@ impl From<&ParallelSpec> for LayoutRecord {
 pub struct EngineRecord {
     /// The rendered command.
     pub command: Vec<String>,
+    /// The judged engine's effective argv after substitution, as reported by the runner
+    /// (values of redacted variables written as `<redacted>`); `None` when the runner did not
+    /// run the engine.
+    #[serde(default)]
+    pub argv: Option<Vec<String>>,
+    /// The judged engine's effective environment, as reported by the runner: values of variables
+    /// from a Secret, a ConfigMap or a resource field written as `<redacted>`; `None` when the
+    /// runner did not report it.
+    #[serde(default)]
+    pub env: Option<std::collections::BTreeMap<String, String>>,
     /// How it ended.
     pub exit: EngineExit,
     /// The timeout applied.
@@ -175,6 +185,11 @@ pub struct PromptRecord {
     /// Seconds from admission to the last token (the request's completion time), as reported.
     #[serde(default)]
     pub completion_seconds: Option<f64>,
+    /// Sampling settings the prompt was handed to the engine with (the section's, then the
+    /// prompt's overrides, defaults applied); absent in manifests written before runs recorded
+    /// them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampling: Option<EffectiveSampling>,
 }
 
 /// Token totals; a total is `None` unless every output reported that count.
@@ -253,6 +268,11 @@ pub struct Manifest {
     pub roles: Vec<String>,
     /// The engine run.
     pub engine: EngineRecord,
+    /// Sampling settings of `spec.acceptance.sampling`, defaults applied (each prompt's own, with
+    /// its overrides, is in `prompts[].sampling`); absent in manifests written before runs
+    /// recorded them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampling: Option<EffectiveSampling>,
     /// Load, warm-up and measured interval.
     pub timings: Timings,
     /// Prompt ids in spec order.
@@ -295,6 +315,20 @@ pub struct RunIdentity {
     /// Output tokens each prompt asked for (`maxTokens`), by prompt id; prompts that left it to
     /// the engine are absent.
     pub requested_tokens: std::collections::BTreeMap<String, i32>,
+    /// Sampling settings of the section, defaults applied.
+    pub sampling: EffectiveSampling,
+    /// Sampling settings each prompt was handed with, by prompt id (see [`prompt_sampling`]).
+    pub prompt_sampling: std::collections::BTreeMap<String, EffectiveSampling>,
+}
+
+/// Sampling settings each prompt of `spec` is handed to the engine with, by prompt id.
+pub fn prompt_sampling(
+    spec: &crate::api::AcceptanceSpec,
+) -> std::collections::BTreeMap<String, EffectiveSampling> {
+    spec.prompts
+        .iter()
+        .map(|p| (p.id.clone(), spec.sampling_of(p)))
+        .collect()
 }
 
 /// Per-prompt records and token totals from the outputs and verdicts.
@@ -331,6 +365,7 @@ pub fn prompt_records(
                 active_requests: output.and_then(|o| o.active_requests),
                 first_token_seconds: output.and_then(|o| o.first_token_seconds),
                 completion_seconds: output.and_then(|o| o.completion_seconds),
+                sampling: None,
             }
         })
         .collect()
@@ -420,7 +455,10 @@ pub fn build_manifest(
         engine,
         timings,
     } = facts;
-    let prompts = prompt_records(prompt_ids, &identity.requested_tokens, parsed, verdicts);
+    let mut prompts = prompt_records(prompt_ids, &identity.requested_tokens, parsed, verdicts);
+    for record in &mut prompts {
+        record.sampling = identity.prompt_sampling.get(&record.id).copied();
+    }
     let tokens = token_totals(&prompts, timings.measured_seconds);
     Manifest {
         deployment: identity.deployment.clone(),
@@ -443,6 +481,7 @@ pub fn build_manifest(
         layout: (&identity.layout).into(),
         roles: identity.roles.clone(),
         engine,
+        sampling: Some(identity.sampling),
         timings,
         prompt_ids: prompt_ids.to_vec(),
         prompts,
@@ -533,6 +572,62 @@ mod tests {
             (None, Some(2))
         );
         assert_eq!(huge.completion_tokens_per_second, None);
+    }
+
+    #[test]
+    fn the_manifest_records_the_section_sampling_and_each_prompts() {
+        let spec = crate::acceptance::parse_spec(
+            "sampling: {temperature: 0.5, seed: 3}\nprompts:\n- {id: a, prompt: x, structuredOutput: {regex: a}}\n- {id: b, prompt: y, sampling: {topP: 0.8}, structuredOutput: {regex: b}}\n",
+        )
+        .unwrap();
+        let identity = RunIdentity {
+            sampling: spec.default_sampling(),
+            prompt_sampling: prompt_sampling(&spec),
+            ..RunIdentity::default()
+        };
+        let facts = RunFacts {
+            result: AcceptanceResult::Passed,
+            reason: String::new(),
+            devices: Default::default(),
+            engine: EngineRecord {
+                command: vec![],
+                argv: None,
+                env: None,
+                exit: EngineExit::Exited { code: 0 },
+                timeout_seconds: 1,
+            },
+            timings: Timings::default(),
+        };
+        let ids = ["a".to_string(), "b".to_string()];
+        let m = build_manifest(&identity, facts, &ids, &ParsedOutputs::default(), &[]);
+        let section = EffectiveSampling {
+            temperature: 0.5,
+            seed: 3,
+            ..EffectiveSampling::default()
+        };
+        assert_eq!(m.sampling, Some(section));
+        assert_eq!(m.prompts[0].sampling, Some(section));
+        assert_eq!(
+            m.prompts[1].sampling,
+            Some(EffectiveSampling {
+                top_p: 0.8,
+                ..section
+            })
+        );
+        let json = serde_json::to_value(&m).unwrap();
+        assert_eq!(
+            json["sampling"],
+            serde_json::json!({"temperature": 0.5, "topP": 1.0, "topK": 0, "seed": 3, "repetitionPenalty": 1.0})
+        );
+        // Manifests written before sampling was recorded still read.
+        let mut old = json;
+        old.as_object_mut().unwrap().remove("sampling");
+        for p in old["prompts"].as_array_mut().unwrap() {
+            p.as_object_mut().unwrap().remove("sampling");
+        }
+        let back: Manifest = serde_json::from_value(old).unwrap();
+        assert_eq!(back.sampling, None);
+        assert_eq!(back.prompts[1].sampling, None);
     }
 
     #[test]

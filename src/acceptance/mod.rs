@@ -59,6 +59,10 @@ pub struct AcceptArgs {
     /// own container) leaves in this shared directory, then judge what it left there.
     #[arg(long)]
     pub engine_dir: Option<PathBuf>,
+    /// Without `--engine-dir`: the serving command and arguments the template's
+    /// `{serving_command}` and `{serving_args}` stand for (as `run-engine` takes them).
+    #[command(flatten)]
+    pub serving: handoff::ServingArgs,
     /// With `--engine-dir`: how long to wait for the engine's container to start.
     #[arg(long, default_value_t = 3600)]
     pub engine_start_seconds: u64,

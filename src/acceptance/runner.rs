@@ -79,7 +79,8 @@ async fn execute(args: &AcceptArgs) -> (AcceptanceSummary, i32) {
             }
         }
         None => {
-            let (report, log) = handoff::run_engine(&spec, &args.model_dir, &args.work_dir).await;
+            let (report, log) =
+                handoff::run_engine(&spec, &args.model_dir, &args.work_dir, &args.serving).await;
             handoff::beside(&args.work_dir, report, log)
         }
     };
@@ -124,12 +125,17 @@ async fn execute(args: &AcceptArgs) -> (AcceptanceSummary, i32) {
             .iter()
             .filter_map(|p| Some((p.id.clone(), p.max_tokens?)))
             .collect(),
+        sampling: spec.default_sampling(),
+        prompt_sampling: super::manifest::prompt_sampling(&spec),
     };
     let facts = RunFacts {
         result,
         reason: reason.clone(),
         devices: report.devices,
         engine: EngineRecord {
+            // Reported by the runner only when it ran the engine.
+            argv: report.env.is_some().then(|| report.command.clone()),
+            env: report.env,
             command: report.command,
             exit: report.exit,
             timeout_seconds: report.timeout_seconds,
@@ -185,6 +191,7 @@ async fn execute(args: &AcceptArgs) -> (AcceptanceSummary, i32) {
 fn lost_engine(dir: &Path, spec: &crate::api::AcceptanceSpec, reason: String) -> EngineSide {
     let report = EngineReport {
         command: Vec::new(),
+        env: None,
         exit: EngineExit::Lost { reason },
         timeout_seconds: handoff::timeout_of(spec).as_secs(),
         timings: Default::default(),

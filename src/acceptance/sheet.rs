@@ -86,6 +86,42 @@ fn prompt_row(r: &PromptRecord) -> [String; 10] {
     ]
 }
 
+/// The `Sampling:` line (the section's settings, defaults applied), then one line naming the
+/// prompts whose own settings differ from them and how.
+fn sampling_lines(m: &Manifest) -> String {
+    let Some(s) = &m.sampling else {
+        return "Sampling:  not recorded in this manifest\n".to_string();
+    };
+    let off = |on: bool| if on { "" } else { " (off)" };
+    let mut out =
+        format!(
+        "Sampling:  temperature {}{} | top-p {}{} | top-k {}{} | seed {} | repetition penalty {}\n",
+        s.temperature,
+        if s.temperature == 0.0 { " (greedy)" } else { "" },
+        s.top_p,
+        off(s.top_p < 1.0),
+        s.top_k,
+        off(s.top_k > 0),
+        s.seed,
+        s.repetition_penalty,
+    );
+    let overrides: Vec<String> = m
+        .prompts
+        .iter()
+        .filter_map(|p| {
+            let own = p.sampling.as_ref()?.differences(s);
+            (!own.is_empty()).then(|| format!("{}: {}", p.id, own.join(", ")))
+        })
+        .collect();
+    if !overrides.is_empty() {
+        out.push_str(&format!(
+            "           per prompt: {}\n",
+            overrides.join("; ")
+        ));
+    }
+    out
+}
+
 /// The sheet as text: the run, the hardware, the phases, capacity beside completion time, and
 /// one table row per prompt plus a total row.
 pub fn render(m: &Manifest) -> String {
@@ -122,6 +158,7 @@ pub fn render(m: &Manifest) -> String {
         seconds(m.timings.measured_seconds),
         m.timings.total_seconds
     ));
+    out.push_str(&sampling_lines(m));
     out.push_str(&format!(
         "Capacity:  {} output tokens/s, {} prompts/s over the measured interval | per-request completion time: mean {}, max {}\n\n",
         or_not_reported(t.completion_tokens_per_second),
@@ -185,16 +222,23 @@ mod tests {
     use crate::acceptance::{checker::CompiledSpec, parse_spec};
 
     fn manifest(outputs: &str, measured: Option<f64>) -> Manifest {
-        let spec = parse_spec(
+        manifest_of(
             "prompts:\n- {id: a, prompt: x, maxTokens: 16, structuredOutput: {regex: 'yes'}}\n- {id: b, prompt: y, structuredOutput: {regex: 'no'}}\n",
+            outputs,
+            measured,
         )
-        .unwrap();
+    }
+
+    fn manifest_of(spec: &str, outputs: &str, measured: Option<f64>) -> Manifest {
+        let spec = parse_spec(spec).unwrap();
         let compiled = CompiledSpec::compile(&spec).unwrap();
         let parsed = parse_outputs(outputs.as_bytes());
         let verdicts = compiled.judge(&parsed);
         let ids: Vec<String> = compiled.prompt_ids().map(str::to_string).collect();
         let identity = RunIdentity {
             requested_tokens: [("a".to_string(), 16)].into(),
+            sampling: spec.default_sampling(),
+            prompt_sampling: crate::acceptance::manifest::prompt_sampling(&spec),
             layout: crate::acceptance::parse_layout("tensor=8").unwrap(),
             ..RunIdentity::default()
         };
@@ -204,6 +248,8 @@ mod tests {
             devices: Default::default(),
             engine: EngineRecord {
                 command: vec![],
+                argv: None,
+                env: None,
                 exit: crate::acceptance::engine::EngineExit::Exited { code: 0 },
                 timeout_seconds: 1,
             },
@@ -283,6 +329,32 @@ mod tests {
                 "",
                 "max 1.500 s"
             ]
+        );
+    }
+
+    #[test]
+    fn the_sheet_prints_the_sampling_and_each_prompts_overrides() {
+        let greedy = render(&manifest("", None));
+        assert!(
+            greedy.contains("Sampling:  temperature 0 (greedy) | top-p 1 (off) | top-k 0 (off) | seed 0 | repetition penalty 1\n"),
+            "{greedy}"
+        );
+        assert!(!greedy.contains("per prompt"), "{greedy}");
+        let pinned = render(&manifest_of(
+            "sampling: {temperature: 0.7, topP: 0.9, topK: 40, seed: 7, repetitionPenalty: 1.1}\nprompts:\n- {id: a, prompt: x, sampling: {temperature: 0, seed: 1}, structuredOutput: {regex: 'yes'}}\n- {id: b, prompt: y, sampling: {seed: 7}, structuredOutput: {regex: 'no'}}\n",
+            "",
+            None,
+        ));
+        assert!(
+            pinned.contains("Sampling:  temperature 0.7 | top-p 0.9 | top-k 40 | seed 7 | repetition penalty 1.1\n           per prompt: a: temperature 0, seed 1\n"),
+            "{pinned}"
+        );
+        let mut old = manifest("", None);
+        old.sampling = None;
+        assert!(
+            render(&old).contains("Sampling:  not recorded in this manifest\n"),
+            "{}",
+            render(&old)
         );
     }
 

@@ -554,10 +554,245 @@ pub struct AcceptanceSpec {
     #[serde(default = "default_timeout")]
     #[schemars(range(min = 1, max = MAX_ACCEPTANCE_TIMEOUT_SECONDS))]
     pub timeout_seconds: i32,
-    /// The engine command; default: DeepInfer's offline example with an explicit local
-    /// `--model_name` and `--check_structured_output`.
+    /// The engine command template; default: DeepInfer's offline example run with the judged
+    /// role's serving arguments (`{serving_args}`: `--model_name <dir>`, `spec.runtime.args`, the
+    /// role's args) and `--check_structured_output`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub engine: Option<EngineCommand>,
+    /// Sampling settings every prompt is generated with, handed to the engine in the prompts
+    /// file and recorded in the evidence; `prompts[].sampling` overrides them per prompt. Each
+    /// absent value takes its default: temperature 0 (greedy), topP 1, topK 0 (off), seed 0,
+    /// repetitionPenalty 1. Part of the revision: a change re-runs acceptance.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampling: Option<AcceptanceSampling>,
+}
+
+impl AcceptanceSpec {
+    /// The section's sampling settings with every default applied.
+    pub fn default_sampling(&self) -> EffectiveSampling {
+        EffectiveSampling::default().with(self.sampling.as_ref())
+    }
+
+    /// The sampling settings `prompt` is generated with: the section's, then the prompt's own
+    /// overrides, every default applied.
+    pub fn sampling_of(&self, prompt: &AcceptancePrompt) -> EffectiveSampling {
+        self.default_sampling().with(
+            prompt
+                .sampling
+                .as_ref()
+                .map(AcceptanceSampling::from)
+                .as_ref(),
+        )
+    }
+}
+
+/// Sampling temperature when none is given: 0, greedy decoding.
+pub const DEFAULT_TEMPERATURE: f64 = 0.0;
+/// Nucleus-sampling probability mass when none is given: 1, off.
+pub const DEFAULT_TOP_P: f64 = 1.0;
+/// Top-k when none is given: 0, off.
+pub const DEFAULT_TOP_K: i32 = 0;
+/// Random seed when none is given.
+pub const DEFAULT_SEED: i64 = 0;
+/// Repetition penalty when none is given: 1, no penalty.
+pub const DEFAULT_REPETITION_PENALTY: f64 = 1.0;
+
+/// Sampling settings of the acceptance run (`spec.acceptance.sampling`); each absent value takes
+/// its default.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct AcceptanceSampling {
+    /// Sampling temperature, 0 or more; default 0: greedy decoding (the most likely token at
+    /// every step).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub temperature: Option<f64>,
+    /// Nucleus sampling: the smallest set of tokens whose probabilities add up to `topP` is
+    /// sampled from; greater than 0 and at most 1; default 1 (off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = 1))]
+    #[x_kube(validation = Rule::new("self > 0.0")
+        .message("spec.acceptance.sampling.topP must be greater than 0 and at most 1; set a value in that range, or 1 (the default) to turn nucleus sampling off"))]
+    pub top_p: Option<f64>,
+    /// Top-k sampling: only the `topK` most likely tokens are sampled from; 0 or more, 0 is off;
+    /// default 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub top_k: Option<i32>,
+    /// Seed of the engine's random sampling, 0 or more; default 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub seed: Option<i64>,
+    /// Repetition penalty: above 1 discourages tokens already generated, below 1 favours them;
+    /// greater than 0; default 1 (no penalty).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self > 0.0")
+        .message("spec.acceptance.sampling.repetitionPenalty must be greater than 0; set a positive value, or 1 (the default) for no penalty"))]
+    pub repetition_penalty: Option<f64>,
+}
+
+/// Sampling settings of one prompt (`spec.acceptance.prompts[].sampling`): each value given
+/// overrides `spec.acceptance.sampling`'s for this prompt; each absent value is the section's.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct PromptSampling {
+    /// Sampling temperature, 0 or more; default: the section's (0, greedy decoding, when it
+    /// sets none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub temperature: Option<f64>,
+    /// Nucleus-sampling probability mass, greater than 0 and at most 1; default: the section's
+    /// (1, off, when it sets none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = 1))]
+    #[x_kube(validation = Rule::new("self > 0.0")
+        .message("spec.acceptance.prompts[].sampling.topP must be greater than 0 and at most 1; set a value in that range, or remove it to use spec.acceptance.sampling.topP"))]
+    pub top_p: Option<f64>,
+    /// Top-k, 0 or more, 0 is off; default: the section's (0 when it sets none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub top_k: Option<i32>,
+    /// Seed of the engine's random sampling, 0 or more; default: the section's (0 when it sets
+    /// none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub seed: Option<i64>,
+    /// Repetition penalty, greater than 0; default: the section's (1, no penalty, when it sets
+    /// none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self > 0.0")
+        .message("spec.acceptance.prompts[].sampling.repetitionPenalty must be greater than 0; set a positive value, or remove it to use spec.acceptance.sampling.repetitionPenalty"))]
+    pub repetition_penalty: Option<f64>,
+}
+
+impl From<&PromptSampling> for AcceptanceSampling {
+    fn from(p: &PromptSampling) -> Self {
+        Self {
+            temperature: p.temperature,
+            top_p: p.top_p,
+            top_k: p.top_k,
+            seed: p.seed,
+            repetition_penalty: p.repetition_penalty,
+        }
+    }
+}
+
+impl AcceptanceSampling {
+    /// Values outside their bounds, as `(field, what is wrong and the fix)`; the same bounds as
+    /// the CRD's. `default_from` names what an absent value falls back to, for the fix.
+    pub fn problems(&self, default_from: &str) -> Vec<(&'static str, String)> {
+        let mut out = Vec::new();
+        let mut check = |field: &'static str, bad: bool, value: String, rule: &str| {
+            if bad {
+                out.push((
+                    field,
+                    format!("is {value}; it must be {rule}; change the value, or remove it to use {default_from}"),
+                ));
+            }
+        };
+        if let Some(t) = self.temperature {
+            check(
+                "temperature",
+                !(t >= 0.0 && t.is_finite()),
+                t.to_string(),
+                "0 or more (0 is greedy decoding)",
+            );
+        }
+        if let Some(p) = self.top_p {
+            check(
+                "topP",
+                !(p > 0.0 && p <= 1.0),
+                p.to_string(),
+                "greater than 0 and at most 1 (1 turns nucleus sampling off)",
+            );
+        }
+        if let Some(k) = self.top_k {
+            check(
+                "topK",
+                k < 0,
+                k.to_string(),
+                "0 or more (0 turns top-k sampling off)",
+            );
+        }
+        if let Some(s) = self.seed {
+            check("seed", s < 0, s.to_string(), "0 or more");
+        }
+        if let Some(r) = self.repetition_penalty {
+            check(
+                "repetitionPenalty",
+                !(r > 0.0 && r.is_finite()),
+                r.to_string(),
+                "greater than 0 (1 is no penalty)",
+            );
+        }
+        out
+    }
+}
+
+/// Sampling settings with every default applied: what the engine is handed for a prompt and what
+/// the evidence records.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct EffectiveSampling {
+    /// Sampling temperature (0: greedy decoding).
+    pub temperature: f64,
+    /// Nucleus-sampling probability mass (1: off).
+    pub top_p: f64,
+    /// Top-k (0: off).
+    pub top_k: i32,
+    /// Random seed.
+    pub seed: i64,
+    /// Repetition penalty (1: none).
+    pub repetition_penalty: f64,
+}
+
+impl Default for EffectiveSampling {
+    fn default() -> Self {
+        Self {
+            temperature: DEFAULT_TEMPERATURE,
+            top_p: DEFAULT_TOP_P,
+            top_k: DEFAULT_TOP_K,
+            seed: DEFAULT_SEED,
+            repetition_penalty: DEFAULT_REPETITION_PENALTY,
+        }
+    }
+}
+
+impl EffectiveSampling {
+    /// These settings with each value `overrides` gives put in place.
+    pub fn with(self, overrides: Option<&AcceptanceSampling>) -> Self {
+        let Some(o) = overrides else {
+            return self;
+        };
+        Self {
+            temperature: o.temperature.unwrap_or(self.temperature),
+            top_p: o.top_p.unwrap_or(self.top_p),
+            top_k: o.top_k.unwrap_or(self.top_k),
+            seed: o.seed.unwrap_or(self.seed),
+            repetition_penalty: o.repetition_penalty.unwrap_or(self.repetition_penalty),
+        }
+    }
+
+    /// The settings of `self` that differ from `base`, as `name value` (for the sheet).
+    pub fn differences(&self, base: &Self) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.temperature != base.temperature {
+            out.push(format!("temperature {}", self.temperature));
+        }
+        if self.top_p != base.top_p {
+            out.push(format!("top-p {}", self.top_p));
+        }
+        if self.top_k != base.top_k {
+            out.push(format!("top-k {}", self.top_k));
+        }
+        if self.seed != base.seed {
+            out.push(format!("seed {}", self.seed));
+        }
+        if self.repetition_penalty != base.repetition_penalty {
+            out.push(format!("repetition penalty {}", self.repetition_penalty));
+        }
+        out
+    }
 }
 
 fn yes() -> bool {
@@ -578,12 +813,21 @@ pub struct ConfigMapKeyRef {
     pub key: String,
 }
 
-/// Engine command template. Placeholders: `{model_dir}`, `{prompts_file}`, `{outputs_file}`.
-#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+/// Engine command template (docs/engine-contract.md). Placeholders: `{serving_args}` (required,
+/// a whole argument: the serving container's arguments of the judged role), `{serving_command}`
+/// (a whole argument: `spec.runtime.command`, or nothing), `{model_dir}`, `{prompts_file}`,
+/// `{outputs_file}`.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct EngineCommand {
-    /// Program and arguments.
-    #[schemars(length(min = 1))]
+    /// Program and arguments, at most 256 arguments of at most 4096 characters; one argument is
+    /// exactly `{serving_args}`.
+    #[schemars(length(min = 1, max = 256), inner(length(max = 4096)))]
+    // Same as `acceptance::engine::template_problem`; the validation table checks both.
+    #[x_kube(validation = Rule::new("self.exists(a, a == '{serving_args}')")
+        .message("spec.acceptance.engine.command does not hold {serving_args} as a whole argument, so the judged engine would not run the serving configuration; add \"{serving_args}\" to spec.acceptance.engine.command where the engine takes its flags (in place of \"--model_name {model_dir}\")"))]
+    #[x_kube(validation = Rule::new("self.all(a, a == '{serving_args}' || a == '{serving_command}' || !(a.contains('{serving_args}') || a.contains('{serving_command}')))")
+        .message("spec.acceptance.engine.command holds a list placeholder inside a larger argument; {serving_args} and {serving_command} stand for zero or more arguments and must each be a whole argument of spec.acceptance.engine.command"))]
     pub command: Vec<String>,
 }
 
@@ -606,6 +850,10 @@ pub struct AcceptancePrompt {
     /// Extra CEL rules over the parsed output (bound as `output`), for what a schema cannot say.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rules: Vec<OutputRule>,
+    /// This prompt's sampling settings, overriding those of `spec.acceptance.sampling` that it
+    /// gives. Part of the revision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampling: Option<PromptSampling>,
 }
 
 /// Exactly one of `json`, `regex`, `grammar`.
@@ -705,6 +953,99 @@ mod tests {
             ]
             .into()
         );
+    }
+
+    #[test]
+    fn sampling_defaults_apply_when_absent_and_prompts_override_the_section() {
+        let spec: AcceptanceSpec = serde_yaml::from_str(
+            "prompts:\n- {id: a, prompt: x, structuredOutput: {regex: a}}\n- {id: b, prompt: y, sampling: {temperature: 0.7, seed: 9}, structuredOutput: {regex: b}}\n",
+        )
+        .unwrap();
+        let greedy = EffectiveSampling {
+            temperature: 0.0,
+            top_p: 1.0,
+            top_k: 0,
+            seed: 0,
+            repetition_penalty: 1.0,
+        };
+        assert_eq!(spec.default_sampling(), greedy);
+        assert_eq!(spec.sampling_of(&spec.prompts[0]), greedy);
+        assert_eq!(
+            spec.sampling_of(&spec.prompts[1]),
+            EffectiveSampling {
+                temperature: 0.7,
+                seed: 9,
+                ..greedy
+            }
+        );
+
+        let section: AcceptanceSpec = serde_yaml::from_str(
+            "sampling: {temperature: 0.2, topP: 0.9, topK: 40, seed: 7, repetitionPenalty: 1.1}\nprompts:\n- {id: a, prompt: x, structuredOutput: {regex: a}}\n- {id: b, prompt: y, sampling: {topK: 0, seed: 1}, structuredOutput: {regex: b}}\n",
+        )
+        .unwrap();
+        let pinned = EffectiveSampling {
+            temperature: 0.2,
+            top_p: 0.9,
+            top_k: 40,
+            seed: 7,
+            repetition_penalty: 1.1,
+        };
+        assert_eq!(section.default_sampling(), pinned);
+        assert_eq!(section.sampling_of(&section.prompts[0]), pinned);
+        let b = section.sampling_of(&section.prompts[1]);
+        assert_eq!(
+            b,
+            EffectiveSampling {
+                top_k: 0,
+                seed: 1,
+                ..pinned
+            }
+        );
+        assert_eq!(b.differences(&pinned), ["top-k 0", "seed 1"]);
+        // Absent stays absent: a spec without sampling keeps its serialized form (and hash).
+        let plain: AcceptanceSpec =
+            serde_yaml::from_str("prompts:\n- {id: a, prompt: x, structuredOutput: {regex: a}}\n")
+                .unwrap();
+        let text = serde_json::to_string(&plain).unwrap();
+        assert!(!text.contains("sampling"), "{text}");
+    }
+
+    #[test]
+    fn sampling_bounds_name_the_field_and_the_fix() {
+        assert!(AcceptanceSampling::default()
+            .problems("the default")
+            .is_empty());
+        let edge = AcceptanceSampling {
+            temperature: Some(0.0),
+            top_p: Some(1.0),
+            top_k: Some(0),
+            seed: Some(0),
+            repetition_penalty: Some(0.01),
+        };
+        assert!(edge.problems("the default").is_empty());
+        let bad = AcceptanceSampling {
+            temperature: Some(-0.1),
+            top_p: Some(0.0),
+            top_k: Some(-1),
+            seed: Some(-5),
+            repetition_penalty: Some(0.0),
+        };
+        let problems = bad.problems("the default");
+        let fields: Vec<&str> = problems.iter().map(|(f, _)| *f).collect();
+        assert_eq!(
+            fields,
+            ["temperature", "topP", "topK", "seed", "repetitionPenalty"]
+        );
+        assert_eq!(
+            problems[1].1,
+            "is 0; it must be greater than 0 and at most 1 (1 turns nucleus sampling off); change the value, or remove it to use the default"
+        );
+        let over = AcceptanceSampling {
+            top_p: Some(1.5),
+            temperature: Some(f64::NAN),
+            ..Default::default()
+        };
+        assert_eq!(over.problems("x").len(), 2);
     }
 
     #[test]

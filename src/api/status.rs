@@ -1,5 +1,7 @@
 //! Status of `DeepInferDeployment`: phase, kstatus-compatible conditions, and what was verified.
 
+use std::collections::BTreeSet;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -11,8 +13,10 @@ pub struct DeepInferDeploymentStatus {
     /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// Coarse summary: Pending, Verifying, Provisioning, Accepting, Ready or Failed.
+    /// Coarse summary: Pending, Verifying, Provisioning, Accepting, Ready or Failed. An open
+    /// set: a value another release wrote is read as unknown.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<String>")]
     pub phase: Option<Phase>,
     /// Conditions, one per type: LicenseAccepted, CheckpointVerified, AcceptancePassed,
     /// WorkersReady, Ready, Reconciling, Stalled.
@@ -32,12 +36,13 @@ pub struct DeepInferDeploymentStatus {
     /// The judgement of the current revision (the last acceptance run for it) and its evidence.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub acceptance: Option<AcceptanceStatus>,
-    /// Recorded acceptance judgements, newest first, at most [`MAX_JUDGEMENTS`]: one per
-    /// (revision, acceptance spec hash, rerun token). A revision found here is not judged again,
-    /// so rolling back reuses its pass; a pod may serve only while the newest judgement of its
-    /// revision is a pass.
+    /// Recorded acceptance judgements, newest first: one per (revision, acceptance spec hash,
+    /// rerun token). A revision found here is not judged again, so rolling back reuses its pass;
+    /// a pod may serve only while the newest judgement of its revision is a pass. The newest
+    /// judgement of every revision that has pods is kept however many came after it; of the
+    /// others, the newest 5. At most 32 in all.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 5))]
+    #[schemars(length(max = 32))]
     pub judgements: Vec<AcceptanceStatus>,
     /// The licence gate's last opening: for which licence and annotation value, when, and when
     /// and why it closed. Who changed the annotation is in the object's `managedFields` and the
@@ -65,8 +70,11 @@ pub struct LicenseRecord {
     pub closed_reason: Option<String>,
 }
 
-/// Most judgements kept in `status.judgements`.
+/// Judgements kept in `status.judgements` besides the newest of each revision that has pods.
 pub const MAX_JUDGEMENTS: usize = 5;
+/// Most judgements `status.judgements` holds (its schema's bound): room for 27 revisions with
+/// pods at once besides the [`MAX_JUDGEMENTS`] others.
+pub const MAX_RECORDED_JUDGEMENTS: usize = 32;
 
 /// Verdict of an acceptance run: the acceptance Job's summary, the manifest and the status all
 /// carry this one type.
@@ -77,6 +85,11 @@ pub enum AcceptanceResult {
     /// Anything else (and the value a judgement has until it is made).
     #[default]
     Failed,
+    /// A value this release does not know (written by another release, or restored from a
+    /// backup): kept as unknown, never read as a pass or a failure.
+    #[serde(other)]
+    #[schemars(skip)]
+    Unknown,
 }
 
 impl AcceptanceResult {
@@ -85,6 +98,7 @@ impl AcceptanceResult {
         match self {
             Self::Passed => "Passed",
             Self::Failed => "Failed",
+            Self::Unknown => "Unknown",
         }
     }
 }
@@ -114,25 +128,57 @@ impl DeepInferDeploymentStatus {
 }
 
 /// `judgements` with `newest` recorded first, replacing an entry for the same revision, spec hash
-/// and rerun token, and cut to [`MAX_JUDGEMENTS`].
+/// and rerun token, then cut as [`retain_judgements`] says. `with_pods` are the revisions that
+/// have pods now: a candidate's verdict never pushes out the judgement a serving pod rests on.
 pub fn record_judgement(
     judgements: &[AcceptanceStatus],
     newest: AcceptanceStatus,
+    with_pods: &BTreeSet<String>,
 ) -> Vec<AcceptanceStatus> {
     let key = (
         newest.revision.clone(),
         newest.spec_hash.clone().unwrap_or_default(),
         newest.rerun_token.clone().unwrap_or_default(),
     );
-    let mut out = vec![newest];
-    out.extend(
-        judgements
-            .iter()
-            .filter(|j| !j.judges(&key.0, &key.1, &key.2))
-            .cloned(),
-    );
-    out.truncate(MAX_JUDGEMENTS);
+    let rest = judgements
+        .iter()
+        .filter(|j| !j.judges(&key.0, &key.1, &key.2))
+        .cloned();
+    retain_judgements(std::iter::once(newest).chain(rest), with_pods)
+}
+
+/// What is kept of `judgements` (newest first): the newest judgement of every revision in
+/// `with_pods`, whatever its age (see [`pinned`]), and the newest [`MAX_JUDGEMENTS`] others;
+/// order is kept, and the list is cut at [`MAX_RECORDED_JUDGEMENTS`].
+pub fn retain_judgements(
+    judgements: impl IntoIterator<Item = AcceptanceStatus>,
+    with_pods: &BTreeSet<String>,
+) -> Vec<AcceptanceStatus> {
+    let all: Vec<AcceptanceStatus> = judgements.into_iter().collect();
+    let keep = pinned(&all, with_pods);
+    let mut others = 0;
+    let mut out = Vec::new();
+    for (j, pinned) in all.into_iter().zip(keep) {
+        if pinned {
+            out.push(j);
+        } else if others < MAX_JUDGEMENTS {
+            others += 1;
+            out.push(j);
+        }
+    }
+    out.truncate(MAX_RECORDED_JUDGEMENTS);
     out
+}
+
+/// For each of `judgements` (newest first), whether it is the newest judgement of a revision in
+/// `with_pods`: the judgement those pods' service rests on, kept however old it is (with its
+/// evidence).
+pub fn pinned(judgements: &[AcceptanceStatus], with_pods: &BTreeSet<String>) -> Vec<bool> {
+    let mut seen = BTreeSet::new();
+    judgements
+        .iter()
+        .map(|j| with_pods.contains(&j.revision) && seen.insert(j.revision.as_str()))
+        .collect()
 }
 
 /// Coarse lifecycle phase; the conditions carry the detail.
@@ -150,6 +196,10 @@ pub enum Phase {
     Ready,
     /// A gate failed; see the conditions.
     Failed,
+    /// A value this release does not know (written by another release): read, never written.
+    #[serde(other)]
+    #[schemars(skip)]
+    Unknown,
 }
 
 /// What verification found in the checkpoint.
@@ -201,7 +251,9 @@ pub struct RoleStatus {
 pub struct AcceptanceStatus {
     /// Revision the run judged.
     pub revision: String,
-    /// `Passed` or `Failed`.
+    /// `Passed` or `Failed`. An open set: a judgement whose result this release does not know
+    /// neither grants nor withdraws service.
+    #[schemars(with = "String")]
     pub result: AcceptanceResult,
     /// Prompts judged and prompts passed.
     pub prompts: i32,
@@ -344,6 +396,9 @@ pub mod reasons {
     pub const WAITING_FOR_CAPACITY: &str = "WaitingForCapacity";
     /// Serving pods lost their entitlement (licence or judgement) and were taken out of service.
     pub const SERVING_WITHDRAWN: &str = "ServingWithdrawn";
+    /// A Job the operator would read by name exists but was made for another configuration (its
+    /// `deepinfer.io/judges` annotation differs): it is neither read nor deleted.
+    pub const NAME_CONFLICT: &str = "NameConflict";
 }
 
 /// Reasons of the `deepinfer.io/accepted` pod condition.
@@ -356,4 +411,88 @@ pub mod pod_reasons {
     pub const ACCEPTANCE_WITHDRAWN: &str = "AcceptanceWithdrawn";
     /// No judgement of the pod's revision is recorded.
     pub const NOT_JUDGED: &str = "RevisionNotJudged";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn judgement(revision: &str, result: AcceptanceResult) -> AcceptanceStatus {
+        AcceptanceStatus {
+            revision: revision.into(),
+            result,
+            spec_hash: Some(format!("spec-of-{revision}")),
+            ..AcceptanceStatus::default()
+        }
+    }
+
+    #[test]
+    fn failing_candidates_never_push_out_the_judgement_of_the_revision_that_serves() {
+        let serving = BTreeSet::from(["r0".to_string()]);
+        let mut list = vec![judgement("r0", AcceptanceResult::Passed)];
+        for n in 1..=8 {
+            let failed = judgement(&format!("r{n}"), AcceptanceResult::Failed);
+            list = record_judgement(&list, failed, &serving);
+        }
+        let revisions: Vec<&str> = list.iter().map(|j| j.revision.as_str()).collect();
+        assert_eq!(revisions, ["r8", "r7", "r6", "r5", "r4", "r0"]);
+        let status = DeepInferDeploymentStatus {
+            judgements: list,
+            ..Default::default()
+        };
+        assert!(status.latest_judgement("r0").is_some_and(|j| j.passed()));
+    }
+
+    #[test]
+    fn only_the_newest_judgement_of_a_revision_with_pods_is_pinned() {
+        let serving = BTreeSet::from(["r0".to_string()]);
+        let mut rerun = judgement("r0", AcceptanceResult::Failed);
+        rerun.rerun_token = Some("again".into());
+        let list = record_judgement(
+            &[judgement("r0", AcceptanceResult::Passed)],
+            rerun,
+            &serving,
+        );
+        assert_eq!(list.len(), 2, "the older judgement fills a free place");
+        let mut list = list;
+        for n in 1..=6 {
+            let failed = judgement(&format!("r{n}"), AcceptanceResult::Failed);
+            list = record_judgement(&list, failed, &serving);
+        }
+        assert_eq!(
+            list.iter()
+                .filter(|j| j.revision == "r0")
+                .map(|j| j.rerun_token.as_deref())
+                .collect::<Vec<_>>(),
+            [Some("again")],
+            "the newest of r0 stays, the older one goes"
+        );
+    }
+
+    #[test]
+    fn the_schema_bounds_the_judgements_where_retention_cuts_them() {
+        use kube::CustomResourceExt;
+        let crd = serde_json::to_value(crate::api::DeepInferDeployment::crd()).expect("crd");
+        let max = crd.pointer(
+            "/spec/versions/0/schema/openAPIV3Schema/properties/status/properties/judgements/maxItems",
+        );
+        assert_eq!(max, Some(&serde_json::json!(MAX_RECORDED_JUDGEMENTS)));
+    }
+
+    #[test]
+    fn judgements_of_revisions_without_pods_are_cut_to_the_newest_few() {
+        let mut list = Vec::new();
+        for n in 0..9 {
+            let j = judgement(&format!("r{n}"), AcceptanceResult::Passed);
+            list = record_judgement(&list, j, &BTreeSet::new());
+        }
+        assert_eq!(list.len(), MAX_JUDGEMENTS);
+        assert_eq!(list[0].revision, "r8");
+        let many: BTreeSet<String> = (0..40).map(|n| format!("p{n}")).collect();
+        let pinned = retain_judgements(
+            (0..40).map(|n| judgement(&format!("p{n}"), AcceptanceResult::Passed)),
+            &many,
+        );
+        assert_eq!(pinned.len(), MAX_RECORDED_JUDGEMENTS, "the schema's bound");
+    }
 }

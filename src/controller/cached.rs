@@ -28,6 +28,7 @@ use serde_json::{Map, Value};
 
 use super::build::{
     APPLIED_HASH_ANNOTATION, ASCEND_910_ANNOTATION, ASCEND_NPU_ANNOTATION, EVIDENCE_FLAG,
+    JUDGES_ANNOTATION,
 };
 use crate::api::{labels, ACCEPTED_POD_CONDITION};
 
@@ -47,11 +48,13 @@ const KEPT_LABELS: &[&str] = &[
 ];
 
 /// The annotations some pass reads on the operator's objects (the applied hash; the device
-/// configuration the Ascend device plugin writes on pods); the caches keep no other annotation.
+/// configuration the Ascend device plugin writes on pods; what a Job judges); the caches keep no
+/// other annotation.
 const KEPT_ANNOTATIONS: &[&str] = &[
     APPLIED_HASH_ANNOTATION,
     ASCEND_910_ANNOTATION,
     ASCEND_NPU_ANNOTATION,
+    JUDGES_ANNOTATION,
 ];
 
 /// The pod conditions some pass reads; a cached pod keeps no other.

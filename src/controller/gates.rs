@@ -20,7 +20,7 @@ use kube::ResourceExt;
 use super::apply;
 use super::build;
 use super::decide::checkpoint::{claim_gate, judge_verify_job, running_job_gate, verified_message};
-use super::decide::jobs::{job_state, JobState};
+use super::decide::jobs::{foreign_job, job_state, JobState};
 use super::decide::rejected::rejected_gate;
 use super::decide::rollout::{self, Action as GroupAction, Health, Progress, RoleInput};
 use super::decide::workers::{group_views, placement_retry, workers_gate, Watchdog};
@@ -39,6 +39,7 @@ use crate::api::{
 pub async fn run_pipeline(
     did: &DeepInferDeployment,
     previous: Option<&DeepInferDeploymentStatus>,
+    status_whole: bool,
     ctx: &Context,
 ) -> Result<(Outcome, Action), Error> {
     let mut outcome = Outcome::default();
@@ -68,14 +69,23 @@ pub async fn run_pipeline(
     if let Some(a) = known.acceptance.clone() {
         let hash = a.spec_hash.clone().unwrap_or_default();
         let token = a.rerun_token.clone().unwrap_or_default();
-        if known.judgements.len() < crate::api::MAX_JUDGEMENTS
-            && !known
-                .judgements
-                .iter()
-                .any(|j| j.judges(&a.revision, &hash, &token))
+        if !known
+            .judgements
+            .iter()
+            .any(|j| j.judges(&a.revision, &hash, &token))
         {
             known.judgements.push(a);
         }
+    }
+    // A status lost, partly unreadable or holding results this release does not know is made
+    // whole from the judgements recorded on the evidence ConfigMaps before anything is decided.
+    if decide::memory::needs_recall(&known, status_whole, &observed.workers) {
+        let recalled = decide::memory::recalled(&evidence_metas(ctx, &ns, did).await?);
+        tracing::info!(
+            recalled = recalled.len(),
+            "the status does not hold every judgement; recalled them from the evidence"
+        );
+        known.judgements = decide::memory::merge(&known.judgements, recalled);
     }
     outcome.judgements = known.judgements.clone();
     outcome.acceptance_status = previous.and_then(|p| p.acceptance.clone());
@@ -169,7 +179,11 @@ pub async fn run_pipeline(
                     outcome.acceptance_status = Some(status);
                 }
                 if let Some(judged) = found.recorded {
-                    known.judgements = record_judgement(&known.judgements, judged.clone());
+                    known.judgements = record_judgement(
+                        &known.judgements,
+                        judged.clone(),
+                        &observed.revisions_with_pods(),
+                    );
                     outcome.judgements = known.judgements.clone();
                     outcome.acceptance_status = Some(judged);
                     // A new verdict takes effect in this same pass.
@@ -426,6 +440,9 @@ async fn checkpoint_gate(
                 format!("Job {fetch_name} is fetching the pinned revision into {claim}"),
             )
         };
+        if let Some(conflict) = foreign_job(observed, &fetch_name, &key) {
+            return Ok((conflict, None));
+        }
         match job_state(observed, &fetch_name, build::FETCH) {
             JobState::Missing => {
                 apply::create_once(&jobs, &fetch).await?;
@@ -458,7 +475,20 @@ async fn checkpoint_gate(
             format!("Job {verify_name} is verifying the checkpoint on {claim}"),
         )
     };
-    let state = job_state(observed, &verify_name, build::VERIFY);
+    if let Some(conflict) = foreign_job(observed, &verify_name, &key) {
+        return Ok((conflict, None));
+    }
+    // As for acceptance: a finished verification is read from a view as new as its completion.
+    let fresh = if decide::jobs::needs_fresh_pods(observed, &verify_name, build::VERIFY) {
+        Some(pods_of_job_now(ctx, ns, &verify_name).await?)
+    } else {
+        None
+    };
+    let verify_pods = match &fresh {
+        Some(pods) => pods.iter().collect(),
+        None => observed.pods_of_job(&verify_name),
+    };
+    let state = decide::jobs::state_of(observed.job(&verify_name), &verify_pods, build::VERIFY);
     match state {
         JobState::Missing => {
             apply::create_once(&jobs, &verify).await?;
@@ -473,7 +503,7 @@ async fn checkpoint_gate(
             key,
             matches!(state, JobState::Succeeded(_)),
             message.as_deref(),
-            &decide::jobs::containers_ended(&observed.pods_of_job(&verify_name)),
+            &decide::jobs::containers_ended(&verify_pods),
         )),
     }
 }
@@ -549,7 +579,18 @@ async fn acceptance_gate(
     };
     let others = &groups[1..];
     let leader = judged.job(0);
-    let leader_pods = observed.pods_of_job(&leader);
+    // A finished leader whose judge's summary the Pod cache does not hold is read from its pods
+    // as the API server has them now: the verdict never rests on a view older than the Job's
+    // completion.
+    let fresh = if decide::jobs::needs_fresh_pods(observed, &leader, build::JUDGE_CONTAINER) {
+        Some(pods_of_job_now(ctx, ns, &leader).await?)
+    } else {
+        None
+    };
+    let leader_pods = match &fresh {
+        Some(pods) => pods.iter().collect(),
+        None => observed.pods_of_job(&leader),
+    };
     let run_pods: Vec<&Pod> = groups.iter().flat_map(pods_of).collect();
     let upstream = acceptance::Upstream {
         expected: others
@@ -571,7 +612,17 @@ async fn acceptance_gate(
         roles: &roles,
         now: Timestamp::now(),
     };
-    let leader_state = job_state(observed, &leader, build::JUDGE_CONTAINER);
+    if let Some(conflict) = foreign_job(observed, &leader, &names.key) {
+        return Ok(AcceptanceFound {
+            gate: conflict,
+            status: None,
+            recorded: None,
+            needs_room: Vec::new(),
+            unjudged: None,
+        });
+    }
+    let leader_state =
+        decide::jobs::state_of(observed.job(&leader), &leader_pods, build::JUDGE_CONTAINER);
     let step = acceptance::decide(
         known.recorded_judgement(revision, &spec_hash, &token),
         &leader_state,
@@ -724,18 +775,45 @@ async fn acceptance_gate(
                     end.duration_since(start).as_secs_f64().max(0.0)
                 })
                 .unwrap_or(0.0);
-            prune_evidence(ctx, ns, did, judgement.evidence.as_deref()).await;
+            remember(ctx, ns, &judgement).await?;
+            // The evidence of the judgement just made, and of those serving pods rest on.
+            let with_pods = observed.revisions_with_pods();
+            let pinned = crate::api::pinned(&known.judgements, &with_pods);
+            let kept: Vec<&str> = known
+                .judgements
+                .iter()
+                .zip(pinned)
+                .filter_map(|(j, pinned)| pinned.then_some(j))
+                .chain([&judgement])
+                .filter_map(|j| j.evidence.as_deref())
+                .collect();
+            prune_evidence(ctx, ns, did, &kept).await;
             Ok(record(ctx, judgement, duration))
         }
     };
     found.map(|f| AcceptanceFound { unjudged, ..f })
 }
 
-/// Deletes the resource's evidence ConfigMaps beyond the newest `--keep-evidence`, never the one
-/// of the judgement just recorded. Read as metadata only (evidence is up to 1 MiB each).
-/// Housekeeping: a failure is logged, not a failed pass.
-async fn prune_evidence(ctx: &Context, ns: &str, did: &ValidatedDeployment, pinned: Option<&str>) {
-    use k8s_openapi::api::core::v1::ConfigMap;
+/// The pods of the Job `job` as the API server has them now (a list straight from it, not the
+/// cache).
+async fn pods_of_job_now(ctx: &Context, ns: &str, job: &str) -> Result<Vec<Pod>, Error> {
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+    let lp = kube::api::ListParams::default()
+        .labels(&format!("{}={job}", super::cached::JOB_NAME_LABEL));
+    tracing::info!(%job, "the Job finished but the cache holds no summary of its pod; reading its pods directly");
+    api.list(&lp)
+        .await
+        .map(|l| l.items)
+        .map_err(|e| Error::api("list", "Pod", &format!("{ns}/{job} pods"), e))
+}
+
+/// The metadata of the resource's evidence ConfigMaps (read as metadata only: evidence is up to
+/// 1 MiB each).
+async fn evidence_metas(
+    ctx: &Context,
+    ns: &str,
+    did: &DeepInferDeployment,
+) -> Result<Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>, Error> {
     use kube::core::PartialObjectMeta;
     let name = did.name_any();
     let uid = did.uid().unwrap_or_default();
@@ -745,13 +823,56 @@ async fn prune_evidence(ctx: &Context, ns: &str, did: &ValidatedDeployment, pinn
         labels::DEPLOYMENT,
         labels::COMPONENT
     ));
-    let evidence: Vec<_> = match metas.list(&lp).await {
-        Ok(list) => list
-            .items
-            .into_iter()
-            .map(|m| m.metadata)
-            .filter(|m| m.owner_references.iter().flatten().any(|o| o.uid == uid))
-            .collect(),
+    let list = metas
+        .list(&lp)
+        .await
+        .map_err(|e| Error::api("list", "ConfigMap", &format!("{ns}/{name} evidence"), e))?;
+    Ok(list
+        .items
+        .into_iter()
+        .map(|m| m.metadata)
+        .filter(|m| m.owner_references.iter().flatten().any(|o| o.uid == uid))
+        .collect())
+}
+
+/// Keeps the judgement beside its evidence (annotation
+/// [`decide::memory::JUDGEMENT_ANNOTATION`] of the run's evidence ConfigMap), so that a lost
+/// status can be made whole again. A judgement without evidence is kept in status only.
+async fn remember(ctx: &Context, ns: &str, judgement: &AcceptanceStatus) -> Result<(), Error> {
+    let Some(evidence) = judgement.evidence.as_deref() else {
+        return Ok(());
+    };
+    let record = serde_json::to_string(judgement).map_err(Error::Serde)?;
+    let patch = serde_json::json!({"metadata": {"annotations": {
+        decide::memory::JUDGEMENT_ANNOTATION: record,
+    }}});
+    let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
+    match api
+        .patch(
+            evidence,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        // Evidence deleted by hand: the judgement lives in status alone.
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(Error::api(
+            "annotate",
+            "ConfigMap",
+            &format!("{ns}/{evidence}"),
+            e,
+        )),
+    }
+}
+
+/// Deletes the resource's evidence ConfigMaps beyond the newest `--keep-evidence`, never one in
+/// `pinned` (the judgement just recorded, and those serving pods rest on).
+/// Housekeeping: a failure is logged, not a failed pass.
+async fn prune_evidence(ctx: &Context, ns: &str, did: &ValidatedDeployment, pinned: &[&str]) {
+    let evidence = match evidence_metas(ctx, ns, did).await {
+        Ok(evidence) => evidence,
         Err(e) => {
             tracing::warn!(error = %e, "listing evidence ConfigMaps failed; pruning them later");
             return;
@@ -759,11 +880,7 @@ async fn prune_evidence(ctx: &Context, ns: &str, did: &ValidatedDeployment, pinn
     };
     let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
     let keep = usize::from(ctx.retention.keep_evidence);
-    for old in decide::retention::evidence_to_delete(
-        &evidence,
-        keep,
-        &pinned.into_iter().collect::<Vec<_>>(),
-    ) {
+    for old in decide::retention::evidence_to_delete(&evidence, keep, pinned) {
         tracing::info!(configmap = %old, keep, "deleting evidence beyond the newest kept");
         if let Err(e) = apply::delete_ignoring_missing(&api, &old).await {
             tracing::warn!(error = %e, "deleting old evidence failed; trying again at the next judgement");
@@ -1071,7 +1188,14 @@ async fn workers(
         .filter_map(|p| p.labels().get(labels::REVISION).cloned())
         .chain(std::iter::once(target.to_string()))
         .collect();
-    // Per role: the revisions whose latest judgement passed with that role included.
+    // Per role: the revisions whose latest judgement passed with that role included, and those
+    // in service whose verdict is not known (a lost memory is not a verdict against them).
+    let licence = license_gate(
+        did.annotations(),
+        &did.spec.model.license,
+        &ctx.accepted_licenses,
+    );
+    let unsettled = entitlement::unsettled_in_service(&observed.workers, &licence, Some(known));
     let passed_for = |role: &str| -> BTreeSet<String> {
         revisions
             .iter()
@@ -1079,6 +1203,7 @@ async fn workers(
                 known
                     .latest_judgement(r)
                     .is_some_and(|j| j.passed_for(role))
+                    || unsettled.contains(&((*r).clone(), role.to_string()))
             })
             .cloned()
             .collect()

@@ -980,11 +980,20 @@ where
     let progress = written
         .of(<K as k8s_openapi::Resource>::KIND)
         .unwrap_or_default();
-    watcher(api, config).map_ok(move |mut event| {
-        cache.take(&mut event);
-        progress.stored(&event);
-        event
-    })
+    let lag = progress.clone();
+    watcher(api, config)
+        .then(move |event| {
+            let lag = lag.clone();
+            async move {
+                lag.unheld().await;
+                event
+            }
+        })
+        .map_ok(move |mut event| {
+            cache.take(&mut event);
+            progress.stored(&event);
+            event
+        })
 }
 
 /// Keeps the store of a kind whose changes trigger their owner, on its own backoff, in a task of
@@ -1194,16 +1203,21 @@ async fn reconcile_pass(obj: Arc<CachedDeployment>, ctx: Arc<Context>) -> Result
     let ns = obj
         .namespace()
         .ok_or_else(|| Error::NoNamespace(obj.name_any()))?;
-    let raw = obj.to_value(&api_resource()).map_err(Error::Serde)?;
-    let previous: Option<DeepInferDeploymentStatus> = raw
-        .get("status")
-        .and_then(|s| serde_json::from_value(s.clone()).ok());
+    let mut raw = obj.to_value(&api_resource()).map_err(Error::Serde)?;
+    // The status is read on its own, as far as it can be: a status this release cannot read
+    // whole never makes the resource unreadable, and its judgements are recalled (see
+    // `decide::memory`).
+    let stored = raw.as_object_mut().and_then(|o| o.remove("status"));
+    let (previous, status_whole) = decide::memory::read_status(stored.as_ref());
     let did: DeepInferDeployment = match serde_json::from_value(raw) {
         Ok(d) => d,
         Err(e) => {
-            // Dereference failed: the object does not match the API types. Stall it alone.
+            // Dereference failed: the object does not match the API types. Stall it alone,
+            // keeping the judgements it had.
             let outcome = Outcome {
                 spec: Gate::Failed(reasons::INVALID_SPEC, format!("the resource does not match the DeepInferDeployment schema: {e}; correct the field named and re-apply")),
+                judgements: previous.as_ref().map(|p| p.judgements.clone()).unwrap_or_default(),
+                acceptance_status: previous.as_ref().and_then(|p| p.acceptance.clone()),
                 ..Outcome::default()
             };
             write_status(&ctx, &obj, &ns, previous.as_ref(), &outcome).await?;
@@ -1214,7 +1228,8 @@ async fn reconcile_pass(obj: Arc<CachedDeployment>, ctx: Arc<Context>) -> Result
         ctx.metrics.forget(&phase_key(&ns, &did.name_any()));
         return Ok(Action::await_change());
     }
-    let (outcome, action) = gates::run_pipeline(&did, previous.as_ref(), &ctx).await?;
+    let (outcome, action) =
+        gates::run_pipeline(&did, previous.as_ref(), status_whole, &ctx).await?;
     write_status(&ctx, &obj, &ns, previous.as_ref(), &outcome).await?;
     Ok(action)
 }

@@ -86,6 +86,18 @@ pub struct Progress {
     stored: AtomicU64,
     /// The newest version of a relist under way (the store takes the list in whole at its end).
     listing: AtomicU64,
+    /// Whether this kind's watch is held back (see [`Progress::hold`]).
+    held: Held,
+}
+
+/// A switch that holds a kind's watch back; off unless a test turns it on.
+#[derive(Debug)]
+struct Held(tokio::sync::watch::Sender<bool>);
+
+impl Default for Held {
+    fn default() -> Self {
+        Self(tokio::sync::watch::channel(false).0)
+    }
 }
 
 fn version(meta: &ObjectMeta) -> Option<u64> {
@@ -116,6 +128,24 @@ impl Progress {
 
     fn behind(&self) -> bool {
         self.stored.load(Ordering::SeqCst) < self.written.load(Ordering::SeqCst)
+    }
+
+    /// Fault injection: holds this kind's watch back, as a lagging watch or a long relist does.
+    /// Events wait, in order, until [`Progress::release`]; the store keeps what it had.
+    pub fn hold(&self) {
+        self.held.0.send_replace(true);
+    }
+
+    /// Lets a held watch go on; its waiting events reach the store in order.
+    pub fn release(&self) {
+        self.held.0.send_replace(false);
+    }
+
+    /// Returns once the watch is not held.
+    pub async fn unheld(&self) {
+        let mut held = self.held.0.subscribe();
+        // The sender lives as long as `self`, so the wait cannot fail.
+        let _ = held.wait_for(|h| !*h).await;
     }
 
     /// Takes the store as current: after a wait ran out, later passes do not wait for the same
@@ -711,6 +741,14 @@ impl Observed {
         self.jobs.iter().find(|j| j.name_any() == name)
     }
 
+    /// Revisions that have worker pods (being deleted or not).
+    pub fn revisions_with_pods(&self) -> std::collections::BTreeSet<String> {
+        self.workers
+            .iter()
+            .filter_map(|p| p.labels().get(labels::REVISION).cloned())
+            .collect()
+    }
+
     /// Pods of the Job of this name.
     pub fn pods_of_job(&self, name: &str) -> Vec<&Pod> {
         self.job_pods
@@ -909,7 +947,8 @@ mod tests {
     #[test]
     fn a_trimmed_job_keeps_its_ttl_claims_judge_arguments_and_status() {
         let full: Job = serde_json::from_value(serde_json::json!({
-            "metadata": meta_with_noise(serde_json::json!({"name": "flash-accept-0"})),
+            "metadata": meta_with_noise(serde_json::json!({"name": "flash-accept-0",
+                "annotations": {build::JUDGES_ANNOTATION: "key-of-the-run"}})),
             "spec": {
                 "backoffLimit": 0,
                 "template": {
@@ -940,6 +979,16 @@ mod tests {
             decide::retention::jobs_to_expire(std::slice::from_ref(&full), &[])
         );
         assert!(template(&trimmed).is_some_and(|p| p.containers[0].env.is_none()));
+        // What the Job judges is read from the cache: a Job made for this run is not foreign.
+        let observed = Observed {
+            jobs: vec![trimmed],
+            ..Observed::default()
+        };
+        assert_eq!(
+            decide::jobs::foreign_job(&observed, "flash-accept-0", "key-of-the-run"),
+            None
+        );
+        assert!(decide::jobs::foreign_job(&observed, "flash-accept-0", "another-key").is_some());
     }
 
     #[test]

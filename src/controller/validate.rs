@@ -764,6 +764,20 @@ fn validate_acceptance(acceptance: &AcceptanceSpec, errors: &mut Vec<FieldError>
                 "must be a JSON Schema object",
             ));
         }
+        if let Some(sampling) = &prompt.sampling {
+            let own = crate::api::AcceptanceSampling::from(sampling);
+            for (field, message) in own.problems("the value of spec.acceptance.sampling") {
+                errors.push(FieldError::new(format!("{at}.sampling.{field}"), message));
+            }
+        }
+    }
+    if let Some(sampling) = &acceptance.sampling {
+        for (field, message) in sampling.problems("the default") {
+            errors.push(FieldError::new(
+                format!("spec.acceptance.sampling.{field}"),
+                message,
+            ));
+        }
     }
     if !(1..=MAX_ACCEPTANCE_TIMEOUT_SECONDS).contains(&acceptance.timeout_seconds) {
         errors.push(FieldError::new(
@@ -783,6 +797,13 @@ fn validate_acceptance(acceptance: &AcceptanceSpec, errors: &mut Vec<FieldError>
             "spec.acceptance.engine.command",
             "is empty; give the program and its arguments, or remove engine to use the default",
         ));
+    } else if let Some(problem) = acceptance
+        .engine
+        .as_ref()
+        .and_then(|engine| crate::acceptance::engine::template_problem(&engine.command))
+    {
+        // Same as the CEL rules on `EngineCommand.command`.
+        errors.push(FieldError::new("spec.acceptance.engine.command", problem));
     }
 }
 

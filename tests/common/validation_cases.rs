@@ -488,6 +488,96 @@ pub fn cases() -> Vec<Case> {
             Invalid("spec.acceptance.timeoutSeconds")
         ),
         case!(
+            "acceptance template with the serving args",
+            nvidia,
+            |s| s["acceptance"]["engine"] = json!({"command": ["engine", "{serving_command}", "{serving_args}", "--prompts", "{prompts_file}"]}),
+            Valid
+        ),
+        case!(
+            "acceptance template without the serving args",
+            nvidia,
+            |s| s["acceptance"]["engine"] = json!({"command": ["engine", "--model_name", "{model_dir}", "--prompts", "{prompts_file}"]}),
+            Invalid("spec.acceptance.engine.command")
+        ),
+        case!(
+            "acceptance template with the serving args inside an argument",
+            nvidia,
+            |s| s["acceptance"]["engine"] =
+                json!({"command": ["sh", "-c", "engine {serving_args}", "{serving_args}"]}),
+            Invalid("spec.acceptance.engine.command")
+        ),
+        case!(
+            "sampling at its bounds, whole numbers where numbers go",
+            nvidia,
+            |s| {
+                s["acceptance"]["sampling"] = json!({
+                    "temperature": 0, "topP": 1, "topK": 0, "seed": 0, "repetitionPenalty": 1
+                });
+                s["acceptance"]["prompts"][1]["sampling"] = json!({"temperature": 1.3, "topP": 0.01, "topK": 50, "seed": 4_294_967_296_i64, "repetitionPenalty": 0.5});
+            },
+            Valid
+        ),
+        case!(
+            "sampling temperature below 0",
+            nvidia,
+            |s| s["acceptance"]["sampling"] = json!({"temperature": -0.5}),
+            Invalid("spec.acceptance.sampling.temperature")
+        ),
+        case!(
+            "sampling topP 0",
+            nvidia,
+            |s| s["acceptance"]["sampling"] = json!({"topP": 0}),
+            Invalid("spec.acceptance.sampling.topP")
+        ),
+        case!(
+            "sampling topP above 1",
+            nvidia,
+            |s| s["acceptance"]["sampling"] = json!({"topP": 1.5}),
+            Invalid("spec.acceptance.sampling.topP")
+        ),
+        case!(
+            "sampling topK below 0",
+            nvidia,
+            |s| s["acceptance"]["sampling"] = json!({"topK": -1}),
+            Invalid("spec.acceptance.sampling.topK")
+        ),
+        case!(
+            "sampling seed below 0",
+            nvidia,
+            |s| s["acceptance"]["sampling"] = json!({"seed": -1}),
+            Invalid("spec.acceptance.sampling.seed")
+        ),
+        case!(
+            "sampling repetitionPenalty 0",
+            nvidia,
+            |s| s["acceptance"]["sampling"] = json!({"repetitionPenalty": 0.0}),
+            Invalid("spec.acceptance.sampling.repetitionPenalty")
+        ),
+        case!(
+            "sampling topK not a whole number",
+            nvidia,
+            |s| s["acceptance"]["sampling"] = json!({"topK": 2.5}),
+            Malformed("spec.acceptance.sampling.topK")
+        ),
+        case!(
+            "prompt sampling topP 0",
+            nvidia,
+            |s| s["acceptance"]["prompts"][1]["sampling"] = json!({"topP": 0}),
+            Invalid("spec.acceptance.prompts[1].sampling.topP")
+        ),
+        case!(
+            "prompt sampling repetitionPenalty below 0",
+            nvidia,
+            |s| s["acceptance"]["prompts"][0]["sampling"] = json!({"repetitionPenalty": -1}),
+            Invalid("spec.acceptance.prompts[0].sampling.repetitionPenalty")
+        ),
+        case!(
+            "prompt sampling temperature below 0",
+            nvidia,
+            |s| s["acceptance"]["prompts"][0]["sampling"] = json!({"temperature": -1}),
+            Invalid("spec.acceptance.prompts[0].sampling.temperature")
+        ),
+        case!(
             "empty licence",
             nvidia,
             |s| s["model"]["license"] = json!(""),

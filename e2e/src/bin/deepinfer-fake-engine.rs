@@ -29,9 +29,18 @@
 //! but it prints `generation_done` only once the slowest canned `completion_seconds` (at most
 //! 10 s) has passed since `warmup_done`, as if the canned requests had run side by side.
 //!
+//! Each prompt line's `sampling` settings, when present, are printed on stderr (the stand-in
+//! samples nothing); a line without them, or with settings it does not understand, is generated
+//! all the same.
+//!
 //! It takes DeepInfer's flags (`--model_name`, `--prompts`, `--output`,
 //! `--check_structured_output`), so the acceptance spec's engine command can name it in place of
-//! the real engine.
+//! the real engine, and the serving flags the template's `{serving_args}` hands it. It honours
+//! one serving flag that breaks structured output: `--max_model_len N` (or `--max-model-len N`)
+//! cuts every output text to its first N characters with `finish_reason` `length`, as a context
+//! too short for the answer would. Other serving flags (`--max_batch_size 8`, `--x`) change
+//! nothing it does: it names them on stderr and ignores them (with the word after a flag that
+//! does not start with `-`, taken as its value).
 #![forbid(unsafe_code)]
 
 use std::collections::HashMap;
@@ -78,6 +87,49 @@ struct Args {
     /// Namespace the `probe-api` mode sends its requests to.
     #[arg(long, default_value = "default")]
     probe_namespace: String,
+    /// Serving flag: the longest sequence; every output text is cut to this many characters
+    /// with `finish_reason` `length`.
+    #[arg(long = "max_model_len", alias = "max-model-len")]
+    max_model_len: Option<usize>,
+}
+
+/// The arguments without the serving flags this stand-in does not model, which it names on
+/// stderr: a `--flag` it does not know, with the next word as its value unless that starts
+/// with `-` (or the flag is written `--flag=value`).
+fn known_args(argv: Vec<String>) -> Vec<String> {
+    use clap::CommandFactory as _;
+    let command = Args::command();
+    let known: Vec<String> = command
+        .get_arguments()
+        .flat_map(|a| {
+            a.get_long()
+                .into_iter()
+                .chain(a.get_all_aliases().into_iter().flatten())
+                .map(|l| format!("--{l}"))
+                .collect::<Vec<_>>()
+        })
+        .chain(["--help".to_string(), "--version".to_string()])
+        .collect();
+    let mut kept = Vec::with_capacity(argv.len());
+    let mut words = argv.into_iter().peekable();
+    if let Some(program) = words.next() {
+        kept.push(program);
+    }
+    while let Some(word) = words.next() {
+        let flag = word.split('=').next().unwrap_or_default();
+        if !word.starts_with("--") || known.iter().any(|k| k == flag) {
+            kept.push(word);
+            continue;
+        }
+        let value = (!word.contains('='))
+            .then(|| words.next_if(|next| !next.starts_with('-')))
+            .flatten();
+        eprintln!(
+            "deepinfer-fake-engine: serving flag {word}{} changes nothing in the stand-in; ignored",
+            value.map(|v| format!(" {v}")).unwrap_or_default()
+        );
+    }
+    kept
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -92,7 +144,7 @@ enum Mode {
 }
 
 fn main() -> ExitCode {
-    match run(&Args::parse()) {
+    match run(&Args::parse_from(known_args(std::env::args().collect()))) {
         Ok(code) => code,
         Err(err) => {
             eprintln!("deepinfer-fake-engine: {err:#}");
@@ -141,6 +193,10 @@ fn run(args: &Args) -> anyhow::Result<ExitCode> {
             truncated(line)?
         } else {
             line.clone()
+        };
+        let line = match args.max_model_len {
+            Some(limit) => cut_to(&line, limit)?,
+            None => line,
         };
         out.write_all(&line)?;
         out.write_all(b"\n")?;
@@ -406,6 +462,7 @@ fn forge(output: &Path) -> anyhow::Result<()> {
     if let Some(dir) = output.parent() {
         let report = handoff::EngineReport {
             command: vec!["forged".into()],
+            env: None,
             exit: EngineExit::Exited { code: 0 },
             timeout_seconds: 1800,
             timings: Default::default(),
@@ -434,12 +491,34 @@ fn prompt_ids(path: &Path) -> anyhow::Result<Vec<String>> {
         .map(|(i, l)| {
             let v: serde_json::Value = serde_json::from_str(l)
                 .with_context(|| format!("{} line {}", path.display(), i + 1))?;
-            v["id"]
+            let id = v["id"]
                 .as_str()
                 .map(str::to_string)
-                .with_context(|| format!("{} line {}: no string id", path.display(), i + 1))
+                .with_context(|| format!("{} line {}: no string id", path.display(), i + 1))?;
+            report_sampling(&id, v.get("sampling"));
+            Ok(id)
         })
         .collect()
+}
+
+/// Prints the sampling settings a prompt line asks for. The stand-in samples nothing (its
+/// outputs are canned), so it only shows what it was handed; a line without `sampling`, or with
+/// one it does not understand, is generated all the same.
+fn report_sampling(id: &str, sampling: Option<&serde_json::Value>) {
+    use deepinfer_operator::acceptance::engine_io::SamplingParams;
+    let Some(value) = sampling else {
+        eprintln!("deepinfer-fake-engine: prompt {id:?}: no sampling settings; engine defaults");
+        return;
+    };
+    match serde_json::from_value::<SamplingParams>(value.clone()) {
+        Ok(s) => eprintln!(
+            "deepinfer-fake-engine: prompt {id:?}: sampling temperature={} top_p={} top_k={} seed={} repetition_penalty={}",
+            s.temperature, s.top_p, s.top_k, s.seed, s.repetition_penalty
+        ),
+        Err(err) => {
+            eprintln!("deepinfer-fake-engine: prompt {id:?}: sampling {value} not understood ({err}); ignored")
+        }
+    }
 }
 
 /// Canned lines by id, kept as the exact bytes of each line (the first line per id wins).
@@ -485,6 +564,22 @@ fn truncated(line: &[u8]) -> anyhow::Result<Vec<u8>> {
     if let Some(tokens) = v["completion_tokens"].as_u64() {
         v["completion_tokens"] = (tokens / 2).into();
     }
+    v["finish_reason"] = "length".into();
+    Ok(serde_json::to_vec(&v)?)
+}
+
+/// `--max_model_len N`: the text cut to its first `limit` characters, ended by the length limit
+/// (a line whose text already fits is kept as it is).
+fn cut_to(line: &[u8], limit: usize) -> anyhow::Result<Vec<u8>> {
+    let mut v: serde_json::Value = serde_json::from_slice(line)?;
+    let Some(text) = v["text"].as_str() else {
+        return Ok(line.to_vec());
+    };
+    if text.chars().count() <= limit {
+        return Ok(line.to_vec());
+    }
+    let cut: String = text.chars().take(limit).collect();
+    v["text"] = cut.into();
     v["finish_reason"] = "length".into();
     Ok(serde_json::to_vec(&v)?)
 }

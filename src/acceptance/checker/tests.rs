@@ -290,6 +290,14 @@ fn unusable_specs_name_the_prompt_and_field() {
     );
     assert!(err("promptsFrom: {name: cm, key: prompts.yaml}\n")
         .starts_with("promptsFrom (ConfigMap \"cm\""));
+    // Sampling out of bounds (prompts from a ConfigMap reach the judge unchecked by the CRD).
+    let sampled =
+        "prompts:\n- {id: p, prompt: x, sampling: {topP: 0}, structuredOutput: {regex: a}}\n";
+    assert!(err(sampled)
+        .starts_with("prompts[0] (id \"p\").sampling.topP is 0; it must be greater than 0"));
+    let section =
+        "sampling: {seed: -1}\nprompts:\n- {id: p, prompt: x, structuredOutput: {regex: a}}\n";
+    assert!(err(section).starts_with("sampling.seed is -1; it must be 0 or more"));
 }
 
 #[test]

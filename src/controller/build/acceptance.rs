@@ -95,6 +95,9 @@ pub struct AcceptanceNames {
     pub evidence_configmap: String,
     /// ServiceAccount (and Role, RoleBinding) the judge acts as.
     pub service_account: String,
+    /// The whole [`full_hash`] of the revision and token the run hash is cut from, in every
+    /// run Job's [`JUDGES_ANNOTATION`].
+    pub key: String,
 }
 
 impl AcceptanceNames {
@@ -106,6 +109,7 @@ impl AcceptanceNames {
             spec_configmap: format!("{run}-spec"),
             evidence_configmap: format!("{did}-evidence-{hash}"),
             service_account: format!("{did}-acceptance"),
+            key: full_hash(&(revision, token)),
             run,
         }
     }
@@ -318,14 +322,11 @@ pub fn acceptance_group_job(
             format!("{RUNNER_DIR}/deepinfer-operator"),
             "run-engine".into(),
         ]);
-        engine.args = Some(vec![
-            "--spec-file".into(),
-            format!("{ACCEPTANCE_SPEC_DIR}/{ACCEPTANCE_SPEC_KEY}"),
-            "--model-dir".into(),
-            model_dir(did),
-            "--work-dir".into(),
-            ACCEPTANCE_WORK_DIR.into(),
-        ]);
+        engine.args = Some(runner_args(
+            did,
+            &role.name,
+            engine.env.as_deref().unwrap_or_default(),
+        ));
         engine.volume_mounts.get_or_insert_with(Vec::new).extend([
             mount("runner", RUNNER_DIR, true),
             mount("acceptance-spec", ACCEPTANCE_SPEC_DIR, true),
@@ -380,7 +381,13 @@ pub fn acceptance_group_job(
     // No activeDeadlineSeconds: it would count time spent Pending for devices. The engine side's
     // own timeout ends the run; the controller ends a pod stuck past it (see `acceptance_deadline`).
     Some(stamp(Job {
-        metadata: owned_meta(did, group.job(rank), job_labels),
+        metadata: ObjectMeta {
+            annotations: Some(BTreeMap::from([(
+                JUDGES_ANNOTATION.to_string(),
+                names.key.clone(),
+            )])),
+            ..owned_meta(did, group.job(rank), job_labels)
+        },
         spec: Some(JobSpec {
             backoff_limit: Some(0),
             template: PodTemplateSpec {
@@ -397,6 +404,36 @@ pub fn acceptance_group_job(
         }),
         status: None,
     }))
+}
+
+/// `run-engine`'s arguments in the judged engine container: the acceptance spec, model and work
+/// directories, then the serving configuration of `role` as the serving pod builder makes it
+/// ([`serving_command`] word by word, the variables to redact, and after `--` exactly
+/// [`serving_args`]), for the runner to substitute into the template.
+fn runner_args(did: &ValidatedDeployment, role: &str, env: &[EnvVar]) -> Vec<String> {
+    use crate::acceptance::handoff::{REDACT_ENV_FLAG, SERVING_COMMAND_FLAG};
+    let mut args = vec![
+        "--spec-file".into(),
+        format!("{ACCEPTANCE_SPEC_DIR}/{ACCEPTANCE_SPEC_KEY}"),
+        "--model-dir".into(),
+        model_dir(did),
+        "--work-dir".into(),
+        ACCEPTANCE_WORK_DIR.into(),
+    ];
+    args.extend(
+        serving_command(&did.spec)
+            .unwrap_or_default()
+            .iter()
+            .map(|word| format!("{SERVING_COMMAND_FLAG}={word}")),
+    );
+    args.extend(
+        redacted_env_names(env)
+            .iter()
+            .map(|name| format!("{REDACT_ENV_FLAG}={name}")),
+    );
+    args.push("--".into());
+    args.extend(serving_args(did, role));
+    args
 }
 
 /// The judge: the operator's image running `accept --engine-dir`, with the service-account

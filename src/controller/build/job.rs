@@ -32,7 +32,7 @@ impl Default for JobDeadlines {
 }
 
 /// A run-to-completion Job of the operator's own binary over the checkpoint volume, ended by
-/// the Job controller after `deadline_seconds`.
+/// the Job controller after `deadline_seconds`, annotated with the whole checkpoint key.
 #[allow(clippy::too_many_arguments)]
 pub fn operator_job(
     did: &ValidatedDeployment,
@@ -46,7 +46,12 @@ pub fn operator_job(
 ) -> Job {
     let claim = &did.claim;
     let extra = BTreeMap::from([(labels::COMPONENT.to_string(), component.to_string())]);
-    let meta = owned_meta(did, name, extra.clone());
+    let mut meta = owned_meta(did, name, extra.clone());
+    // The whole key the name was cut from: the Job's result is read only where it matches.
+    meta.annotations = Some(BTreeMap::from([(
+        JUDGES_ANNOTATION.to_string(),
+        checkpoint_key(&did.spec),
+    )]));
     let mut pod_labels = deployment_labels(&did.name_any());
     pod_labels.extend(extra);
     let container = Container {
@@ -92,15 +97,18 @@ pub fn operator_job(
 /// Key of what verification depends on: source, licence and every layout.
 pub fn checkpoint_key(spec: &DeepInferDeploymentSpec) -> String {
     let layouts: Vec<_> = spec.roles.iter().map(|r| (&r.name, &r.parallel)).collect();
-    short_hash(
-        &(
-            &spec.model.name,
-            &spec.model.license,
-            &spec.model.source,
-            layouts,
-        ),
-        10,
-    )
+    full_hash(&(
+        &spec.model.name,
+        &spec.model.license,
+        &spec.model.source,
+        layouts,
+    ))
+}
+
+/// The first ten characters of a [`full_hash`], for object names only: the objects carry the
+/// whole key in [`JUDGES_ANNOTATION`], and are read only where it matches.
+pub fn short_key(key: &str) -> &str {
+    &key[..key.len().min(10)]
 }
 
 /// `<role>=<tensor>x<pipeline>x<data>x<expert>` for each role, as the verifier takes them.
@@ -122,12 +130,20 @@ pub fn layout_args(spec: &DeepInferDeploymentSpec) -> Vec<String> {
 
 /// Name of the fetch Job of the current source (`<name>-fetch-<checkpoint key>`).
 pub fn fetch_job_name(did: &ValidatedDeployment) -> String {
-    format!("{}-fetch-{}", did.name_any(), checkpoint_key(&did.spec))
+    format!(
+        "{}-fetch-{}",
+        did.name_any(),
+        short_key(&checkpoint_key(&did.spec))
+    )
 }
 
 /// Name of the verify Job of the current source (`<name>-verify-<checkpoint key>`).
 pub fn verify_job_name(did: &ValidatedDeployment) -> String {
-    format!("{}-verify-{}", did.name_any(), checkpoint_key(&did.spec))
+    format!(
+        "{}-verify-{}",
+        did.name_any(),
+        short_key(&checkpoint_key(&did.spec))
+    )
 }
 
 /// The fetch Job: downloads the pinned hub revision into the claim.

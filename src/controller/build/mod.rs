@@ -56,6 +56,10 @@ pub const CHECKPOINT_MOUNT: &str = "/checkpoint";
 pub const SERVE_PORT: i32 = crate::contract::serve::PORT;
 /// Port ranks of a group rendezvous on (rank 0 leads).
 pub const RENDEZVOUS_PORT: i32 = crate::contract::serve::RENDEZVOUS_PORT;
+/// Annotation of a Job whose result the operator reads (checkpoint fetch and verification,
+/// acceptance runs): the whole [`full_hash`] of what it judges. Its name carries a short form
+/// only; a Job of the right name whose annotation differs is never read.
+pub const JUDGES_ANNOTATION: &str = "deepinfer.io/judges";
 /// Annotation holding the hash of the applied object, so unchanged objects are never re-applied.
 pub const APPLIED_HASH_ANNOTATION: &str = "deepinfer.io/applied-hash";
 /// Non-root user engine and Job containers run as (HwHiAiUser's uid on Ascend images).
@@ -66,7 +70,7 @@ const RUN_AS_USER: i64 = 1000;
 /// security context change; a change of anything else in the pod (labels, probes) rolls the
 /// groups without a new judgement. `the_template_version_moves_with_the_engine_container`
 /// fails when the engine container changes and this constant does not.
-pub const TEMPLATE_VERSION: i32 = 4;
+pub const TEMPLATE_VERSION: i32 = 5;
 /// Path the default probes ask on the serve port (the engine contract's).
 pub const HEALTH_PATH: &str = crate::contract::serve::HEALTH_PATH;
 /// Longest the default startup probe waits for an engine to load its weights, in seconds.
@@ -76,18 +80,53 @@ pub const DEFAULT_CPU_REQUEST: &str = "4";
 /// Memory an engine container requests unless `spec.runtime.resources` says otherwise.
 pub const DEFAULT_MEMORY_REQUEST: &str = "16Gi";
 
-/// SHA-256 of a value's JSON form, as lowercase hex cut to `len` characters.
-pub fn short_hash<T: Serialize>(value: &T, len: usize) -> String {
+/// SHA-256 of a value's JSON form.
+fn sha256<T: Serialize>(value: &T) -> ring::digest::Digest {
     let bytes = serde_json::to_vec(value).unwrap_or_default();
-    let digest = ring::digest::digest(&ring::digest::SHA256, &bytes);
-    let hex: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+    ring::digest::digest(&ring::digest::SHA256, &bytes)
+}
+
+/// SHA-256 of a value's JSON form, as lowercase hex cut to `len` characters: for object names,
+/// never for telling two configurations apart (see [`full_hash`]).
+pub fn short_hash<T: Serialize>(value: &T, len: usize) -> String {
+    let hex: String = sha256(value)
+        .as_ref()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
     hex[..len.min(hex.len())].to_string()
 }
 
-/// The revision: a hash of everything that changes the running bits — image digest,
+/// Characters of a [`full_hash`]: all 256 bits in RFC 4648 base32, lowercase, unpadded.
+pub const FULL_HASH_LENGTH: usize = 52;
+
+/// SHA-256 of a value's JSON form, all 256 bits, as [`FULL_HASH_LENGTH`] lowercase base32
+/// characters (`a`–`z`, `2`–`7`): short enough for a label value (63), so revisions, acceptance
+/// spec hashes and checkpoint keys are compared at full strength wherever they are kept.
+pub fn full_hash<T: Serialize>(value: &T) -> String {
+    const ALPHABET: &[u8; 32] = b"abcdefghijklmnopqrstuvwxyz234567";
+    let digest = sha256(value);
+    let mut out = String::with_capacity(FULL_HASH_LENGTH);
+    let (mut buffer, mut bits) = (0u32, 0u32);
+    for byte in digest.as_ref() {
+        buffer = ((buffer << 8) | u32::from(*byte)) & 0xffff;
+        bits += 8;
+        while bits >= 5 {
+            bits -= 5;
+            out.push(char::from(ALPHABET[((buffer >> bits) & 31) as usize]));
+        }
+    }
+    if bits > 0 {
+        out.push(char::from(ALPHABET[((buffer << (5 - bits)) & 31) as usize]));
+    }
+    out
+}
+
+/// The revision: the [`full_hash`] of everything that changes the running bits — image digest,
 /// runtime commit, checkpoint source, accelerator, every role's layout, engine command, args,
 /// env, per-role settings and resources, and the operator's [`TEMPLATE_VERSION`]. Replica counts, rollout settings, probes
-/// and the acceptance prompts are not part of it.
+/// and the acceptance prompts are not part of it; the acceptance sampling settings are (see
+/// [`judged_sampling`]).
 pub fn revision(spec: &DeepInferDeploymentSpec) -> String {
     #[derive(Serialize)]
     struct RunningBits<'a> {
@@ -103,6 +142,7 @@ pub fn revision(spec: &DeepInferDeploymentSpec) -> String {
         args: &'a [String],
         env: &'a [EnvVar],
         roles: &'a [crate::api::RoleRuntime],
+        sampling: JudgedSampling<'a>,
     }
     let mut layouts: Vec<_> = spec
         .roles
@@ -110,23 +150,46 @@ pub fn revision(spec: &DeepInferDeploymentSpec) -> String {
         .map(|r| (r.name.as_str(), &r.parallel))
         .collect();
     layouts.sort_by(|a, b| a.0.cmp(b.0));
-    short_hash(
-        &RunningBits {
-            template: TEMPLATE_VERSION,
-            resources: &spec.runtime.resources,
-            image: &spec.runtime.image,
-            commit: &spec.runtime.commit,
-            model: &spec.model.name,
-            source: &spec.model.source,
-            accelerator: &spec.accelerator,
-            layouts,
-            command: &spec.runtime.command,
-            args: &spec.runtime.args,
-            env: &spec.runtime.env,
-            roles: &spec.runtime.roles,
-        },
-        10,
-    )
+    full_hash(&RunningBits {
+        template: TEMPLATE_VERSION,
+        resources: &spec.runtime.resources,
+        image: &spec.runtime.image,
+        commit: &spec.runtime.commit,
+        model: &spec.model.name,
+        source: &spec.model.source,
+        accelerator: &spec.accelerator,
+        layouts,
+        command: &spec.runtime.command,
+        args: &spec.runtime.args,
+        env: &spec.runtime.env,
+        roles: &spec.runtime.roles,
+        sampling: judged_sampling(&spec.acceptance),
+    })
+}
+
+/// The sampling settings a verdict is obtained with, as the revision hashes them: the section's,
+/// defaults applied (so an absent value and its default hash alike), and, sorted by prompt id,
+/// each inline prompt whose own settings differ from them. Prompts from `promptsFrom` are
+/// covered by the judged spec hash instead.
+#[derive(Serialize, Debug, PartialEq)]
+pub struct JudgedSampling<'a> {
+    /// `spec.acceptance.sampling`, defaults applied.
+    pub section: crate::api::EffectiveSampling,
+    /// Prompts with settings of their own, by id.
+    pub prompts: Vec<(&'a str, crate::api::EffectiveSampling)>,
+}
+
+/// See [`JudgedSampling`].
+pub fn judged_sampling(acceptance: &crate::api::AcceptanceSpec) -> JudgedSampling<'_> {
+    let section = acceptance.default_sampling();
+    let mut prompts: Vec<_> = acceptance
+        .prompts
+        .iter()
+        .map(|p| (p.id.as_str(), acceptance.sampling_of(p)))
+        .filter(|(_, own)| *own != section)
+        .collect();
+    prompts.sort_by(|a, b| a.0.cmp(b.0));
+    JudgedSampling { section, prompts }
 }
 
 /// The checkpoint's claim and its directory relative to the claim's root.

@@ -181,9 +181,10 @@ fn engine_env(
     out
 }
 
-/// Engine arguments: an explicit local `--model_name`, then the user's extra args, then the
-/// role's own.
-fn engine_args(did: &ValidatedDeployment, role: &str) -> Vec<String> {
+/// The serving engine's arguments of `role`: an explicit local `--model_name`, then the user's
+/// extra args, then the role's own. The one definition of them: serving pods get them as the
+/// engine container's args, and the judged engine of an acceptance run as `{serving_args}`.
+pub fn serving_args(did: &ValidatedDeployment, role: &str) -> Vec<String> {
     let runtime = &did.spec.runtime;
     let mut args = vec!["--model_name".to_string(), model_dir(did)];
     args.extend(runtime.args.iter().cloned());
@@ -191,6 +192,34 @@ fn engine_args(did: &ValidatedDeployment, role: &str) -> Vec<String> {
         args.extend(own.args.iter().cloned());
     }
     args
+}
+
+/// The serving engine's command: `spec.runtime.command`, `None` for the image's entrypoint. The
+/// one definition of it, for serving pods and the judged engine's `{serving_command}`.
+pub fn serving_command(spec: &DeepInferDeploymentSpec) -> Option<Vec<String>> {
+    (!spec.runtime.command.is_empty()).then(|| spec.runtime.command.clone())
+}
+
+/// The names of the variables of `env` whose values the acceptance evidence must not hold:
+/// those from a Secret, a ConfigMap or a resource field (any `valueFrom` but a `fieldRef`), and
+/// those whose value refers to one of them with `$(NAME)`.
+pub fn redacted_env_names(env: &[EnvVar]) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for var in env {
+        let from_elsewhere = var
+            .value_from
+            .as_ref()
+            .is_some_and(|from| from.field_ref.is_none());
+        let refers = var.value.as_deref().is_some_and(|value| {
+            names
+                .iter()
+                .any(|name| value.contains(&format!("$({name})")))
+        });
+        if (from_elsewhere || refers) && !names.contains(&var.name) {
+            names.push(var.name.clone());
+        }
+    }
+    names
 }
 
 /// The pod spec shared by worker pods and acceptance pods of one rank.
@@ -207,8 +236,8 @@ pub(super) fn engine_pod_spec(
     let container = Container {
         name: ENGINE_CONTAINER.into(),
         image: Some(spec.runtime.image_of(&at.role.name).to_string()),
-        command: (!spec.runtime.command.is_empty()).then(|| spec.runtime.command.clone()),
-        args: Some(engine_args(did, &at.role.name)),
+        command: serving_command(spec),
+        args: Some(serving_args(did, &at.role.name)),
         env: Some(engine_env(did, at, shape, rendezvous)),
         resources: Some(engine_resources(
             spec,

@@ -488,7 +488,7 @@ fn the_revision_covers_the_template_version_and_resources_but_not_probes_or_roll
 }
 
 /// Hash of the engine container of a fixed resource, recorded at [`TEMPLATE_VERSION`].
-const ENGINE_AT_TEMPLATE_VERSION: (i32, &str) = (4, "9302ae326cb70748");
+const ENGINE_AT_TEMPLATE_VERSION: (i32, &str) = (5, "b02e90b32771ea2e");
 
 #[test]
 fn the_template_version_moves_with_the_engine_container() {
@@ -1502,4 +1502,237 @@ fn an_ascend_acceptance_group_mounts_a_rank_table_of_its_own() {
         json!([{"name": "worker", "replicas": 1, "parallel": {"tensor": 16}}]),
     );
     assert!(acceptance_rank_table(&nvidia, &names.groups(&nvidia.spec)[0], "r", &[]).is_none());
+}
+
+/// The judged rank 0's engine container and a serving rank 0's of the same role, for a
+/// disaggregated spec with a serving command, runtime args, role args and a secret variable.
+fn judged_and_serving_engines() -> (Container, Container) {
+    let mut d = raw(
+        json!({"type": "NVIDIA"}),
+        json!([
+            {"name": "prefill", "replicas": 1, "parallel": {"tensor": 8}},
+            {"name": "decode", "replicas": 1, "parallel": {"tensor": 16}}
+        ]),
+    );
+    d.spec.runtime.command = vec!["deepinfer-serve".into(), "--no-banner".into()];
+    d.spec.runtime.env = vec![EnvVar {
+        name: "HF_TOKEN".into(),
+        value: None,
+        value_from: Some(EnvVarSource {
+            secret_key_ref: Some(k8s_openapi::api::core::v1::SecretKeySelector {
+                name: "hub".into(),
+                key: "token".into(),
+                optional: None,
+            }),
+            ..EnvVarSource::default()
+        }),
+    }];
+    d.spec.runtime.roles = vec![crate::api::RoleRuntime {
+        role: "decode".into(),
+        image: None,
+        args: vec!["--max_model_len".into(), "8".into()],
+        env: Vec::new(),
+    }];
+    let d = valid(d);
+    let names = AcceptanceNames::new("flash", "rev1", "");
+    let job = acceptance_job(&d, &names, 0, "rev1", "op").expect("job");
+    let judged = job
+        .spec
+        .and_then(|s| s.template.spec)
+        .expect("pod")
+        .containers
+        .into_iter()
+        .find(|c| c.name == ENGINE_CONTAINER)
+        .expect("engine");
+    let decode = d
+        .spec
+        .roles
+        .iter()
+        .find(|r| r.name == "decode")
+        .expect("decode");
+    let serving = group_pods(&d, decode, 0, "rev1")[0]
+        .spec
+        .clone()
+        .expect("spec")
+        .containers[0]
+        .clone();
+    (judged, serving)
+}
+
+#[test]
+fn the_judged_engine_is_handed_the_serving_command_and_args_of_its_role() {
+    let (judged, serving) = judged_and_serving_engines();
+    let serving_args = serving.args.clone().expect("serving args");
+    assert_eq!(
+        serving_args,
+        [
+            "--model_name",
+            "/models/model",
+            "--max_batch_size",
+            "8",
+            "--max_model_len",
+            "8"
+        ]
+    );
+    let runner = judged.args.clone().expect("runner args");
+    let dashes = runner
+        .iter()
+        .position(|a| a == "--")
+        .expect("the serving args follow `--`");
+    assert_eq!(
+        &runner[dashes + 1..],
+        serving_args.as_slice(),
+        "exactly the serving container's args, in order"
+    );
+    let command: Vec<&str> = runner[..dashes]
+        .iter()
+        .filter_map(|a| a.strip_prefix("--serving-command="))
+        .collect();
+    assert_eq!(command, ["deepinfer-serve", "--no-banner"]);
+    let redacted: Vec<&str> = runner[..dashes]
+        .iter()
+        .filter_map(|a| a.strip_prefix("--redact-env="))
+        .collect();
+    assert_eq!(
+        redacted,
+        ["HF_TOKEN"],
+        "secret values never reach the evidence"
+    );
+}
+
+#[test]
+fn the_judged_engines_effective_argv_is_the_template_around_the_serving_command_and_args() {
+    use crate::acceptance::engine::{render_command, TemplateInputs, DEFAULT_COMMAND};
+    use crate::acceptance::handoff::RunEngineArgs;
+    let (judged, serving) = judged_and_serving_engines();
+    #[derive(clap::Parser)]
+    struct Runner {
+        #[command(flatten)]
+        args: RunEngineArgs,
+    }
+    // What the runner makes of its arguments, as the kubelet hands them over.
+    let runner = <Runner as clap::Parser>::try_parse_from(
+        judged.command.clone().expect("command")[1..]
+            .iter()
+            .chain(judged.args.as_ref().expect("args")),
+    )
+    .expect("the runner takes its arguments")
+    .args;
+    let template: Vec<String> = ["{serving_command}"]
+        .into_iter()
+        .chain(DEFAULT_COMMAND)
+        .map(String::from)
+        .collect();
+    let serving_args = runner.serving.args_or_default(&runner.model_dir);
+    let argv = render_command(
+        &template,
+        &TemplateInputs {
+            model_dir: &runner.model_dir,
+            prompts_file: std::path::Path::new("/deepinfer/work/prompts.jsonl"),
+            outputs_file: std::path::Path::new("/deepinfer/work/outputs.jsonl"),
+            serving_command: &runner.serving.serving_command,
+            serving_args: &serving_args,
+        },
+    );
+    let expected: Vec<String> = serving
+        .command
+        .clone()
+        .expect("serving command")
+        .into_iter()
+        .chain(DEFAULT_COMMAND[..2].iter().map(|s| s.to_string()))
+        .chain(serving.args.clone().expect("serving args"))
+        .chain(
+            [
+                "--prompts",
+                "/deepinfer/work/prompts.jsonl",
+                "--output",
+                "/deepinfer/work/outputs.jsonl",
+                "--check_structured_output",
+            ]
+            .map(String::from),
+        )
+        .collect();
+    assert_eq!(argv, expected);
+    let documented = |name: &str| {
+        crate::contract::ACCEPTANCE_INPUT_ENV
+            .iter()
+            .any(|i| i.name == name)
+    };
+    let without_inputs = |c: &Container| {
+        env_of(c)
+            .into_iter()
+            .filter(|(k, _)| !documented(k))
+            .collect::<BTreeMap<_, _>>()
+    };
+    assert_eq!(
+        without_inputs(&judged),
+        without_inputs(&serving),
+        "the judged engine's environment differs from the serving one's only in the documented acceptance inputs"
+    );
+    assert_eq!(
+        judged.image, serving.image,
+        "the judged engine runs the role's image"
+    );
+    assert_eq!(judged.resources, serving.resources);
+    assert_eq!(judged.ports, serving.ports);
+}
+
+#[test]
+fn the_revision_covers_the_acceptance_sampling_section_and_prompt_overrides() {
+    let a = raw(
+        json!({"type": "NVIDIA"}),
+        json!([{"name": "worker", "replicas": 1, "parallel": {"tensor": 8}}]),
+    );
+    let with = |sampling: serde_json::Value, prompt: Option<serde_json::Value>| {
+        let mut d = a.clone();
+        d.spec.acceptance.sampling = serde_json::from_value(sampling).expect("sampling");
+        d.spec.acceptance.prompts[0].sampling =
+            prompt.map(|p| serde_json::from_value(p).expect("prompt sampling"));
+        revision(&d.spec)
+    };
+    let base = revision(&a.spec);
+    // The defaults, absent or written out, are the same settings.
+    assert_eq!(with(json!({}), None), base);
+    assert_eq!(
+        with(
+            json!({"temperature": 0, "topP": 1, "topK": 0, "seed": 0, "repetitionPenalty": 1}),
+            Some(json!({"seed": 0}))
+        ),
+        base
+    );
+    for changed in [
+        json!({"temperature": 0.7}),
+        json!({"topP": 0.9}),
+        json!({"topK": 40}),
+        json!({"seed": 1}),
+        json!({"repetitionPenalty": 1.1}),
+    ] {
+        assert_ne!(with(changed.clone(), None), base, "section {changed}");
+        assert_ne!(
+            with(json!({}), Some(changed.clone())),
+            base,
+            "prompt {changed}"
+        );
+    }
+    // A prompt's override that the section already states changes nothing.
+    assert_eq!(
+        with(json!({"seed": 5}), Some(json!({"seed": 5}))),
+        with(json!({"seed": 5}), None)
+    );
+    // The judged spec hash covers the whole section, sampling included.
+    let hash = |acceptance: &crate::api::AcceptanceSpec| {
+        crate::controller::decide::acceptance::judged_spec_hash(acceptance, None)
+    };
+    let mut sampled = a.spec.acceptance.clone();
+    sampled.sampling = Some(crate::api::AcceptanceSampling {
+        seed: Some(1),
+        ..Default::default()
+    });
+    assert_ne!(hash(&sampled), hash(&a.spec.acceptance));
+    let mut overridden = a.spec.acceptance.clone();
+    overridden.prompts[0].sampling = Some(crate::api::PromptSampling {
+        top_k: Some(5),
+        ..Default::default()
+    });
+    assert_ne!(hash(&overridden), hash(&a.spec.acceptance));
 }

@@ -308,7 +308,7 @@ pub fn resolve(
 /// `promptsFrom` the resolved section is the section itself. Only the hash is kept in status,
 /// never the ConfigMap's content.
 pub fn judged_spec_hash(acceptance: &AcceptanceSpec, resolved: Option<&AcceptanceSpec>) -> String {
-    build::short_hash(resolved.unwrap_or(acceptance), 10)
+    build::full_hash(resolved.unwrap_or(acceptance))
 }
 
 /// The gate for a judgement.
@@ -786,10 +786,10 @@ mod tests {
             "prompts": [{"id": "p", "prompt": "x", "structuredOutput": {"regex": "a"}}]
         }))
         .expect("spec");
-        // Without promptsFrom the hash is the one earlier releases recorded: no re-run on upgrade.
+        // Without promptsFrom the hash is the whole hash of the section itself.
         assert_eq!(
             judged_spec_hash(&inline, resolve(&inline, "ns", None).ok().as_ref()),
-            build::short_hash(&inline, 10)
+            build::full_hash(&inline)
         );
         let from: AcceptanceSpec = serde_json::from_value(serde_json::json!({
             "promptsFrom": {"name": "prompts", "key": "prompts.yaml"}

@@ -9,7 +9,9 @@
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
-use crate::api::{labels, pod_reasons, DeepInferDeploymentStatus, ACCEPTED_POD_CONDITION};
+use crate::api::{
+    labels, pod_reasons, AcceptanceResult, DeepInferDeploymentStatus, ACCEPTED_POD_CONDITION,
+};
 use crate::controller::validate::LicenseVerdict;
 
 /// Whether pods of one revision may serve, and why (not).
@@ -21,6 +23,10 @@ pub struct Entitlement {
     pub reason: &'static str,
     /// Message of the pod condition: what was granted or withdrawn, and why.
     pub message: String,
+    /// Whether a verdict decides it. No known verdict (no judgement of the revision is known,
+    /// or its result is one this release cannot read) is not a verdict against the revision:
+    /// its pods keep the condition they have, neither granted nor withdrawn.
+    pub settled: bool,
 }
 
 /// The entitlement of pods of `role` at `revision`: a passed judgement entitles only the roles
@@ -39,6 +45,7 @@ pub fn of_revision(
                 "licence gate closed ({}): taken out of service until the licence is accepted again",
                 licence.reason()
             ),
+            settled: true,
         };
     }
     match judgements.and_then(|s| s.latest_judgement(revision)) {
@@ -49,11 +56,21 @@ pub fn of_revision(
                 "the acceptance run that passed revision {revision} did not include role {role} (it ran {}): not in service until a run includes it",
                 j.roles.join(", ")
             ),
+            settled: true,
         },
         Some(j) if j.passed() => Entitlement {
             entitled: true,
             reason: pod_reasons::ENTITLED,
             message: format!("revision {revision} passed acceptance"),
+            settled: true,
+        },
+        Some(j) if j.result == AcceptanceResult::Unknown => Entitlement {
+            entitled: false,
+            reason: pod_reasons::NOT_JUDGED,
+            message: format!(
+                "the latest judgement of revision {revision} has a result this operator does not know: left as it is"
+            ),
+            settled: false,
         },
         Some(j) => Entitlement {
             entitled: false,
@@ -62,11 +79,13 @@ pub fn of_revision(
                 "the latest judgement of revision {revision} failed ({}/{} prompts passed): taken out of service",
                 j.passed, j.prompts
             ),
+            settled: true,
         },
         None => Entitlement {
             entitled: false,
             reason: pod_reasons::NOT_JUDGED,
             message: format!("no acceptance judgement of revision {revision} is recorded"),
+            settled: false,
         },
     }
 }
@@ -113,6 +132,9 @@ pub fn decide(
         };
         let role = pod.labels().get(labels::ROLE).map_or("", String::as_str);
         let e = of_revision(licence, judgements, revision, role);
+        if !e.settled {
+            continue;
+        }
         let now = accepted_condition(pod);
         let change = match (e.entitled, now) {
             (true, Some("True")) => false,
@@ -130,6 +152,25 @@ pub fn decide(
         }
     }
     marks
+}
+
+/// Revisions (with their roles) that have a pod in service while no verdict of theirs is known
+/// (see [`Entitlement::settled`]): the rollout keeps and repairs their groups as it does those of
+/// a pass, since nothing says they failed.
+pub fn unsettled_in_service(
+    pods: &[Pod],
+    licence: &LicenseVerdict,
+    judgements: Option<&DeepInferDeploymentStatus>,
+) -> std::collections::BTreeSet<(String, String)> {
+    pods.iter()
+        .filter(|p| accepted_condition(p) == Some("True"))
+        .filter_map(|p| {
+            let revision = p.labels().get(labels::REVISION)?;
+            let role = p.labels().get(labels::ROLE).map_or("", String::as_str);
+            let e = of_revision(licence, judgements, revision, role);
+            (!e.settled).then(|| (revision.clone(), role.to_string()))
+        })
+        .collect()
 }
 
 /// One sentence for status and events naming what was withdrawn and why, if anything was.
@@ -278,18 +319,39 @@ mod tests {
     }
 
     #[test]
-    fn a_revision_without_a_judgement_is_never_accepted_and_terminating_pods_are_left_alone() {
-        let status = judged(&[("a", AcceptanceResult::Passed)]);
+    fn a_revision_without_a_known_verdict_is_never_granted_nor_withdrawn_and_terminating_pods_are_left_alone(
+    ) {
+        let mut status = judged(&[
+            ("a", AcceptanceResult::Passed),
+            ("u", AcceptanceResult::Unknown),
+        ]);
         let mut leaving = pod("a1", "a", None);
         leaving.metadata.deletion_timestamp =
             Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
                 "2026-01-01T00:00:00Z".parse().expect("time"),
             ));
-        let pods = [pod("x0", "x", None), pod("x1", "x", Some("True")), leaving];
-        let marks = decide(&pods, &LicenseVerdict::Accepted, Some(&status));
-        assert_eq!(marks.len(), 1);
-        assert_eq!(marks[0].pod, "x1");
-        assert_eq!(marks[0].reason, pod_reasons::NOT_JUDGED);
+        // x has no judgement (a lost status), u one this release cannot read: neither is a
+        // verdict against it, so a pod serving keeps serving and one not serving is not granted.
+        let pods = [
+            pod("x0", "x", None),
+            pod("x1", "x", Some("True")),
+            pod("u0", "u", Some("False")),
+            pod("u1", "u", Some("True")),
+            leaving,
+        ];
+        assert!(decide(&pods, &LicenseVerdict::Accepted, Some(&status)).is_empty());
+        // A closed licence gate is a verdict: every serving pod goes.
+        let marks = decide(&pods, &not_allowed(), Some(&status));
+        assert_eq!(
+            marks.iter().map(|m| m.pod.as_str()).collect::<Vec<_>>(),
+            ["x1", "u1"]
+        );
+        // The unknown judgement is only the newest; an older known failure does not decide.
+        status.judgements.push(AcceptanceStatus {
+            revision: "u".into(),
+            ..AcceptanceStatus::default()
+        });
+        assert!(decide(&pods, &LicenseVerdict::Accepted, Some(&status)).is_empty());
     }
 
     #[test]

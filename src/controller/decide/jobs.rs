@@ -3,7 +3,9 @@
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 
+use crate::api::reasons;
 use crate::controller::observe::Observed;
+use crate::controller::status::Gate;
 
 /// State of a Job, from what the pass observed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -18,10 +20,43 @@ pub enum JobState {
     Failed(Option<String>),
 }
 
+/// The gate for a Job named `name` that exists but was not made for `key` (its
+/// [`JUDGES_ANNOTATION`](crate::controller::build::JUDGES_ANNOTATION) differs, or is missing):
+/// its result belongs to another configuration whose name hash it shares, so it is never read,
+/// and never deleted either (it is not known to be this resource's).
+pub fn foreign_job(observed: &Observed, name: &str, key: &str) -> Option<Gate> {
+    let job = observed.job(name)?;
+    let judges = job
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(crate::controller::build::JUDGES_ANNOTATION));
+    if judges.map(String::as_str) == Some(key) {
+        return None;
+    }
+    Some(Gate::Failed(
+        reasons::NAME_CONFLICT,
+        format!(
+            "Job {name} exists but was not made for this configuration (annotation {} is {}, this configuration's is {key}); its result is not read. Delete the Job so that the operator can run its own",
+            crate::controller::build::JUDGES_ANNOTATION,
+            judges.map_or("absent".to_string(), |j| format!("{j:?}")),
+        ),
+    ))
+}
+
 /// The state of the Job `name`, with the termination message of its pod's container
 /// `container` once it finished (no other container's message is ever read).
 pub fn job_state(observed: &Observed, name: &str, container: &str) -> JobState {
-    let Some(job) = observed.job(name) else {
+    state_of(observed.job(name), &observed.pods_of_job(name), container)
+}
+
+/// The state of `job` read with `pods` as its pods (see [`job_state`]).
+pub fn state_of(
+    job: Option<&k8s_openapi::api::batch::v1::Job>,
+    pods: &[&Pod],
+    container: &str,
+) -> JobState {
+    let Some(job) = job else {
         return JobState::Missing;
     };
     let status = job.status.clone().unwrap_or_default();
@@ -34,7 +69,7 @@ pub fn job_state(observed: &Observed, name: &str, container: &str) -> JobState {
     if !succeeded && !failed {
         return JobState::Running;
     }
-    let message = termination_message(observed.pods_of_job(name).into_iter(), container);
+    let message = termination_message(pods.iter().copied(), container);
     if succeeded {
         JobState::Succeeded(message)
     } else {
@@ -42,6 +77,18 @@ pub fn job_state(observed: &Observed, name: &str, container: &str) -> JobState {
         // Job's own Failed condition says why.
         JobState::Failed(message.or_else(|| failed_condition(job)))
     }
+}
+
+/// Whether the Job `name` finished while the pods seen of it hold no termination message of
+/// `container`: the Job and Pod caches are not in step (a lagging Pod watch, a relist), or the
+/// pod is gone. Its result is then read from the pods as the API server has them now, a view at
+/// least as new as the Job's completion, never from the older one.
+pub fn needs_fresh_pods(observed: &Observed, name: &str, container: &str) -> bool {
+    let finished = matches!(
+        job_state(observed, name, container),
+        JobState::Succeeded(_) | JobState::Failed(_)
+    );
+    finished && termination_message(observed.pods_of_job(name).into_iter(), container).is_none()
 }
 
 /// `<reason>: <message>` of a Job's Failed condition.

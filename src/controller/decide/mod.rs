@@ -5,6 +5,7 @@ pub mod acceptance;
 pub mod checkpoint;
 pub mod entitlement;
 pub mod jobs;
+pub mod memory;
 pub mod rejected;
 pub mod retention;
 pub mod rollout;

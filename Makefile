@@ -54,9 +54,10 @@ docs: ## Regenerate docs/api-reference.md (CRD schema), docs/metrics.md and the 
 	$(CARGO) run -q --bin deepinfer-operator -- docs prometheus-rules > charts/deepinfer-operator/files/prometheus-rules.yaml.tmp && mv charts/deepinfer-operator/files/prometheus-rules.yaml.tmp charts/deepinfer-operator/files/prometheus-rules.yaml
 
 .PHONY: lint
-lint: ## rustfmt and clippy (warnings are errors)
+lint: ## rustfmt and clippy (warnings are errors); then lists the functions over 100 lines (informative)
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	@e2e/bed/long-functions.sh
 
 .PHONY: test
 test: provision ## The whole suite: lint, unit tests, integration and end-to-end on the test bed

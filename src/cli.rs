@@ -17,7 +17,7 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Run the controller.
-    Run(crate::controller::RunArgs),
+    Run(crate::controller::context::RunArgs),
     /// Print the CustomResourceDefinition as YAML.
     Crd,
     /// Print generated documentation (committed under docs/; `make docs`).
@@ -33,25 +33,9 @@ pub enum Command {
     /// outputs and report in the directory shared with the judge.
     RunEngine(crate::acceptance::handoff::RunEngineArgs),
     /// Judge kept engine outputs against an acceptance spec, offline.
-    Check(CheckArgs),
+    Check(crate::acceptance::CheckArgs),
     /// Init-container entrypoint: copy this binary into a shared volume (injected into the acceptance engine container).
     InstallRunner(InstallRunnerArgs),
-}
-
-/// `check` arguments: re-judge outputs (`--acceptance` with `--outputs`), or print the
-/// measurement sheet of a kept run (`--sheet`).
-#[derive(Args, Debug)]
-pub struct CheckArgs {
-    /// YAML of a `spec.acceptance` section.
-    #[arg(long, required_unless_present = "sheet", requires = "outputs")]
-    pub acceptance: Option<PathBuf>,
-    /// The engine's JSON lines (one object per prompt).
-    #[arg(long, requires = "acceptance")]
-    pub outputs: Option<PathBuf>,
-    /// Print the measurement sheet of a kept run: the evidence ConfigMap (YAML or JSON, as
-    /// `kubectl get configmap -o yaml` prints it), its `manifest.json`, or a directory holding it.
-    #[arg(long, conflicts_with_all = ["acceptance", "outputs"])]
-    pub sheet: Option<PathBuf>,
 }
 
 /// `install-runner` arguments.

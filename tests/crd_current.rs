@@ -65,9 +65,20 @@ fn crd_has_status_subresource_and_printer_columns() {
             ("Accelerator", ".spec.accelerator.type"),
             ("Ready", ".status.conditions[?(@.type==\"Ready\")].status"),
             ("Phase", ".status.phase"),
+            ("Groups", ".status.groups"),
+            ("Revision", ".status.servingRevision"),
+            ("Reason", ".status.conditions[?(@.type==\"Ready\")].reason"),
             ("Age", ".metadata.creationTimestamp"),
         ]
     );
+    let wide: Vec<&str> = version["additionalPrinterColumns"]
+        .as_array()
+        .expect("printer columns")
+        .iter()
+        .filter(|c| c["priority"].as_i64().unwrap_or(0) > 0)
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(wide, ["Model", "Accelerator"], "shown with -o wide only");
 }
 
 #[test]

@@ -4,10 +4,10 @@
 
 use std::path::{Path, PathBuf};
 
+use deepinfer_operator::acceptance::CheckArgs;
 use deepinfer_operator::acceptance::{
     self, AcceptArgs, AcceptanceResult, AcceptanceSummary, Verdict,
 };
-use deepinfer_operator::cli::CheckArgs;
 
 const FAKE_ENGINE: &str = env!("CARGO_BIN_EXE_deepinfer-fake-engine");
 const SEEDS: [&str; 4] = [

@@ -104,18 +104,36 @@ async fn gpu_kstatus_follows_a_resource_from_in_progress_to_current_to_failed_an
         "{}",
         failed.message
     );
-    let spec_change = api
-        .patch("svc", &PatchParams::default(), &Patch::Merge(json!({"spec": {"roles": [{"name": "worker", "replicas": 1, "parallel": {"tensor": 8}}], "runtime": {"args": ["--x"]}}})))
+    // A spec change the operator has not observed yet: what a GitOps tool reads then (the
+    // resource as stored, not the write's response) is in progress, never Current and never the
+    // stale Failed of the older generation. The operator is stopped meanwhile so that the
+    // reading is taken while the observed generation lags.
+    op.stop().await;
+    api.patch("svc", &PatchParams::default(), &Patch::Merge(json!({"spec": {"roles": [{"name": "worker", "replicas": 1, "parallel": {"tensor": 8}}], "runtime": {"args": ["--x"]}}})))
         .await
         .expect("spec change");
-    // Right after a spec change the observed generation lags: never Current, never stale Failed.
-    let immediately = kstatus::compute(&spec_change);
-    assert_eq!(
-        immediately.status,
-        Status::InProgress,
-        "{}",
-        immediately.message
+    let lagging = api.get("svc").await.expect("get after the spec change");
+    let observed = lagging.status.as_ref().and_then(|s| s.observed_generation);
+    assert!(
+        observed.is_some() && observed < lagging.metadata.generation,
+        "the reading is taken while the operator lags: observed {observed:?}, generation {:?}",
+        lagging.metadata.generation
     );
+    let reading = kstatus::compute(&lagging);
+    assert_eq!(reading.status, Status::InProgress, "{}", reading.message);
+    // Once observed, the missing licence fails the new generation too.
+    let op = Operator::start(&ns.name, &["mit"]).await;
+    let refailed = support::eventually(
+        Duration::from_secs(60),
+        "the new generation observed",
+        || async {
+            let d = api.get("svc").await.ok()?;
+            (d.status.as_ref()?.observed_generation == d.metadata.generation)
+                .then(|| kstatus::compute(&d))
+        },
+    )
+    .await;
+    assert_eq!(refailed.status, Status::Failed, "{}", refailed.message);
 
     // Accepting the licence again brings it back to Current.
     api.patch(

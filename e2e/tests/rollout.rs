@@ -1,6 +1,6 @@
 //! Day-2 serving on the test bed: revision changes roll group by group without an outage, trust
 //! withdrawn takes pods out of service at once, and the serving revision stays managed while
-//! another is judged. Each rollout test samples the ready groups every 500 ms, prints the
+//! another is judged. Each rollout test samples the ready groups every 100 ms, prints the
 //! minimum, and asserts it. The bed has four 8-GPU NVIDIA nodes; tests named `gpu_*` run one at
 //! a time (see `.config/nextest.toml`).
 
@@ -116,7 +116,7 @@ fn groups(pods: &[Pod]) -> BTreeMap<(String, String), bool> {
 }
 
 /// Samples the ready groups (all ranks Ready) and the ready endpoints of the `worker` role's
-/// Service every 500 ms until stopped; keeps the minima and the most groups that existed at once.
+/// Service every 100 ms until stopped; keeps the minima and the most groups that existed at once.
 struct Sampler {
     stop: Arc<AtomicBool>,
     min_ready: Arc<AtomicUsize>,
@@ -151,7 +151,7 @@ impl Sampler {
                     let endpoints = ready_endpoints(&client, &ns, &service).await;
                     min_endpoints.fetch_min(endpoints, Ordering::Relaxed);
                     samples.fetch_add(1, Ordering::Relaxed);
-                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
                 }
             }
         });

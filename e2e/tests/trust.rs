@@ -666,3 +666,103 @@ async fn the_largest_admitted_specs_stall_naming_replicas_and_the_operator_memor
     );
     drop(operator);
 }
+
+/// Objects of the names the operator would use that another application made are never taken
+/// over: a Role `<name>-acceptance`, a Service and a PodDisruptionBudget `<name>-worker` made
+/// beforehand keep their rules and selectors, the resource stalls with `NameConflict` naming one
+/// of them, and deleting the resource leaves them in place.
+#[tokio::test]
+async fn gpu_objects_of_another_owner_with_the_operators_names_are_never_taken_over() {
+    use k8s_openapi::api::core::v1::Service;
+    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+    use k8s_openapi::api::rbac::v1::Role;
+    let (client, ns, api) = setup("takeover").await;
+    let roles: Api<Role> = Api::namespaced(client.clone(), &ns.name);
+    let services: Api<Service> = Api::namespaced(client.clone(), &ns.name);
+    let budgets: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), &ns.name);
+    let theirs_budget: PodDisruptionBudget = serde_json::from_value(json!({
+        "metadata": {"name": "taken-worker"},
+        "spec": {"selector": {"matchLabels": {"app": "theirs"}}, "minAvailable": 1}
+    }))
+    .expect("budget");
+    budgets
+        .create(&PostParams::default(), &theirs_budget)
+        .await
+        .expect("their PodDisruptionBudget");
+    let theirs_role: Role = serde_json::from_value(json!({
+        "metadata": {"name": "taken-acceptance"},
+        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]
+    }))
+    .expect("role");
+    let theirs_service: Service = serde_json::from_value(json!({
+        "metadata": {"name": "taken-worker"},
+        "spec": {"selector": {"app": "theirs"}, "ports": [{"port": 80}]}
+    }))
+    .expect("service");
+    roles
+        .create(&PostParams::default(), &theirs_role)
+        .await
+        .expect("their Role");
+    services
+        .create(&PostParams::default(), &theirs_service)
+        .await
+        .expect("their Service");
+    let op = Operator::start(&ns.name, &["mit"]).await;
+    create(&api, planner("taken")).await;
+    let st = status_where(&api, "taken", "Stalled=True with NameConflict", |s| {
+        cond(s, "Stalled").is_some_and(|c| c.status == "True" && c.reason == "NameConflict")
+    })
+    .await;
+    let stalled = cond(&st, "Stalled").expect("Stalled");
+    assert!(
+        stalled.message.contains("taken-acceptance") || stalled.message.contains("taken-worker"),
+        "names the object: {}",
+        stalled.message
+    );
+    // A few more passes: nothing of theirs changes.
+    support::poke(&api, "taken", 3).await;
+    let role = roles.get("taken-acceptance").await.expect("their Role");
+    assert_eq!(role.rules, theirs_role.rules, "the Role's rules are theirs");
+    assert!(role.metadata.owner_references.is_none());
+    let service = services.get("taken-worker").await.expect("their Service");
+    assert_eq!(
+        service.spec.and_then(|s| s.selector),
+        theirs_service.spec.and_then(|s| s.selector),
+        "the Service's selector is theirs"
+    );
+    assert!(service.metadata.owner_references.is_none());
+    let budget = budgets.get("taken-worker").await.expect("their budget");
+    assert_eq!(
+        budget.spec.and_then(|s| s.selector),
+        theirs_budget.spec.and_then(|s| s.selector),
+        "the budget's selector is theirs"
+    );
+    assert!(budget.metadata.owner_references.is_none());
+    api.delete("taken", &Default::default())
+        .await
+        .expect("deleting the resource");
+    support::eventually(TIMEOUT, "the resource gone", || async {
+        api.get_opt("taken")
+            .await
+            .ok()
+            .and_then(|d| d.is_none().then_some(()))
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(roles
+        .get_opt("taken-acceptance")
+        .await
+        .expect("get")
+        .is_some());
+    assert!(services
+        .get_opt("taken-worker")
+        .await
+        .expect("get")
+        .is_some());
+    assert!(budgets
+        .get_opt("taken-worker")
+        .await
+        .expect("get")
+        .is_some());
+    op.stop().await;
+}

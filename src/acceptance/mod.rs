@@ -75,6 +75,22 @@ pub struct AcceptArgs {
     pub termination_log: PathBuf,
 }
 
+/// `check` arguments: re-judge outputs (`--acceptance` with `--outputs`), or print the
+/// measurement sheet of a kept run (`--sheet`).
+#[derive(Args, Debug)]
+pub struct CheckArgs {
+    /// YAML of a `spec.acceptance` section.
+    #[arg(long, required_unless_present = "sheet", requires = "outputs")]
+    pub acceptance: Option<PathBuf>,
+    /// The engine's JSON lines (one object per prompt).
+    #[arg(long, requires = "acceptance")]
+    pub outputs: Option<PathBuf>,
+    /// Print the measurement sheet of a kept run: the evidence ConfigMap (YAML or JSON, as
+    /// `kubectl get configmap -o yaml` prints it), its `manifest.json`, or a directory holding it.
+    #[arg(long, conflicts_with_all = ["acceptance", "outputs"])]
+    pub sheet: Option<PathBuf>,
+}
+
 /// `accept` arguments naming the configuration under test (recorded in the manifest).
 #[derive(Args, Debug, Clone)]
 pub struct IdentityArgs {
@@ -195,7 +211,7 @@ pub async fn run_engine(args: handoff::RunEngineArgs) -> anyhow::Result<i32> {
 }
 
 /// Runs `check`; returns the process exit code (0 all pass, 1 any fail, 2 bad input).
-pub fn check(args: &crate::cli::CheckArgs) -> anyhow::Result<i32> {
+pub fn check(args: &CheckArgs) -> anyhow::Result<i32> {
     if let Some(kept) = &args.sheet {
         print!("{}", sheet::render(&sheet::load_manifest(kept)?));
         return Ok(0);
@@ -212,7 +228,7 @@ pub fn check(args: &crate::cli::CheckArgs) -> anyhow::Result<i32> {
 }
 
 /// The verdicts `check` prints; `Err` is bad input.
-pub fn check_verdicts(args: &crate::cli::CheckArgs) -> anyhow::Result<Vec<Verdict>> {
+pub fn check_verdicts(args: &CheckArgs) -> anyhow::Result<Vec<Verdict>> {
     let (Some(acceptance), Some(outputs)) = (&args.acceptance, &args.outputs) else {
         anyhow::bail!("check: give --acceptance FILE and --outputs FILE (or --sheet EVIDENCE)");
     };

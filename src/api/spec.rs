@@ -1,7 +1,10 @@
 //! Spec types of `DeepInferDeployment`. CEL rules on these types are the same rules the
 //! operator's validate stage enforces (see `controller::validate`); both name the field and the fix.
 
-use k8s_openapi::api::core::v1::{EnvVar, Probe, ResourceRequirements};
+use k8s_openapi::api::core::v1::{
+    Affinity, EnvVar, LocalObjectReference, Probe, ResourceRequirements, Toleration,
+    TopologySpreadConstraint, Volume, VolumeMount,
+};
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -53,10 +56,15 @@ macro_rules! cel_root_devices_per_pod {
     shortname = "did",
     namespaced,
     status = "DeepInferDeploymentStatus",
-    printcolumn = r#"{"name":"Model","type":"string","jsonPath":".spec.model.name"}"#,
-    printcolumn = r#"{"name":"Accelerator","type":"string","jsonPath":".spec.accelerator.type"}"#,
+    // What on-call reads first: Ready, Phase, ready/desired groups, the serving revision and
+    // the Ready condition's reason; the model and accelerator in `-o wide`.
+    printcolumn = r#"{"name":"Model","type":"string","priority":1,"jsonPath":".spec.model.name"}"#,
+    printcolumn = r#"{"name":"Accelerator","type":"string","priority":1,"jsonPath":".spec.accelerator.type"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Groups","type":"string","description":"Ready serving groups over desired groups, every role","jsonPath":".status.groups"}"#,
+    printcolumn = r#"{"name":"Revision","type":"string","description":"The revision that serves (short form, as in pod names)","jsonPath":".status.servingRevision"}"#,
+    printcolumn = r#"{"name":"Reason","type":"string","description":"Reason of the Ready condition","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
     // Same bound as `controller::validate::MAX_NAME_LENGTH`; the validation table checks both.
     validation = Rule::new("size(self.metadata.name) <= 36")
@@ -85,6 +93,11 @@ macro_rules! cel_root_devices_per_pod {
         .message("spec.accelerator.devicesPerPod exceeds the devices one node of this accelerator type has (NVIDIA: 8, Ascend: 16); lower it and add pods per group instead"),
     validation = Rule::new("!has(self.runtime.roles) || self.runtime.roles.all(o, self.roles.exists(r, r.name == o.role))")
         .message("spec.runtime.roles[].role must name a role of spec.roles; fix the name or remove the entry"),
+    // Same as `controller::validate::validate_pod_settings`; the validation table checks both.
+    validation = Rule::new(format!("!has(self.pod) || !has(self.pod.nodeSelector) || {}", node_selector_agrees("self.pod.nodeSelector")))
+        .message("spec.pod.nodeSelector sets a node label that spec.accelerator already selects on to another value (nvidia.com/gpu.present or accelerator from spec.accelerator.type, nvidia.com/gpu.product or node.kubernetes.io/npu.chip.name from spec.accelerator.product); remove the key from spec.pod.nodeSelector, or change spec.accelerator"),
+    validation = Rule::new(format!("self.roles.all(r, !has(r.pod) || !has(r.pod.nodeSelector) || {})", node_selector_agrees("r.pod.nodeSelector")))
+        .message("spec.roles[].pod.nodeSelector sets a node label that spec.accelerator already selects on to another value (nvidia.com/gpu.present or accelerator from spec.accelerator.type, nvidia.com/gpu.product or node.kubernetes.io/npu.chip.name from spec.accelerator.product); remove the key from spec.roles[].pod.nodeSelector, or change spec.accelerator"),
 )]
 pub struct DeepInferDeploymentSpec {
     /// The checkpoint to serve: hub id, licence and where its files come from.
@@ -105,6 +118,17 @@ pub struct DeepInferDeploymentSpec {
     /// groups one at a time (no new acceptance run).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scheduling: Option<SchedulingSpec>,
+    /// Pod settings of every engine pod (serving and acceptance): pull secrets, tolerations,
+    /// node selector, affinity, priority class, serving ServiceAccount, extra volumes and
+    /// mounts, topology spread. `spec.roles[].pod` overrides them field by field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = pod_rule("spec.pod", 0))]
+    #[x_kube(validation = pod_rule("spec.pod", 1))]
+    #[x_kube(validation = pod_rule("spec.pod", 2))]
+    #[x_kube(validation = pod_rule("spec.pod", 3))]
+    #[x_kube(validation = pod_rule("spec.pod", 4))]
+    #[x_kube(validation = pod_rule("spec.pod", 5))]
+    pub pod: Option<PodSettings>,
 }
 
 /// Scheduler and queue settings passed through to every worker and acceptance pod.
@@ -127,7 +151,202 @@ pub struct SchedulingSpec {
     #[schemars(extend("maxProperties" = 32))]
     #[x_kube(validation = Rule::new("self.all(k, !k.startsWith('deepinfer.io/'))")
         .message("spec.scheduling.podAnnotations: keys under deepinfer.io/ are set by the operator; use another prefix"))]
+    #[x_kube(validation = Rule::new("self.all(k, !k.startsWith('ascend.kubectl.kubernetes.io/'))")
+        .message("spec.scheduling.podAnnotations: keys under ascend.kubectl.kubernetes.io/ are the Ascend device plugin's record of the devices it allocated, which the rank table is built from; remove them"))]
     pub pod_annotations: std::collections::BTreeMap<String, String>,
+}
+
+/// Names of the volumes the operator gives engine pods (checkpoint, shared memory, rank table,
+/// role endpoints, and the acceptance leader's runner, work directory, spec and judge token):
+/// `spec.pod.volumes` and `spec.pod.volumeMounts` may not use them.
+pub const RESERVED_VOLUME_NAMES: [&str; 8] = [
+    "checkpoint",
+    "dshm",
+    "rank-table",
+    "role-endpoints",
+    "runner",
+    "work",
+    "acceptance-spec",
+    "judge-token",
+];
+
+/// Directories the operator mounts into engine containers (the checkpoint, shared memory, the
+/// operator's own `/deepinfer` files, the HCCL rank table): `spec.pod.volumeMounts` may not
+/// mount at or under them.
+pub const RESERVED_MOUNT_PATHS: [&str; 4] = [
+    "/models",
+    "/dev/shm",
+    "/deepinfer",
+    "/user/serverid/devindex/config",
+];
+
+/// Volume types extra volumes may use: those the restricted Pod Security Standard allows.
+pub const ALLOWED_VOLUME_TYPES: [&str; 8] = [
+    "configMap",
+    "csi",
+    "downwardAPI",
+    "emptyDir",
+    "ephemeral",
+    "persistentVolumeClaim",
+    "projected",
+    "secret",
+];
+
+/// CEL: the node selector at `selector` sets none of the labels the accelerator selects on to
+/// another value (`AcceleratorSpec::node_selector`).
+fn node_selector_agrees(selector: &str) -> String {
+    format!(
+        "(!((self.accelerator.type == 'NVIDIA' ? 'nvidia.com/gpu.present' : 'accelerator') in {selector}) \
+         || {selector}[self.accelerator.type == 'NVIDIA' ? 'nvidia.com/gpu.present' : 'accelerator'] == (self.accelerator.type == 'NVIDIA' ? 'true' : 'huawei-Ascend910')) \
+         && (!has(self.accelerator.product) \
+         || !((self.accelerator.type == 'NVIDIA' ? 'nvidia.com/gpu.product' : 'node.kubernetes.io/npu.chip.name') in {selector}) \
+         || {selector}[self.accelerator.type == 'NVIDIA' ? 'nvidia.com/gpu.product' : 'node.kubernetes.io/npu.chip.name'] == self.accelerator.product)"
+    )
+}
+
+/// CEL pattern of a DNS subdomain (names of PriorityClasses and ServiceAccounts).
+const DNS_SUBDOMAIN_PATTERN: &str =
+    "'^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$'";
+
+/// Rule `index` of the CEL rules on a [`PodSettings`] at `at` (`spec.pod` or
+/// `spec.roles[].pod`), its message naming the field there. Same rules as
+/// `controller::validate::validate_pod_settings`; the validation table checks both.
+fn pod_rule(at: &str, index: usize) -> kube::core::Rule {
+    let names: Vec<String> = RESERVED_VOLUME_NAMES
+        .iter()
+        .map(|n| format!("'{n}'"))
+        .collect();
+    let names = names.join(", ");
+    let types: Vec<String> = ALLOWED_VOLUME_TYPES
+        .iter()
+        .map(|t| format!("has(v.{t})"))
+        .collect();
+    let paths: Vec<String> = RESERVED_MOUNT_PATHS
+        .iter()
+        .map(|p| format!("m.mountPath != '{p}' && !m.mountPath.startsWith('{p}/')"))
+        .collect();
+    let (rule, message) = match index {
+        0 => (
+            format!("!has(self.priorityClassName) || self.priorityClassName.matches({DNS_SUBDOMAIN_PATTERN})"),
+            format!("{at}.priorityClassName must be the name of a PriorityClass (a DNS subdomain: lowercase letters, digits, '-' and '.')"),
+        ),
+        1 => (
+            format!("!has(self.serviceAccountName) || self.serviceAccountName.matches({DNS_SUBDOMAIN_PATTERN})"),
+            format!("{at}.serviceAccountName must be the name of a ServiceAccount (a DNS subdomain: lowercase letters, digits, '-' and '.')"),
+        ),
+        2 => (
+            format!("!has(self.volumes) || self.volumes.all(v, !has(v.hostPath) && ({}))", types.join(" || ")),
+            format!("{at}.volumes may only use the volume types the restricted Pod Security Standard allows: configMap, csi, downwardAPI, emptyDir, ephemeral, persistentVolumeClaim, projected or secret; hostPath and other node or network volumes are refused; use a PersistentVolumeClaim instead"),
+        ),
+        3 => (
+            format!("!has(self.volumes) || self.volumes.all(v, !(v.name in [{names}]))"),
+            format!("{at}.volumes: the names checkpoint, dshm, rank-table, role-endpoints, runner, work, acceptance-spec and judge-token are the operator's own volumes; rename the volume (and its volumeMounts)"),
+        ),
+        4 => (
+            format!("!has(self.volumeMounts) || self.volumeMounts.all(v, !(v.name in [{names}]))"),
+            format!("{at}.volumeMounts: the names checkpoint, dshm, rank-table, role-endpoints, runner, work, acceptance-spec and judge-token are the operator's own volumes; mount a volume of volumes instead"),
+        ),
+        _ => (
+            format!("!has(self.volumeMounts) || self.volumeMounts.all(m, {})", paths.join(" && ")),
+            format!("{at}.volumeMounts: mountPath may not be at or under /models, /dev/shm, /deepinfer or /user/serverid/devindex/config, where the operator mounts the checkpoint and its own files; choose another directory"),
+        ),
+    };
+    kube::core::Rule::new(rule).message(message.as_str())
+}
+
+/// Settings of engine pods that cluster admins need on most clusters, given for the whole
+/// deployment (`spec.pod`) or for one role (`spec.roles[].pod`, each field given there replacing
+/// the deployment's). They reach serving pods and the acceptance pods of the role alike.
+/// Volumes, mounts, the ServiceAccount and the priority class are part of the revision (a
+/// change is judged again); the others only move pods (a change replaces the groups one at a
+/// time, without a new acceptance run).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct PodSettings {
+    /// Secrets holding credentials for private registries, for the engine image (and the
+    /// operator's image in acceptance pods).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 16))]
+    pub image_pull_secrets: Option<Vec<LocalObjectReference>>,
+    /// Tolerations added to the one the operator sets for the device resource's taint, e.g. a
+    /// site's `dedicated=inference:NoSchedule`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32))]
+    pub tolerations: Option<Vec<Toleration>>,
+    /// Node labels added to the accelerator's node selector. A label `spec.accelerator` already
+    /// selects on (type, product) cannot be set to another value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("maxProperties" = 32))]
+    pub node_selector: Option<std::collections::BTreeMap<String, String>>,
+    /// Affinity merged with the operator's, never replacing it: required node affinity terms
+    /// apply on top of the accelerator's node selector; pod affinity and anti-affinity terms are
+    /// added beside the term that keeps a group inside one scale-up domain.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<Affinity>,
+    /// PriorityClass of the pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub priority_class_name: Option<String>,
+    /// ServiceAccount serving pods run as (e.g. for a cloud workload identity, or pull secrets
+    /// attached to it); default: the namespace's `default`. No API token is mounted either way.
+    /// The judged leader of an acceptance run runs as the judge's own ServiceAccount instead;
+    /// its other ranks and groups run as this one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub service_account_name: Option<String>,
+    /// Extra volumes of engine pods, for `volumeMounts`: only the types the restricted Pod
+    /// Security Standard allows (configMap, csi, downwardAPI, emptyDir, ephemeral,
+    /// persistentVolumeClaim, projected, secret; never hostPath), and none named as the
+    /// operator's own volumes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 16))]
+    pub volumes: Option<Vec<Volume>>,
+    /// Extra mounts of the engine container, each naming one of `volumes`; not at or under
+    /// the operator's own directories (`/models`, `/dev/shm`, `/deepinfer`, the rank table's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 16))]
+    pub volume_mounts: Option<Vec<VolumeMount>>,
+    /// Topology spread constraints of the pods, e.g. groups spread over zones.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 8))]
+    pub topology_spread_constraints: Option<Vec<TopologySpreadConstraint>>,
+}
+
+impl PodSettings {
+    /// These settings with each field `role` gives put in its place (field by field).
+    pub fn overridden_by(&self, role: Option<&PodSettings>) -> PodSettings {
+        let Some(role) = role else {
+            return self.clone();
+        };
+        fn pick<T: Clone>(role: &Option<T>, base: &Option<T>) -> Option<T> {
+            role.as_ref().or(base.as_ref()).cloned()
+        }
+        PodSettings {
+            image_pull_secrets: pick(&role.image_pull_secrets, &self.image_pull_secrets),
+            tolerations: pick(&role.tolerations, &self.tolerations),
+            node_selector: pick(&role.node_selector, &self.node_selector),
+            affinity: pick(&role.affinity, &self.affinity),
+            priority_class_name: pick(&role.priority_class_name, &self.priority_class_name),
+            service_account_name: pick(&role.service_account_name, &self.service_account_name),
+            volumes: pick(&role.volumes, &self.volumes),
+            volume_mounts: pick(&role.volume_mounts, &self.volume_mounts),
+            topology_spread_constraints: pick(
+                &role.topology_spread_constraints,
+                &self.topology_spread_constraints,
+            ),
+        }
+    }
+}
+
+impl DeepInferDeploymentSpec {
+    /// The pod settings of `role`'s engine pods: `spec.pod`, each field `spec.roles[].pod`
+    /// gives replacing the deployment's.
+    pub fn pod_settings(&self, role: &RoleSpec) -> PodSettings {
+        self.pod
+            .clone()
+            .unwrap_or_default()
+            .overridden_by(role.pod.as_ref())
+    }
 }
 
 /// The checkpoint: a hub id, its licence, and exactly one source.
@@ -196,6 +415,11 @@ pub struct VolumeSource {
     pub path: String,
 }
 
+/// CEL: a probe has no `httpGet.host` or `tcpSocket.host`: the kubelet asks the pod itself, never
+/// a host the spec names.
+const PROBE_OWN_POD_RULE: &str =
+    "(!has(self.httpGet) || !has(self.httpGet.host)) && (!has(self.tcpSocket) || !has(self.tcpSocket.host))";
+
 /// The DeepInfer runtime.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -231,10 +455,14 @@ pub struct RuntimeSpec {
     /// Startup probe of engine containers; default: HTTP GET `/health` on the serve port,
     /// allowing 45 minutes for the weights to load before the container is restarted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new(PROBE_OWN_POD_RULE)
+        .message("spec.runtime.startupProbe: a probe asks the engine's own pod; remove httpGet.host and tcpSocket.host (the kubelet would connect to that host instead)"))]
     pub startup_probe: Option<Probe>,
     /// Readiness probe of engine containers; default: HTTP GET `/health` on the serve port
     /// every 10 s. A group serves only while every rank passes it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new(PROBE_OWN_POD_RULE)
+        .message("spec.runtime.readinessProbe: a probe asks the engine's own pod; remove httpGet.host and tcpSocket.host (the kubelet would connect to that host instead)"))]
     pub readiness_probe: Option<Probe>,
     /// CPU and memory of engine containers (devices come from `spec.accelerator`); default:
     /// requests of 4 CPUs and 16Gi memory, so engine pods are never BestEffort. Device entries
@@ -450,6 +678,15 @@ pub struct RoleSpec {
     /// How a new revision replaces this role's groups; counted in groups.
     #[serde(default)]
     pub rollout: RolloutSpec,
+    /// Pod settings of this role's engine pods; each field given replaces that of `spec.pod`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = pod_rule("spec.roles[].pod", 0))]
+    #[x_kube(validation = pod_rule("spec.roles[].pod", 1))]
+    #[x_kube(validation = pod_rule("spec.roles[].pod", 2))]
+    #[x_kube(validation = pod_rule("spec.roles[].pod", 3))]
+    #[x_kube(validation = pod_rule("spec.roles[].pod", 4))]
+    #[x_kube(validation = pod_rule("spec.roles[].pod", 5))]
+    pub pod: Option<PodSettings>,
 }
 
 /// Rolling replacement of a role's groups, counted in whole groups. Each step creates a group of

@@ -26,6 +26,15 @@ pub struct DeepInferDeploymentStatus {
     /// Revision hash of the desired running bits (image, checkpoint revision, layout, args).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revision: Option<String>,
+    /// The revision that serves, in short form (its first 5 characters, as in pod names): the
+    /// one most ready groups of all roles are on (on a tie, `revision`, else the first by
+    /// name); absent while no group is ready. `kubectl get` shows it as Revision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serving_revision: Option<String>,
+    /// Ready serving groups over desired groups, summed over every role, e.g. `3/4`.
+    /// `kubectl get` shows it as Groups; `roles` has the counts per role.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub groups: Option<String>,
     /// The checkpoint as verified.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint: Option<CheckpointStatus>,
@@ -235,6 +244,10 @@ pub struct RoleStatus {
     /// Revision being rolled out to this role's groups, while a rollout runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rolling_out: Option<String>,
+    /// Revision of most of this role's ready groups (on a tie, the one being rolled out to,
+    /// else the first by name); absent while no group is ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serving_revision: Option<String>,
     /// Groups of this role deleted in a row because they stayed partly placed (some ranks
     /// bound, others unschedulable) past `--partial-group-timeout`; cleared once every group
     /// is placed. New groups wait a backoff after each (15 s, doubling, at most 5 min).

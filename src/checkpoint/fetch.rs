@@ -35,7 +35,7 @@ use hyper_util::rt::TokioExecutor;
 use serde::{Deserialize, Serialize};
 use tokio::io::AsyncWriteExt as _;
 
-use super::verify::is_safe_relative;
+use super::paths::is_safe_relative;
 
 /// Records a fetch in the destination directory (a dot file: not part of the checkpoint).
 pub const MARKER_FILE: &str = ".deepinfer-fetch.json";

@@ -5,6 +5,7 @@
 //! 1 the checkpoint (or the fetch) failed, 2 bad arguments.
 
 pub mod fetch;
+pub mod paths;
 pub mod report;
 pub mod safetensors;
 pub mod verify;

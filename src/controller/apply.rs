@@ -13,15 +13,41 @@ use serde::Serialize;
 
 use super::build::applied_hash;
 use super::decide::entitlement::Mark;
+use super::error::Error;
 use super::observe::note_written;
-use super::Error;
 use crate::api::ACCEPTED_POD_CONDITION;
 
 /// The one field manager the operator applies with.
 pub const FIELD_MANAGER: &str = "deepinfer-operator";
 
-/// Server-side applies `desired` unless `existing` already carries its applied hash.
-/// Returns whether a write was made.
+/// The UID of the controller owner an object names, if any.
+fn controller_uid<K: Resource>(obj: &K) -> Option<&str> {
+    obj.meta()
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true))
+        .map(|o| o.uid.as_str())
+}
+
+/// Who controls `obj`, for a conflict's message.
+fn controller_of<K: Resource>(obj: &K) -> String {
+    obj.meta()
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true))
+        .map_or("no controller".to_string(), |o| {
+            format!("controlled by {} {}", o.kind, o.name)
+        })
+}
+
+/// Brings `desired` about. `existing` is the object as the cache holds it, which it holds only
+/// when this resource controls it: then `desired` is server-side applied with force under the
+/// operator's field manager, unless `existing` already carries its applied hash. An object the
+/// cache does not hold is created, never force-applied: if one of that name exists, it is applied
+/// only when this resource controls it (the cache had not caught up), and is otherwise a
+/// [`Error::NameConflict`], left as it is. Returns whether a write was made.
 pub async fn apply_if_changed<K>(
     api: &Api<K>,
     desired: &K,
@@ -30,11 +56,24 @@ pub async fn apply_if_changed<K>(
 where
     K: Resource + k8s_openapi::Resource + Clone + DeserializeOwned + Serialize + std::fmt::Debug,
 {
-    if existing
-        .is_some_and(|e| applied_hash(e).is_some() && applied_hash(e) == applied_hash(desired))
-    {
-        return Ok(false);
+    if let Some(existing) = existing {
+        if applied_hash(existing).is_some() && applied_hash(existing) == applied_hash(desired) {
+            return Ok(false);
+        }
+        return force_apply(api, desired).await;
     }
+    if create_once(api, desired).await? {
+        return Ok(true);
+    }
+    // Ours, and the cache had not caught up: apply as for a cached object.
+    force_apply(api, desired).await
+}
+
+/// Server-side applies `desired` with force under the operator's field manager.
+async fn force_apply<K>(api: &Api<K>, desired: &K) -> Result<bool, Error>
+where
+    K: Resource + k8s_openapi::Resource + Clone + DeserializeOwned + Serialize + std::fmt::Debug,
+{
     let pp = PatchParams::apply(FIELD_MANAGER).force();
     let written = api
         .patch(&desired.name_any(), &pp, &Patch::Apply(desired))
@@ -51,11 +90,16 @@ where
     Ok(true)
 }
 
-/// Creates an object that must not be changed once it exists (Jobs): create, tolerate "exists".
+/// Creates an object that must not be changed once it exists (Jobs, evidence): create without
+/// force. Returns `false` when an object of that name exists that this resource controls (the
+/// same controller owner as `desired`), and [`Error::NameConflict`] when another owner (or none)
+/// controls it: it is never read, changed or deleted.
 pub async fn create_once<K>(api: &Api<K>, desired: &K) -> Result<bool, Error>
 where
     K: Resource + k8s_openapi::Resource + Clone + DeserializeOwned + Serialize + std::fmt::Debug,
 {
+    let name = desired.name_any();
+    let kind = <K as k8s_openapi::Resource>::KIND;
     match api
         .create(
             &PostParams {
@@ -70,23 +114,65 @@ where
             note_written(&created);
             Ok(true)
         }
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
-        Err(e) => Err(Error::api(
-            "create",
-            <K as k8s_openapi::Resource>::KIND,
-            &desired.name_any(),
-            e,
-        )),
+        Err(kube::Error::Api(e)) if e.code == 409 => {
+            let found = api
+                .get_opt(&name)
+                .await
+                .map_err(|e| Error::api("get", kind, &name, e))?;
+            match found {
+                Some(found)
+                    if controller_uid(&found).is_some()
+                        && controller_uid(&found) == controller_uid(desired) =>
+                {
+                    Ok(false)
+                }
+                // Deleted meanwhile: the next pass creates it.
+                None => Ok(false),
+                Some(found) => Err(Error::NameConflict {
+                    kind: kind.to_string(),
+                    name: format!(
+                        "{}/{name}",
+                        found.meta().namespace.clone().unwrap_or_default()
+                    ),
+                    owner: controller_of(&found),
+                }),
+            }
+        }
+        Err(e) => Err(Error::api("create", kind, &name, e)),
     }
 }
 
-/// Deletes by name; an already-gone object is fine.
-pub async fn delete_ignoring_missing<K>(api: &Api<K>, name: &str) -> Result<(), Error>
+/// Deletes an object this resource owns (as observed): the delete carries the object's UID as a
+/// precondition, so an object of the same name made since by anyone else is never deleted. An
+/// object already gone (or replaced) is fine.
+pub async fn delete_observed<K>(api: &Api<K>, observed: &K) -> Result<(), Error>
 where
     K: Resource + k8s_openapi::Resource + Clone + DeserializeOwned + std::fmt::Debug,
 {
-    let dp = DeleteParams::background();
-    match api.delete(name, &dp).await {
+    delete_owned(api, observed.meta()).await
+}
+
+/// As [`delete_observed`], from the object's metadata (a metadata-only listing).
+pub async fn delete_owned<K>(
+    api: &Api<K>,
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> Result<(), Error>
+where
+    K: Resource + k8s_openapi::Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let mut dp = DeleteParams::background();
+    dp.preconditions = meta.uid.clone().map(|uid| kube::api::Preconditions {
+        uid: Some(uid),
+        resource_version: None,
+    });
+    delete_with(api, meta.name.as_deref().unwrap_or_default(), &dp).await
+}
+
+async fn delete_with<K>(api: &Api<K>, name: &str, dp: &DeleteParams) -> Result<(), Error>
+where
+    K: Resource + k8s_openapi::Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    match api.delete(name, dp).await {
         // Still there (being deleted): its new state; gone at once: the watch's delete event.
         Ok(either) => {
             if let Some(deleting) = either.left() {
@@ -94,7 +180,8 @@ where
             }
             Ok(())
         }
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        // Gone, or (precondition failed) replaced by an object that is not the one observed.
+        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(()),
         Err(e) => Err(Error::api(
             "delete",
             <K as k8s_openapi::Resource>::KIND,
@@ -118,7 +205,7 @@ where
         }
     }
     for svc in unwanted(desired, existing) {
-        delete_ignoring_missing(api, &svc.name_any()).await?;
+        delete_observed(api, svc).await?;
         writes += 1;
     }
     Ok(writes)
@@ -132,7 +219,7 @@ where
     K: Resource + k8s_openapi::Resource + Clone + DeserializeOwned + std::fmt::Debug,
 {
     for obj in deletable(existing, |name| names.iter().any(|n| n == name)) {
-        delete_ignoring_missing(api, &obj.name_any()).await?;
+        delete_observed(api, obj).await?;
     }
     Ok(())
 }

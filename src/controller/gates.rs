@@ -350,7 +350,7 @@ async fn stop_fetching(ctx: &Context, ns: &str, observed: &Observed) -> Result<(
             )
     }) {
         tracing::info!(job = %job.name_any(), "licence withdrawn: stopping the fetch Job");
-        apply::delete_ignoring_missing(&api, &job.name_any()).await?;
+        apply::delete_observed(&api, job).await?;
     }
     Ok(())
 }
@@ -881,8 +881,14 @@ async fn prune_evidence(ctx: &Context, ns: &str, did: &ValidatedDeployment, pinn
     let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
     let keep = usize::from(ctx.retention.keep_evidence);
     for old in decide::retention::evidence_to_delete(&evidence, keep, pinned) {
+        let Some(meta) = evidence
+            .iter()
+            .find(|m| m.name.as_deref() == Some(old.as_str()))
+        else {
+            continue;
+        };
         tracing::info!(configmap = %old, keep, "deleting evidence beyond the newest kept");
-        if let Err(e) = apply::delete_ignoring_missing(&api, &old).await {
+        if let Err(e) = apply::delete_owned(&api, meta).await {
             tracing::warn!(error = %e, "deleting old evidence failed; trying again at the next judgement");
         }
     }
@@ -975,7 +981,7 @@ async fn acceptance_rank_tables<'a>(
             .iter()
             .any(|j| j.name_any().starts_with(&format!("{run_group}-")));
         if !left {
-            apply::delete_ignoring_missing(&api, &stale.name_any()).await?;
+            apply::delete_observed(&api, stale).await?;
         }
     }
     Ok(())
@@ -1096,13 +1102,11 @@ async fn device_claim_templates(
             .flat_map(|g| g.spec.resource_claims.iter().flatten())
             .filter_map(|c| c.resource_claim_template_name.clone()),
     );
-    for unused in observed
-        .claim_templates
-        .iter()
-        .map(ResourceExt::name_any)
-        .filter(|t| !names.contains(t) && !in_use.contains(t))
-    {
-        apply::delete_ignoring_missing(&api, &unused).await?;
+    for unused in observed.claim_templates.iter().filter(|t| {
+        let t = t.name_any();
+        !names.contains(&t) && !in_use.contains(&t)
+    }) {
+        apply::delete_observed(&api, unused).await?;
     }
     Ok(())
 }
@@ -1324,7 +1328,7 @@ async fn workers(
                             .iter()
                             .filter(|p| p.metadata.deletion_timestamp.is_none())
                         {
-                            apply::delete_ignoring_missing(&pods_api, &pod.name_any()).await?;
+                            apply::delete_observed(&pods_api, pod).await?;
                         }
                     }
                     GroupAction::Create { revision, index } => {
@@ -1459,7 +1463,7 @@ async fn keep_revisions(
     for kept in &observed.revisions {
         let rev = kept.labels().get(labels::REVISION).map(String::as_str);
         if rev.is_some_and(|r| r != target && !live.contains(r)) {
-            apply::delete_ignoring_missing(&api, &kept.name_any()).await?;
+            apply::delete_observed(&api, kept).await?;
         }
     }
     Ok(())

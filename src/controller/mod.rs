@@ -8,20 +8,28 @@ pub mod apply;
 pub mod build;
 pub mod cached;
 pub mod connection;
+pub mod context;
 pub mod decide;
+pub mod error;
 pub mod events;
 mod gates;
 pub mod observe;
 mod outage;
 pub mod placement;
 pub mod status;
+pub mod text;
 pub mod validate;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use clap::Args;
+pub use context::{
+    context, Context, RunArgs, Settings, DEFAULT_MAX_CONCURRENT_RECONCILES,
+    DEFAULT_PARTIAL_GROUP_TIMEOUT,
+};
+pub use error::Error;
+pub use text::truncate;
 
 use cached::{Cached, CachedDeployment};
 use futures::{StreamExt, TryStreamExt};
@@ -30,7 +38,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::{ApiResource, PartialObjectMeta};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Event, EventType, Reporter};
+use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Client, Resource, ResourceExt};
@@ -38,305 +46,6 @@ use tracing::{info, warn};
 
 use crate::api::{labels, reasons, DeepInferDeployment, DeepInferDeploymentStatus};
 use status::{Gate, Outcome};
-use validate::DeviceLimits;
-
-/// `run` arguments.
-#[derive(Args, Debug, Clone)]
-pub struct RunArgs {
-    /// Kubeconfig file; default: in-cluster config, else `$KUBECONFIG` / `~/.kube/config`.
-    #[arg(long, env = "KUBECONFIG")]
-    pub kubeconfig: Option<std::path::PathBuf>,
-    /// Watch only this namespace; default: all namespaces.
-    #[arg(long, env = "DEEPINFER_NAMESPACE")]
-    pub namespace: Option<String>,
-    /// Licence ids the cluster admin allows (comma-separated), e.g. `mit,apache-2.0`.
-    #[arg(long, env = "DEEPINFER_ACCEPTED_LICENSES", value_delimiter = ',')]
-    pub accepted_licenses: Vec<String>,
-    /// Image of this operator, used for its own Jobs (fetch, verify, the acceptance judge) and the injection into the engine image.
-    #[arg(long, env = "DEEPINFER_OPERATOR_IMAGE", default_value = concat!("deepinfer-operator:", env!("CARGO_PKG_VERSION")))]
-    pub operator_image: String,
-    /// Most devices one NVIDIA node has (devicesPerPod may not exceed it).
-    #[arg(long, default_value_t = crate::api::DEFAULT_MAX_DEVICES_NVIDIA)]
-    pub max_devices_nvidia: i32,
-    /// Most devices one Ascend node has (devicesPerPod may not exceed it).
-    #[arg(long, default_value_t = crate::api::DEFAULT_MAX_DEVICES_ASCEND)]
-    pub max_devices_ascend: i32,
-    /// Most pods one DeepInferDeployment may need (all groups plus rollout surge); past it the
-    /// resource stalls naming `replicas`.
-    #[arg(long, default_value_t = crate::api::DEFAULT_MAX_PODS_PER_DEPLOYMENT)]
-    pub max_pods_per_deployment: i64,
-    /// Seconds a fetch Job may run (its `activeDeadlineSeconds`, time Pending included).
-    #[arg(long, env = "DEEPINFER_FETCH_DEADLINE_SECONDS", default_value_t = build::DEFAULT_FETCH_DEADLINE_SECONDS, value_parser = clap::value_parser!(i64).range(1..))]
-    pub fetch_deadline_seconds: i64,
-    /// Seconds a verify Job may run (its `activeDeadlineSeconds`, time Pending included).
-    #[arg(long, env = "DEEPINFER_VERIFY_DEADLINE_SECONDS", default_value_t = build::DEFAULT_VERIFY_DEADLINE_SECONDS, value_parser = clap::value_parser!(i64).range(1..))]
-    pub verify_deadline_seconds: i64,
-    /// Evidence ConfigMaps kept per DeepInferDeployment (the newest, and always the one its
-    /// status points at); older ones are deleted when a new judgement is recorded.
-    #[arg(long, env = "DEEPINFER_KEEP_EVIDENCE", default_value_t = decide::retention::DEFAULT_KEEP_EVIDENCE, value_parser = clap::value_parser!(u16).range(1..))]
-    pub keep_evidence: u16,
-    /// `ttlSecondsAfterFinished` given to a finished Job once its verdict is in status.
-    #[arg(long, env = "DEEPINFER_FINISHED_JOB_TTL_SECONDS", default_value_t = decide::retention::DEFAULT_FINISHED_JOB_TTL_SECONDS, value_parser = clap::value_parser!(i32).range(0..))]
-    pub finished_job_ttl_seconds: i32,
-    /// Gang scheduling of multi-pod groups: `auto` makes every serving group and multi-pod
-    /// acceptance run a `scheduling.k8s.io/v1beta1` PodGroup where the API server serves it,
-    /// `native` requires it, `off` never uses it.
-    #[arg(long, env = "DEEPINFER_GANG_SCHEDULING", value_enum, default_value_t = placement::GangScheduling::Auto)]
-    pub gang_scheduling: placement::GangScheduling,
-    /// How long a group may stay partly placed (some ranks bound, others unschedulable) before
-    /// it is deleted whole to free its devices and retried with backoff, e.g. `120s`, `5m`.
-    #[arg(long, default_value = "120s", value_parser = parse_duration)]
-    pub partial_group_timeout: Duration,
-    /// Most reconcile passes running at once (at least 1). Passes of other resources wait in
-    /// the queue (`deepinfer_reconcile_queue_depth`); one resource never has two at once.
-    #[arg(long, env = "DEEPINFER_MAX_CONCURRENT_RECONCILES", default_value_t = DEFAULT_MAX_CONCURRENT_RECONCILES, value_parser = clap::value_parser!(u16).range(1..))]
-    pub max_concurrent_reconciles: u16,
-    /// Log as JSON lines.
-    #[arg(long)]
-    pub json_logs: bool,
-    /// Address of the `/metrics`, `/healthz` and `/readyz` endpoints.
-    #[arg(
-        long,
-        env = "DEEPINFER_METRICS_ADDRESS",
-        default_value = "0.0.0.0:8080"
-    )]
-    pub metrics_address: std::net::SocketAddr,
-    /// Reconcile only while holding a leader Lease, so several replicas can run and one works.
-    #[arg(long, env = "DEEPINFER_LEADER_ELECT")]
-    pub leader_elect: bool,
-    /// Name of the leader Lease; every replica of one installation must use the same.
-    #[arg(long, default_value = "deepinfer-operator")]
-    pub leader_election_id: String,
-    /// Namespace of the leader Lease; default: `$POD_NAMESPACE`, else the client's namespace.
-    #[arg(long, env = "POD_NAMESPACE")]
-    pub leader_election_namespace: Option<String>,
-}
-
-/// Parses `90s`, `2m`, `1h` or plain seconds.
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let (number, unit) = text
-        .find(|c: char| !c.is_ascii_digit())
-        .map_or((text, "s"), |at| text.split_at(at));
-    let n: u64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration; write e.g. 120s, 5m or 1h"))?;
-    let scale = match unit {
-        "s" => 1,
-        "m" => 60,
-        "h" => 3600,
-        _ => return Err(format!("{text:?}: unknown unit {unit:?}; use s, m or h")),
-    };
-    Ok(Duration::from_secs(n.saturating_mul(scale)))
-}
-
-/// Errors of one reconcile pass. Spec problems are not errors: they become conditions.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// The API server refused or failed a request.
-    #[error("Kubernetes API: {0}")]
-    Kube(#[source] kube::Error),
-    /// The API server refused or failed a request on a named object.
-    #[error("{verb} {kind} {name}: {source}")]
-    Api {
-        /// What was asked: get, list, create, apply, delete, patch status.
-        verb: &'static str,
-        /// Kind of the object.
-        kind: String,
-        /// `namespace/name` (or the list's selector).
-        name: String,
-        /// The client's error.
-        #[source]
-        source: kube::Error,
-    },
-    /// An object could not be (de)serialised.
-    #[error("serialisation: {0}")]
-    Serde(#[source] serde_json::Error),
-    /// The object has no namespace (the resource is namespaced, so this is a bug upstream).
-    #[error("object {0} has no namespace")]
-    NoNamespace(String),
-    /// Gang scheduling could not be resolved against the API server.
-    #[error("gang scheduling: {0}")]
-    Placement(String),
-}
-
-impl Error {
-    /// An API error naming the verb, the kind and the object.
-    pub fn api(verb: &'static str, kind: &str, name: &str, source: kube::Error) -> Self {
-        Error::Api {
-            verb,
-            kind: kind.to_string(),
-            name: name.to_string(),
-            source,
-        }
-    }
-
-    /// Whether the API server refused the request for lack of permission (HTTP 403).
-    pub fn is_forbidden(&self) -> bool {
-        matches!(
-            self,
-            Error::Kube(kube::Error::Api(e)) | Error::Api { source: kube::Error::Api(e), .. }
-                if e.code == 403
-        )
-    }
-
-    /// Short label for metrics and logs.
-    pub fn metric_label(&self) -> &'static str {
-        match self {
-            Error::Kube(_) | Error::Api { .. } => "kube",
-            Error::Serde(_) => "serde",
-            Error::NoNamespace(_) => "no_namespace",
-            Error::Placement(_) => "placement",
-        }
-    }
-}
-
-/// Shared state of the controller.
-pub struct Context {
-    /// API client (writes are counted by [`Context::writes`]).
-    pub client: Client,
-    /// Publishes Kubernetes events on condition transitions.
-    pub recorder: events::Recorder,
-    /// Licence ids the admin allows.
-    pub accepted_licenses: Vec<String>,
-    /// Image of this operator for its Jobs.
-    pub operator_image: String,
-    /// Devices per node, per accelerator type.
-    pub limits: DeviceLimits,
-    /// Deadlines of the fetch and verify Jobs.
-    pub job_deadlines: build::JobDeadlines,
-    /// What is kept of evidence and finished Jobs.
-    pub retention: decide::retention::Retention,
-    /// Mutating requests (everything but GET/LIST/WATCH) this controller sent.
-    pub writes: Arc<AtomicU64>,
-    /// Reconcile passes run.
-    pub reconciles: AtomicU64,
-    /// Prometheus metrics, served on `/metrics`.
-    pub metrics: Arc<crate::metrics::Metrics>,
-    /// Gang scheduling as asked (`--gang-scheduling`).
-    pub gang_scheduling: placement::GangScheduling,
-    /// Whether groups are PodGroups, once resolved against the API server.
-    pub pod_groups: tokio::sync::OnceCell<bool>,
-    /// How long a group may stay partly placed before it is deleted and retried.
-    pub partial_group_timeout: Duration,
-    /// Most reconcile passes running at once.
-    pub max_concurrent_reconciles: u16,
-    /// The watchdog's latest retry per (resource UID, role): the pass after a deletion may
-    /// still read the status from before it, so the backoff is also kept here.
-    pub placement_retries: std::sync::Mutex<
-        std::collections::BTreeMap<(String, String), (i32, k8s_openapi::jiff::Timestamp)>,
-    >,
-    /// Resources whose pass could not reach the API server, reconciled once it answers.
-    pub awaiting_api: outage::AwaitingApi,
-    /// The stream of those resources, taken by the controller loop that runs this context.
-    awaiting_api_due: std::sync::Mutex<
-        Option<futures::channel::mpsc::UnboundedReceiver<ObjectRef<CachedDeployment>>>,
-    >,
-    /// The owned objects passes read, one store per kind.
-    pub caches: observe::Caches,
-    /// The writers of those stores, taken by the controller loop that runs this context.
-    cache_writers: std::sync::Mutex<Option<observe::CacheWriters>>,
-}
-
-impl Context {
-    /// Whether groups become PodGroups here: `--gang-scheduling` resolved once against the API
-    /// server's discovery (a failed lookup is retried on the next pass).
-    pub async fn pod_groups(&self) -> Result<bool, Error> {
-        self.pod_groups
-            .get_or_try_init(|| async {
-                let native = placement::resolve(&self.client, self.gang_scheduling)
-                    .await
-                    .map_err(|e| Error::Placement(e.to_string()))?;
-                info!(
-                    mode = ?self.gang_scheduling,
-                    pod_groups = native,
-                    "gang scheduling resolved"
-                );
-                Ok(native)
-            })
-            .await
-            .copied()
-    }
-}
-
-/// Settings of a controller instance, for embedding (tests) as well as `run`.
-#[derive(Clone, Debug)]
-pub struct Settings {
-    /// Namespace to watch, or all.
-    pub namespace: Option<String>,
-    /// Licence allow-list.
-    pub accepted_licenses: Vec<String>,
-    /// Image of this operator.
-    pub operator_image: String,
-    /// Devices per node.
-    pub limits: DeviceLimits,
-    /// Deadlines of the fetch and verify Jobs.
-    pub job_deadlines: build::JobDeadlines,
-    /// What is kept of evidence and finished Jobs.
-    pub retention: decide::retention::Retention,
-    /// Gang scheduling as asked.
-    pub gang_scheduling: placement::GangScheduling,
-    /// How long a group may stay partly placed.
-    pub partial_group_timeout: Duration,
-    /// Most reconcile passes running at once.
-    pub max_concurrent_reconciles: u16,
-}
-
-/// Default of `--partial-group-timeout`.
-pub const DEFAULT_PARTIAL_GROUP_TIMEOUT: Duration = Duration::from_secs(120);
-
-/// Default of `--max-concurrent-reconciles`: a pass mostly waits on the API server, so a few
-/// dozen keep it busy; without a bound, a restart over a thousand resources starts a thousand
-/// passes at once, each holding its reads and requests, against one API server.
-pub const DEFAULT_MAX_CONCURRENT_RECONCILES: u16 = 32;
-
-impl Settings {
-    /// Settings for one namespace (or all) with the given licences, and defaults elsewhere.
-    pub fn new(namespace: Option<String>, accepted_licenses: Vec<String>) -> Self {
-        Self {
-            namespace,
-            accepted_licenses,
-            operator_image: concat!("deepinfer-operator:", env!("CARGO_PKG_VERSION")).into(),
-            limits: DeviceLimits::default(),
-            job_deadlines: build::JobDeadlines::default(),
-            retention: decide::retention::Retention::default(),
-            gang_scheduling: placement::GangScheduling::Auto,
-            partial_group_timeout: DEFAULT_PARTIAL_GROUP_TIMEOUT,
-            max_concurrent_reconciles: DEFAULT_MAX_CONCURRENT_RECONCILES,
-        }
-    }
-}
-
-impl From<&RunArgs> for Settings {
-    fn from(a: &RunArgs) -> Self {
-        Self {
-            namespace: a.namespace.clone(),
-            accepted_licenses: a
-                .accepted_licenses
-                .iter()
-                .map(|s| s.trim().to_string())
-                .filter(|s| !s.is_empty())
-                .collect(),
-            operator_image: a.operator_image.clone(),
-            limits: DeviceLimits {
-                nvidia: a.max_devices_nvidia,
-                ascend: a.max_devices_ascend,
-                max_pods: a.max_pods_per_deployment,
-            },
-            job_deadlines: build::JobDeadlines {
-                fetch_seconds: a.fetch_deadline_seconds,
-                verify_seconds: a.verify_deadline_seconds,
-            },
-            retention: decide::retention::Retention {
-                keep_evidence: a.keep_evidence,
-                finished_job_ttl_seconds: a.finished_job_ttl_seconds,
-            },
-            gang_scheduling: a.gang_scheduling,
-            partial_group_timeout: a.partial_group_timeout,
-            max_concurrent_reconciles: a.max_concurrent_reconciles,
-        }
-    }
-}
 
 /// `deepinfer-operator/<version> (<identity>)`: the User-Agent of every request, so the API
 /// server's audit log tells which replica (pod name, else host and process id) wrote what.
@@ -510,45 +219,6 @@ pub async fn check_crd_installed(client: &Client, namespace: Option<&str>) -> an
 /// The resource's API description, for the dynamic (guarded) watch.
 pub fn api_resource() -> ApiResource {
     ApiResource::erase::<DeepInferDeployment>(&())
-}
-
-/// The shared context for a controller instance.
-pub fn context(
-    client: Client,
-    settings: &Settings,
-    requests: crate::metrics::ApiRequests,
-) -> Arc<Context> {
-    let (awaiting_api, due) = outage::AwaitingApi::new();
-    let (caches, cache_writers) = observe::Caches::new();
-    let metrics = crate::metrics::Metrics::new(requests.clone());
-    metrics.count_caches(caches.sizes());
-    Arc::new(Context {
-        recorder: events::Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: "deepinfer-operator".into(),
-                instance: std::env::var("POD_NAME").ok(),
-            },
-        ),
-        client,
-        accepted_licenses: settings.accepted_licenses.clone(),
-        operator_image: settings.operator_image.clone(),
-        limits: settings.limits,
-        job_deadlines: settings.job_deadlines,
-        retention: settings.retention,
-        writes: requests.write_counter(),
-        metrics: Arc::new(metrics),
-        reconciles: AtomicU64::new(0),
-        gang_scheduling: settings.gang_scheduling,
-        pod_groups: tokio::sync::OnceCell::new(),
-        partial_group_timeout: settings.partial_group_timeout,
-        max_concurrent_reconciles: settings.max_concurrent_reconciles,
-        placement_retries: std::sync::Mutex::default(),
-        awaiting_api,
-        awaiting_api_due: std::sync::Mutex::new(Some(due)),
-        caches,
-        cache_writers: std::sync::Mutex::new(Some(cache_writers)),
-    })
 }
 
 /// Runs the controller loop until `shutdown` resolves.
@@ -1315,28 +985,9 @@ async fn write_status(
     Ok(())
 }
 
-/// Cuts `s` to at most `max` bytes on a character boundary, marking the cut.
-pub fn truncate(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_string();
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &s[..end])
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
-
-    #[derive(Parser)]
-    struct Cli {
-        #[command(flatten)]
-        run: RunArgs,
-    }
 
     #[test]
     fn watches_retry_within_five_seconds_and_start_over_after_a_reset() {
@@ -1363,37 +1014,6 @@ mod tests {
             odd.to_str().is_ok_and(|s| s.ends_with("(host1)")),
             "{odd:?}"
         );
-    }
-
-    #[test]
-    fn the_placement_flags_parse_with_units_and_refuse_nonsense() {
-        let cli =
-            Cli::try_parse_from(["op", "--gang-scheduling=off", "--partial-group-timeout=5m"])
-                .expect("valid flags");
-        let settings = Settings::from(&cli.run);
-        assert_eq!(settings.gang_scheduling, placement::GangScheduling::Off);
-        assert_eq!(settings.partial_group_timeout, Duration::from_secs(300));
-        let defaults = Settings::from(&Cli::try_parse_from(["op"]).expect("defaults").run);
-        assert_eq!(defaults.gang_scheduling, placement::GangScheduling::Auto);
-        assert_eq!(
-            defaults.partial_group_timeout,
-            DEFAULT_PARTIAL_GROUP_TIMEOUT
-        );
-        assert_eq!(
-            defaults.max_concurrent_reconciles,
-            DEFAULT_MAX_CONCURRENT_RECONCILES
-        );
-        let bounded = Cli::try_parse_from(["op", "--max-concurrent-reconciles=4"]).expect("valid");
-        assert_eq!(Settings::from(&bounded.run).max_concurrent_reconciles, 4);
-        assert!(Cli::try_parse_from(["op", "--max-concurrent-reconciles=0"]).is_err());
-        assert_eq!(parse_duration("90"), Ok(Duration::from_secs(90)));
-        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
-        let err = Cli::try_parse_from(["op", "--partial-group-timeout=2 weeks"])
-            .err()
-            .expect("refused")
-            .to_string();
-        assert!(err.contains("unknown unit"), "{err}");
-        assert!(Cli::try_parse_from(["op", "--gang-scheduling=always"]).is_err());
     }
 
     fn did(ns: &str, name: &str, prompts_from: Option<&str>) -> Arc<CachedDeployment> {

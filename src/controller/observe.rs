@@ -34,14 +34,14 @@ use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::Api;
 use kube::runtime::watcher;
-use kube::{Resource, ResourceExt};
+use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
 use super::cached::{
     Cached, CachedClaim, CachedJob, CachedMeta, CachedPod, CachedPodGroup, CachedRevision,
     JOB_NAME_LABEL,
 };
-use super::{Context, Error};
+use super::error::Error;
 use crate::api::{labels, DeepInferDeployment};
 
 /// The owned objects of one resource, as read at the start of a pass.
@@ -642,7 +642,7 @@ fn owned_in<K: Cached>(
         .collect()
 }
 
-async fn get_opt<K>(ctx: &Context, ns: &str, name: &str) -> Result<Option<K>, Error>
+async fn get_opt<K>(client: &Client, ns: &str, name: &str) -> Result<Option<K>, Error>
 where
     K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
         + k8s_openapi::Resource
@@ -650,7 +650,7 @@ where
         + DeserializeOwned
         + std::fmt::Debug,
 {
-    let api: Api<K> = Api::namespaced(ctx.client.clone(), ns);
+    let api: Api<K> = Api::namespaced(client.clone(), ns);
     api.get_opt(name).await.map_err(|e| {
         Error::api(
             "get",
@@ -661,10 +661,18 @@ where
     })
 }
 
+/// What [`observe`] reads from: the caches of the owned objects, and the client for the one GET.
+pub trait Sources {
+    /// The API client.
+    fn client(&self) -> &Client;
+    /// The caches of the owned objects.
+    fn caches(&self) -> &Caches;
+}
+
 /// Reads every object the pass needs from the caches (PodGroups only when groups are PodGroups
 /// here), and the prompts by GET.
 pub async fn observe(
-    ctx: &Context,
+    ctx: &impl Sources,
     did: &DeepInferDeployment,
     pod_groups: bool,
 ) -> Result<Observed, Error> {
@@ -673,7 +681,7 @@ pub async fn observe(
         .ok_or_else(|| Error::NoNamespace(did.name_any()))?;
     let name = did.name_any();
     let uid = did.uid().unwrap_or_default();
-    let caches = &ctx.caches;
+    let caches = ctx.caches();
     caches.ready().await;
     caches.written.caught_up(CATCH_UP).await;
     let jobs = owned_in(&caches.jobs, &ns, &name, &uid, None);
@@ -697,7 +705,7 @@ pub async fn observe(
             .map(|c| c.phase().unwrap_or_default().to_string())
     });
     let prompts = match &did.spec.acceptance.prompts_from {
-        Some(from) => get_opt::<ConfigMap>(ctx, &ns, &from.name).await?,
+        Some(from) => get_opt::<ConfigMap>(ctx.client(), &ns, &from.name).await?,
         None => None,
     };
     Ok(Observed {

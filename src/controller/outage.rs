@@ -12,7 +12,7 @@ use futures::channel::mpsc;
 use kube::runtime::reflector::ObjectRef;
 use kube::Client;
 
-use super::Error;
+use super::error::Error;
 
 /// How often the API server is asked whether it answers again while resources wait for it.
 const PROBE_INTERVAL: Duration = Duration::from_millis(500);

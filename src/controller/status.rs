@@ -350,6 +350,8 @@ pub fn compute(
         phase: Some(outcome.phase()),
         conditions,
         revision: outcome.revision.clone(),
+        serving_revision: serving_revision(&outcome.roles, outcome.revision.as_deref()),
+        groups: groups(&outcome.roles),
         checkpoint: outcome.checkpoint_status.clone(),
         roles: outcome.roles.clone(),
         acceptance: outcome.acceptance_status.clone(),
@@ -360,6 +362,40 @@ pub fn compute(
             &now,
         ),
     }
+}
+
+/// Characters of the revision `status.servingRevision` shows (as in pod and Service names).
+pub const SHORT_REVISION_LENGTH: usize = 5;
+
+/// `status.servingRevision`: the revision most ready groups of all roles are on (each role's
+/// `servingRevision` weighted by its ready groups; on a tie `revision`, else the first by
+/// name), cut to [`SHORT_REVISION_LENGTH`] characters; `None` while no group is ready.
+fn serving_revision(roles: &[RoleStatus], revision: Option<&str>) -> Option<String> {
+    let mut ready: std::collections::BTreeMap<&str, i64> = std::collections::BTreeMap::new();
+    for role in roles.iter().filter(|r| r.ready_groups > 0) {
+        if let Some(rev) = role.serving_revision.as_deref() {
+            *ready.entry(rev).or_default() += i64::from(role.ready_groups);
+        }
+    }
+    let most = ready.values().copied().max()?;
+    let chosen = revision
+        .filter(|r| ready.get(r) == Some(&most))
+        .or_else(|| ready.iter().find(|(_, n)| **n == most).map(|(r, _)| *r))?;
+    Some(chosen.chars().take(SHORT_REVISION_LENGTH).collect())
+}
+
+/// `status.groups`: ready over desired serving groups summed over every role (`3/4`); `None`
+/// before any role was planned.
+fn groups(roles: &[RoleStatus]) -> Option<String> {
+    if roles.is_empty() {
+        return None;
+    }
+    let sum = |f: fn(&RoleStatus) -> i32| roles.iter().map(|r| i64::from(f(r))).sum::<i64>();
+    Some(format!(
+        "{}/{}",
+        sum(|r| r.ready_groups),
+        sum(|r| r.desired_groups)
+    ))
 }
 
 /// Conditions whose status or reason changed from `before` to `after`: (type, status, reason, message).
@@ -394,6 +430,48 @@ mod tests {
             workers: Gate::Passed(reasons::GROUPS_READY, "ok".into()),
             ..Outcome::default()
         }
+    }
+
+    fn role(name: &str, ready: i32, desired: i32, serving: Option<&str>) -> RoleStatus {
+        RoleStatus {
+            name: name.into(),
+            desired_groups: desired,
+            ready_groups: ready,
+            serving_revision: serving.map(Into::into),
+            ..RoleStatus::default()
+        }
+    }
+
+    #[test]
+    fn on_call_sees_ready_over_desired_groups_and_the_serving_revision_in_short() {
+        let at = t("2026-01-01T00:00:00Z");
+        let mut outcome = ready_outcome();
+        outcome.revision = Some("newrevisionabc".into());
+        outcome.roles = vec![
+            role("prefill", 2, 2, Some("oldrevisionxyz")),
+            role("decode", 1, 2, Some("newrevisionabc")),
+        ];
+        let s = compute(None, &outcome, Some(1), at.clone());
+        assert_eq!(s.groups.as_deref(), Some("3/4"));
+        assert_eq!(
+            s.serving_revision.as_deref(),
+            Some("oldre"),
+            "most ready groups are on the old revision"
+        );
+        outcome.roles[1].ready_groups = 2;
+        let s = compute(None, &outcome, Some(1), at.clone());
+        assert_eq!(
+            s.serving_revision.as_deref(),
+            Some("newre"),
+            "a tie goes to the desired revision"
+        );
+        outcome.roles = vec![role("worker", 0, 3, None)];
+        let s = compute(None, &outcome, Some(1), at.clone());
+        assert_eq!(s.groups.as_deref(), Some("0/3"));
+        assert_eq!(s.serving_revision, None, "nothing serves");
+        outcome.roles.clear();
+        let s = compute(None, &outcome, Some(1), at);
+        assert_eq!((s.groups, s.serving_revision), (None, None));
     }
 
     #[test]

@@ -265,6 +265,7 @@ pub fn validate_spec(
     if let Some(scheduling) = &spec.scheduling {
         validate_scheduling(scheduling, &mut errors);
     }
+    validate_pod_settings(spec, &mut errors);
     if errors.is_empty() {
         Ok(())
     } else {
@@ -324,6 +325,20 @@ fn require_claim(claim: &str, field: &str, errors: &mut Vec<FieldError>) {
 }
 
 fn validate_runtime(runtime: &RuntimeSpec, errors: &mut Vec<FieldError>) {
+    for (field, probe) in [
+        ("spec.runtime.startupProbe", &runtime.startup_probe),
+        ("spec.runtime.readinessProbe", &runtime.readiness_probe),
+    ] {
+        let Some(probe) = probe else { continue };
+        let http_host = probe.http_get.as_ref().and_then(|h| h.host.as_ref());
+        let tcp_host = probe.tcp_socket.as_ref().and_then(|t| t.host.as_ref());
+        if let Some(host) = http_host.or(tcp_host) {
+            errors.push(FieldError::new(
+                field,
+                format_args!("names host {host:?}; a probe asks the engine's own pod; remove httpGet.host and tcpSocket.host (the kubelet would connect to that host instead)"),
+            ));
+        }
+    }
     if !is_pinned_by_digest(&runtime.image) {
         errors.push(FieldError::new(
             "spec.runtime.image",
@@ -450,6 +465,11 @@ fn validate_scheduling(scheduling: &crate::api::SchedulingSpec, errors: &mut Vec
                     field,
                     format_args!("key {key:?}: keys under deepinfer.io/ are set by the operator; use another prefix"),
                 ));
+            } else if !values_are_labels && key.starts_with("ascend.kubectl.kubernetes.io/") {
+                errors.push(FieldError::new(
+                    field,
+                    format_args!("key {key:?}: keys under ascend.kubectl.kubernetes.io/ are the Ascend device plugin's record of the devices it allocated, which the rank table is built from; remove them"),
+                ));
             } else if !is_label_key(key) {
                 errors.push(FieldError::new(
                     field,
@@ -461,6 +481,172 @@ fn validate_scheduling(scheduling: &crate::api::SchedulingSpec, errors: &mut Vec
                     format_args!("value {value:?} of {key:?} is not a label value (at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit)"),
                 ));
             }
+        }
+    }
+}
+
+/// `spec.pod` and every `spec.roles[].pod` (the CRD's CEL rules and bounds on
+/// [`crate::api::PodSettings`]), then, per role, that each effective mount names one of the
+/// role's effective volumes (a cross-field rule the CRD leaves to the operator: the API server
+/// would refuse the pods).
+fn validate_pod_settings(spec: &DeepInferDeploymentSpec, errors: &mut Vec<FieldError>) {
+    if let Some(pod) = &spec.pod {
+        validate_pod_fields(pod, "spec.pod", &spec.accelerator, errors);
+    }
+    for (i, role) in spec.roles.iter().enumerate() {
+        if let Some(pod) = &role.pod {
+            validate_pod_fields(
+                pod,
+                &format!("spec.roles[{i}].pod"),
+                &spec.accelerator,
+                errors,
+            );
+        }
+    }
+    let mut reported = std::collections::BTreeSet::new();
+    for (i, role) in spec.roles.iter().enumerate() {
+        let own = |pick: fn(&crate::api::PodSettings) -> bool| role.pod.as_ref().is_some_and(pick);
+        let mounts_at = if own(|p| p.volume_mounts.is_some()) {
+            format!("spec.roles[{i}].pod.volumeMounts")
+        } else {
+            "spec.pod.volumeMounts".to_string()
+        };
+        let volumes_at = if own(|p| p.volumes.is_some()) {
+            format!("spec.roles[{i}].pod.volumes")
+        } else {
+            "spec.pod.volumes".to_string()
+        };
+        let settings = spec.pod_settings(role);
+        let volumes = settings.volumes.unwrap_or_default();
+        for (j, m) in settings.volume_mounts.iter().flatten().enumerate() {
+            let reserved = crate::api::RESERVED_VOLUME_NAMES.contains(&m.name.as_str());
+            if reserved || volumes.iter().any(|v| v.name == m.name) {
+                continue;
+            }
+            if reported.insert((mounts_at.clone(), j)) {
+                errors.push(FieldError::new(
+                    mounts_at.clone(),
+                    format_args!(
+                        "entry {j} mounts volume {:?}, which is not among the volumes of role {} ({volumes_at}); add the volume there, or fix the name",
+                        m.name, role.name
+                    ),
+                ));
+            }
+        }
+    }
+}
+
+/// One `PodSettings` at `at` (`spec.pod` or `spec.roles[i].pod`).
+fn validate_pod_fields(
+    pod: &crate::api::PodSettings,
+    at: &str,
+    accelerator: &AcceleratorSpec,
+    errors: &mut Vec<FieldError>,
+) {
+    use crate::api::{ALLOWED_VOLUME_TYPES, RESERVED_MOUNT_PATHS, RESERVED_VOLUME_NAMES};
+    let mut bound = |field: &str, len: usize, max: usize| {
+        if len > max {
+            errors.push(FieldError::new(
+                format!("{at}.{field}"),
+                format_args!("has {len} entries; at most {max} are allowed"),
+            ));
+        }
+    };
+    fn len<T>(v: &Option<Vec<T>>) -> usize {
+        v.as_ref().map_or(0, Vec::len)
+    }
+    bound("imagePullSecrets", len(&pod.image_pull_secrets), 16);
+    bound("tolerations", len(&pod.tolerations), 32);
+    bound(
+        "nodeSelector",
+        pod.node_selector.as_ref().map_or(0, BTreeMap::len),
+        32,
+    );
+    bound("volumes", len(&pod.volumes), 16);
+    bound("volumeMounts", len(&pod.volume_mounts), 16);
+    bound(
+        "topologySpreadConstraints",
+        len(&pod.topology_spread_constraints),
+        8,
+    );
+    if let Some(selector) = &pod.node_selector {
+        let (base_key, base_value) = accelerator.kind.base_node_label();
+        let product_key = accelerator.kind.product_label_key();
+        let wanted = [
+            Some((base_key, base_value, "spec.accelerator.type")),
+            accelerator
+                .product
+                .as_deref()
+                .map(|p| (product_key, p, "spec.accelerator.product")),
+        ];
+        for (key, value, from) in wanted.into_iter().flatten() {
+            if let Some(given) = selector.get(key).filter(|given| given.as_str() != value) {
+                errors.push(FieldError::new(
+                    format!("{at}.nodeSelector"),
+                    format_args!(
+                        "sets {key}={given:?}, but {from} already selects {key}={value:?}; remove the key from {at}.nodeSelector, or change {from}"
+                    ),
+                ));
+            }
+        }
+    }
+    for (field, name) in [
+        ("priorityClassName", &pod.priority_class_name),
+        ("serviceAccountName", &pod.service_account_name),
+    ] {
+        if let Some(name) = name.as_deref().filter(|n| !is_dns1123_subdomain(n)) {
+            errors.push(FieldError::new(
+                format!("{at}.{field}"),
+                format_args!("is {name:?}; it must be an object's name (a DNS subdomain: lowercase letters, digits, '-' and '.', at most 253 characters)"),
+            ));
+        }
+    }
+    for (j, volume) in pod.volumes.iter().flatten().enumerate() {
+        let fields = serde_json::to_value(volume).unwrap_or_default();
+        let set = |t: &str| fields.get(t).is_some_and(|v| !v.is_null());
+        if set("hostPath") || !ALLOWED_VOLUME_TYPES.iter().any(|t| set(t)) {
+            errors.push(FieldError::new(
+                format!("{at}.volumes"),
+                format_args!(
+                    "entry {j} ({:?}) is not of a volume type the restricted Pod Security Standard allows ({}); hostPath and other node or network volumes are refused; use a PersistentVolumeClaim instead",
+                    volume.name,
+                    ALLOWED_VOLUME_TYPES.join(", ")
+                ),
+            ));
+        }
+        if RESERVED_VOLUME_NAMES.contains(&volume.name.as_str()) {
+            errors.push(FieldError::new(
+                format!("{at}.volumes"),
+                format_args!(
+                    "entry {j} is named {:?}, the name of one of the operator's own volumes ({}); rename it (and its volumeMounts)",
+                    volume.name,
+                    RESERVED_VOLUME_NAMES.join(", ")
+                ),
+            ));
+        }
+    }
+    for (j, m) in pod.volume_mounts.iter().flatten().enumerate() {
+        if RESERVED_VOLUME_NAMES.contains(&m.name.as_str()) {
+            errors.push(FieldError::new(
+                format!("{at}.volumeMounts"),
+                format_args!(
+                    "entry {j} mounts {:?}, one of the operator's own volumes ({}); mount a volume of volumes instead",
+                    m.name,
+                    RESERVED_VOLUME_NAMES.join(", ")
+                ),
+            ));
+        }
+        if let Some(dir) = RESERVED_MOUNT_PATHS
+            .iter()
+            .find(|dir| m.mount_path == **dir || m.mount_path.starts_with(&format!("{dir}/")))
+        {
+            errors.push(FieldError::new(
+                format!("{at}.volumeMounts"),
+                format_args!(
+                    "entry {j} mounts at {:?}, at or under {dir}, where the operator mounts the checkpoint or its own files; choose another directory",
+                    m.mount_path
+                ),
+            ));
         }
     }
 }
@@ -1161,6 +1347,7 @@ mod tests {
                 max_surge: surge,
                 max_unavailable: unavailable,
             },
+            pod: None,
         };
         let check = |r: RoleSpec| {
             let mut errors = Vec::new();
@@ -1180,6 +1367,128 @@ mod tests {
         let negative = check(role(-1, 1));
         assert_eq!(negative[0].field, "spec.roles[0].rollout.maxSurge");
         assert!(negative[0].message.contains("is -1"), "{}", negative[0]);
+    }
+
+    /// Errors of a spec whose accelerator, roles and `spec.pod` are given as JSON.
+    fn pod_errors(
+        accelerator: serde_json::Value,
+        roles: serde_json::Value,
+        pod: serde_json::Value,
+    ) -> Vec<FieldError> {
+        let spec: DeepInferDeploymentSpec = serde_json::from_value(serde_json::json!({
+            "model": {"name": "m", "license": "mit",
+                      "source": {"volume": {"claimName": "ckpt", "path": "flash"}}},
+            "runtime": {"image": format!("r.example/e@sha256:{}", "0".repeat(64)), "commit": "0123456"},
+            "accelerator": accelerator,
+            "roles": roles,
+            "acceptance": {"prompts": [{"id": "p", "prompt": "x", "structuredOutput": {"regex": "a"}}]},
+            "pod": pod
+        }))
+        .expect("spec");
+        validate_spec(&spec, &DeviceLimits::default())
+            .err()
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn pod_settings_are_checked_naming_the_field_and_the_fix() {
+        let worker =
+            serde_json::json!([{"name": "worker", "replicas": 1, "parallel": {"tensor": 8}}]);
+        let nvidia = serde_json::json!({"type": "NVIDIA", "product": "NVIDIA-H200"});
+        assert!(pod_errors(
+            nvidia.clone(),
+            worker.clone(),
+            serde_json::json!({
+                "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H200", "pool": "a"},
+                "priorityClassName": "high", "serviceAccountName": "engine",
+                "volumes": [{"name": "cache", "emptyDir": {}}, {"name": "data", "persistentVolumeClaim": {"claimName": "d"}}],
+                "volumeMounts": [{"name": "cache", "mountPath": "/cache"}, {"name": "data", "mountPath": "/deepinfer-data"}]
+            })
+        )
+        .is_empty());
+
+        let conflict = pod_errors(
+            nvidia.clone(),
+            worker.clone(),
+            serde_json::json!({"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-B200"}}),
+        );
+        assert_eq!(conflict.len(), 1, "{conflict:?}");
+        assert_eq!(conflict[0].field, "spec.pod.nodeSelector");
+        for needle in ["NVIDIA-B200", "spec.accelerator.product", "NVIDIA-H200"] {
+            assert!(
+                conflict[0].message.contains(needle),
+                "{}",
+                conflict[0].message
+            );
+        }
+        let ascend = pod_errors(
+            serde_json::json!({"type": "Ascend", "devicesPerPod": 8}),
+            serde_json::json!([{"name": "worker", "replicas": 1, "parallel": {"tensor": 8},
+                                "pod": {"nodeSelector": {"accelerator": "nvidia"}}}]),
+            serde_json::json!({}),
+        );
+        assert_eq!(ascend[0].field, "spec.roles[0].pod.nodeSelector");
+        assert!(ascend[0].message.contains("spec.accelerator.type"));
+
+        let bad = pod_errors(
+            nvidia.clone(),
+            worker.clone(),
+            serde_json::json!({
+                "priorityClassName": "High",
+                "volumes": [{"name": "host", "hostPath": {"path": "/var"}},
+                            {"name": "checkpoint", "emptyDir": {}},
+                            {"name": "nfs", "nfs": {"server": "s", "path": "/"}}],
+                "volumeMounts": [{"name": "dshm", "mountPath": "/shm"},
+                                 {"name": "host", "mountPath": "/models/extra"},
+                                 {"name": "nowhere", "mountPath": "/deepinfer"}]
+            }),
+        );
+        let fields: Vec<(&str, &str)> = bad
+            .iter()
+            .map(|e| (e.field.as_str(), e.message.as_str()))
+            .collect();
+        let has = |field: &str, needle: &str| {
+            fields
+                .iter()
+                .any(|(f, m)| *f == field && m.starts_with(field) && m.contains(needle))
+        };
+        assert!(has("spec.pod.priorityClassName", "\"High\""), "{fields:#?}");
+        assert!(has("spec.pod.volumes", "entry 0 (\"host\")"), "{fields:#?}");
+        assert!(has("spec.pod.volumes", "hostPath"), "{fields:#?}");
+        assert!(
+            has("spec.pod.volumes", "entry 1 is named \"checkpoint\""),
+            "{fields:#?}"
+        );
+        assert!(has("spec.pod.volumes", "entry 2 (\"nfs\")"), "{fields:#?}");
+        assert!(
+            has("spec.pod.volumeMounts", "entry 0 mounts \"dshm\""),
+            "{fields:#?}"
+        );
+        assert!(
+            has("spec.pod.volumeMounts", "at or under /models"),
+            "{fields:#?}"
+        );
+        assert!(
+            has("spec.pod.volumeMounts", "at or under /deepinfer"),
+            "{fields:#?}"
+        );
+        assert!(
+            has("spec.pod.volumeMounts", "volume \"nowhere\", which is not among the volumes of role worker (spec.pod.volumes)"),
+            "{fields:#?}"
+        );
+        assert_eq!(bad.len(), 8, "{fields:#?}");
+
+        // A role's mounts are checked against its effective volumes: its own if it has any.
+        let role_mounts = pod_errors(
+            nvidia,
+            serde_json::json!([{"name": "worker", "replicas": 1, "parallel": {"tensor": 8},
+                                "pod": {"volumes": [{"name": "other", "emptyDir": {}}]}}]),
+            serde_json::json!({"volumes": [{"name": "cache", "emptyDir": {}}],
+                               "volumeMounts": [{"name": "cache", "mountPath": "/cache"}]}),
+        );
+        assert_eq!(role_mounts.len(), 1, "{role_mounts:?}");
+        assert_eq!(role_mounts[0].field, "spec.pod.volumeMounts");
+        assert!(role_mounts[0].message.contains("spec.roles[0].pod.volumes"));
     }
 
     #[test]

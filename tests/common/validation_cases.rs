@@ -339,6 +339,36 @@ pub fn cases() -> Vec<Case> {
             Invalid("spec.scheduling.podAnnotations")
         ),
         case!(
+            "pod annotation presetting the Ascend device plugin's allocation",
+            nvidia,
+            |s| s["scheduling"] = json!({"podAnnotations": {
+                "ascend.kubectl.kubernetes.io/ascend-910-configuration": "{\"pod_name\":\"x\"}"}}),
+            Invalid("spec.scheduling.podAnnotations")
+        ),
+        case!(
+            "startup probe asking another host",
+            nvidia,
+            |s| s["runtime"]["startupProbe"] =
+                json!({"httpGet": {"host": "10.0.0.1", "path": "/", "port": 80}}),
+            Invalid("spec.runtime.startupProbe")
+        ),
+        case!(
+            "readiness probe connecting to another host",
+            nvidia,
+            |s| s["runtime"]["readinessProbe"] =
+                json!({"tcpSocket": {"host": "metadata.internal", "port": 80}}),
+            Invalid("spec.runtime.readinessProbe")
+        ),
+        case!(
+            "probes of the engine's own pod",
+            nvidia,
+            |s| {
+                s["runtime"]["startupProbe"] = json!({"httpGet": {"path": "/health", "port": "serve"}, "failureThreshold": 270});
+                s["runtime"]["readinessProbe"] = json!({"tcpSocket": {"port": 8000}});
+            },
+            Valid
+        ),
+        case!(
             "DeviceClass for devices through DRA",
             nvidia,
             |s| s["accelerator"]["deviceClassName"] = json!("gpu.nvidia.com"),
@@ -594,6 +624,88 @@ pub fn cases() -> Vec<Case> {
             nvidia,
             |s| s["roles"][0]["replicas"] = json!("2"),
             Malformed("spec.roles[0].replicas")
+        ),
+        case!(
+            "pod settings for the deployment and one role",
+            nvidia,
+            |s| {
+                s["pod"] = json!({
+                    "imagePullSecrets": [{"name": "registry-creds"}],
+                    "tolerations": [{"key": "example.com/dedicated", "operator": "Exists", "effect": "NoSchedule"}],
+                    "nodeSelector": {"example.com/pool": "serving", "nvidia.com/gpu.product": "NVIDIA-H200"},
+                    "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                        {"weight": 1, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname"}}]}},
+                    "priorityClassName": "serving-high",
+                    "serviceAccountName": "engine",
+                    "volumes": [{"name": "cache", "emptyDir": {}}, {"name": "tls", "secret": {"secretName": "tls"}}],
+                    "volumeMounts": [{"name": "cache", "mountPath": "/var/cache/engine"}],
+                    "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway"}]
+                });
+                s["roles"][1]["pod"] = json!({"priorityClassName": "decode-critical",
+                    "volumes": [{"name": "cache", "persistentVolumeClaim": {"claimName": "decode-cache"}}]});
+            },
+            Valid
+        ),
+        case!(
+            "pod nodeSelector selecting another product",
+            nvidia,
+            |s| s["pod"] = json!({"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-B200"}}),
+            Invalid("spec.pod.nodeSelector")
+        ),
+        case!(
+            "role nodeSelector contradicting the accelerator type",
+            ascend,
+            |s| s["roles"][0]["pod"] = json!({"nodeSelector": {"accelerator": "nvidia"}}),
+            Invalid("spec.roles[0].pod.nodeSelector")
+        ),
+        case!(
+            "pod hostPath volume",
+            nvidia,
+            |s| s["pod"] = json!({"volumes": [{"name": "host", "hostPath": {"path": "/var/lib"}}]}),
+            Invalid("spec.pod.volumes")
+        ),
+        case!(
+            "pod NFS volume (not allowed by the restricted profile)",
+            nvidia,
+            |s| s["pod"] = json!({"volumes": [{"name": "share", "nfs": {"server": "nfs.example.com", "path": "/"}}]}),
+            Invalid("spec.pod.volumes")
+        ),
+        case!(
+            "role volume named as the operator's checkpoint",
+            nvidia,
+            |s| s["roles"][0]["pod"] = json!({"volumes": [{"name": "checkpoint", "emptyDir": {}}]}),
+            Invalid("spec.roles[0].pod.volumes")
+        ),
+        case!(
+            "pod mount under the checkpoint directory",
+            nvidia,
+            |s| s["pod"] = json!({"volumes": [{"name": "x", "emptyDir": {}}],
+                                  "volumeMounts": [{"name": "x", "mountPath": "/models/extra"}]}),
+            Invalid("spec.pod.volumeMounts")
+        ),
+        case!(
+            "pod mount of the operator's shared memory volume",
+            nvidia,
+            |s| s["pod"] = json!({"volumeMounts": [{"name": "dshm", "mountPath": "/shm"}]}),
+            Invalid("spec.pod.volumeMounts")
+        ),
+        case!(
+            "pod priorityClassName not a name",
+            nvidia,
+            |s| s["pod"] = json!({"priorityClassName": "High Priority"}),
+            Invalid("spec.pod.priorityClassName")
+        ),
+        case!(
+            "role serviceAccountName not a name",
+            nvidia,
+            |s| s["roles"][1]["pod"] = json!({"serviceAccountName": "Engine_SA"}),
+            Invalid("spec.roles[1].pod.serviceAccountName")
+        ),
+        case!(
+            "pod with more than 32 tolerations",
+            nvidia,
+            |s| s["pod"] = json!({"tolerations": (0..33).map(|i| json!({"key": format!("k{i}"), "operator": "Exists"})).collect::<Vec<_>>()}),
+            Invalid("spec.pod.tolerations")
         ),
     ]
 }

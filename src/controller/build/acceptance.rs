@@ -351,16 +351,8 @@ pub fn acceptance_group_job(
             ..Container::default()
         }]);
         let volumes = pod.volumes.get_or_insert_with(Vec::new);
-        volumes.push(Volume {
-            name: "runner".into(),
-            empty_dir: Some(EmptyDirVolumeSource::default()),
-            ..Volume::default()
-        });
-        volumes.push(Volume {
-            name: "work".into(),
-            empty_dir: Some(EmptyDirVolumeSource::default()),
-            ..Volume::default()
-        });
+        volumes.push(scratch_volume("runner", RUNNER_DIR_SIZE));
+        volumes.push(scratch_volume("work", WORK_DIR_SIZE));
         volumes.push(Volume {
             name: "acceptance-spec".into(),
             config_map: Some(ConfigMapVolumeSource {
@@ -370,6 +362,10 @@ pub fn acceptance_group_job(
             ..Volume::default()
         });
         volumes.push(judge_token_volume());
+        // A pod has one ServiceAccount: the judged leader's is the judge's, whose token may
+        // update this run's evidence and nothing else; `serviceAccountName` of the pod settings
+        // applies to every other rank and group of the run, as in serving. The engine container
+        // gets no token either way.
         pod.service_account_name = Some(names.service_account.clone());
         // No container gets a token by default; the judge mounts its own (above).
         pod.automount_service_account_token = Some(false);

@@ -124,9 +124,10 @@ pub fn full_hash<T: Serialize>(value: &T) -> String {
 
 /// The revision: the [`full_hash`] of everything that changes the running bits — image digest,
 /// runtime commit, checkpoint source, accelerator, every role's layout, engine command, args,
-/// env, per-role settings and resources, and the operator's [`TEMPLATE_VERSION`]. Replica counts, rollout settings, probes
-/// and the acceptance prompts are not part of it; the acceptance sampling settings are (see
-/// [`judged_sampling`]).
+/// env, per-role settings and resources, each role's extra volumes, mounts, ServiceAccount and
+/// priority class (see [`EngineSettings`]), and the operator's [`TEMPLATE_VERSION`]. Replica counts, rollout
+/// settings, probes, placement-only pod settings and the acceptance prompts are not part of it;
+/// the acceptance sampling settings are (see [`judged_sampling`]).
 pub fn revision(spec: &DeepInferDeploymentSpec) -> String {
     #[derive(Serialize)]
     struct RunningBits<'a> {
@@ -143,6 +144,9 @@ pub fn revision(spec: &DeepInferDeploymentSpec) -> String {
         env: &'a [EnvVar],
         roles: &'a [crate::api::RoleRuntime],
         sampling: JudgedSampling<'a>,
+        // Absent when no role has any, so a spec without them keeps its revision.
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        pod: Vec<(&'a str, EngineSettings)>,
     }
     let mut layouts: Vec<_> = spec
         .roles
@@ -164,7 +168,48 @@ pub fn revision(spec: &DeepInferDeploymentSpec) -> String {
         env: &spec.runtime.env,
         roles: &spec.runtime.roles,
         sampling: judged_sampling(&spec.acceptance),
+        pod: engine_settings(spec),
     })
+}
+
+/// The pod settings that are part of the revision: the extra volumes and mounts (what the
+/// engine reads and writes) and the ServiceAccount (the identity a cluster may grant access by)
+/// change what an engine runs with, so a change is judged again; the priority class is the
+/// immutable priority of each group's PodGroup, so a change needs new groups under new names.
+/// Tolerations, node selector, affinity, topology spread and pull secrets only move the pods: a
+/// change replaces the groups one at a time (their pod template changes) without a new
+/// acceptance run.
+#[derive(Serialize, Debug, PartialEq, Default)]
+pub struct EngineSettings {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    volumes: Option<Vec<Volume>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    volume_mounts: Option<Vec<VolumeMount>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    service_account_name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    priority_class_name: Option<String>,
+}
+
+/// [`EngineSettings`] of every role that has any, by role name.
+pub fn engine_settings(spec: &DeepInferDeploymentSpec) -> Vec<(&str, EngineSettings)> {
+    let mut out: Vec<_> = spec
+        .roles
+        .iter()
+        .map(|role| {
+            let settings = spec.pod_settings(role);
+            let engine = EngineSettings {
+                volumes: settings.volumes.filter(|v| !v.is_empty()),
+                volume_mounts: settings.volume_mounts.filter(|m| !m.is_empty()),
+                service_account_name: settings.service_account_name,
+                priority_class_name: settings.priority_class_name,
+            };
+            (role.name.as_str(), engine)
+        })
+        .filter(|(_, engine)| *engine != EngineSettings::default())
+        .collect();
+    out.sort_by(|a, b| a.0.cmp(b.0));
+    out
 }
 
 /// The sampling settings a verdict is obtained with, as the revision hashes them: the section's,
@@ -396,11 +441,31 @@ fn checkpoint_volume(claim: &str, read_only: bool) -> Volume {
     }
 }
 
-fn shm_volume() -> Volume {
+/// Shared memory (`/dev/shm`) of an engine pod, at most `size` (the engine's memory request).
+fn shm_volume(size: Option<Quantity>) -> Volume {
     Volume {
         name: "dshm".into(),
         empty_dir: Some(EmptyDirVolumeSource {
             medium: Some("Memory".into()),
+            size_limit: Some(size.unwrap_or_else(|| Quantity(DEFAULT_MEMORY_REQUEST.into()))),
+            ..EmptyDirVolumeSource::default()
+        }),
+        ..Volume::default()
+    }
+}
+
+/// Most the injected runner's directory of an acceptance leader may hold (the operator's binary).
+pub const RUNNER_DIR_SIZE: &str = "256Mi";
+/// Most the work directory the engine and the judge share may hold (prompts, outputs, the
+/// engine's log and report; the judge keeps at most about 1 MiB of them as evidence).
+pub const WORK_DIR_SIZE: &str = "1Gi";
+
+/// A disk-backed scratch directory of at most `size`.
+fn scratch_volume(name: &str, size: &str) -> Volume {
+    Volume {
+        name: name.into(),
+        empty_dir: Some(EmptyDirVolumeSource {
+            size_limit: Some(Quantity(size.into())),
             ..EmptyDirVolumeSource::default()
         }),
         ..Volume::default()

@@ -233,6 +233,7 @@ pub(super) fn engine_pod_spec(
     let claim = &did.claim;
     // A multi-pod group placed as a PodGroup shares its PodGroup's domain claim.
     let device_claims = pod_device_claims(did, rendezvous.pod_group.is_some() && shape.pods > 1);
+    let settings = spec.pod_settings(at.role);
     let container = Container {
         name: ENGINE_CONTAINER.into(),
         image: Some(spec.runtime.image_of(&at.role.name).to_string()),
@@ -276,39 +277,57 @@ pub(super) fn engine_pod_spec(
                     .as_ref()
                     .map(|_| mount("role-endpoints", PEER_ENDPOINTS_DIR, true)),
             )
+            .chain(settings.volume_mounts.iter().flatten().cloned())
             .collect(),
         ),
         security_context: Some(restricted_container()),
         termination_message_policy: Some("FallbackToLogsOnError".into()),
         ..Container::default()
     };
+    // Shared memory is memory-backed and counts against the engine's memory: it may take as
+    // much as the engine requests.
+    let shm = shm_volume(
+        container
+            .resources
+            .as_ref()
+            .and_then(|r| r.requests.as_ref())
+            .and_then(|r| r.get("memory"))
+            .cloned(),
+    );
     PodSpec {
         containers: vec![container],
         volumes: Some(
-            [checkpoint_volume(claim, true), shm_volume()]
+            [checkpoint_volume(claim, true), shm]
                 .into_iter()
                 .chain(rendezvous.rank_table.as_deref().map(rank_table_volume))
                 .chain(rendezvous.peers.as_ref().map(PeerWiring::volume))
+                .chain(settings.volumes.iter().flatten().cloned())
                 .collect(),
         ),
-        node_selector: Some(spec.accelerator.node_selector()),
-        tolerations: Some(tolerations(spec.accelerator.device_resource())),
+        node_selector: Some(node_selector(spec, &settings)),
+        tolerations: Some(
+            tolerations(spec.accelerator.device_resource())
+                .into_iter()
+                .chain(settings.tolerations.iter().flatten().cloned())
+                .collect(),
+        ),
         // One pod is inside one domain by definition; requiring the label would also keep
         // single-node groups off nodes that carry no domain label (e.g. plain 8-GPU boards).
-        affinity: (shape.pods > 1).then(|| Affinity {
-            pod_affinity: Some(PodAffinity {
-                required_during_scheduling_ignored_during_execution: Some(vec![PodAffinityTerm {
-                    label_selector: Some(LabelSelector {
-                        match_labels: Some(rendezvous.members.clone()),
-                        match_expressions: None,
-                    }),
-                    topology_key: spec.accelerator.scale_up_domain_key().to_string(),
-                    ..PodAffinityTerm::default()
-                }]),
-                preferred_during_scheduling_ignored_during_execution: None,
+        affinity: merged_affinity(
+            (shape.pods > 1).then(|| PodAffinityTerm {
+                label_selector: Some(LabelSelector {
+                    match_labels: Some(rendezvous.members.clone()),
+                    match_expressions: None,
+                }),
+                topology_key: spec.accelerator.scale_up_domain_key().to_string(),
+                ..PodAffinityTerm::default()
             }),
-            ..Affinity::default()
-        }),
+            settings.affinity.clone(),
+        ),
+        image_pull_secrets: settings.image_pull_secrets.clone(),
+        priority_class_name: settings.priority_class_name.clone(),
+        service_account_name: settings.service_account_name.clone(),
+        topology_spread_constraints: settings.topology_spread_constraints.clone(),
         scheduling_group: rendezvous
             .pod_group
             .as_ref()
@@ -328,6 +347,34 @@ pub(super) fn engine_pod_spec(
         security_context: Some(restricted_pod()),
         ..PodSpec::default()
     }
+}
+
+/// The accelerator's node selector with the pod settings' labels added; validation refuses a
+/// label the accelerator sets to another value, and the accelerator's wins regardless.
+fn node_selector(
+    spec: &DeepInferDeploymentSpec,
+    settings: &crate::api::PodSettings,
+) -> BTreeMap<String, String> {
+    let mut selector = settings.node_selector.clone().unwrap_or_default();
+    selector.extend(spec.accelerator.node_selector());
+    selector
+}
+
+/// The user's affinity merged with the operator's domain term, never replacing it: node
+/// affinity is the user's (the scheduler ANDs it with the accelerator's node selector), pod
+/// anti-affinity is the user's, and the user's pod affinity terms are added beside the domain
+/// term. `None` when neither gives anything.
+fn merged_affinity(domain: Option<PodAffinityTerm>, user: Option<Affinity>) -> Option<Affinity> {
+    let mut affinity = user.unwrap_or_default();
+    if let Some(term) = domain {
+        let pod = affinity
+            .pod_affinity
+            .get_or_insert_with(PodAffinity::default);
+        pod.required_during_scheduling_ignored_during_execution
+            .get_or_insert_with(Vec::new)
+            .insert(0, term);
+    }
+    (affinity != Affinity::default()).then_some(affinity)
 }
 
 /// Pod metadata plus `spec.scheduling`'s labels and annotations for another scheduler or queue;

@@ -12,12 +12,17 @@ use super::*;
 /// A gang of `pods` pods named by `metadata`, kept inside one scale-up domain when it has more
 /// than one pod (the API server keeps the topology constraint only where topology-aware workload
 /// scheduling is enabled; the pods' domain affinity holds everywhere), and, with
-/// `domainDeviceClassName`, claiming the domain device its pods share.
-fn gang(did: &ValidatedDeployment, metadata: ObjectMeta, pods: i32) -> PodGroup {
+/// `domainDeviceClassName`, claiming the domain device its pods share. Its priority class is
+/// its pods' (`priorityClassName` of the role's pod settings): the scheduler places a pod of a
+/// PodGroup only at the PodGroup's priority, which is immutable (so the class is part of the
+/// revision, see [`revision`]).
+fn gang(did: &ValidatedDeployment, metadata: ObjectMeta, role: &RoleSpec) -> PodGroup {
+    let pods = group_shape(&did.spec, role).pods;
     let domain_key = did.spec.accelerator.scale_up_domain_key();
     stamp(PodGroup {
         metadata,
         spec: PodGroupSpec {
+            priority_class_name: did.spec.pod_settings(role).priority_class_name,
             resource_claims: pod_group_domain_claims(did, pods),
             scheduling_policy: PodGroupSchedulingPolicy {
                 gang: Some(GangSchedulingPolicy {
@@ -48,8 +53,7 @@ pub fn group_pod_group(
     let name = group_service_name(&did_name, &role.name, revision, group);
     let mut extra = group_selector(&did_name, &role.name, revision, group);
     extra.insert(labels::COMPONENT.to_string(), "worker".to_string());
-    let shape = group_shape(&did.spec, role);
-    gang(did, owned_meta(did, name, extra), shape.pods)
+    gang(did, owned_meta(did, name, extra), role)
 }
 
 /// The PodGroup of a multi-pod group of an acceptance run, named like the group; `None` for a
@@ -68,7 +72,7 @@ pub fn acceptance_pod_group(
                 group.name.clone(),
                 super::acceptance::acceptance_labels(group, revision),
             ),
-            shape.pods,
+            group.role,
         )
     })
 }

@@ -1736,3 +1736,448 @@ fn the_revision_covers_the_acceptance_sampling_section_and_prompt_overrides() {
     });
     assert_ne!(hash(&overridden), hash(&a.spec.acceptance));
 }
+
+/// `raw` with `spec.pod` and the roles' own `pod` set from JSON.
+fn with_pod_settings(
+    accelerator: serde_json::Value,
+    roles: serde_json::Value,
+    pod: serde_json::Value,
+) -> crate::api::DeepInferDeployment {
+    let mut d = raw(accelerator, roles);
+    d.spec.pod = Some(serde_json::from_value(pod).expect("pod settings"));
+    d
+}
+
+fn pod_settings_example() -> crate::api::DeepInferDeployment {
+    with_pod_settings(
+        json!({"type": "NVIDIA", "product": "NVIDIA-H200"}),
+        json!([
+            {"name": "prefill", "replicas": 1, "parallel": {"tensor": 16}},
+            {"name": "decode", "replicas": 1, "parallel": {"tensor": 8},
+             "pod": {"priorityClassName": "decode-critical",
+                     "nodeSelector": {"example.com/pool": "decode"}}}
+        ]),
+        json!({
+            "imagePullSecrets": [{"name": "registry-creds"}],
+            "tolerations": [{"key": "example.com/dedicated", "operator": "Equal",
+                             "value": "inference", "effect": "NoSchedule"}],
+            "nodeSelector": {"example.com/pool": "serving", "nvidia.com/gpu.present": "true"},
+            "affinity": {
+                "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchExpressions": [
+                        {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["a"]}]}]}},
+                "podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                    {"weight": 10, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname",
+                     "labelSelector": {"matchLabels": {"app": "cache"}}}}]},
+                "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"topologyKey": "kubernetes.io/hostname",
+                     "labelSelector": {"matchLabels": {"app": "batch"}}}]}
+            },
+            "priorityClassName": "serving-high",
+            "serviceAccountName": "engine",
+            "volumes": [{"name": "cache", "emptyDir": {}},
+                        {"name": "tls", "secret": {"secretName": "engine-tls"}}],
+            "volumeMounts": [{"name": "cache", "mountPath": "/var/cache/engine"},
+                             {"name": "tls", "mountPath": "/etc/engine/tls", "readOnly": true}],
+            "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+                                           "whenUnsatisfiable": "ScheduleAnyway"}]
+        }),
+    )
+}
+
+#[test]
+fn pod_settings_reach_engine_pods_merged_with_the_operators_own() {
+    let d = valid(pod_settings_example());
+    let rev = revision(&d.spec);
+    let prefill = group_pods(&d, &d.spec.roles[0], 0, &rev).remove(0);
+    let spec = prefill.spec.expect("spec");
+    assert_eq!(
+        spec.image_pull_secrets.expect("pull secrets")[0].name,
+        "registry-creds"
+    );
+    let tolerations = spec.tolerations.expect("tolerations");
+    assert_eq!(
+        tolerations
+            .iter()
+            .map(|t| t.key.clone().unwrap_or_default())
+            .collect::<Vec<_>>(),
+        ["nvidia.com/gpu", "example.com/dedicated"],
+        "the device toleration stays, the user's are added"
+    );
+    assert_eq!(
+        spec.node_selector.expect("selector"),
+        BTreeMap::from([
+            ("example.com/pool".to_string(), "serving".to_string()),
+            ("nvidia.com/gpu.present".to_string(), "true".to_string()),
+            (
+                "nvidia.com/gpu.product".to_string(),
+                "NVIDIA-H200".to_string()
+            ),
+        ]),
+        "the accelerator's labels and the user's"
+    );
+    let affinity = spec.affinity.expect("affinity");
+    let pod_affinity = affinity.pod_affinity.expect("pod affinity");
+    let required = pod_affinity
+        .required_during_scheduling_ignored_during_execution
+        .expect("domain term");
+    assert_eq!(required.len(), 1);
+    assert_eq!(
+        required[0].topology_key, "nvidia.com/gpu.clique",
+        "the domain term is kept"
+    );
+    assert_eq!(
+        pod_affinity
+            .preferred_during_scheduling_ignored_during_execution
+            .expect("user's preference")[0]
+            .weight,
+        10
+    );
+    assert!(affinity.pod_anti_affinity.is_some());
+    assert!(affinity.node_affinity.is_some());
+    assert_eq!(spec.priority_class_name.as_deref(), Some("serving-high"));
+    assert_eq!(spec.service_account_name.as_deref(), Some("engine"));
+    assert_eq!(
+        spec.automount_service_account_token,
+        Some(false),
+        "no API token in serving pods"
+    );
+    assert_eq!(spec.topology_spread_constraints.expect("spread").len(), 1);
+    let volumes: Vec<String> = spec
+        .volumes
+        .expect("volumes")
+        .into_iter()
+        .map(|v| v.name)
+        .collect();
+    assert_eq!(volumes, ["checkpoint", "dshm", "cache", "tls"]);
+    let mounts: Vec<(String, String)> = spec.containers[0]
+        .volume_mounts
+        .clone()
+        .expect("mounts")
+        .into_iter()
+        .map(|m| (m.name, m.mount_path))
+        .collect();
+    assert_eq!(
+        mounts,
+        [
+            ("checkpoint".to_string(), MODEL_MOUNT.to_string()),
+            ("dshm".to_string(), "/dev/shm".to_string()),
+            ("cache".to_string(), "/var/cache/engine".to_string()),
+            ("tls".to_string(), "/etc/engine/tls".to_string()),
+        ]
+    );
+
+    // The decode role overrides two fields and inherits the others.
+    let decode = group_pods(&d, &d.spec.roles[1], 0, &rev).remove(0);
+    let spec = decode.spec.expect("spec");
+    assert_eq!(spec.priority_class_name.as_deref(), Some("decode-critical"));
+    let selector = spec.node_selector.expect("selector");
+    assert_eq!(selector["example.com/pool"], "decode");
+    assert_eq!(selector["nvidia.com/gpu.product"], "NVIDIA-H200");
+    assert_eq!(spec.service_account_name.as_deref(), Some("engine"));
+    assert_eq!(spec.tolerations.expect("tolerations").len(), 2);
+    let affinity = spec
+        .affinity
+        .expect("the user's affinity, one pod per group");
+    assert!(
+        affinity
+            .pod_affinity
+            .and_then(|p| p.required_during_scheduling_ignored_during_execution)
+            .is_none(),
+        "a single-pod group has no domain term"
+    );
+    assert!(affinity.node_affinity.is_some());
+}
+
+#[test]
+fn acceptance_pods_get_the_pod_settings_of_the_role_they_judge() {
+    let d = valid(pod_settings_example());
+    let rev = revision(&d.spec);
+    let names = AcceptanceNames::new("flash", &rev, "");
+    let groups = names.groups(&d.spec);
+    assert_eq!(groups[0].role.name, "decode", "decode is judged");
+    let job_pod = |g: usize, rank: i32| {
+        acceptance_group_job(&d, &names, &groups[g], rank, &rev, "op")
+            .and_then(|j| j.spec)
+            .and_then(|s| s.template.spec)
+            .expect("pod")
+    };
+    let serving = |role: usize| {
+        group_pods(&d, &d.spec.roles[role], 0, &rev)
+            .remove(0)
+            .spec
+            .expect("spec")
+    };
+    let leader = job_pod(0, 0);
+    let decode = serving(1);
+    for (what, got, want) in [
+        (
+            "pull secrets",
+            json!(leader.image_pull_secrets),
+            json!(decode.image_pull_secrets),
+        ),
+        (
+            "tolerations",
+            json!(leader.tolerations),
+            json!(decode.tolerations),
+        ),
+        (
+            "node selector",
+            json!(leader.node_selector),
+            json!(decode.node_selector),
+        ),
+        (
+            "priority",
+            json!(leader.priority_class_name),
+            json!(decode.priority_class_name),
+        ),
+        (
+            "spread",
+            json!(leader.topology_spread_constraints),
+            json!(decode.topology_spread_constraints),
+        ),
+    ] {
+        assert_eq!(got, want, "{what} of the judged leader are its role's");
+    }
+    assert_eq!(
+        leader.service_account_name,
+        Some(names.service_account.clone()),
+        "the judged leader runs as the judge's ServiceAccount"
+    );
+    let engine_mounts = |pod: &PodSpec| {
+        pod.containers[0]
+            .volume_mounts
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|m| m.name)
+            .collect::<Vec<_>>()
+    };
+    assert!(engine_mounts(&leader).contains(&"cache".to_string()));
+    let judge = leader
+        .containers
+        .iter()
+        .find(|c| c.name == JUDGE_CONTAINER)
+        .expect("judge");
+    assert!(
+        !judge
+            .volume_mounts
+            .iter()
+            .flatten()
+            .any(|m| m.name == "cache"),
+        "the judge mounts only its own volumes"
+    );
+    // The other role's group of the run is placed and runs as that role serves, SA included.
+    let prefill = job_pod(1, 1);
+    let prefill_serving = serving(0);
+    assert_eq!(prefill.service_account_name.as_deref(), Some("engine"));
+    assert_eq!(
+        json!(prefill.node_selector),
+        json!(prefill_serving.node_selector)
+    );
+    assert_eq!(prefill.priority_class_name.as_deref(), Some("serving-high"));
+    assert_eq!(engine_mounts(&prefill), engine_mounts(&prefill_serving));
+}
+
+#[test]
+fn engine_pod_settings_and_priority_are_judged_and_placement_ones_only_roll_the_groups() {
+    let plain = raw(
+        json!({"type": "NVIDIA"}),
+        json!([{"name": "worker", "replicas": 1, "parallel": {"tensor": 8}}]),
+    );
+    let base = revision(&plain.spec);
+    let mut empty = plain.clone();
+    empty.spec.pod = Some(crate::api::PodSettings::default());
+    empty.spec.roles[0].pod = Some(crate::api::PodSettings {
+        volumes: Some(Vec::new()),
+        ..Default::default()
+    });
+    assert_eq!(
+        revision(&empty.spec),
+        base,
+        "absent or empty settings keep the revision"
+    );
+    let pod_of = |d: &crate::api::DeepInferDeployment| {
+        let d = valid(d.clone());
+        group_pods(&d, &d.spec.roles[0], 0, "r").remove(0)
+    };
+    for (what, settings) in [
+        (
+            "tolerations",
+            json!({"tolerations": [{"key": "a", "operator": "Exists"}]}),
+        ),
+        (
+            "nodeSelector",
+            json!({"nodeSelector": {"example.com/pool": "a"}}),
+        ),
+        ("affinity", json!({"affinity": {"podAntiAffinity": {}}})),
+        (
+            "imagePullSecrets",
+            json!({"imagePullSecrets": [{"name": "creds"}]}),
+        ),
+        (
+            "topologySpreadConstraints",
+            json!({"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone",
+                   "whenUnsatisfiable": "DoNotSchedule"}]}),
+        ),
+    ] {
+        let mut placed = plain.clone();
+        placed.spec.roles[0].pod = Some(serde_json::from_value(settings).expect("settings"));
+        assert_eq!(revision(&placed.spec), base, "{what} is not judged");
+        assert_ne!(
+            applied_hash(&pod_of(&placed)),
+            applied_hash(&pod_of(&plain)),
+            "{what} changes the pod template, so the groups roll"
+        );
+    }
+    for (what, settings) in [
+        (
+            "serviceAccountName",
+            json!({"serviceAccountName": "engine"}),
+        ),
+        ("priorityClassName", json!({"priorityClassName": "high"})),
+        (
+            "volumes",
+            json!({"volumes": [{"name": "c", "emptyDir": {}}]}),
+        ),
+        (
+            "volumeMounts",
+            json!({"volumes": [{"name": "c", "emptyDir": {}}],
+                   "volumeMounts": [{"name": "c", "mountPath": "/cache"}]}),
+        ),
+    ] {
+        let mut judged = plain.clone();
+        judged.spec.pod = Some(serde_json::from_value(settings.clone()).expect("settings"));
+        assert_ne!(revision(&judged.spec), base, "{what} is judged");
+        let mut per_role = plain.clone();
+        per_role.spec.roles[0].pod = Some(serde_json::from_value(settings).expect("settings"));
+        assert_eq!(
+            revision(&per_role.spec),
+            revision(&judged.spec),
+            "{what}: the effective settings count, wherever they are given"
+        );
+    }
+}
+
+#[test]
+fn the_operators_volume_names_and_mount_paths_are_reserved() {
+    let d = did(
+        json!({"type": "Ascend", "devicesPerPod": 16}),
+        json!([
+            {"name": "prefill", "replicas": 1, "parallel": {"tensor": 32}},
+            {"name": "decode", "replicas": 1, "parallel": {"tensor": 32}}
+        ]),
+    );
+    let names = AcceptanceNames::new("flash", "r", "");
+    let mut pods: Vec<PodSpec> = names
+        .groups(&d.spec)
+        .iter()
+        .filter_map(|g| acceptance_group_job(&d, &names, g, 0, "r", "op"))
+        .filter_map(|j| j.spec.and_then(|s| s.template.spec))
+        .collect();
+    pods.extend(
+        d.spec
+            .roles
+            .iter()
+            .filter_map(|r| group_pods(&d, r, 0, "r").remove(0).spec),
+    );
+    let mut seen = std::collections::BTreeSet::new();
+    for pod in &pods {
+        for v in pod.volumes.iter().flatten() {
+            assert!(
+                crate::api::RESERVED_VOLUME_NAMES.contains(&v.name.as_str()),
+                "volume {} is not reserved",
+                v.name
+            );
+            seen.insert(v.name.clone());
+        }
+        let engine = &pod.containers[0];
+        for m in engine.volume_mounts.iter().flatten() {
+            assert!(
+                crate::api::RESERVED_MOUNT_PATHS
+                    .iter()
+                    .any(|p| m.mount_path == *p || m.mount_path.starts_with(&format!("{p}/"))),
+                "mount path {} is not reserved",
+                m.mount_path
+            );
+        }
+    }
+    assert!(
+        seen.contains("rank-table")
+            && seen.contains("role-endpoints")
+            && seen.contains("judge-token")
+    );
+}
+
+#[test]
+fn a_groups_pod_group_has_the_priority_class_of_its_pods() {
+    let d = valid(pod_settings_example()).placed_as_pod_groups(true);
+    let rev = revision(&d.spec);
+    for (role, want) in [(0, "serving-high"), (1, "decode-critical")] {
+        let group = group_pod_group(&d, &d.spec.roles[role], &rev, 0);
+        let pod = group_pods(&d, &d.spec.roles[role], 0, &rev).remove(0);
+        assert_eq!(group.spec.priority_class_name.as_deref(), Some(want));
+        assert_eq!(
+            pod.spec.and_then(|s| s.priority_class_name).as_deref(),
+            Some(want)
+        );
+    }
+    let names = AcceptanceNames::new("flash", &rev, "");
+    let groups = names.groups(&d.spec);
+    let prefill = groups
+        .iter()
+        .find(|g| g.role.name == "prefill")
+        .expect("prefill");
+    let gang = acceptance_pod_group(&d, prefill, &rev).expect("two prefill ranks");
+    assert_eq!(
+        gang.spec.priority_class_name.as_deref(),
+        Some("serving-high")
+    );
+}
+
+#[test]
+fn every_empty_dir_of_engine_and_acceptance_pods_has_a_size_limit() {
+    let d = did(
+        json!({"type": "NVIDIA"}),
+        json!([{"name": "worker", "replicas": 1, "parallel": {"tensor": 16}}]),
+    );
+    let names = AcceptanceNames::new("flash", "rev1", "");
+    let role = &d.spec.roles[0];
+    let leader = acceptance_job(&d, &names, 0, "rev1", "op:1").expect("job");
+    let follower = acceptance_job(&d, &names, 1, "rev1", "op:1").expect("job");
+    let pods: Vec<PodSpec> = group_pods(&d, role, 0, "rev1")
+        .into_iter()
+        .filter_map(|p| p.spec)
+        .chain(
+            [leader, follower]
+                .into_iter()
+                .filter_map(|j| j.spec.and_then(|s| s.template.spec)),
+        )
+        .collect();
+    let mut seen = 0;
+    for pod in &pods {
+        for v in pod.volumes.iter().flatten() {
+            if let Some(dir) = &v.empty_dir {
+                seen += 1;
+                assert!(
+                    dir.size_limit.is_some(),
+                    "emptyDir {} has no sizeLimit",
+                    v.name
+                );
+            }
+        }
+    }
+    assert!(
+        seen >= 4,
+        "shared memory in every pod, runner and work dir in the leader's"
+    );
+    // Shared memory is sized by the engine's memory request (memory-backed, it counts there).
+    let shm = pods[0]
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == "dshm")
+        .and_then(|v| v.empty_dir.clone())
+        .and_then(|d| d.size_limit);
+    assert_eq!(shm, Some(Quantity(DEFAULT_MEMORY_REQUEST.to_string())));
+}

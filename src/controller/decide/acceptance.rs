@@ -179,7 +179,7 @@ pub fn decide(
         Some(s) if s.result == AcceptanceResult::Passed && matches!(leader, JobState::Failed(_)) => {
             AcceptanceStatus {
                 result: AcceptanceResult::Failed,
-                reason: Some(crate::controller::truncate(
+                reason: Some(crate::controller::text::truncate(
                     &format!(
                         "the acceptance Job failed after its judge passed the run{}; a run that did not end cleanly is not accepted",
                         containers_ended(leader_pods)
@@ -226,7 +226,7 @@ fn judged(s: AcceptanceSummary, j: &Judging<'_>) -> AcceptanceStatus {
         evidence: (!s.evidence.is_empty()).then_some(s.evidence),
         rerun_token: (!j.token.is_empty()).then(|| j.token.to_string()),
         spec_hash: Some(j.spec_hash.to_string()),
-        reason: Some(crate::controller::truncate(&s.reason, 1000)),
+        reason: Some(crate::controller::text::truncate(&s.reason, 1000)),
         template_version: Some(build::TEMPLATE_VERSION),
         roles: j.roles.to_vec(),
     }
@@ -242,7 +242,7 @@ fn with_upstream(
     if let Some(why) = upstream.stopped(j) {
         judgement.result = AcceptanceResult::Failed;
         let judged = judgement.reason.take().unwrap_or_default();
-        judgement.reason = Some(crate::controller::truncate(
+        judgement.reason = Some(crate::controller::text::truncate(
             &format!("{why}; the judged group's own result: {judged}"),
             1000,
         ));
@@ -261,7 +261,7 @@ fn unreadable_judgement(j: &Judging<'_>, why: String) -> AcceptanceStatus {
         evidence: None,
         rerun_token: (!j.token.is_empty()).then(|| j.token.to_string()),
         spec_hash: Some(j.spec_hash.to_string()),
-        reason: Some(crate::controller::truncate(&why, 1000)),
+        reason: Some(crate::controller::text::truncate(&why, 1000)),
         template_version: Some(crate::controller::build::TEMPLATE_VERSION),
         roles: j.roles.to_vec(),
     }
@@ -295,9 +295,17 @@ pub fn resolve(
             spec.prompts.extend(more);
             Ok(spec)
         }
+        // Where, never what: the parser's message may quote the content, which status and events
+        // would then show to whoever may read the resource.
         Err(e) => Err(format!(
-            "ConfigMap {ns}/{} key {} is not a YAML list of prompts (spec.acceptance.promptsFrom): {e}",
-            from.name, from.key
+            "ConfigMap {ns}/{} key {} is not a YAML list of prompts (spec.acceptance.promptsFrom){}: correct it to a list of prompts as spec.acceptance.prompts takes (the content is not repeated here)",
+            from.name,
+            from.key,
+            e.location().map_or(String::new(), |l| format!(
+                " at line {} column {}",
+                l.line(),
+                l.column()
+            ))
         )),
     }
 }
@@ -319,7 +327,7 @@ pub fn judged_gate(a: &AcceptanceStatus) -> Gate {
     } else {
         Gate::Failed(
             reasons::ACCEPTANCE_FAILED,
-            crate::controller::truncate(&message, 2000),
+            crate::controller::text::truncate(&message, 2000),
         )
     }
 }
@@ -464,6 +472,25 @@ mod tests {
         assert!(resolve(&spec, "serving", Some(&cm))
             .expect_err("not a list")
             .contains("is not a YAML list of prompts"));
+        // Whatever the key holds (any ConfigMap the resource names), the message never quotes it:
+        // status and events are readable by more people than the ConfigMap.
+        for content in [
+            "token-1f2e3d4c5b6a",
+            "- id: token-1f2e3d4c5b6a\n",
+            "- {id: a, prompt: token-1f2e3d4c5b6a, structuredOutput: 7}",
+            "password: token-1f2e3d4c5b6a",
+        ] {
+            cm.data = Some(std::collections::BTreeMap::from([(
+                "list.yaml".to_string(),
+                content.to_string(),
+            )]));
+            let err = resolve(&spec, "serving", Some(&cm)).expect_err("not prompts");
+            assert!(
+                !err.contains("token-1f2e3d4c5b6a"),
+                "quotes the content: {err}"
+            );
+            assert!(err.contains("line 1"), "says where: {err}");
+        }
     }
 
     #[test]

@@ -68,7 +68,7 @@ pub fn running_job_gate(
             ", else it fails at its deadline ({s} s after it started)"
         ))
     );
-    Gate::Failed(reason, crate::controller::truncate(&message, 2000))
+    Gate::Failed(reason, crate::controller::text::truncate(&message, 2000))
 }
 
 pub fn verified_message(done: &CheckpointStatus) -> String {
@@ -101,7 +101,7 @@ pub fn judge_verify_job(
             (
                 Gate::Failed(
                     reasons::VERIFICATION_FAILED,
-                    crate::controller::truncate(&msg, 2000),
+                    crate::controller::text::truncate(&msg, 2000),
                 ),
                 None,
             )
@@ -150,7 +150,7 @@ pub fn judge_verify_report(
                 r.problems.join("; ")
             );
             (
-                Gate::Failed(reason, crate::controller::truncate(&msg, 2000)),
+                Gate::Failed(reason, crate::controller::text::truncate(&msg, 2000)),
                 None,
             )
         }
@@ -162,7 +162,7 @@ pub fn judge_verify_report(
             (
                 Gate::Failed(
                     reasons::VERIFICATION_FAILED,
-                    crate::controller::truncate(&msg, 2000),
+                    crate::controller::text::truncate(&msg, 2000),
                 ),
                 None,
             )

@@ -4,12 +4,19 @@
 //! of its causes; the operator tries again when the resource changes.
 
 use crate::api::reasons;
+use crate::controller::error::Error;
 use crate::controller::status::Gate;
-use crate::controller::Error;
 
-/// The stalled gate for an error that is the API server refusing an object as invalid; `None`
-/// for every other error (those are retried).
+/// The stalled gate for an error that retrying cannot mend: the API server refusing an object as
+/// invalid, or an object of the desired name that another owner controls (`NameConflict`);
+/// `None` for every other error (those are retried).
 pub fn rejected_gate(error: &Error) -> Option<Gate> {
+    if let Error::NameConflict { .. } = error {
+        return Some(Gate::Failed(
+            reasons::NAME_CONFLICT,
+            crate::controller::text::truncate(&error.to_string(), 2000),
+        ));
+    }
     let Error::Api {
         verb,
         kind,
@@ -41,7 +48,7 @@ pub fn rejected_gate(error: &Error) -> Option<Gate> {
     );
     Some(Gate::Failed(
         reasons::CHILD_REJECTED,
-        crate::controller::truncate(&message, 2000),
+        crate::controller::text::truncate(&message, 2000),
     ))
 }
 

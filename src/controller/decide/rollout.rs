@@ -138,6 +138,23 @@ pub fn short(revision: &str) -> &str {
     &revision[..revision.len().min(5)]
 }
 
+/// The revision most ready groups are on: on a tie `target`, else the first by name; `None`
+/// while no group is ready.
+fn serving_revision(live: &[&Group], target: &str) -> Option<String> {
+    let mut ready: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
+    for g in live.iter().filter(|g| g.ready()) {
+        *ready.entry(g.revision.as_str()).or_default() += 1;
+    }
+    let most = ready.values().copied().max()?;
+    if ready.get(target) == Some(&most) {
+        return Some(target.to_string());
+    }
+    ready
+        .into_iter()
+        .find(|(_, n)| *n == most)
+        .map(|(r, _)| r.to_string())
+}
+
 /// Lowest index not used by any live group of `revision`.
 fn free_index(groups: &[Group], taken: &[(String, i32)], revision: &str) -> i32 {
     let used: BTreeSet<i32> = groups
@@ -190,6 +207,7 @@ pub fn plan(input: &RoleInput<'_>) -> RolePlan {
         ready_groups: count(ready),
         updated_groups: count(updated),
         rolling_out: (target_passed && has_old).then(|| target.to_string()),
+        serving_revision: serving_revision(&live, target),
         ..RoleStatus::default()
     };
     let mut plan = RolePlan {
@@ -484,6 +502,26 @@ mod tests {
         for g in groups {
             g.health = Health::Ready;
         }
+    }
+
+    #[test]
+    fn the_serving_revision_is_that_of_most_ready_groups() {
+        let serving = |groups: Vec<Group>| Case::new(2, B, groups).plan().status.serving_revision;
+        assert_eq!(serving(vec![g(A, 0, Health::Starting)]), None);
+        assert_eq!(
+            serving(vec![
+                g(A, 0, Health::Ready),
+                g(A, 1, Health::Ready),
+                g(B, 0, Health::Ready),
+                g(B, 1, Health::Starting),
+            ]),
+            Some(A.to_string())
+        );
+        assert_eq!(
+            serving(vec![g(A, 0, Health::Ready), g(B, 0, Health::Ready)]),
+            Some(B.to_string()),
+            "a tie goes to the target"
+        );
     }
 
     #[test]

@@ -192,7 +192,8 @@ mod tests {
                 "ascend-1",
                 "ascend-npu-0",
                 "ascend-npu-1",
-                "cpu-0"
+                "cpu-0",
+                "nvidia-tainted-0"
             ]
         );
         let clique = |i: usize| nodes[i].labels["nvidia.com/gpu.clique"].as_str();
@@ -235,6 +236,19 @@ mod tests {
         assert_eq!(nodes[10].capacity["pods"], "500");
         assert!(!nodes[10].capacity.contains_key("nvidia.com/gpu"));
         assert_eq!(nodes[10].labels["kubernetes.io/hostname"], "cpu-0");
+        // The tainted node of the pod-settings test: no other test's pods tolerate its taint.
+        let tainted = &nodes[11];
+        assert_eq!(tainted.capacity["nvidia.com/gpu"], "4");
+        assert_eq!(tainted.labels["sim.deepinfer.io/pool"], "tainted");
+        assert!(!tainted.labels.contains_key("nvidia.com/gpu.clique"));
+        assert_eq!(
+            tainted.taints,
+            [Taint {
+                key: "deepinfer.io/test-dedicated".into(),
+                value: Some("tainted".into()),
+                effect: "NoSchedule".into()
+            }]
+        );
     }
 
     #[test]

@@ -1,0 +1,346 @@
+//! What a controller instance runs with: the `run` flags, the [`Settings`] made of them (or
+//! given by an embedding test), and the shared [`Context`] every reconcile pass reads.
+
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
+use kube::runtime::events::Reporter;
+use kube::runtime::reflector::ObjectRef;
+use kube::Client;
+use tracing::info;
+
+use super::cached::CachedDeployment;
+use super::error::Error;
+use super::validate::DeviceLimits;
+use super::{build, decide, events, observe, outage, placement};
+
+/// `run` arguments.
+#[derive(Args, Debug, Clone)]
+pub struct RunArgs {
+    /// Kubeconfig file; default: in-cluster config, else `$KUBECONFIG` / `~/.kube/config`.
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<std::path::PathBuf>,
+    /// Watch only this namespace; default: all namespaces.
+    #[arg(long, env = "DEEPINFER_NAMESPACE")]
+    pub namespace: Option<String>,
+    /// Licence ids the cluster admin allows (comma-separated), e.g. `mit,apache-2.0`.
+    #[arg(long, env = "DEEPINFER_ACCEPTED_LICENSES", value_delimiter = ',')]
+    pub accepted_licenses: Vec<String>,
+    /// Image of this operator, used for its own Jobs (fetch, verify, the acceptance judge) and the injection into the engine image.
+    #[arg(long, env = "DEEPINFER_OPERATOR_IMAGE", default_value = concat!("deepinfer-operator:", env!("CARGO_PKG_VERSION")))]
+    pub operator_image: String,
+    /// Most devices one NVIDIA node has (devicesPerPod may not exceed it).
+    #[arg(long, default_value_t = crate::api::DEFAULT_MAX_DEVICES_NVIDIA)]
+    pub max_devices_nvidia: i32,
+    /// Most devices one Ascend node has (devicesPerPod may not exceed it).
+    #[arg(long, default_value_t = crate::api::DEFAULT_MAX_DEVICES_ASCEND)]
+    pub max_devices_ascend: i32,
+    /// Most pods one DeepInferDeployment may need (all groups plus rollout surge); past it the
+    /// resource stalls naming `replicas`.
+    #[arg(long, default_value_t = crate::api::DEFAULT_MAX_PODS_PER_DEPLOYMENT)]
+    pub max_pods_per_deployment: i64,
+    /// Seconds a fetch Job may run (its `activeDeadlineSeconds`, time Pending included).
+    #[arg(long, env = "DEEPINFER_FETCH_DEADLINE_SECONDS", default_value_t = build::DEFAULT_FETCH_DEADLINE_SECONDS, value_parser = clap::value_parser!(i64).range(1..))]
+    pub fetch_deadline_seconds: i64,
+    /// Seconds a verify Job may run (its `activeDeadlineSeconds`, time Pending included).
+    #[arg(long, env = "DEEPINFER_VERIFY_DEADLINE_SECONDS", default_value_t = build::DEFAULT_VERIFY_DEADLINE_SECONDS, value_parser = clap::value_parser!(i64).range(1..))]
+    pub verify_deadline_seconds: i64,
+    /// Evidence ConfigMaps kept per DeepInferDeployment (the newest, and always the one its
+    /// status points at); older ones are deleted when a new judgement is recorded.
+    #[arg(long, env = "DEEPINFER_KEEP_EVIDENCE", default_value_t = decide::retention::DEFAULT_KEEP_EVIDENCE, value_parser = clap::value_parser!(u16).range(1..))]
+    pub keep_evidence: u16,
+    /// `ttlSecondsAfterFinished` given to a finished Job once its verdict is in status.
+    #[arg(long, env = "DEEPINFER_FINISHED_JOB_TTL_SECONDS", default_value_t = decide::retention::DEFAULT_FINISHED_JOB_TTL_SECONDS, value_parser = clap::value_parser!(i32).range(0..))]
+    pub finished_job_ttl_seconds: i32,
+    /// Gang scheduling of multi-pod groups: `auto` makes every serving group and multi-pod
+    /// acceptance run a `scheduling.k8s.io/v1beta1` PodGroup where the API server serves it,
+    /// `native` requires it, `off` never uses it.
+    #[arg(long, env = "DEEPINFER_GANG_SCHEDULING", value_enum, default_value_t = placement::GangScheduling::Auto)]
+    pub gang_scheduling: placement::GangScheduling,
+    /// How long a group may stay partly placed (some ranks bound, others unschedulable) before
+    /// it is deleted whole to free its devices and retried with backoff, e.g. `120s`, `5m`.
+    #[arg(long, default_value = "120s", value_parser = parse_duration)]
+    pub partial_group_timeout: Duration,
+    /// Most reconcile passes running at once (at least 1). Passes of other resources wait in
+    /// the queue (`deepinfer_reconcile_queue_depth`); one resource never has two at once.
+    #[arg(long, env = "DEEPINFER_MAX_CONCURRENT_RECONCILES", default_value_t = DEFAULT_MAX_CONCURRENT_RECONCILES, value_parser = clap::value_parser!(u16).range(1..))]
+    pub max_concurrent_reconciles: u16,
+    /// Log as JSON lines.
+    #[arg(long)]
+    pub json_logs: bool,
+    /// Address of the `/metrics`, `/healthz` and `/readyz` endpoints.
+    #[arg(
+        long,
+        env = "DEEPINFER_METRICS_ADDRESS",
+        default_value = "0.0.0.0:8080"
+    )]
+    pub metrics_address: std::net::SocketAddr,
+    /// Reconcile only while holding a leader Lease, so several replicas can run and one works.
+    #[arg(long, env = "DEEPINFER_LEADER_ELECT")]
+    pub leader_elect: bool,
+    /// Name of the leader Lease; every replica of one installation must use the same.
+    #[arg(long, default_value = "deepinfer-operator")]
+    pub leader_election_id: String,
+    /// Namespace of the leader Lease; default: `$POD_NAMESPACE`, else the client's namespace.
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub leader_election_namespace: Option<String>,
+}
+
+/// Parses `90s`, `2m`, `1h` or plain seconds.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let (number, unit) = text
+        .find(|c: char| !c.is_ascii_digit())
+        .map_or((text, "s"), |at| text.split_at(at));
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration; write e.g. 120s, 5m or 1h"))?;
+    let scale = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        _ => return Err(format!("{text:?}: unknown unit {unit:?}; use s, m or h")),
+    };
+    Ok(Duration::from_secs(n.saturating_mul(scale)))
+}
+
+/// Shared state of the controller.
+pub struct Context {
+    /// API client (writes are counted by [`Context::writes`]).
+    pub client: Client,
+    /// Publishes Kubernetes events on condition transitions.
+    pub recorder: events::Recorder,
+    /// Licence ids the admin allows.
+    pub accepted_licenses: Vec<String>,
+    /// Image of this operator for its Jobs.
+    pub operator_image: String,
+    /// Devices per node, per accelerator type.
+    pub limits: DeviceLimits,
+    /// Deadlines of the fetch and verify Jobs.
+    pub job_deadlines: build::JobDeadlines,
+    /// What is kept of evidence and finished Jobs.
+    pub retention: decide::retention::Retention,
+    /// Mutating requests (everything but GET/LIST/WATCH) this controller sent.
+    pub writes: Arc<AtomicU64>,
+    /// Reconcile passes run.
+    pub reconciles: AtomicU64,
+    /// Prometheus metrics, served on `/metrics`.
+    pub metrics: Arc<crate::metrics::Metrics>,
+    /// Gang scheduling as asked (`--gang-scheduling`).
+    pub gang_scheduling: placement::GangScheduling,
+    /// Whether groups are PodGroups, once resolved against the API server.
+    pub pod_groups: tokio::sync::OnceCell<bool>,
+    /// How long a group may stay partly placed before it is deleted and retried.
+    pub partial_group_timeout: Duration,
+    /// Most reconcile passes running at once.
+    pub max_concurrent_reconciles: u16,
+    /// The watchdog's latest retry per (resource UID, role): the pass after a deletion may
+    /// still read the status from before it, so the backoff is also kept here.
+    pub placement_retries: std::sync::Mutex<
+        std::collections::BTreeMap<(String, String), (i32, k8s_openapi::jiff::Timestamp)>,
+    >,
+    /// Resources whose pass could not reach the API server, reconciled once it answers.
+    pub awaiting_api: outage::AwaitingApi,
+    /// The stream of those resources, taken by the controller loop that runs this context.
+    pub(super) awaiting_api_due: std::sync::Mutex<
+        Option<futures::channel::mpsc::UnboundedReceiver<ObjectRef<CachedDeployment>>>,
+    >,
+    /// The owned objects passes read, one store per kind.
+    pub caches: observe::Caches,
+    /// The writers of those stores, taken by the controller loop that runs this context.
+    pub(super) cache_writers: std::sync::Mutex<Option<observe::CacheWriters>>,
+}
+
+impl Context {
+    /// Whether groups become PodGroups here: `--gang-scheduling` resolved once against the API
+    /// server's discovery (a failed lookup is retried on the next pass).
+    pub async fn pod_groups(&self) -> Result<bool, Error> {
+        self.pod_groups
+            .get_or_try_init(|| async {
+                let native = placement::resolve(&self.client, self.gang_scheduling)
+                    .await
+                    .map_err(|e| Error::Placement(e.to_string()))?;
+                info!(
+                    mode = ?self.gang_scheduling,
+                    pod_groups = native,
+                    "gang scheduling resolved"
+                );
+                Ok(native)
+            })
+            .await
+            .copied()
+    }
+}
+
+impl observe::Sources for Context {
+    fn client(&self) -> &Client {
+        &self.client
+    }
+
+    fn caches(&self) -> &observe::Caches {
+        &self.caches
+    }
+}
+
+/// Settings of a controller instance, for embedding (tests) as well as `run`.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Namespace to watch, or all.
+    pub namespace: Option<String>,
+    /// Licence allow-list.
+    pub accepted_licenses: Vec<String>,
+    /// Image of this operator.
+    pub operator_image: String,
+    /// Devices per node.
+    pub limits: DeviceLimits,
+    /// Deadlines of the fetch and verify Jobs.
+    pub job_deadlines: build::JobDeadlines,
+    /// What is kept of evidence and finished Jobs.
+    pub retention: decide::retention::Retention,
+    /// Gang scheduling as asked.
+    pub gang_scheduling: placement::GangScheduling,
+    /// How long a group may stay partly placed.
+    pub partial_group_timeout: Duration,
+    /// Most reconcile passes running at once.
+    pub max_concurrent_reconciles: u16,
+}
+
+/// Default of `--partial-group-timeout`.
+pub const DEFAULT_PARTIAL_GROUP_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Default of `--max-concurrent-reconciles`: a pass mostly waits on the API server, so a few
+/// dozen keep it busy; without a bound, a restart over a thousand resources starts a thousand
+/// passes at once, each holding its reads and requests, against one API server.
+pub const DEFAULT_MAX_CONCURRENT_RECONCILES: u16 = 32;
+
+impl Settings {
+    /// Settings for one namespace (or all) with the given licences, and defaults elsewhere.
+    pub fn new(namespace: Option<String>, accepted_licenses: Vec<String>) -> Self {
+        Self {
+            namespace,
+            accepted_licenses,
+            operator_image: concat!("deepinfer-operator:", env!("CARGO_PKG_VERSION")).into(),
+            limits: DeviceLimits::default(),
+            job_deadlines: build::JobDeadlines::default(),
+            retention: decide::retention::Retention::default(),
+            gang_scheduling: placement::GangScheduling::Auto,
+            partial_group_timeout: DEFAULT_PARTIAL_GROUP_TIMEOUT,
+            max_concurrent_reconciles: DEFAULT_MAX_CONCURRENT_RECONCILES,
+        }
+    }
+}
+
+impl From<&RunArgs> for Settings {
+    fn from(a: &RunArgs) -> Self {
+        Self {
+            namespace: a.namespace.clone(),
+            accepted_licenses: a
+                .accepted_licenses
+                .iter()
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect(),
+            operator_image: a.operator_image.clone(),
+            limits: DeviceLimits {
+                nvidia: a.max_devices_nvidia,
+                ascend: a.max_devices_ascend,
+                max_pods: a.max_pods_per_deployment,
+            },
+            job_deadlines: build::JobDeadlines {
+                fetch_seconds: a.fetch_deadline_seconds,
+                verify_seconds: a.verify_deadline_seconds,
+            },
+            retention: decide::retention::Retention {
+                keep_evidence: a.keep_evidence,
+                finished_job_ttl_seconds: a.finished_job_ttl_seconds,
+            },
+            gang_scheduling: a.gang_scheduling,
+            partial_group_timeout: a.partial_group_timeout,
+            max_concurrent_reconciles: a.max_concurrent_reconciles,
+        }
+    }
+}
+
+/// The shared context for a controller instance.
+pub fn context(
+    client: Client,
+    settings: &Settings,
+    requests: crate::metrics::ApiRequests,
+) -> Arc<Context> {
+    let (awaiting_api, due) = outage::AwaitingApi::new();
+    let (caches, cache_writers) = observe::Caches::new();
+    let metrics = crate::metrics::Metrics::new(requests.clone());
+    metrics.count_caches(caches.sizes());
+    Arc::new(Context {
+        recorder: events::Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: "deepinfer-operator".into(),
+                instance: std::env::var("POD_NAME").ok(),
+            },
+        ),
+        client,
+        accepted_licenses: settings.accepted_licenses.clone(),
+        operator_image: settings.operator_image.clone(),
+        limits: settings.limits,
+        job_deadlines: settings.job_deadlines,
+        retention: settings.retention,
+        writes: requests.write_counter(),
+        metrics: Arc::new(metrics),
+        reconciles: AtomicU64::new(0),
+        gang_scheduling: settings.gang_scheduling,
+        pod_groups: tokio::sync::OnceCell::new(),
+        partial_group_timeout: settings.partial_group_timeout,
+        max_concurrent_reconciles: settings.max_concurrent_reconciles,
+        placement_retries: std::sync::Mutex::default(),
+        awaiting_api,
+        awaiting_api_due: std::sync::Mutex::new(Some(due)),
+        caches,
+        cache_writers: std::sync::Mutex::new(Some(cache_writers)),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+
+    #[test]
+    fn the_placement_flags_parse_with_units_and_refuse_nonsense() {
+        let cli =
+            Cli::try_parse_from(["op", "--gang-scheduling=off", "--partial-group-timeout=5m"])
+                .expect("valid flags");
+        let settings = Settings::from(&cli.run);
+        assert_eq!(settings.gang_scheduling, placement::GangScheduling::Off);
+        assert_eq!(settings.partial_group_timeout, Duration::from_secs(300));
+        let defaults = Settings::from(&Cli::try_parse_from(["op"]).expect("defaults").run);
+        assert_eq!(defaults.gang_scheduling, placement::GangScheduling::Auto);
+        assert_eq!(
+            defaults.partial_group_timeout,
+            DEFAULT_PARTIAL_GROUP_TIMEOUT
+        );
+        assert_eq!(
+            defaults.max_concurrent_reconciles,
+            DEFAULT_MAX_CONCURRENT_RECONCILES
+        );
+        let bounded = Cli::try_parse_from(["op", "--max-concurrent-reconciles=4"]).expect("valid");
+        assert_eq!(Settings::from(&bounded.run).max_concurrent_reconciles, 4);
+        assert!(Cli::try_parse_from(["op", "--max-concurrent-reconciles=0"]).is_err());
+        assert_eq!(parse_duration("90"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        let err = Cli::try_parse_from(["op", "--partial-group-timeout=2 weeks"])
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(err.contains("unknown unit"), "{err}");
+        assert!(Cli::try_parse_from(["op", "--gang-scheduling=always"]).is_err());
+    }
+}

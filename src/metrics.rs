@@ -27,13 +27,15 @@ use prometheus_client::registry::{Registry, Unit};
 use crate::api::Phase;
 
 /// Every phase, so the phase gauge exports zeros rather than missing series.
-const PHASES: [Phase; 6] = [
+const PHASES: [Phase; 8] = [
     Phase::Pending,
     Phase::Verifying,
     Phase::Accepting,
     Phase::Provisioning,
     Phase::Ready,
     Phase::Failed,
+    Phase::Paused,
+    Phase::Suspended,
 ];
 
 /// Label value of a phase, as spelled in `status.phase`.
@@ -45,6 +47,8 @@ pub fn phase_label(phase: Phase) -> &'static str {
         Phase::Provisioning => "Provisioning",
         Phase::Ready => "Ready",
         Phase::Failed => "Failed",
+        Phase::Paused => "Paused",
+        Phase::Suspended => "Suspended",
         Phase::Unknown => "Unknown",
     }
 }

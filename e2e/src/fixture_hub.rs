@@ -46,6 +46,9 @@ pub enum Fault {
     CorruptDownload { file: String },
     /// List `file` without any hash (no `blobId`, no `lfs.sha256`).
     NoHash { file: String },
+    /// List `file` truly but serve `extra` more bytes after it (a server that sends more than
+    /// it lists).
+    Oversize { file: String, extra: usize },
 }
 
 /// One repository at one revision, backed by a directory.
@@ -413,6 +416,15 @@ fn file_reply(state: &State, repo: &HubRepo, file: &str) -> Reply {
             _ => {}
         }
     }
+    let extra = state
+        .config
+        .faults
+        .iter()
+        .find_map(|f| match f {
+            Fault::Oversize { file: f, extra } if f == file => Some(*extra),
+            _ => None,
+        })
+        .unwrap_or(0);
     let corrupt = state
         .config
         .faults
@@ -425,6 +437,7 @@ fn file_reply(state: &State, repo: &HubRepo, file: &str) -> Reply {
                 if let Some(first) = body.first_mut().filter(|_| corrupt) {
                     *first ^= 0xff;
                 }
+                body.extend(std::iter::repeat_n(b' ', extra));
                 body
             },
             cut_at,

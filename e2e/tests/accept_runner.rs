@@ -10,11 +10,12 @@ use deepinfer_operator::acceptance::{
 };
 
 const FAKE_ENGINE: &str = env!("CARGO_BIN_EXE_deepinfer-fake-engine");
-const SEEDS: [&str; 4] = [
+const SEEDS: [&str; 5] = [
     "valid-2-2-2.jsonl",
     "invalid-2-2-3.jsonl",
     "invalid-empty-prompt.jsonl",
     "invalid-boolean-seconds.jsonl",
+    "invalid-fraction-seconds.jsonl",
 ];
 
 fn fixtures() -> PathBuf {

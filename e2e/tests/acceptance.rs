@@ -96,7 +96,10 @@ async fn gpu_a_passing_revision_goes_ready_and_only_then_gets_workers_and_traffi
     let (client, ns, api) = setup("accept-pass").await;
     let monitor = Monitor::start(&client, &ns.name, &["mit"], Limits::default());
     let op = Operator::start(&ns.name, &["mit"]).await;
-    create(&api, planner("plan", "valid-2-2-2.jsonl", "replay")).await;
+    let mut plan = planner("plan", "valid-2-2-2.jsonl", "replay");
+    plan["spec"]["serviceOwners"] =
+        json!({"kvCache": "platform-kv team", "routing": "gateway team"});
+    create(&api, plan).await;
     let st = status_where(&api, "plan", "Ready=True", |s| {
         cond(s, "Ready").is_some_and(|c| c.status == "True")
     })
@@ -183,6 +186,25 @@ async fn gpu_a_passing_revision_goes_ready_and_only_then_gets_workers_and_traffi
         "manifest records the image digest: {}",
         manifest["runtime"]
     );
+    // What ran, from what, and who owns the front end.
+    assert_eq!(
+        manifest["checkpoint"]["model"],
+        "deepseek-ai/DeepSeek-V4.1-Flash-1017"
+    );
+    assert_eq!(manifest["checkpoint"]["claim"], "ckpt");
+    assert_eq!(manifest["checkpoint"]["path"], "model");
+    assert!(
+        manifest["checkpoint"]["sourceKey"]
+            .as_str()
+            .is_some_and(|k| !k.is_empty()),
+        "{}",
+        manifest["checkpoint"]
+    );
+    assert_eq!(manifest["runtime"]["roleImages"], json!({"worker": IMAGE}));
+    assert_eq!(
+        manifest["serviceOwners"],
+        json!({"kvCache": "platform-kv team", "routing": "gateway team"})
+    );
     assert_eq!(evidence.owner_references()[0].name, "plan");
     // The stand-in engine started only after checking the engine contract's environment.
     assert!(
@@ -219,6 +241,11 @@ async fn gpu_a_passing_revision_goes_ready_and_only_then_gets_workers_and_traffi
     );
     assert!(
         sheet.contains("Hardware:  8 devices in the group"),
+        "{sheet}"
+    );
+    assert!(
+        sheet.contains("Owners:    kvCache: platform-kv team | routing: gateway team\n")
+            && sheet.contains(&format!("Images:    worker {IMAGE} ")),
         "{sheet}"
     );
     let rows: Vec<&str> = sheet
@@ -535,7 +562,7 @@ async fn gpu_the_engine_container_holds_no_api_token_and_every_api_call_is_refus
     op.stop().await;
 }
 
-/// The acceptance ServiceAccount's token (the judge's) may read and update its run's evidence
+/// The acceptance ServiceAccount's token (the judge's) may read and patch its run's evidence
 /// ConfigMap and nothing else: any other ConfigMap, by any verb, is refused with 403, as is
 /// creating, listing or deleting ConfigMaps.
 #[tokio::test]
@@ -565,22 +592,35 @@ async fn gpu_the_judges_token_is_refused_on_every_other_configmap() {
 
     let judge = support::client_as(&client, &ns.name, "plan-acceptance").await;
     let cms: Api<ConfigMap> = Api::namespaced(judge, &ns.name);
-    // Its own evidence: get and update.
+    // Its own evidence: get and patch (conditional on the resourceVersion read), not update.
     let mut own = cms
         .get(&evidence)
         .await
         .expect("the judge reads its evidence");
-    own.data
-        .get_or_insert_with(Default::default)
-        .insert("probe".into(), "1".into());
-    cms.replace(&evidence, &PostParams::default(), &own)
-        .await
-        .expect("the judge updates its evidence");
+    let patch = json!({"metadata": {"resourceVersion": own.metadata.resource_version},
+                       "data": {"probe": "1"}});
+    cms.patch(
+        &evidence,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(&patch),
+    )
+    .await
+    .expect("the judge patches its evidence");
 
     let forbidden = |what: &str, result: Result<(), kube::Error>| match result {
         Err(kube::Error::Api(s)) if s.code == 403 => {}
         other => panic!("{what}: expected 403 Forbidden, got {other:?}"),
     };
+    own.data
+        .get_or_insert_with(Default::default)
+        .insert("probe".into(), "2".into());
+    own.metadata.resource_version = None;
+    forbidden(
+        "update its own evidence (only patch is granted)",
+        cms.replace(&evidence, &PostParams::default(), &own)
+            .await
+            .map(drop),
+    );
     let mut stolen = other.clone();
     stolen.data = Some([("k".to_string(), "forged".to_string())].into());
     forbidden(
@@ -932,6 +972,80 @@ async fn gpu_a_pod_watch_lagging_behind_a_finished_judge_records_the_real_verdic
         cond(s, "Ready").is_some_and(|c| c.status == "True")
     })
     .await;
+    let _ = std::fs::remove_file(outputs);
+    op.stop().await;
+}
+
+/// Acceptance runs under way (runs with an acceptance Job not finished), by deployment and run.
+async fn runs_under_way(client: &Client, ns: &str) -> usize {
+    let jobs: Api<Job> = Api::namespaced(client.clone(), ns);
+    let list = jobs
+        .list(&ListParams::default().labels("deepinfer.io/component=acceptance"))
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default();
+    list.iter()
+        .filter(|j| {
+            !j.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|cs| {
+                    cs.iter().any(|c| {
+                        (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True"
+                    })
+                })
+        })
+        .filter_map(|j| {
+            let run = j.annotations().get("deepinfer.io/judges")?;
+            let deployment = j.labels().get("deepinfer.io/deployment")?;
+            Some((deployment.clone(), run.clone()))
+        })
+        .collect::<BTreeSet<(String, String)>>()
+        .len()
+}
+
+/// With `--max-concurrent-acceptance-runs 1`, three deployments created at once are judged one
+/// after the other (sampled every 200 ms: never two runs under way), the others saying
+/// `AcceptanceQueued` with their place, and all three go Ready.
+#[tokio::test]
+async fn gpu_the_fleet_limit_runs_one_acceptance_at_a_time_and_the_rest_wait_their_turn() {
+    let (client, ns, api) = setup("fleet").await;
+    let op =
+        Operator::start_with(&ns.name, &["mit"], |s| s.max_concurrent_acceptance_runs = 1).await;
+    let outputs = slow_valid_outputs("fleet", 3.0);
+    let canned = outputs.display().to_string();
+    let names = ["fleet-a", "fleet-b", "fleet-c"];
+    for name in names {
+        create(&api, planner(name, &canned, "replay")).await;
+    }
+    let (most, queued) = {
+        let mut most = 0;
+        let mut queued = false;
+        let deadline = std::time::Instant::now() + Duration::from_secs(180);
+        loop {
+            most = most.max(runs_under_way(&client, &ns.name).await);
+            let mut ready = 0;
+            for name in names {
+                if let Some(st) = api.get(name).await.ok().and_then(|d| d.status) {
+                    queued |= cond(&st, "AcceptancePassed").is_some_and(|c| {
+                        c.reason == "AcceptanceQueued" && c.message.contains("in line")
+                    });
+                    ready += usize::from(cond(&st, "Ready").is_some_and(|c| c.status == "True"));
+                }
+            }
+            if ready == names.len() {
+                break (most, queued);
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "not all Ready within 180 s"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    };
+    println!("fleet limit 1: most runs under way at once {most}; a deployment waited: {queued}");
+    assert_eq!(most, 1, "at most one run under way at once");
+    assert!(queued, "a deployment said AcceptanceQueued with its place");
     let _ = std::fs::remove_file(outputs);
     op.stop().await;
 }

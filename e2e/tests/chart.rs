@@ -369,8 +369,11 @@ fn assert_confined_to(sa_namespace: &str, sa: &str, watched: &str) {
         ("watch", "configmaps"),
         ("delete", "configmaps"),
         ("list", "pods"),
+        ("get", "pods"),
         ("create", "jobs"),
         ("watch", "deepinferdeployments.deepinfer.io"),
+        // The opt-in check of hub token and engine-readable Secrets: metadata only, by name.
+        ("get", "secrets"),
     ] {
         assert!(
             can(&[verb, resource, "-n", watched]),
@@ -385,7 +388,12 @@ fn assert_confined_to(sa_namespace: &str, sa: &str, watched: &str) {
             "{verb} {resource} across namespaces"
         );
     }
-    for (verb, resource) in [("get", "secrets"), ("list", "secrets"), ("get", "pods")] {
+    for (verb, resource) in [
+        ("list", "secrets"),
+        ("watch", "secrets"),
+        ("update", "configmaps"),
+        ("create", "secrets"),
+    ] {
         assert!(
             !can(&[verb, resource, "-n", watched]),
             "{verb} {resource}: not needed, not granted"
@@ -393,10 +401,10 @@ fn assert_confined_to(sa_namespace: &str, sa: &str, watched: &str) {
     }
 }
 
-/// A test-only overlay of config/default: the operator in `ops` under a unique name prefix (the
-/// ClusterRole and ClusterRoleBinding are cluster-wide), the bed's image, watching `watch` only,
-/// metrics on `port`, the `mit` licence allowed.
-fn overlay(dir: &Path, ops: &str, prefix: &str, watch: &str, port: u16) {
+/// A test-only overlay of config/default: the operator in `ops` under a unique name prefix,
+/// watching `ops` (its own namespace, as config/default does), the bed's image, metrics on
+/// `port`, the `mit` licence allowed.
+fn overlay(dir: &Path, ops: &str, prefix: &str, port: u16) {
     std::fs::create_dir_all(dir).expect("overlay dir");
     let base = relative(dir, &repo().join("config/default"));
     let kustomization = format!(
@@ -419,9 +427,6 @@ patches:
       - op: replace
         path: /spec/template/spec/containers/0/args/1
         value: --metrics-address=0.0.0.0:{port}
-      - op: add
-        path: /spec/template/spec/containers/0/args/-
-        value: --namespace={watch}
       - op: replace
         path: /spec/template/spec/containers/0/ports/0/containerPort
         value: {port}
@@ -470,12 +475,13 @@ fn relative(from: &Path, to: &Path) -> String {
 async fn gpu_kustomize_default_runs_the_operator_under_its_own_service_account_without_denials() {
     let client = support::client().await;
     let ops = TestNamespace::new(&client, "kust-ops").await;
-    let work = TestNamespace::new(&client, "kust-work").await;
+    // config/default watches the operator's own namespace: the deployment lives there too.
+    let work = &ops;
     support::checkpoint_claim(&work.name, "ckpt", &support::fixture_checkpoint(), "model");
     let prefix = format!("{}-", ops.name);
     let dir = std::env::temp_dir().join(format!("deepinfer-overlay-{}", ops.name));
     let port = free_port();
-    overlay(&dir, &ops.name, &prefix, &work.name, port);
+    overlay(&dir, &ops.name, &prefix, port);
 
     // As config/README.md tells users: a server-side apply of the kustomization. It may take over
     // the CRD's fields from an earlier install on the shared bed.
@@ -501,14 +507,17 @@ async fn gpu_kustomize_default_runs_the_operator_under_its_own_service_account_w
         .and_then(|e| e.value.as_deref());
     assert_eq!(operator_image, Some("deepinfer-operator:dev"));
     support::wait_for_lease_holder(&client, &ops.name, "deepinfer-operator", &pod.name_any()).await;
+    let (ok, _, _) = support::kubectl(&["get", "clusterrole", &sa]);
+    assert!(!ok, "config/default creates no ClusterRole");
+    assert_confined_to(&ops.name, &sa, &ops.name);
 
     take_to_ready(&client, &work.name, "flash", (&pod, &ops.name, &sa)).await;
     assert_jobs_use_operator_image(&client, &work.name, "deepinfer-operator:dev").await;
     assert_no_denials(&pod, &ops.name, &sa);
 
-    // Tear down everything but the CRD (shared by the bed's other suites).
+    // Tear down everything but the CRD (shared by the bed's other suites); the namespace takes
+    // the Role and RoleBinding with it.
     support::kubectl_ok(&["-n", &ops.name, "delete", "deployment", &sa, "--wait=true"]);
     wait_gone(&client, &ops.name, selector).await;
-    support::kubectl_ok(&["delete", "clusterrolebinding,clusterrole", &sa]);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -160,6 +160,8 @@ async fn http_failures_name_the_url_and_status() {
         verified.problems
     );
 
+    // A directory of its own: one holding another revision is refused before the hub is asked.
+    let dest = Scratch::new("wrong-revision");
     let mut wrong = request(&hub, &dest.0, Some("hf_fixture"));
     wrong.revision = "f".repeat(40);
     let report = fetch_checkpoint(&wrong).await;
@@ -331,4 +333,90 @@ async fn concurrent_fetches_into_one_directory_write_each_file_once() {
         .filter(|n| n.contains("partial"))
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+/// A server that sends more bytes than the listing gives for a file is cut off at the listed
+/// size, and nothing of it is kept.
+#[tokio::test]
+async fn a_download_longer_than_its_listed_size_is_cut_off() {
+    let hub = fixture_hub::serve(HubConfig::fixture().fault(Fault::Oversize {
+        file: "config.json".into(),
+        extra: 1 << 20,
+    }))
+    .await
+    .unwrap();
+    let dest = Scratch::new("oversize");
+    let report = fetch_checkpoint(&request(&hub, &dest.0, None)).await;
+    assert!(!report.ok);
+    assert!(
+        report
+            .problems
+            .iter()
+            .any(|p| p.contains("config.json") && p.contains("sent more than")),
+        "{:#?}",
+        report.problems
+    );
+    assert!(!dest.0.join("config.json").exists());
+}
+
+/// A listing that names the fetch's own lock (or marker) is refused: the download would replace
+/// the file another fetch holds its lock on.
+#[tokio::test]
+async fn a_listing_that_names_the_fetch_lock_is_refused() {
+    let repo = Scratch::new("lock-repo");
+    deepinfer_e2e::support::copy_dir(&fixture_hub::fixture_checkpoint_dir(), &repo.0);
+    std::fs::write(repo.0.join(checkpoint::fetch::LOCK_FILE), b"x").unwrap();
+    let hub = fixture_hub::serve(HubConfig::default().repo(
+        FIXTURE_REPO,
+        FIXTURE_REVISION,
+        repo.0.clone(),
+    ))
+    .await
+    .unwrap();
+    let dest = Scratch::new("lock-dest");
+    let report = fetch_checkpoint(&request(&hub, &dest.0, None)).await;
+    assert!(!report.ok);
+    assert!(
+        report
+            .problems
+            .iter()
+            .any(|p| p.contains(checkpoint::fetch::LOCK_FILE) && p.contains("refusing")),
+        "{:#?}",
+        report.problems
+    );
+}
+
+/// One directory holds one revision: a fetch of another revision into a directory holding one
+/// is refused and leaves its files as they are.
+#[tokio::test]
+async fn a_second_revision_is_refused_in_a_directory_holding_another() {
+    let hub = fixture_hub::serve(HubConfig::fixture()).await.unwrap();
+    let dest = Scratch::new("two-revisions");
+    assert!(fetch_checkpoint(&request(&hub, &dest.0, None)).await.ok);
+    let other = "b".repeat(40);
+    let second = fixture_hub::serve(HubConfig::default().repo(
+        FIXTURE_REPO,
+        &other,
+        fixture_hub::fixture_checkpoint_dir(),
+    ))
+    .await
+    .unwrap();
+    let mut req = request(&second, &dest.0, None);
+    req.revision = other.clone();
+    let report = fetch_checkpoint(&req).await;
+    assert!(!report.ok);
+    assert!(
+        report
+            .problems
+            .iter()
+            .any(|p| p.contains("holds revision") && p.contains(FIXTURE_REVISION)),
+        "{:#?}",
+        report.problems
+    );
+    assert!(
+        second.requests().is_empty(),
+        "nothing was asked of the hub: {:?}",
+        second.requests()
+    );
+    assert!(verify(&dest.0).ok, "the first revision is intact");
 }

@@ -41,7 +41,7 @@ fn judged(name: &str, runtime_args: Value) -> Value {
 async fn hub_secret(client: &Client, ns: &str) {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
     let secret: Secret = serde_json::from_value(json!({
-        "metadata": {"name": "hub"},
+        "metadata": {"name": "hub", "labels": {"deepinfer.io/engine-readable": "true"}},
         "stringData": {"token": SECRET}
     }))
     .expect("secret");

@@ -554,7 +554,12 @@ async fn gpu_a_hub_source_is_fetched_by_a_job_then_verified() {
     );
     assert!(ok, "{out}");
     let api: Api<DeepInferDeployment> = Api::namespaced(client.clone(), &ns.name);
-    let op = Operator::start(&ns.name, &["mit"]).await;
+    // The fixture hub is the one endpoint this operator may fetch from.
+    let endpoint = hub.endpoint();
+    let op = Operator::start_with(&ns.name, &["mit"], |s| {
+        s.allowed_hub_endpoints = vec![endpoint];
+    })
+    .await;
     let mut obj = nvidia("fetched", 0, 8);
     obj["spec"]["model"]["name"] = json!(fixture_hub::FIXTURE_REPO);
     obj["spec"]["model"]["source"] = json!({"hub": {

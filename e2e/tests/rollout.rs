@@ -58,6 +58,13 @@ async fn create(api: &Api<DeepInferDeployment>, obj: Value) {
         .expect("creating the DeepInferDeployment");
 }
 
+/// The annotations a change to `spec.acceptance` of a deployment that passed needs.
+fn acceptance_change(reason: &str) -> Value {
+    json!({"metadata": {"annotations": {
+        "deepinfer.io/acceptance-change-reason": reason,
+        "deepinfer.io/acceptance-change-reviewer": "e2e reviewer"}}})
+}
+
 async fn patch(api: &Api<DeepInferDeployment>, name: &str, patch: Value) {
     api.patch(name, &PatchParams::default(), &Patch::Merge(patch))
         .await
@@ -340,11 +347,33 @@ async fn gpu_a_failed_rejudgement_takes_the_serving_pods_out_of_service() {
     let (client, ns, api, op) = setup("rejudge").await;
     create(&api, deployment("rejudge", 1, 8, 1, 0)).await;
     status_where(&api, "rejudge", "Ready", is_ready).await;
-    // The same revision, judged against outputs that break the expected structure.
+    // The same revision, judged against outputs that break the expected structure. Changing the
+    // acceptance section of a deployment that passed needs a recorded review first: until then
+    // nothing runs and the serving pods keep serving.
     patch(
         &api,
         "rejudge",
         json!({"spec": {"acceptance": support::shot_planner_acceptance("invalid-2-2-3.jsonl", "replay")}}),
+    )
+    .await;
+    let stalled = status_where(&api, "rejudge", "AcceptanceReviewRequired", |s| {
+        condition(s, "AcceptancePassed").is_some_and(|c| c.reason == "AcceptanceReviewRequired")
+            && condition(s, "Stalled").is_some_and(|c| c.status == "True")
+    })
+    .await;
+    assert_eq!(stalled.judgements.len(), 1, "no run without the review");
+    support::eventually(
+        Duration::from_secs(30),
+        "the serving revision keeps serving",
+        || async {
+            (ready_endpoints(&client, &ns.name, "rejudge-worker").await == 1).then_some(())
+        },
+    )
+    .await;
+    patch(
+        &api,
+        "rejudge",
+        acceptance_change("expected outputs replaced"),
     )
     .await;
     let st = status_where(&api, "rejudge", "AcceptanceFailed", |s| {
@@ -355,6 +384,14 @@ async fn gpu_a_failed_rejudgement_takes_the_serving_pods_out_of_service() {
         st.judgements.len() >= 2,
         "both judgements kept: {:?}",
         st.judgements
+    );
+    assert_eq!(
+        st.judgements[0]
+            .review
+            .as_ref()
+            .and_then(|r| r.change_reason.as_deref()),
+        Some("expected outputs replaced"),
+        "the review is recorded in the judgement"
     );
     support::eventually(Duration::from_secs(10), "no ready endpoint", || async {
         (ready_endpoints(&client, &ns.name, "rejudge-worker").await == 0).then_some(())
@@ -376,7 +413,7 @@ async fn gpu_a_serving_group_that_crashes_while_another_revision_is_judged_is_re
     patch(
         &api,
         "judging",
-        json!({"spec": {"runtime": {"image": IMAGE2}, "acceptance": hanging}}),
+        json!({"metadata": acceptance_change("a hanging engine")["metadata"], "spec": {"runtime": {"image": IMAGE2}, "acceptance": hanging}}),
     )
     .await;
     status_where(&api, "judging", "judging the new revision", |s| {
@@ -491,7 +528,7 @@ async fn gpu_six_failing_revisions_in_a_row_never_take_the_serving_revision_down
         patch(
             &api,
             "sixfail",
-            json!({"spec": {"runtime": {"commit": commit(n)}, "acceptance": failing}}),
+            json!({"metadata": acceptance_change("failing candidates")["metadata"], "spec": {"runtime": {"commit": commit(n)}, "acceptance": failing}}),
         )
         .await;
         let st = status_where(&api, "sixfail", &format!("candidate {n} judged"), |s| {
@@ -615,4 +652,157 @@ async fn gpu_a_status_with_an_unknown_phase_and_result_changes_no_serving_pod() 
         status
     })
     .await;
+}
+
+/// The revisions of the groups of `did` (one entry per group), sorted.
+async fn group_revisions(client: &Client, ns: &str, did: &str) -> Vec<String> {
+    let mut revs: Vec<String> = groups(&workers(client, ns, did).await)
+        .into_keys()
+        .map(|(rev, _)| rev)
+        .collect();
+    revs.sort();
+    revs
+}
+
+#[tokio::test]
+async fn gpu_a_partition_holds_a_rollout_at_one_group_and_lowering_it_lets_it_finish() {
+    let (client, ns, api, op) = setup("partition").await;
+    let mut obj = deployment("partition", 2, 8, 1, 0);
+    obj["spec"]["roles"][0]["rollout"]["partition"] = json!(1);
+    create(&api, obj).await;
+    let before = status_where(&api, "partition", "Ready", is_ready).await;
+    patch(
+        &api,
+        "partition",
+        json!({"spec": {"runtime": {"image": IMAGE2}}}),
+    )
+    .await;
+    let held = status_where(&api, "partition", "Ready with one group updated", |s| {
+        s.revision != before.revision
+            && is_ready(s)
+            && s.roles.first().is_some_and(|r| r.updated_groups == 1)
+    })
+    .await;
+    support::poke(&api, "partition", 3).await;
+    let revs = group_revisions(&client, &ns.name, "partition").await;
+    assert_eq!(revs.len(), 2, "{revs:?}");
+    assert!(
+        revs.contains(before.revision.as_ref().expect("old"))
+            && revs.contains(held.revision.as_ref().expect("new")),
+        "one group on each revision: {revs:?}"
+    );
+    assert_eq!(
+        held.roles[0].rolling_out, held.revision,
+        "the role says what is being rolled out"
+    );
+    patch(
+        &api,
+        "partition",
+        json!({"spec": {"roles": [{"name": "worker", "replicas": 2, "parallel": {"tensor": 8},
+                                   "rollout": {"maxSurge": 1, "maxUnavailable": 0, "partition": 0}}]}}),
+    )
+    .await;
+    let done = status_where(&api, "partition", "every group updated", |s| {
+        is_ready(s) && s.roles.first().is_some_and(|r| r.updated_groups == 2)
+    })
+    .await;
+    assert_eq!(
+        group_revisions(&client, &ns.name, "partition").await,
+        vec![done.revision.clone().expect("revision"); 2]
+    );
+    op.stop().await;
+}
+
+#[tokio::test]
+async fn gpu_paused_holds_everything_and_suspend_frees_every_device_then_serves_without_a_new_run()
+{
+    let (client, ns, api, op) = setup("pause").await;
+    create(&api, deployment("pause", 2, 8, 1, 0)).await;
+    let ready = status_where(&api, "pause", "Ready", is_ready).await;
+    let phase = |s: &DeepInferDeploymentStatus, p: &str| {
+        serde_json::to_value(s.phase).ok() == Some(json!(p))
+    };
+    // Paused: a new revision is judged, but no group is created, replaced or deleted.
+    patch(&api, "pause", json!({"spec": {"paused": true}})).await;
+    status_where(&api, "pause", "phase Paused", |s| phase(s, "Paused")).await;
+    let held: BTreeSet<String> = workers(&client, &ns.name, "pause")
+        .await
+        .iter()
+        .filter_map(|p| p.uid())
+        .collect();
+    patch(
+        &api,
+        "pause",
+        json!({"spec": {"runtime": {"image": IMAGE2}}}),
+    )
+    .await;
+    let judged = status_where(&api, "pause", "the new revision judged while paused", |s| {
+        s.revision != ready.revision
+            && s.acceptance
+                .as_ref()
+                .is_some_and(|a| Some(&a.revision) == s.revision.as_ref() && a.passed())
+    })
+    .await;
+    let pods_api: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let victim = workers(&client, &ns.name, "pause").await[0].name_any();
+    pods_api
+        .delete(&victim, &DeleteParams::default())
+        .await
+        .expect("break a group");
+    support::poke(&api, "pause", 3).await;
+    let now: BTreeSet<String> = workers(&client, &ns.name, "pause")
+        .await
+        .iter()
+        .filter_map(|p| p.uid())
+        .collect();
+    assert!(
+        now.is_subset(&held) && now.len() == held.len() - 1,
+        "nothing created or replaced while paused"
+    );
+    let st = api
+        .get_status("pause")
+        .await
+        .expect("status")
+        .status
+        .expect("status");
+    assert!(phase(&st, "Paused"), "{:?}", st.phase);
+    let reconciling = condition(&st, "Reconciling").expect("Reconciling");
+    assert_eq!(
+        (reconciling.status.as_str(), reconciling.reason.as_str()),
+        ("False", "Paused")
+    );
+    // Resumed: the rollout goes on.
+    patch(&api, "pause", json!({"spec": {"paused": false}})).await;
+    let rolled = status_where(&api, "pause", "Ready on the new revision", |s| {
+        is_ready(s) && s.revision == judged.revision && s.roles[0].updated_groups == 2
+    })
+    .await;
+    let runs = acceptance_jobs(&client, &ns.name, "pause").await;
+    // Suspended: every device is freed; the judgements stay.
+    patch(&api, "pause", json!({"spec": {"suspend": true}})).await;
+    status_where(&api, "pause", "phase Suspended", |s| phase(s, "Suspended")).await;
+    support::eventually(TIMEOUT, "no worker pod left", || async {
+        workers(&client, &ns.name, "pause")
+            .await
+            .is_empty()
+            .then_some(())
+    })
+    .await;
+    let st = api
+        .get_status("pause")
+        .await
+        .expect("status")
+        .status
+        .expect("status");
+    assert_eq!(st.judgements, rolled.judgements, "judgements kept");
+    // Resumed: serving again on the recorded pass, with no new acceptance run.
+    patch(&api, "pause", json!({"spec": {"suspend": false}})).await;
+    let back = status_where(&api, "pause", "Ready again", |s| {
+        is_ready(s) && s.roles[0].ready_groups == 2
+    })
+    .await;
+    assert_eq!(back.revision, rolled.revision);
+    assert_eq!(back.judgements, rolled.judgements, "nothing judged again");
+    assert_eq!(acceptance_jobs(&client, &ns.name, "pause").await, runs);
+    op.stop().await;
 }

@@ -238,7 +238,9 @@ fn compile_prompt(prompt: &AcceptancePrompt) -> Result<CompiledPrompt, String> {
     let so = &prompt.structured_output;
     let structure = match (&so.json, &so.regex, &so.grammar) {
         (Some(schema), None, None) => {
-            let validator = jsonschema::validator_for(schema)
+            let validator = jsonschema::options()
+                .with_keyword("type", written_type)
+                .build(schema)
                 .map_err(|e| format!("structuredOutput.json: not a usable JSON Schema: {e}"))?;
             Structure::Json {
                 schema: schema.clone(),
@@ -267,6 +269,112 @@ fn compile_prompt(prompt: &AcceptancePrompt) -> Result<CompiledPrompt, String> {
         structure,
         rules,
     })
+}
+
+/// A JSON type name of the `type` keyword.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum JsonKind {
+    Null,
+    Boolean,
+    Object,
+    Array,
+    Number,
+    String,
+    Integer,
+}
+
+impl JsonKind {
+    fn parse(name: &str) -> Option<Self> {
+        Some(match name {
+            "null" => Self::Null,
+            "boolean" => Self::Boolean,
+            "object" => Self::Object,
+            "array" => Self::Array,
+            "number" => Self::Number,
+            "string" => Self::String,
+            "integer" => Self::Integer,
+            _ => return None,
+        })
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::Null => "null",
+            Self::Boolean => "boolean",
+            Self::Object => "object",
+            Self::Array => "array",
+            Self::Number => "number",
+            Self::String => "string",
+            Self::Integer => "integer",
+        }
+    }
+
+    /// Whether `value` is of this type. An integer is a number written as a whole number: JSON
+    /// Schema's `integer` also takes `2.0` or `2e0` (a number whose fraction is zero), the checker
+    /// does not, as the engine wrote a fraction or an exponent. A whole number beyond 64 bits is
+    /// read as a float and so is not an integer here either.
+    fn holds(self, value: &Value) -> bool {
+        match (self, value) {
+            (Self::Null, Value::Null)
+            | (Self::Boolean, Value::Bool(_))
+            | (Self::Object, Value::Object(_))
+            | (Self::Array, Value::Array(_))
+            | (Self::Number, Value::Number(_))
+            | (Self::String, Value::String(_)) => true,
+            (Self::Integer, Value::Number(n)) => n.is_i64() || n.is_u64(),
+            _ => false,
+        }
+    }
+}
+
+/// The `type` keyword as the checker applies it (see [`JsonKind::holds`]).
+struct WrittenType(Vec<JsonKind>);
+
+/// Compiles `type` into [`WrittenType`] (the schema was checked against the meta-schema first).
+fn written_type<'a>(
+    _parent: &'a serde_json::Map<String, Value>,
+    value: &'a Value,
+    _path: jsonschema::paths::Location,
+) -> Result<Box<dyn for<'i> jsonschema::Keyword<'i>>, jsonschema::ValidationError<'a>> {
+    let unusable = || {
+        jsonschema::ValidationError::custom(
+            "`type` must be one of null, boolean, object, array, number, string, integer, or a list of them",
+        )
+    };
+    let kinds = match value {
+        Value::String(name) => vec![JsonKind::parse(name).ok_or_else(unusable)?],
+        Value::Array(names) => names
+            .iter()
+            .map(|n| n.as_str().and_then(JsonKind::parse).ok_or_else(unusable))
+            .collect::<Result<_, _>>()?,
+        _ => return Err(unusable()),
+    };
+    Ok(Box::new(WrittenType(kinds)))
+}
+
+impl<'i> jsonschema::Keyword<'i> for WrittenType {
+    fn validate(&self, instance: &'i Value) -> Result<(), jsonschema::ValidationError<'i>> {
+        if self.is_valid(instance) {
+            return Ok(());
+        }
+        let names: Vec<String> = self.0.iter().map(|k| format!("\"{}\"", k.name())).collect();
+        let of = if names.len() == 1 { "type" } else { "types" };
+        let mut message = format!("{instance} is not of {of} {}", names.join(", "));
+        if self.0.contains(&JsonKind::Integer)
+            && instance
+                .as_f64()
+                .is_some_and(|f| f.is_finite() && f.fract() == 0.0)
+        {
+            message.push_str(
+                " (written with a fraction or an exponent, or beyond 64 bits: an integer must be written as a whole number)",
+            );
+        }
+        Err(jsonschema::ValidationError::custom(message))
+    }
+
+    fn is_valid(&self, instance: &'i Value) -> bool {
+        self.0.iter().any(|k| k.holds(instance))
+    }
 }
 
 /// The user's pattern, without the anchors the checker adds.

@@ -9,7 +9,7 @@ use anyhow::Context as _;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::ByteString;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, Patch, PatchParams};
 
 use super::checker::Verdict;
 use super::engine_io::TRUNCATION_MARKER;
@@ -526,8 +526,11 @@ enum WriteError {
     NotOwned(String),
 }
 
-/// Replaces the evidence ConfigMap the operator created, only if its controller is the
-/// deployment with `owner_uid`.
+/// Writes the evidence into the ConfigMap the operator created, only if its controller is the
+/// deployment with `owner_uid`: a JSON merge patch that carries the `resourceVersion` read (so
+/// the API server refuses it with a conflict if the object changed since) and sets every key of
+/// `cm`, removing the keys it does not have. A patch, not an update: the judge's Role grants
+/// `get` and `patch` on that name, and the operator holds no `update` on ConfigMaps to grant.
 async fn replace_own(
     api: &Api<ConfigMap>,
     name: &str,
@@ -544,14 +547,39 @@ async fn replace_own(
     if !owned {
         return Err(WriteError::NotOwned(owner_uid.to_string()));
     }
-    let mut replacement = cm.clone();
-    replacement.metadata.resource_version = existing.metadata.resource_version;
-    // The operator's annotations stay (it records its judgement of the run there).
-    replacement.metadata.annotations = existing.metadata.annotations;
-    api.replace(name, &PostParams::default(), &replacement)
+    let patch = evidence_patch(&existing, cm);
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .map(|_| ())
         .map_err(Into::into)
+}
+
+/// The merge patch that makes `existing` hold `cm`'s labels, data and binary data (keys `cm`
+/// lacks are removed), conditional on `existing`'s `resourceVersion`. The operator's
+/// annotations and the owner references stay as they are.
+fn evidence_patch(existing: &ConfigMap, cm: &ConfigMap) -> serde_json::Value {
+    use serde_json::{Map, Value};
+    fn keyed<V: serde::Serialize>(
+        new: Option<&BTreeMap<String, V>>,
+        old: Option<&BTreeMap<String, V>>,
+    ) -> Value {
+        let mut out = Map::new();
+        for key in old.into_iter().flatten().map(|(k, _)| k) {
+            out.insert(key.clone(), Value::Null);
+        }
+        for (k, v) in new.into_iter().flatten() {
+            out.insert(k.clone(), serde_json::to_value(v).unwrap_or(Value::Null));
+        }
+        Value::Object(out)
+    }
+    serde_json::json!({
+        "metadata": {
+            "resourceVersion": existing.metadata.resource_version,
+            "labels": cm.metadata.labels,
+        },
+        "data": keyed(cm.data.as_ref(), existing.data.as_ref()),
+        "binaryData": keyed(cm.binary_data.as_ref(), existing.binary_data.as_ref()),
+    })
 }
 
 fn retriable(err: &WriteError) -> bool {
@@ -793,5 +821,30 @@ mod tests {
         let kept: Vec<Verdict> = serde_json::from_slice(&file(&e, VERDICTS_KEY).bytes).unwrap();
         assert!(kept[0].reason.len() <= REASON_BUDGET);
         assert_eq!(manifest_of(&e).truncated[0].key, VERDICTS_KEY);
+    }
+
+    #[test]
+    fn the_evidence_patch_is_conditional_and_replaces_every_key() {
+        let existing: ConfigMap = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "e", "resourceVersion": "42",
+                         "annotations": {"deepinfer.io/judgement": "kept"}},
+            "data": {"stale.txt": "old", "manifest.json": "{}"},
+            "binaryData": {"old.bin": "AA=="}
+        }))
+        .expect("existing");
+        let cm: ConfigMap = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "e", "labels": {"app": "x"}},
+            "data": {"manifest.json": "{\"ok\":true}"}
+        }))
+        .expect("new");
+        let patch = evidence_patch(&existing, &cm);
+        assert_eq!(
+            patch,
+            serde_json::json!({
+                "metadata": {"resourceVersion": "42", "labels": {"app": "x"}},
+                "data": {"stale.txt": null, "manifest.json": "{\"ok\":true}"},
+                "binaryData": {"old.bin": null}
+            })
+        );
     }
 }

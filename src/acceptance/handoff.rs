@@ -168,6 +168,88 @@ pub struct EngineReport {
     pub error: Option<String>,
 }
 
+/// Longest string of the engine's report kept (argument, variable, device field, reason).
+pub const REPORT_STRING_BYTES: usize = 512;
+/// Most entries of each list or map of the engine's report kept.
+pub const REPORT_ENTRIES: usize = 64;
+/// Longest raw `npu-smi` output kept.
+const REPORT_NPU_SMI_BYTES: usize = 16 * 1024;
+
+impl EngineReport {
+    /// The report with every string and every list cut to a bound, each cut marked in the text
+    /// (see [`super::manifest::shorten`]; a list keeps its first entries and one entry saying how
+    /// many were dropped). The report is written by the engine's container and read as hostile
+    /// input: whatever it holds, what reaches the manifest stays small, so the evidence write
+    /// never fails for its size.
+    pub fn capped(mut self) -> Self {
+        let cut = |s: &mut String| {
+            if s.len() > REPORT_STRING_BYTES {
+                *s = super::manifest::shorten(s, REPORT_STRING_BYTES);
+            }
+        };
+        let cut_map = |map: &mut BTreeMap<String, String>| {
+            let dropped = map.len().saturating_sub(REPORT_ENTRIES);
+            *map = std::mem::take(map)
+                .into_iter()
+                .take(REPORT_ENTRIES)
+                .map(|(mut k, mut v)| {
+                    cut(&mut k);
+                    cut(&mut v);
+                    (k, v)
+                })
+                .collect();
+            if dropped > 0 {
+                map.insert("…".into(), format!("[{dropped} more entries dropped]"));
+            }
+        };
+        let dropped = self.command.len().saturating_sub(REPORT_ENTRIES);
+        self.command.truncate(REPORT_ENTRIES);
+        self.command.iter_mut().for_each(cut);
+        if dropped > 0 {
+            self.command
+                .push(format!("[{dropped} more arguments dropped]"));
+        }
+        if let Some(env) = self.env.as_mut() {
+            cut_map(env);
+        }
+        match &mut self.exit {
+            EngineExit::SpawnFailed { error } => cut(error),
+            EngineExit::Lost { reason } => cut(reason),
+            EngineExit::Exited { .. }
+            | EngineExit::Signalled { .. }
+            | EngineExit::TimedOut { .. } => {}
+        }
+        let markers = std::mem::take(&mut self.timings.markers);
+        self.timings.markers = markers
+            .into_iter()
+            .take(REPORT_ENTRIES)
+            .map(|(mut k, v)| {
+                cut(&mut k);
+                (k, v)
+            })
+            .collect();
+        let devices = &mut self.devices;
+        cut(&mut devices.source);
+        devices.devices.truncate(REPORT_ENTRIES);
+        for d in &mut devices.devices {
+            cut(&mut d.index);
+            cut(&mut d.name);
+            cut(&mut d.uuid);
+            cut(&mut d.memory_total);
+        }
+        if let Some(raw) = devices.npu_smi.as_mut() {
+            if raw.len() > REPORT_NPU_SMI_BYTES {
+                *raw = super::manifest::shorten(raw, REPORT_NPU_SMI_BYTES);
+            }
+        }
+        cut_map(&mut devices.visible_devices);
+        if let Some(error) = self.error.as_mut() {
+            cut(error);
+        }
+        self
+    }
+}
+
 /// What the judge has of the engine's run.
 #[derive(Debug, Clone)]
 pub struct EngineSide {
@@ -406,8 +488,10 @@ pub fn collect(dir: &Path, report: EngineReport) -> EngineSide {
     beside(dir, report, log)
 }
 
-/// The report and log with the outputs file in `dir`.
+/// The report (cut to its bounds, [`EngineReport::capped`]) and log with the outputs file in
+/// `dir`.
 pub fn beside(dir: &Path, report: EngineReport, mut log: Vec<u8>) -> EngineSide {
+    let report = report.capped();
     let (outputs, outputs_unread) = match read_untrusted(&dir.join(OUTPUTS_FILE), MAX_OUTPUTS_BYTES)
     {
         Ok(outputs) => (outputs, None),
@@ -484,6 +568,67 @@ fn read_untrusted_tail(path: &Path, max: u64) -> std::io::Result<Option<Vec<u8>>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_string_and_list_of_the_engine_report_is_capped() {
+        let long = "x".repeat(100_000);
+        let many: BTreeMap<String, String> = (0..1000)
+            .map(|i| (format!("{i}{long}"), long.clone()))
+            .collect();
+        let report = EngineReport {
+            command: vec![long.clone(); 1000],
+            env: Some(many.clone()),
+            exit: EngineExit::Lost {
+                reason: long.clone(),
+            },
+            timeout_seconds: 1,
+            timings: Timings {
+                markers: (0..1000).map(|i| (format!("{i}{long}"), 1.0)).collect(),
+                ..Timings::default()
+            },
+            devices: DeviceInventory {
+                source: long.clone(),
+                devices: vec![
+                    devices::Device {
+                        index: long.clone(),
+                        name: long.clone(),
+                        uuid: long.clone(),
+                        memory_total: long.clone(),
+                    };
+                    1000
+                ],
+                npu_smi: Some(long.clone()),
+                visible_devices: many,
+            },
+            log_dropped: 0,
+            error: Some(long.clone()),
+        };
+        let capped = report.capped();
+        let size = serde_json::to_vec(&capped).expect("json").len();
+        assert!(size < 400 * 1024, "{size} bytes");
+        assert_eq!(capped.command.len(), REPORT_ENTRIES + 1);
+        assert!(capped
+            .command
+            .iter()
+            .all(|a| a.len() <= REPORT_STRING_BYTES));
+        assert!(capped.command[REPORT_ENTRIES].contains("936 more arguments dropped"));
+        let env = capped.env.as_ref().expect("env");
+        assert_eq!(env.len(), REPORT_ENTRIES + 1);
+        assert!(env
+            .iter()
+            .all(|(k, v)| k.len() <= REPORT_STRING_BYTES && v.len() <= REPORT_STRING_BYTES));
+        assert!(
+            matches!(&capped.exit, EngineExit::Lost { reason } if reason.contains("truncated"))
+        );
+        assert!(capped
+            .error
+            .as_deref()
+            .is_some_and(|e| e.len() <= REPORT_STRING_BYTES));
+        assert!(capped.devices.devices.len() <= REPORT_ENTRIES);
+        // A report within its bounds is kept as it is.
+        let small = failed_report("no model".into(), Duration::from_secs(3));
+        assert_eq!(small.clone().capped(), small);
+    }
 
     fn dir(name: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!("handoff-{name}-{}", std::process::id()));

@@ -1,13 +1,15 @@
 //! What an acceptance run records: the manifest (kept as evidence) and the short summary (the
 //! container's termination message, parsed by the controller).
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use super::checker::Verdict;
 use super::devices::DeviceInventory;
 use super::engine::{EngineExit, Timings};
 use super::engine_io::ParsedOutputs;
-use crate::api::{EffectiveSampling, ParallelSpec};
+use crate::api::{EffectiveSampling, ParallelSpec, ReviewRecord};
 
 /// Kubernetes keeps at most this many bytes of a termination message.
 pub const TERMINATION_MESSAGE_LIMIT: usize = 4096;
@@ -89,6 +91,10 @@ pub struct RuntimeRecord {
     /// The operator's pod-template version the engine ran under (part of the revision judged).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub template_version: Option<i32>,
+    /// The image each role's group of the run ran (`image` is the judged role's); empty in
+    /// manifests written before runs recorded them.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub role_images: BTreeMap<String, String>,
 }
 
 /// Checkpoint.
@@ -99,6 +105,19 @@ pub struct CheckpointRecord {
     pub revision: String,
     /// Local model directory the engine loaded.
     pub model_dir: String,
+    /// The model's name (`spec.model.name`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// The PersistentVolumeClaim holding the checkpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claim: Option<String>,
+    /// The checkpoint's directory inside the claim.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// Key of the checkpoint source that was verified (`status.checkpoint.sourceKey`): the
+    /// model, licence, source and layouts the verification covered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_key: Option<String>,
 }
 
 /// Parallel layout with its world size.
@@ -266,6 +285,14 @@ pub struct Manifest {
     /// they serve, wired to it); empty in manifests written before runs recorded them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub roles: Vec<String>,
+    /// Who owns each front-end service the deployment relies on (`spec.serviceOwners`); empty
+    /// when none were declared.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub service_owners: BTreeMap<String, String>,
+    /// The review decisions the run was started under (rerun reason, the reason and reviewer of
+    /// a change to `spec.acceptance`); absent when none was annotated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub review: Option<ReviewRecord>,
     /// The engine run.
     pub engine: EngineRecord,
     /// Sampling settings of `spec.acceptance.sampling`, defaults applied (each prompt's own, with
@@ -310,6 +337,20 @@ pub struct RunIdentity {
     pub layout: ParallelSpec,
     /// Roles the run included, the judged role first.
     pub roles: Vec<String>,
+    /// Image of each role's group.
+    pub role_images: BTreeMap<String, String>,
+    /// Model name.
+    pub model: Option<String>,
+    /// Checkpoint claim.
+    pub claim: Option<String>,
+    /// Checkpoint directory inside the claim.
+    pub path: Option<String>,
+    /// Checkpoint source key.
+    pub source_key: Option<String>,
+    /// Front-end service owners.
+    pub service_owners: BTreeMap<String, String>,
+    /// Review decisions.
+    pub review: Option<ReviewRecord>,
     /// Start time (RFC 3339).
     pub started_at: String,
     /// Output tokens each prompt asked for (`maxTokens`), by prompt id; prompts that left it to
@@ -472,14 +513,21 @@ pub fn build_manifest(
             image_digest: image_digest(&identity.image),
             commit: identity.runtime_commit.clone(),
             template_version: identity.template_version,
+            role_images: identity.role_images.clone(),
         },
         checkpoint: CheckpointRecord {
             revision: identity.checkpoint_revision.clone(),
             model_dir: identity.model_dir.clone(),
+            model: identity.model.clone(),
+            claim: identity.claim.clone(),
+            path: identity.path.clone(),
+            source_key: identity.source_key.clone(),
         },
         devices,
         layout: (&identity.layout).into(),
         roles: identity.roles.clone(),
+        service_owners: identity.service_owners.clone(),
+        review: identity.review.clone(),
         engine,
         sampling: Some(identity.sampling),
         timings,

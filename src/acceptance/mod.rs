@@ -14,12 +14,13 @@ pub mod rules;
 pub mod runner;
 pub mod sheet;
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use clap::{Args, Parser};
 
-use crate::api::{AcceptanceSpec, ParallelSpec};
+use crate::api::{AcceptanceSpec, ParallelSpec, ReviewRecord};
 pub use checker::{CompiledSpec, Verdict};
 pub use manifest::{AcceptanceResult, AcceptanceSummary};
 
@@ -115,6 +116,51 @@ pub struct IdentityArgs {
     /// Roles whose groups the run included, the judged role first, e.g. `decode,prefill`.
     #[arg(long, value_delimiter = ',')]
     pub roles: Vec<String>,
+    /// The model's name (`spec.model.name`).
+    #[arg(long, default_value = "")]
+    pub model_name: String,
+    /// The image each role's group ran, as a JSON object `{"<role>": "<image>"}` (the role's
+    /// `spec.runtime.roles[].image`, else `spec.runtime.image`).
+    #[arg(long, value_parser = parse_string_map)]
+    pub role_images: Option<BTreeMap<String, String>>,
+    /// The PersistentVolumeClaim holding the checkpoint.
+    #[arg(long)]
+    pub checkpoint_claim: Option<String>,
+    /// The checkpoint's directory inside that claim.
+    #[arg(long)]
+    pub checkpoint_path: Option<String>,
+    /// The key of the checkpoint source that was verified (`status.checkpoint.sourceKey`).
+    #[arg(long)]
+    pub checkpoint_source_key: Option<String>,
+    /// Owners of the front-end services, as a JSON object (`spec.serviceOwners`).
+    #[arg(long, value_parser = parse_string_map)]
+    pub service_owners: Option<BTreeMap<String, String>>,
+    /// Why the run was asked for again (annotation `deepinfer.io/rerun-reason`).
+    #[arg(long)]
+    pub rerun_reason: Option<String>,
+    /// Why `spec.acceptance` changed (annotation `deepinfer.io/acceptance-change-reason`).
+    #[arg(long)]
+    pub acceptance_change_reason: Option<String>,
+    /// Who reviewed that change (annotation `deepinfer.io/acceptance-change-reviewer`).
+    #[arg(long)]
+    pub acceptance_change_reviewer: Option<String>,
+}
+
+impl IdentityArgs {
+    /// The review decisions given, `None` when there are none.
+    pub fn review(&self) -> Option<ReviewRecord> {
+        let record = ReviewRecord {
+            rerun_reason: self.rerun_reason.clone(),
+            change_reason: self.acceptance_change_reason.clone(),
+            change_reviewer: self.acceptance_change_reviewer.clone(),
+        };
+        (record != ReviewRecord::default()).then_some(record)
+    }
+}
+
+/// Parses a JSON object of strings, e.g. `{"decode": "registry/image@sha256:…"}`.
+pub fn parse_string_map(text: &str) -> Result<BTreeMap<String, String>, String> {
+    serde_json::from_str(text).map_err(|e| format!("not a JSON object of strings: {e}"))
 }
 
 impl AcceptArgs {

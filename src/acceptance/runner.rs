@@ -119,6 +119,13 @@ async fn execute(args: &AcceptArgs) -> (AcceptanceSummary, i32) {
         model_dir: args.model_dir.display().to_string(),
         layout: args.identity.layout.clone(),
         roles: args.identity.roles.clone(),
+        role_images: args.identity.role_images.clone().unwrap_or_default(),
+        model: Some(args.identity.model_name.clone()).filter(|m| !m.is_empty()),
+        claim: args.identity.checkpoint_claim.clone(),
+        path: args.identity.checkpoint_path.clone(),
+        source_key: args.identity.checkpoint_source_key.clone(),
+        service_owners: args.identity.service_owners.clone().unwrap_or_default(),
+        review: args.identity.review(),
         started_at,
         requested_tokens: spec
             .prompts

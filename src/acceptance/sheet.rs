@@ -122,6 +122,71 @@ fn sampling_lines(m: &Manifest) -> String {
     out
 }
 
+/// `Model:`, `Images:`, `Owners:` and `Review:`: what ran, from what, and who owns and decided
+/// what around it. A value a manifest does not hold is printed as not recorded.
+fn record_lines(m: &Manifest) -> String {
+    const NOT_RECORDED: &str = "not recorded";
+    // One line each: a value with a line break would read as another line of the sheet.
+    let one_line = |s: &str| -> String {
+        s.chars()
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .collect()
+    };
+    let c = &m.checkpoint;
+    let or = |v: &Option<String>| {
+        v.as_deref()
+            .map_or_else(|| NOT_RECORDED.to_string(), one_line)
+    };
+    let mut out = format!(
+        "Model:     {} | checkpoint revision {} | claim {} path {} (loaded from {}) | source key {}\n",
+        or(&c.model),
+        c.revision,
+        or(&c.claim),
+        or(&c.path),
+        c.model_dir,
+        or(&c.source_key),
+    );
+    let images = if m.runtime.role_images.is_empty() {
+        format!("{} (every role)", one_line(&m.runtime.image))
+    } else {
+        m.runtime
+            .role_images
+            .iter()
+            .map(|(role, image)| format!("{} {}", one_line(role), one_line(image)))
+            .collect::<Vec<_>>()
+            .join(" | ")
+    };
+    out.push_str(&format!(
+        "Images:    {images} (runtime commit {})\n",
+        m.runtime.commit
+    ));
+    let owners = if m.service_owners.is_empty() {
+        "none declared (spec.serviceOwners)".to_string()
+    } else {
+        m.service_owners
+            .iter()
+            .map(|(service, owner)| format!("{}: {}", one_line(service), one_line(owner)))
+            .collect::<Vec<_>>()
+            .join(" | ")
+    };
+    out.push_str(&format!("Owners:    {owners}\n"));
+    if let Some(r) = &m.review {
+        let mut parts = Vec::new();
+        if let Some(reason) = &r.rerun_reason {
+            parts.push(format!("rerun: {}", one_line(reason)));
+        }
+        if r.change_reason.is_some() || r.change_reviewer.is_some() {
+            parts.push(format!(
+                "acceptance change: {} (reviewed by {})",
+                or(&r.change_reason),
+                or(&r.change_reviewer)
+            ));
+        }
+        out.push_str(&format!("Review:    {}\n", parts.join(" | ")));
+    }
+    out
+}
+
 /// The sheet as text: the run, the hardware, the phases, capacity beside completion time, and
 /// one table row per prompt plus a total row.
 pub fn render(m: &Manifest) -> String {
@@ -141,6 +206,7 @@ pub fn render(m: &Manifest) -> String {
             m.roles.join(", ")
         ));
     }
+    out.push_str(&record_lines(m));
     out.push_str(&format!(
         "Hardware:  {} devices in the group (tensor {} x pipeline {} x data {}, expert {}); devices the leader's container saw: {} (inventory: {})\n",
         l.world_size,
@@ -374,6 +440,63 @@ mod tests {
             sheet.contains("Capacity:  not reported output tokens/s, not reported prompts/s"),
             "{sheet}"
         );
+    }
+
+    #[test]
+    fn the_sheet_prints_model_images_claim_owners_and_review() {
+        let mut m = manifest("", None);
+        let bare = render(&m);
+        assert!(
+            bare.contains("Model:     not recorded | checkpoint revision  | claim not recorded path not recorded"),
+            "{bare}"
+        );
+        assert!(
+            bare.contains("Owners:    none declared (spec.serviceOwners)\n"),
+            "{bare}"
+        );
+        assert!(!bare.contains("Review:"), "{bare}");
+        m.checkpoint = crate::acceptance::manifest::CheckpointRecord {
+            revision: "a".repeat(40),
+            model_dir: "/models/flash/aaaa".into(),
+            model: Some("deepseek-ai/DeepSeek-V4.1-Flash-1017".into()),
+            claim: Some("models".into()),
+            path: Some("flash/aaaa".into()),
+            source_key: Some("k123".into()),
+        };
+        m.runtime.role_images = [
+            ("decode".to_string(), "reg/d@sha256:1".to_string()),
+            ("prefill".to_string(), "reg/p@sha256:2".to_string()),
+        ]
+        .into();
+        m.service_owners = [
+            ("kvCache".to_string(), "platform-kv team".to_string()),
+            ("routing".to_string(), "gateway\nteam".to_string()),
+        ]
+        .into();
+        m.review = Some(crate::api::ReviewRecord {
+            rerun_reason: Some("node fault".into()),
+            change_reason: Some("four shots now".into()),
+            change_reviewer: Some("jane".into()),
+        });
+        let sheet = render(&m);
+        for line in [
+            format!("Model:     deepseek-ai/DeepSeek-V4.1-Flash-1017 | checkpoint revision {} | claim models path flash/aaaa (loaded from /models/flash/aaaa) | source key k123\n", "a".repeat(40)),
+            "Images:    decode reg/d@sha256:1 | prefill reg/p@sha256:2 (runtime commit )\n".to_string(),
+            "Owners:    kvCache: platform-kv team | routing: gateway team\n".to_string(),
+            "Review:    rerun: node fault | acceptance change: four shots now (reviewed by jane)\n".to_string(),
+        ] {
+            assert!(sheet.contains(&line), "{line}in\n{sheet}");
+        }
+        // A manifest written before these were recorded still reads.
+        let mut json = serde_json::to_value(manifest("", None)).unwrap();
+        for key in ["roleImages", "templateVersion"] {
+            json["runtime"].as_object_mut().unwrap().remove(key);
+        }
+        for key in ["model", "claim", "path", "sourceKey"] {
+            json["checkpoint"].as_object_mut().unwrap().remove(key);
+        }
+        let old: Manifest = serde_json::from_value(json).unwrap();
+        assert!(old.service_owners.is_empty() && old.review.is_none());
     }
 
     #[test]

@@ -19,6 +19,15 @@ pub const GROUP: &str = "deepinfer.io";
 pub const LICENSE_ACCEPTED_ANNOTATION: &str = "deepinfer.io/license-accepted";
 /// Annotation whose change re-runs the acceptance workload for the current revision.
 pub const RERUN_ACCEPTANCE_ANNOTATION: &str = "deepinfer.io/rerun-acceptance";
+/// Why the acceptance workload is run again: needed beside a new value of
+/// [`RERUN_ACCEPTANCE_ANNOTATION`], recorded in the judgement and the manifest.
+pub const RERUN_REASON_ANNOTATION: &str = "deepinfer.io/rerun-reason";
+/// Why `spec.acceptance` changed: needed, with [`ACCEPTANCE_CHANGE_REVIEWER_ANNOTATION`], before a
+/// changed acceptance section of a deployment that has passed is judged.
+pub const ACCEPTANCE_CHANGE_REASON_ANNOTATION: &str = "deepinfer.io/acceptance-change-reason";
+/// Who reviewed and approved the change of `spec.acceptance` (see
+/// [`ACCEPTANCE_CHANGE_REASON_ANNOTATION`]).
+pub const ACCEPTANCE_CHANGE_REVIEWER_ANNOTATION: &str = "deepinfer.io/acceptance-change-reviewer";
 /// Pod readiness gate (and pod condition type) set True only on pods of an accepted revision.
 pub const ACCEPTED_POD_CONDITION: &str = "deepinfer.io/accepted";
 

@@ -28,6 +28,10 @@ pub const MAX_REPLICAS: i32 = 1024;
 /// Default bound on the pods one resource may need (`--max-pods-per-deployment`): every group of
 /// every role, plus the surge groups of a rollout.
 pub const DEFAULT_MAX_PODS_PER_DEPLOYMENT: i64 = 2048;
+/// Most entries of `spec.serviceOwners`.
+pub const MAX_SERVICE_OWNERS: usize = 16;
+/// Longest value of `spec.serviceOwners`, in characters.
+pub const MAX_SERVICE_OWNER_LENGTH: usize = 256;
 /// Roles a serving group may take.
 pub const ROLE_NAMES: [&str; 4] = ["worker", "prefill", "decode", "vision"];
 
@@ -107,12 +111,29 @@ pub struct DeepInferDeploymentSpec {
     /// Accelerator type and placement: device resource, node labels, scale-up domain.
     pub accelerator: AcceleratorSpec,
     /// Serving roles (worker, prefill, decode, vision), each with replicas and a parallel layout.
+    /// `worker` stands alone: an acceptance run judges the worker's own outputs, so it is refused
+    /// beside prefill, decode or vision, whose pods no run would have exercised.
     #[schemars(length(min = 1, max = 4))]
     #[x_kube(validation = Rule::new("self.all(r, self.filter(s, s.name == r.name).size() == 1)")
         .message("spec.roles: each role name may appear only once; merge the duplicated entries"))]
+    // Same as `controller::validate::validate_roles`; the validation table checks both.
+    #[x_kube(validation = Rule::new("!self.exists(r, r.name == 'worker') || self.size() == 1")
+        .message("spec.roles: worker (prefill and decode colocated in one engine) cannot stand beside prefill, decode or vision: an acceptance run judges the worker's outputs alone, so the other roles' pods would serve on a run they took no part in; serve with worker alone, or with prefill and decode (and vision) without worker"))]
     pub roles: Vec<RoleSpec>,
     /// The acceptance workload that must pass on exactly this configuration before Ready.
     pub acceptance: AcceptanceSpec,
+    /// Who owns each front-end service this deployment relies on but the operator does not
+    /// provide, recorded in every acceptance run's manifest (`deepinfer-operator check --sheet`
+    /// prints them), e.g. `kvCache: platform-kv team`, `routing: gateway team`,
+    /// `authentication: api-gateway`, `quotas: none yet`. Keys name the service (1 to 63
+    /// characters), values are free text (1 to 256 characters), at most 16 entries. Not part of
+    /// the revision: a change is recorded by the next run and starts none.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    #[schemars(schema_with = "service_owners_schema")]
+    // Same as `controller::validate::validate_service_owners`; the validation table checks both.
+    #[x_kube(validation = Rule::new("self.all(k, size(k) >= 1 && size(k) <= 63)")
+        .message("spec.serviceOwners: a key names a service in 1 to 63 characters (e.g. kvCache, routing, authentication, quotas); shorten or rename the key"))]
+    pub service_owners: std::collections::BTreeMap<String, String>,
     /// Scheduler and queue of the pods, for clusters that place them with another scheduler
     /// (Volcano, Kueue, KAI); default: the cluster's default scheduler. A change replaces the
     /// groups one at a time (no new acceptance run).
@@ -129,6 +150,17 @@ pub struct DeepInferDeploymentSpec {
     #[x_kube(validation = pod_rule("spec.pod", 4))]
     #[x_kube(validation = pod_rule("spec.pod", 5))]
     pub pod: Option<PodSettings>,
+    /// Holds every role's groups as they are: no group is created, replaced or deleted (a
+    /// rollout stops where it is; broken groups stay). Acceptance runs, entitlement and status
+    /// go on. Default false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub paused: bool,
+    /// Frees the deployment's devices: every serving pod and a running acceptance run are
+    /// deleted, while the recorded judgements, the verified checkpoint and the kept revisions
+    /// stay. Set back to false, the groups are created again and serve on the recorded
+    /// judgement, with no new acceptance run when nothing else changed. Default false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub suspend: bool,
 }
 
 /// Scheduler and queue settings passed through to every worker and acceptance pod.
@@ -705,6 +737,17 @@ pub struct RolloutSpec {
     #[serde(default)]
     #[schemars(range(min = 0, max = MAX_ROLLOUT_GROUPS))]
     pub max_unavailable: i32,
+    /// Groups kept on the revision that served before while a new one rolls out: at most
+    /// `replicas - partition` groups move to the new revision; default 0 (all of them). Lower it
+    /// to let the rollout go on. Groups of the earlier revision that are lost are replaced by
+    /// groups of the new one.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    #[schemars(range(min = 0, max = MAX_ROLLOUT_GROUPS))]
+    pub partition: i32,
+}
+
+fn is_zero(n: &i32) -> bool {
+    *n == 0
 }
 
 impl Default for RolloutSpec {
@@ -712,6 +755,7 @@ impl Default for RolloutSpec {
         Self {
             max_surge: 1,
             max_unavailable: 0,
+            partition: 0,
         }
     }
 }
@@ -1119,6 +1163,16 @@ pub struct OutputRule {
     pub expression: String,
     /// What the rule checks, shown when it fails.
     pub message: String,
+}
+
+/// Schema of `spec.serviceOwners`: at most [`MAX_SERVICE_OWNERS`] entries of 1 to
+/// [`MAX_SERVICE_OWNER_LENGTH`] characters.
+fn service_owners_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "maxProperties": MAX_SERVICE_OWNERS,
+        "additionalProperties": {"type": "string", "minLength": 1, "maxLength": MAX_SERVICE_OWNER_LENGTH}
+    })
 }
 
 /// Schema for an arbitrary JSON value kept verbatim by the API server.

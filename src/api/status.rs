@@ -13,7 +13,8 @@ pub struct DeepInferDeploymentStatus {
     /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// Coarse summary: Pending, Verifying, Provisioning, Accepting, Ready or Failed. An open
+    /// Coarse summary: Pending, Verifying, Provisioning, Accepting, Ready, Failed, Paused or
+    /// Suspended. An open
     /// set: a value another release wrote is read as unknown.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<String>")]
@@ -205,6 +206,10 @@ pub enum Phase {
     Ready,
     /// A gate failed; see the conditions.
     Failed,
+    /// `spec.paused`: groups are held as they are.
+    Paused,
+    /// `spec.suspend`: no pod runs; judgements and the checkpoint are kept.
+    Suspended,
     /// A value this release does not know (written by another release): read, never written.
     #[serde(other)]
     #[schemars(skip)]
@@ -295,6 +300,62 @@ pub struct AcceptanceStatus {
     /// which keeps covering the pods of its revision.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub roles: Vec<String>,
+    /// The review decisions on the resource when the verdict was recorded (the reason for a
+    /// rerun, the reason and reviewer of a change to `spec.acceptance`); the run's manifest
+    /// (`review`) holds those it was started under. Absent when none was annotated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub review: Option<ReviewRecord>,
+}
+
+/// Review decisions behind an acceptance run, from the resource's annotations when the run
+/// started: a change to the expected results is a decision someone made, on record.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ReviewRecord {
+    /// `deepinfer.io/rerun-reason`: why the run was asked for again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rerun_reason: Option<String>,
+    /// `deepinfer.io/acceptance-change-reason`: why `spec.acceptance` changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub change_reason: Option<String>,
+    /// `deepinfer.io/acceptance-change-reviewer`: who reviewed and approved that change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub change_reviewer: Option<String>,
+}
+
+impl ReviewRecord {
+    /// Longest value kept of each annotation, in bytes (longer ones are cut, marked).
+    pub const MAX_LENGTH: usize = 1000;
+
+    /// The review annotations of a resource, each trimmed and cut to [`Self::MAX_LENGTH`];
+    /// `None` when none is set.
+    pub fn from_annotations(
+        annotations: &std::collections::BTreeMap<String, String>,
+    ) -> Option<Self> {
+        let get = |key: &str| {
+            annotations
+                .get(key)
+                .map(|v| v.trim())
+                .filter(|v| !v.is_empty())
+                .map(|v| {
+                    let mut end = v.len().min(Self::MAX_LENGTH);
+                    while !v.is_char_boundary(end) {
+                        end -= 1;
+                    }
+                    if end < v.len() {
+                        format!("{}…", &v[..end])
+                    } else {
+                        v.to_string()
+                    }
+                })
+        };
+        let record = Self {
+            rerun_reason: get(super::RERUN_REASON_ANNOTATION),
+            change_reason: get(super::ACCEPTANCE_CHANGE_REASON_ANNOTATION),
+            change_reviewer: get(super::ACCEPTANCE_CHANGE_REVIEWER_ANNOTATION),
+        };
+        (record != Self::default()).then_some(record)
+    }
 }
 
 impl AcceptanceStatus {
@@ -310,8 +371,13 @@ impl AcceptanceStatus {
         self.result == AcceptanceResult::Passed
     }
 
-    /// Whether the run included `role` (see [`AcceptanceStatus::roles`]).
+    /// Whether the run included `role` (see [`AcceptanceStatus::roles`]). A run that judged
+    /// `worker` covers the worker alone: its outputs are the worker's own, whatever other role's
+    /// group ran beside it (validation refuses `worker` beside other roles).
     pub fn covers(&self, role: &str) -> bool {
+        if self.roles.first().is_some_and(|judged| judged == "worker") {
+            return role == "worker";
+        }
         self.roles.is_empty() || self.roles.iter().any(|r| r == role)
     }
 
@@ -369,6 +435,11 @@ pub mod reasons {
     pub const ACCEPTANCE_RUNNING: &str = "AcceptanceRunning";
     /// The acceptance workload failed; evidence kept.
     pub const ACCEPTANCE_FAILED: &str = "AcceptanceFailed";
+    /// A new acceptance run needs a review decision on record first: a new rerun annotation
+    /// without `deepinfer.io/rerun-reason`, or a changed `spec.acceptance` of a deployment that
+    /// has passed without the change's reason and reviewer annotations. Nothing runs; the serving
+    /// revision keeps serving on its pass.
+    pub const ACCEPTANCE_REVIEW_REQUIRED: &str = "AcceptanceReviewRequired";
     /// The acceptance workload passed.
     pub const ACCEPTANCE_SUCCEEDED: &str = "AcceptanceSucceeded";
     /// Ready waits for the acceptance gate.
@@ -403,6 +474,16 @@ pub mod reasons {
     pub const CLAIM_NOT_BOUND: &str = "ClaimNotBound";
     /// A referenced object (PVC, ConfigMap, Secret) is missing.
     pub const MISSING_DEPENDENCY: &str = "MissingDependency";
+    /// `spec.model.source.hub.endpoint` (or the default public hub) is not on the operator's
+    /// `--allowed-hub-endpoints`: no fetch Job is created.
+    pub const HUB_ENDPOINT_NOT_ALLOWED: &str = "HubEndpointNotAllowed";
+    /// The hub token Secret is not labelled `deepinfer.io/hub-token: "true"`, or is a
+    /// ServiceAccount token Secret: it is never mounted into a fetch Job.
+    pub const TOKEN_SECRET_NOT_ALLOWED: &str = "TokenSecretNotAllowed";
+    /// Engine containers would read a Secret or ConfigMap that is not labelled
+    /// `deepinfer.io/engine-readable: "true"` (or is missing, or is a ServiceAccount token), or
+    /// a projected ServiceAccount token: nothing of the spec is provisioned.
+    pub const REFERENCE_NOT_ALLOWED: &str = "ReferenceNotAllowed";
     /// Groups of a new revision (or pod template) are replacing the serving ones, group by group.
     pub const ROLLING_OUT: &str = "RollingOut";
     /// A pod the operator runs (acceptance or a new group) waits for free devices; not a verdict.
@@ -412,6 +493,14 @@ pub mod reasons {
     /// A Job the operator would read by name exists but was made for another configuration (its
     /// `deepinfer.io/judges` annotation differs): it is neither read nor deleted.
     pub const NAME_CONFLICT: &str = "NameConflict";
+    /// The acceptance run waits for a place under `--max-concurrent-acceptance-runs`; the
+    /// message gives its place in line.
+    pub const ACCEPTANCE_QUEUED: &str = "AcceptanceQueued";
+    /// `spec.paused`: no group is created, replaced or deleted.
+    pub const PAUSED: &str = "Paused";
+    /// `spec.suspend`: every serving pod and a running acceptance run are deleted; the
+    /// judgements, the checkpoint and the kept revisions stay.
+    pub const SUSPENDED: &str = "Suspended";
 }
 
 /// Reasons of the `deepinfer.io/accepted` pod condition.

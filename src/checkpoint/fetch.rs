@@ -53,6 +53,10 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Longest wait for a response head, or between two chunks of a body.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 const MAX_LISTING_BYTES: usize = 64 << 20;
+/// Most bytes taken for a file the listing gives no size for. The hub lists the size of every
+/// LFS file (weights); files kept in git itself are limited to 10 MB there, so 1 GiB only stops a
+/// server that streams without end.
+pub const MAX_UNLISTED_FILE_BYTES: u64 = 1 << 30;
 
 /// The marker written into the destination.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
@@ -236,6 +240,12 @@ impl FetchRequest {
     }
 }
 
+/// Whether `path` names a file of the fetch itself: its marker, its lock, or a temporary file of
+/// a download (which a later run removes).
+fn is_own_file(path: &str) -> bool {
+    path == MARKER_FILE || path == LOCK_FILE || path.ends_with(PARTIAL_SUFFIX)
+}
+
 fn is_loopback(uri: &Uri) -> bool {
     let host = uri.host().unwrap_or_default();
     let host = host.trim_start_matches('[').trim_end_matches(']');
@@ -283,6 +293,18 @@ async fn run(req: &FetchRequest, report: &mut FetchReport) -> Result<(), String>
     let same_revision = previous
         .as_ref()
         .is_none_or(|m| m.repo == req.repo && m.revision.eq_ignore_ascii_case(&req.revision));
+    // One directory holds one revision: fetching another into it would overwrite files that pods
+    // of the revision already there may read (or restart on) while the new one is judged.
+    if let Some(other) = previous.as_ref().filter(|_| !same_revision) {
+        return Err(format!(
+            "{} holds revision {} of {}, not {} of {}: a directory holds one revision; give this revision a directory of its own (spec.model.source.hub.path, default <model name>/<revision>), or delete the old one's files if nothing uses them",
+            req.dest.display(),
+            other.revision,
+            other.repo,
+            req.revision,
+            req.repo
+        ));
+    }
     if let Some(done) = previous.as_ref().filter(|m| m.complete && same_revision) {
         if all_intact(&req.dest, &done.files).await {
             report.files = done.files.len() as u64;
@@ -316,9 +338,9 @@ async fn run(req: &FetchRequest, report: &mut FetchReport) -> Result<(), String>
     }
     let mut entries = Vec::new();
     for sibling in listing.siblings {
-        if !is_safe_relative(&sibling.rfilename) || sibling.rfilename == MARKER_FILE {
+        if !is_safe_relative(&sibling.rfilename) || is_own_file(&sibling.rfilename) {
             report.problems.push(format!(
-                "{}: the hub lists a file named `{}`, which would land outside the destination; refusing it",
+                "{}: the hub lists a file named `{}`, which would land outside the destination or on a file of the fetch itself; refusing it",
                 hub.listing_url(),
                 sibling.rfilename
             ));
@@ -688,9 +710,26 @@ impl<'a> Hub<'a> {
             .map_err(|e| io(&tmp, e))?;
         let mut body = response.into_body();
         let mut received = 0u64;
+        // Never more than the listing says (or, without a listed size, the cap): a server that
+        // sends more is cut off before it fills the volume.
+        let limit = entry.size.unwrap_or(MAX_UNLISTED_FILE_BYTES);
         while let Some(chunk) = next_frame(&mut body, url).await? {
+            received = received.saturating_add(chunk.len() as u64);
+            if received > limit {
+                drop(file);
+                let _ = tokio::fs::remove_file(&tmp).await;
+                return Err(Failure::permanent(format!(
+                    "{}: {}: the server sent more than {limit} bytes, {}; refusing it",
+                    entry.path,
+                    display_url(url),
+                    if entry.size.is_some() {
+                        "the size the hub lists"
+                    } else {
+                        "the cap for a file the hub lists without a size"
+                    }
+                )));
+            }
             file.write_all(&chunk).await.map_err(|e| io(&tmp, e))?;
-            received += chunk.len() as u64;
         }
         file.sync_all().await.map_err(|e| io(&tmp, e))?;
         drop(file);

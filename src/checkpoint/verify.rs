@@ -510,47 +510,167 @@ fn config_value(config: &serde_json::Value, keys: &[&str]) -> Option<(String, u6
         config.get("text_config"),
         config.get("language_config"),
     ];
-    for scope in scopes.into_iter().flatten() {
-        for key in keys {
-            if let Some(n) = scope.get(*key).and_then(serde_json::Value::as_u64) {
-                return Some(((*key).to_string(), n));
-            }
-        }
-    }
-    None
+    scopes
+        .into_iter()
+        .flatten()
+        .find_map(|scope| scope_value(scope, keys))
 }
 
+/// The first of `keys` that `scope` holds as a non-negative integer.
+fn scope_value(scope: &serde_json::Value, keys: &[&str]) -> Option<(String, u64)> {
+    keys.iter().find_map(|key| {
+        scope
+            .get(*key)
+            .and_then(serde_json::Value::as_u64)
+            .map(|n| ((*key).to_string(), n))
+    })
+}
+
+/// The shape one role's layout is checked against: the language model's for `worker`,
+/// `prefill` and `decode`, the vision encoder's (`vision_config`) for `vision`.
+struct ModelShape {
+    /// Where the values are read, for messages: `config.json` or `config.json vision_config`.
+    at: &'static str,
+    /// Attention heads (key and value).
+    heads: Option<(String, u64)>,
+    /// Key-value heads, when the config gives them apart from the attention heads.
+    kv_heads: Option<(String, u64)>,
+    /// Routed experts; `None` for a dense model (and for the vision encoder).
+    experts: Option<(String, u64)>,
+    /// Layers (transformer blocks) the pipeline stages split.
+    layers: Option<(String, u64)>,
+}
+
+impl ModelShape {
+    fn language(config: &serde_json::Value) -> Self {
+        Self {
+            at: "config.json",
+            heads: config_value(config, &["num_attention_heads"]),
+            kv_heads: config_value(config, &["num_key_value_heads"]),
+            experts: config_value(
+                config,
+                &["n_routed_experts", "num_experts", "num_local_experts"],
+            ),
+            layers: config_value(config, &["num_hidden_layers"]),
+        }
+    }
+
+    /// The vision encoder's shape; `None` when the checkpoint has no `vision_config`.
+    /// Hugging Face vision configs name heads `num_attention_heads` (CLIP, SigLIP, InternViT)
+    /// or `num_heads` (Qwen2-VL), and blocks `num_hidden_layers` or `depth`.
+    fn vision(config: &serde_json::Value) -> Option<Self> {
+        let vision = config.get("vision_config").filter(|v| v.is_object())?;
+        Some(Self {
+            at: "config.json vision_config",
+            heads: scope_value(vision, &["num_attention_heads", "num_heads"]),
+            kv_heads: scope_value(vision, &["num_key_value_heads"]),
+            experts: None,
+            layers: scope_value(vision, &["num_hidden_layers", "depth"]),
+        })
+    }
+}
+
+/// Values of `1..=limit` (at most [`crate::api::MAX_PARALLEL_DEGREE`]) for which `fits` holds,
+/// written `1, 2, 4` for a message.
+fn fitting_sizes(limit: u64, fits: impl Fn(u64) -> bool) -> String {
+    let limit = limit.min(crate::api::MAX_PARALLEL_DEGREE.unsigned_abs().into());
+    let sizes: Vec<String> = (1..=limit)
+        .filter(|n| fits(*n))
+        .map(|n| n.to_string())
+        .collect();
+    if sizes.is_empty() {
+        "none".into()
+    } else {
+        sizes.join(", ")
+    }
+}
+
+/// Checks every role's layout against the model. `layouts` are in the order of `spec.roles`
+/// (the verify Job passes one `--layout` per role, in that order), so the i-th layout is
+/// `spec.roles[i]` in messages.
+///
+/// Rules, as the serving engines (vLLM, SGLang) require them:
+/// - attention heads divisible by `tensor`;
+/// - KV heads (`num_key_value_heads`, absent: the attention heads) divisible by `tensor`, or
+///   `tensor` divisible by the KV heads: with fewer KV heads than tensor ranks each KV head is
+///   replicated on `tensor / kv` ranks (grouped-query attention), any other ratio leaves a rank
+///   with part of a head;
+/// - at least one layer per pipeline stage (`num_hidden_layers ≥ pipeline`); an uneven split is
+///   allowed, as the engines give the remainder to some stages (DeepSeek-V3's 61 layers divide by
+///   no pipeline size above 1);
+/// - routed experts divisible by `expert`;
+/// - the `vision` role against `vision_config` (its own heads and blocks; no experts).
 fn check_layouts(config: &serde_json::Value, layouts: &[RoleLayout], problems: &mut Vec<String>) {
-    let heads = config_value(config, &["num_attention_heads"]);
-    let experts = config_value(
-        config,
-        &["n_routed_experts", "num_experts", "num_local_experts"],
-    );
-    let layers = config_value(config, &["num_hidden_layers"]);
-    if heads.is_none() && !layouts.is_empty() {
+    let language = ModelShape::language(config);
+    let vision = ModelShape::vision(config);
+    if language.heads.is_none() && layouts.iter().any(|l| l.role != "vision") {
         problems.push(
             "config.json has no num_attention_heads: the tensor parallel size cannot be checked; use a complete config.json".into(),
         );
     }
-    for l in layouts {
-        if let Some((_, heads)) = heads.as_ref().filter(|(_, h)| *h % l.tensor != 0) {
+    for (i, l) in layouts.iter().enumerate() {
+        let at = format!("spec.roles[{i}].parallel");
+        if l.role != "vision" {
+            check_layout(&language, l, &at, problems);
+            continue;
+        }
+        let Some(vision) = &vision else {
             problems.push(format!(
-                "config.json: num_attention_heads {heads} is not divisible by role {}'s tensor parallel size {}: choose a tensor size that divides {heads}",
-                l.role, l.tensor
+                "config.json has no vision_config: the checkpoint has no vision encoder for role vision (spec.roles[{i}]); remove the vision role or use a vision-language checkpoint"
+            ));
+            continue;
+        };
+        if vision.heads.is_none() {
+            problems.push(format!(
+                "{} has neither num_attention_heads nor num_heads: {at}.tensor of role vision cannot be checked; use a complete config.json",
+                vision.at
             ));
         }
-        if let Some((key, experts)) = experts.as_ref().filter(|(_, e)| *e % l.expert != 0) {
+        if l.expert > 1 {
             problems.push(format!(
-                "config.json: {key} {experts} is not divisible by role {}'s expert parallel size {}: choose an expert size that divides {experts}",
-                l.role, l.expert
+                "{at}.expert of role vision is {}, but the vision encoder ({}) has no experts: set {at}.expert to 1",
+                l.expert, vision.at
             ));
         }
-        if let Some((_, layers)) = layers.as_ref().filter(|(_, n)| *n < l.pipeline) {
+        check_layout(vision, l, &at, problems);
+    }
+}
+
+/// One role's layout `l` (fields at `at`, `spec.roles[i].parallel`) against `shape`.
+fn check_layout(shape: &ModelShape, l: &RoleLayout, at: &str, problems: &mut Vec<String>) {
+    let (role, tensor) = (&l.role, l.tensor);
+    let mut heads_fit = true;
+    if let Some((key, heads)) = shape.heads.as_ref().filter(|(_, h)| *h % tensor != 0) {
+        heads_fit = false;
+        problems.push(format!(
+            "{}: {key} {heads} is not divisible by {at}.tensor {tensor} (role {role}): each tensor rank needs whole attention heads; set {at}.tensor to one of {}",
+            shape.at,
+            fitting_sizes(*heads, |t| *heads % t == 0)
+        ));
+    }
+    if let (true, Some((key, kv)), Some((_, heads))) = (heads_fit, &shape.kv_heads, &shape.heads) {
+        let (kv, heads) = (*kv, *heads);
+        if kv > 0 && kv % tensor != 0 && tensor % kv != 0 {
             problems.push(format!(
-                "config.json: num_hidden_layers {layers} is fewer than role {}'s pipeline parallel size {}: use at most {layers} pipeline stages",
-                l.role, l.pipeline
+                "{}: {key} {kv} and {at}.tensor {tensor} (role {role}) do not divide one another: a tensor rank would hold part of a KV head (KV heads are split over the ranks when {tensor} divides {kv}, or each is replicated on a whole number of ranks when {kv} divides {tensor}); set {at}.tensor to one of {}",
+                shape.at,
+                fitting_sizes(heads, |t| heads % t == 0 && (kv % t == 0 || t % kv == 0))
             ));
         }
+    }
+    if let Some((key, experts)) = shape.experts.as_ref().filter(|(_, e)| *e % l.expert != 0) {
+        problems.push(format!(
+            "{}: {key} {experts} is not divisible by {at}.expert {} (role {role}): each expert rank needs whole experts; set {at}.expert to one of {}",
+            shape.at,
+            l.expert,
+            fitting_sizes(*experts, |e| *experts % e == 0)
+        ));
+    }
+    if let Some((key, layers)) = shape.layers.as_ref().filter(|(_, n)| *n < l.pipeline) {
+        problems.push(format!(
+            "{}: {key} {layers} is fewer than {at}.pipeline {} (role {role}): every pipeline stage needs at least one layer; set {at}.pipeline to at most {layers}",
+            shape.at, l.pipeline
+        ));
     }
 }
 

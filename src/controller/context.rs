@@ -28,6 +28,11 @@ pub struct RunArgs {
     /// Licence ids the cluster admin allows (comma-separated), e.g. `mit,apache-2.0`.
     #[arg(long, env = "DEEPINFER_ACCEPTED_LICENSES", value_delimiter = ',')]
     pub accepted_licenses: Vec<String>,
+    /// Hub endpoints a fetch Job may download from and send a hub token to (comma-separated);
+    /// a spec naming another endpoint is refused (`HubEndpointNotAllowed`). Compared without
+    /// case in scheme and host, default port or trailing `/`.
+    #[arg(long, env = "DEEPINFER_ALLOWED_HUB_ENDPOINTS", value_delimiter = ',', default_value = super::decide::references::DEFAULT_HUB_ENDPOINT)]
+    pub allowed_hub_endpoints: Vec<String>,
     /// Image of this operator, used for its own Jobs (fetch, verify, the acceptance judge) and the injection into the engine image.
     #[arg(long, env = "DEEPINFER_OPERATOR_IMAGE", default_value = concat!("deepinfer-operator:", env!("CARGO_PKG_VERSION")))]
     pub operator_image: String,
@@ -67,6 +72,14 @@ pub struct RunArgs {
     /// the queue (`deepinfer_reconcile_queue_depth`); one resource never has two at once.
     #[arg(long, env = "DEEPINFER_MAX_CONCURRENT_RECONCILES", default_value_t = DEFAULT_MAX_CONCURRENT_RECONCILES, value_parser = clap::value_parser!(u16).range(1..))]
     pub max_concurrent_reconciles: u16,
+    /// Most acceptance runs under way at once, over every deployment the operator watches; runs
+    /// beyond it wait in the order they asked (`AcceptanceQueued`). 0: no limit.
+    #[arg(
+        long,
+        env = "DEEPINFER_MAX_CONCURRENT_ACCEPTANCE_RUNS",
+        default_value_t = 0
+    )]
+    pub max_concurrent_acceptance_runs: u16,
     /// Log as JSON lines.
     #[arg(long)]
     pub json_logs: bool,
@@ -114,6 +127,8 @@ pub struct Context {
     pub recorder: events::Recorder,
     /// Licence ids the admin allows.
     pub accepted_licenses: Vec<String>,
+    /// Hub endpoints a fetch Job may use (`--allowed-hub-endpoints`).
+    pub allowed_hub_endpoints: Vec<String>,
     /// Image of this operator for its Jobs.
     pub operator_image: String,
     /// Devices per node, per accelerator type.
@@ -136,6 +151,10 @@ pub struct Context {
     pub partial_group_timeout: Duration,
     /// Most reconcile passes running at once.
     pub max_concurrent_reconciles: u16,
+    /// Most acceptance runs under way at once (`None`: no limit).
+    pub max_concurrent_acceptance_runs: Option<u16>,
+    /// Acceptance runs admitted and waiting under that limit.
+    pub acceptance_queue: std::sync::Mutex<decide::fleet::Queue>,
     /// The watchdog's latest retry per (resource UID, role): the pass after a deletion may
     /// still read the status from before it, so the backoff is also kept here.
     pub placement_retries: std::sync::Mutex<
@@ -191,6 +210,8 @@ pub struct Settings {
     pub namespace: Option<String>,
     /// Licence allow-list.
     pub accepted_licenses: Vec<String>,
+    /// Hub endpoints a fetch Job may use.
+    pub allowed_hub_endpoints: Vec<String>,
     /// Image of this operator.
     pub operator_image: String,
     /// Devices per node.
@@ -205,6 +226,8 @@ pub struct Settings {
     pub partial_group_timeout: Duration,
     /// Most reconcile passes running at once.
     pub max_concurrent_reconciles: u16,
+    /// Most acceptance runs under way at once (0: no limit).
+    pub max_concurrent_acceptance_runs: u16,
 }
 
 /// Default of `--partial-group-timeout`.
@@ -221,6 +244,7 @@ impl Settings {
         Self {
             namespace,
             accepted_licenses,
+            allowed_hub_endpoints: vec![super::decide::references::DEFAULT_HUB_ENDPOINT.into()],
             operator_image: concat!("deepinfer-operator:", env!("CARGO_PKG_VERSION")).into(),
             limits: DeviceLimits::default(),
             job_deadlines: build::JobDeadlines::default(),
@@ -228,6 +252,7 @@ impl Settings {
             gang_scheduling: placement::GangScheduling::Auto,
             partial_group_timeout: DEFAULT_PARTIAL_GROUP_TIMEOUT,
             max_concurrent_reconciles: DEFAULT_MAX_CONCURRENT_RECONCILES,
+            max_concurrent_acceptance_runs: 0,
         }
     }
 }
@@ -238,6 +263,12 @@ impl From<&RunArgs> for Settings {
             namespace: a.namespace.clone(),
             accepted_licenses: a
                 .accepted_licenses
+                .iter()
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect(),
+            allowed_hub_endpoints: a
+                .allowed_hub_endpoints
                 .iter()
                 .map(|s| s.trim().to_string())
                 .filter(|s| !s.is_empty())
@@ -259,6 +290,7 @@ impl From<&RunArgs> for Settings {
             gang_scheduling: a.gang_scheduling,
             partial_group_timeout: a.partial_group_timeout,
             max_concurrent_reconciles: a.max_concurrent_reconciles,
+            max_concurrent_acceptance_runs: a.max_concurrent_acceptance_runs,
         }
     }
 }
@@ -283,6 +315,7 @@ pub fn context(
         ),
         client,
         accepted_licenses: settings.accepted_licenses.clone(),
+        allowed_hub_endpoints: settings.allowed_hub_endpoints.clone(),
         operator_image: settings.operator_image.clone(),
         limits: settings.limits,
         job_deadlines: settings.job_deadlines,
@@ -294,6 +327,9 @@ pub fn context(
         pod_groups: tokio::sync::OnceCell::new(),
         partial_group_timeout: settings.partial_group_timeout,
         max_concurrent_reconciles: settings.max_concurrent_reconciles,
+        max_concurrent_acceptance_runs: (settings.max_concurrent_acceptance_runs > 0)
+            .then_some(settings.max_concurrent_acceptance_runs),
+        acceptance_queue: std::sync::Mutex::default(),
         placement_retries: std::sync::Mutex::default(),
         awaiting_api,
         awaiting_api_due: std::sync::Mutex::new(Some(due)),
@@ -311,6 +347,27 @@ mod tests {
     struct Cli {
         #[command(flatten)]
         run: RunArgs,
+    }
+
+    #[test]
+    fn the_hub_endpoint_allow_list_defaults_to_the_public_hub() {
+        let defaults = Settings::from(&Cli::try_parse_from(["op"]).expect("defaults").run);
+        assert_eq!(defaults.allowed_hub_endpoints, ["https://huggingface.co"]);
+        assert_eq!(
+            Settings::new(None, Vec::new()).allowed_hub_endpoints,
+            defaults.allowed_hub_endpoints
+        );
+        let two = Cli::try_parse_from([
+            "op",
+            "--allowed-hub-endpoints=https://mirror.internal, https://huggingface.co",
+        ])
+        .expect("valid");
+        assert_eq!(
+            Settings::from(&two.run).allowed_hub_endpoints,
+            ["https://mirror.internal", "https://huggingface.co"]
+        );
+        let none = Cli::try_parse_from(["op", "--allowed-hub-endpoints="]).expect("valid");
+        assert!(Settings::from(&none.run).allowed_hub_endpoints.is_empty());
     }
 
     #[test]

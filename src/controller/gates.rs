@@ -112,6 +112,12 @@ pub async fn run_pipeline(
         );
         return Ok((outcome, Action::await_change()));
     }
+    // Engine containers read only Secrets and ConfigMaps that opted in; a label added later
+    // starts no event, so the refusal is looked at again soon.
+    if let Some(refused) = decide::references::engine_gate(&ns, &did.spec, &observed.referenced) {
+        outcome.spec = refused;
+        return Ok((outcome, Action::requeue(Duration::from_secs(15))));
+    }
     outcome.spec = Gate::Passed(reasons::COMPLETE, "spec is valid".into());
     let revision = build::revision(&did.spec);
     outcome.revision = Some(revision.clone());
@@ -168,7 +174,22 @@ pub async fn run_pipeline(
         .map(ResourceExt::name_any)
         .collect::<Vec<_>>();
     let mut acceptance_judged = false;
-    if outcome.checkpoint.passed() {
+    if did.spec.suspend {
+        // Suspended: a run under way frees its devices too; the recorded judgements stay, so
+        // resuming reuses them.
+        match stop_running_acceptance(ctx, &ns, &observed).await {
+            Ok(stopped) => {
+                outcome.acceptance = Gate::Held(
+                    reasons::SUSPENDED,
+                    format!("suspended (spec.suspend): no acceptance run; {stopped} running acceptance Job(s) deleted; recorded judgements are kept"),
+                );
+            }
+            Err(e) => {
+                outcome.acceptance = api_failure(ctx, &e);
+                retry = retry.or(retry_after(&outcome.acceptance));
+            }
+        }
+    } else if outcome.checkpoint.passed() {
         match acceptance_gate(did, ctx, &ns, &revision, &observed, &known).await {
             Ok(found) => {
                 acceptance_judged = true;
@@ -265,13 +286,22 @@ fn next_look_after(outcome: &Outcome) -> Duration {
     for gate in [&outcome.checkpoint, &outcome.acceptance] {
         match gate {
             Gate::Failed(reason, _)
-                if [reasons::MISSING_DEPENDENCY, reasons::CLAIM_NOT_BOUND].contains(reason) =>
+                if [
+                    reasons::MISSING_DEPENDENCY,
+                    reasons::CLAIM_NOT_BOUND,
+                    reasons::TOKEN_SECRET_NOT_ALLOWED,
+                ]
+                .contains(reason) =>
             {
                 return Duration::from_secs(15)
             }
             // A Job's pod stuck on its image, configuration or placement may recover once the
             // cause is fixed outside the resource; its pod's changes trigger no reconcile.
             Gate::Failed(reason, _) if STUCK_POD_REASONS.contains(reason) => return RECHECK,
+            // A queue moves when other deployments' runs end, which no event here announces.
+            Gate::Progressing(reason, _) if *reason == reasons::ACCEPTANCE_QUEUED => {
+                return Duration::from_secs(10)
+            }
             Gate::Progressing(..) => return RECHECK,
             _ => {}
         }
@@ -337,6 +367,31 @@ fn set_condition(pod: &mut Pod, mark: &entitlement::Mark) {
         message: Some(mark.message.clone()),
         ..Default::default()
     });
+}
+
+/// Deletes the deployment's acceptance Jobs still running (`spec.suspend`); returns how many.
+async fn stop_running_acceptance(
+    ctx: &Context,
+    ns: &str,
+    observed: &Observed,
+) -> Result<usize, Error> {
+    let api: Api<Job> = Api::namespaced(ctx.client.clone(), ns);
+    let running: Vec<&Job> = observed
+        .jobs
+        .iter()
+        .filter(|j| {
+            j.labels().get(labels::COMPONENT).map(String::as_str) == Some("acceptance")
+                && j.metadata.deletion_timestamp.is_none()
+                && matches!(
+                    job_state(observed, &j.name_any(), build::JUDGE_CONTAINER),
+                    JobState::Running
+                )
+        })
+        .collect();
+    for job in &running {
+        apply::delete_observed(&api, *job).await?;
+    }
+    Ok(running.len())
 }
 
 /// Deletes fetch Jobs still running: a withdrawn licence stops the download too.
@@ -419,6 +474,11 @@ async fn checkpoint_gate(
     let phase = observed.claim_phase.clone().flatten();
     let hub = did.spec.model.source.hub.is_some();
     if let Some(gate) = claim_gate(ns, claim, phase.as_deref(), hub) {
+        return Ok((gate, None));
+    }
+    // No fetch Job for an endpoint off the allow-list or with a token Secret that did not opt in.
+    let allowed = &ctx.allowed_hub_endpoints;
+    if let Some(gate) = decide::references::hub_gate(ns, &did.spec, allowed, &observed.referenced) {
         return Ok((gate, None));
     }
     let deadlines = &ctx.job_deadlines;
@@ -601,6 +661,9 @@ async fn acceptance_gate(
         pods: others.iter().flat_map(pods_of).collect(),
     };
     let roles: Vec<String> = groups.iter().map(|g| g.role.name.clone()).collect();
+    // The review decisions on the resource (handed to the judge when the run starts, recorded
+    // with its verdict).
+    let review = crate::api::ReviewRecord::from_annotations(did.annotations());
     let judging = acceptance::Judging {
         revision,
         spec_hash: &spec_hash,
@@ -610,6 +673,7 @@ async fn acceptance_gate(
             .map_or(did.spec.acceptance.prompts.len(), |r| r.prompts.len()),
         deadline_seconds: build::acceptance_deadline(&did.spec),
         roles: &roles,
+        review: review.as_ref(),
         now: Timestamp::now(),
     };
     if let Some(conflict) = foreign_job(observed, &leader, &names.key) {
@@ -682,6 +746,40 @@ async fn acceptance_gate(
                     })
                 }
             };
+            if let Some(missing) =
+                acceptance::review_missing(review.as_ref(), &token, &spec_hash, &known.judgements)
+            {
+                return Ok(AcceptanceFound {
+                    gate: Gate::Failed(reasons::ACCEPTANCE_REVIEW_REQUIRED, missing),
+                    status: None,
+                    recorded: None,
+                    needs_room: Vec::new(),
+                    unjudged: None,
+                });
+            }
+            // The fleet limit: beyond it, the run waits its turn (the serving revision serves).
+            if let Some(limit) = ctx.max_concurrent_acceptance_runs {
+                let run = decide::fleet::run_key(ns, &did.name_any(), &names.key);
+                let runs = ctx.caches.acceptance_runs();
+                let admission = ctx
+                    .acceptance_queue
+                    .lock()
+                    .map(|mut q| q.ask(&run, &runs, Some(limit), Timestamp::now()))
+                    .unwrap_or(decide::fleet::Admission::Start);
+                if let decide::fleet::Admission::Queued {
+                    position,
+                    under_way,
+                    limit,
+                } = admission
+                {
+                    return Ok(AcceptanceFound::progressing(
+                        reasons::ACCEPTANCE_QUEUED,
+                        format!(
+                            "the acceptance run of revision {revision} waits its turn: number {position} in line, {under_way} run(s) under way of --max-concurrent-acceptance-runs {limit}; serving pods of judged revisions keep serving"
+                        ),
+                    ));
+                }
+            }
             start_acceptance(did, ctx, revision, &names, &spec, observed).await?;
             // The other roles' groups first; the judged group once their engines run.
             let first = if others.is_empty() {
@@ -1280,6 +1378,13 @@ async fn workers(
             licence_open: act,
             acceptance_needs_room: acceptance_needs_room.contains(&role.name),
             placement_hold: retry.hold.clone(),
+            mode: if did.spec.suspend {
+                rollout::Mode::Suspended
+            } else if did.spec.paused {
+                rollout::Mode::Paused
+            } else {
+                rollout::Mode::Serving
+            },
         });
         // A role whose groups all serve has nothing left to retry.
         let keep = (plan.progress != Progress::Complete && retry.retries > 0)

@@ -73,6 +73,9 @@ pub struct Observed {
     pub rank_tables: Vec<ConfigMap>,
     /// The ConfigMap listing the prefill / vision endpoints for decode groups.
     pub peer_endpoints: Vec<ConfigMap>,
+    /// Metadata of the Secrets and ConfigMaps the spec would hand on (the hub token, what
+    /// engine containers read), read by a metadata-only GET: `None` where one does not exist.
+    pub referenced: super::decide::references::Seen,
 }
 
 /// Longest a pass waits for the stores to take in the operator's own writes.
@@ -308,6 +311,42 @@ impl Caches {
             )),
         };
         (caches, writers)
+    }
+
+    /// The acceptance runs under way in the operator's scope (see
+    /// [`crate::controller::decide::fleet::run_key`]; every Job of a run carries its key in the
+    /// `deepinfer.io/judges` annotation): runs with an acceptance Job that has not finished.
+    pub fn acceptance_runs(&self) -> crate::controller::decide::fleet::Runs {
+        let jobs: Vec<Job> = self
+            .jobs
+            .read()
+            .by_key
+            .iter()
+            .map(|e| Kept(e.0.clone()).to_api())
+            .collect();
+        let mut runs = crate::controller::decide::fleet::Runs::default();
+        for j in jobs
+            .iter()
+            .filter(|j| j.labels().get(labels::COMPONENT).map(String::as_str) == Some("acceptance"))
+        {
+            let key = j
+                .annotations()
+                .get(crate::controller::build::JUDGES_ANNOTATION)
+                .zip(j.labels().get(labels::DEPLOYMENT))
+                .map(|(key, deployment)| {
+                    crate::controller::decide::fleet::run_key(
+                        &j.namespace().unwrap_or_default(),
+                        deployment,
+                        key,
+                    )
+                });
+            let Some(key) = key else { continue };
+            if !crate::controller::decide::retention::finished(j) {
+                runs.under_way.insert(key.clone());
+            }
+            runs.seen.insert(key);
+        }
+        runs
     }
 
     /// How many objects each store holds, by kind, read when called (for
@@ -661,6 +700,53 @@ where
     })
 }
 
+/// The metadata (labels and annotations only: no content is read) of every Secret and
+/// ConfigMap the spec would hand on to a workload, each read once by a metadata-only GET.
+async fn referenced(
+    client: &Client,
+    ns: &str,
+    spec: &crate::api::DeepInferDeploymentSpec,
+) -> Result<super::decide::references::Seen, Error> {
+    use super::decide::references::{engine_references, hub_token_reference, Kind};
+    use k8s_openapi::api::core::v1::Secret;
+    let mut seen = super::decide::references::Seen::new();
+    for r in hub_token_reference(spec)
+        .into_iter()
+        .chain(engine_references(spec))
+    {
+        let key = (r.kind, r.name.clone());
+        if seen.contains_key(&key) {
+            continue;
+        }
+        let meta = match r.kind {
+            Kind::Secret => get_meta_opt::<Secret>(client, ns, &r.name).await?,
+            Kind::ConfigMap => get_meta_opt::<ConfigMap>(client, ns, &r.name).await?,
+        };
+        seen.insert(key, meta);
+    }
+    Ok(seen)
+}
+
+async fn get_meta_opt<K>(client: &Client, ns: &str, name: &str) -> Result<Option<ObjectMeta>, Error>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + k8s_openapi::Resource
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), ns);
+    match api.get_metadata_opt(name).await {
+        Ok(found) => Ok(found.map(|m| m.metadata)),
+        Err(e) => Err(Error::api(
+            "get",
+            <K as k8s_openapi::Resource>::KIND,
+            &format!("{ns}/{name}"),
+            e,
+        )),
+    }
+}
+
 /// What [`observe`] reads from: the caches of the owned objects, and the client for the one GET.
 pub trait Sources {
     /// The API client.
@@ -708,9 +794,11 @@ pub async fn observe(
         Some(from) => get_opt::<ConfigMap>(ctx.client(), &ns, &from.name).await?,
         None => None,
     };
+    let referenced = referenced(ctx.client(), &ns, &did.spec).await?;
     Ok(Observed {
         claim_phase,
         prompts,
+        referenced,
         workers,
         jobs,
         job_pods,

@@ -21,6 +21,9 @@ pub enum Gate {
     Failed(&'static str, String),
     /// Passed (reason, message).
     Passed(&'static str, String),
+    /// Held as the spec asks (`spec.paused`, `spec.suspend`): not passed, yet neither in progress
+    /// nor stalled (reason, message).
+    Held(&'static str, String),
 }
 
 impl Gate {
@@ -145,6 +148,16 @@ impl Outcome {
         })
     }
 
+    /// The gate held as the spec asks, if any (see [`Gate::Held`]).
+    fn held(&self) -> Option<(&'static str, &str)> {
+        [&self.acceptance, &self.workers]
+            .into_iter()
+            .find_map(|g| match g {
+                Gate::Held(reason, message) => Some((*reason, message.as_str())),
+                _ => None,
+            })
+    }
+
     /// The first gate still in progress, if any.
     fn progressing(&self) -> Option<(&'static str, &str)> {
         [
@@ -177,6 +190,11 @@ impl Outcome {
         }
         if matches!(self.spec, Gate::Failed(..)) {
             return Phase::Failed;
+        }
+        match self.held() {
+            Some((reason, _)) if reason == reasons::SUSPENDED => return Phase::Suspended,
+            Some(_) => return Phase::Paused,
+            None => {}
         }
         if !self.license.passed() {
             return Phase::Pending;
@@ -233,7 +251,9 @@ fn gate_condition(
 ) -> Condition {
     let (status, reason, message) = match gate {
         Gate::Passed(r, m) => ("True", *r, m.as_str()),
-        Gate::Failed(r, m) | Gate::Progressing(r, m) => ("False", *r, m.as_str()),
+        Gate::Failed(r, m) | Gate::Progressing(r, m) | Gate::Held(r, m) => {
+            ("False", *r, m.as_str())
+        }
         Gate::NotReached => (
             "Unknown",
             reasons::WAITING_FOR_GATE,
@@ -286,7 +306,7 @@ pub fn compute(
             generation,
             &now,
         )
-    } else if let Some((reason, message)) = stalled {
+    } else if let Some((reason, message)) = stalled.or(outcome.held()) {
         condition(prev, ct::READY, "False", reason, message, generation, &now)
     } else if !outcome.acceptance.passed() && outcome.checkpoint.passed() {
         let (reason, message) = match &outcome.acceptance {
@@ -304,8 +324,17 @@ pub fn compute(
         condition(prev, ct::READY, "False", reason, message, generation, &now)
     };
     conditions.push(ready);
-    let reconciling = match (stalled, outcome.ready()) {
-        (None, false) => {
+    let reconciling = match (stalled, outcome.ready(), outcome.held()) {
+        (None, false, Some((reason, message))) => condition(
+            prev,
+            ct::RECONCILING,
+            "False",
+            reason,
+            message,
+            generation,
+            &now,
+        ),
+        (None, false, None) => {
             let (reason, message) = outcome
                 .progressing()
                 .unwrap_or((reasons::PROGRESSING, "reconciling"));

@@ -266,6 +266,7 @@ pub fn validate_spec(
         validate_scheduling(scheduling, &mut errors);
     }
     validate_pod_settings(spec, &mut errors);
+    validate_service_owners(&spec.service_owners, &mut errors);
     if errors.is_empty() {
         Ok(())
     } else {
@@ -788,6 +789,61 @@ fn validate_roles(roles: &[RoleSpec], devices_per_pod: Option<i32>, errors: &mut
         validate_parallel(role, &at, devices_per_pod, errors);
         validate_rollout(role, &at, errors);
     }
+    validate_worker_alone(roles, errors);
+}
+
+/// `spec.serviceOwners`: the CRD's rule on keys and its bounds on the entries and values.
+fn validate_service_owners(
+    owners: &std::collections::BTreeMap<String, String>,
+    errors: &mut Vec<FieldError>,
+) {
+    use crate::api::{MAX_SERVICE_OWNERS, MAX_SERVICE_OWNER_LENGTH};
+    if owners.len() > MAX_SERVICE_OWNERS {
+        errors.push(FieldError::new(
+            "spec.serviceOwners",
+            format_args!(
+                "has {} entries; at most {MAX_SERVICE_OWNERS} are allowed",
+                owners.len()
+            ),
+        ));
+    }
+    for (key, owner) in owners {
+        if !(1..=63).contains(&key.chars().count()) {
+            errors.push(FieldError::new(
+                "spec.serviceOwners",
+                format_args!("key {key:?}: a key names a service in 1 to 63 characters (e.g. kvCache, routing, authentication, quotas); shorten or rename the key"),
+            ));
+        }
+        if !(1..=MAX_SERVICE_OWNER_LENGTH).contains(&owner.chars().count()) {
+            errors.push(FieldError::new(
+                "spec.serviceOwners",
+                format_args!("value of {key:?} has {} characters; name the owner in 1 to {MAX_SERVICE_OWNER_LENGTH}", owner.chars().count()),
+            ));
+        }
+    }
+}
+
+/// `worker` stands alone (the CRD's rule on `spec.roles`): an acceptance run judges the worker's
+/// outputs alone, so prefill, decode or vision pods beside it would serve on a run they took no
+/// part in. Names the worker's entry.
+fn validate_worker_alone(roles: &[RoleSpec], errors: &mut Vec<FieldError>) {
+    if roles.len() < 2 {
+        return;
+    }
+    if let Some(i) = roles.iter().position(|r| r.name == "worker") {
+        let others: Vec<&str> = roles
+            .iter()
+            .filter(|r| r.name != "worker")
+            .map(|r| r.name.as_str())
+            .collect();
+        errors.push(FieldError::new(
+            format!("spec.roles[{i}].name"),
+            format_args!(
+                "is worker (prefill and decode colocated in one engine) beside {}: an acceptance run judges the worker's outputs alone, so the other roles' pods would serve on a run they took no part in; serve with worker alone, or with prefill and decode (and vision) without worker",
+                others.join(", ")
+            ),
+        ));
+    }
 }
 
 /// The pods the resource needs at most (every group plus the surge groups of a rollout) must stay
@@ -831,6 +887,7 @@ fn validate_rollout(role: &RoleSpec, at: &str, errors: &mut Vec<FieldError>) {
     for (name, value) in [
         ("maxSurge", r.max_surge),
         ("maxUnavailable", r.max_unavailable),
+        ("partition", r.partition),
     ] {
         if !(0..=MAX_ROLLOUT_GROUPS).contains(&value) {
             bounded = false;
@@ -1346,6 +1403,7 @@ mod tests {
             rollout: crate::api::RolloutSpec {
                 max_surge: surge,
                 max_unavailable: unavailable,
+                partition: 0,
             },
             pod: None,
         };

@@ -311,6 +311,50 @@ pub fn cases() -> Vec<Case> {
             Invalid("spec.roles")
         ),
         case!(
+            "worker beside prefill and decode",
+            nvidia,
+            |s| s["roles"]
+                .as_array_mut()
+                .unwrap()
+                .push(json!({"name": "worker", "replicas": 1, "parallel": {"tensor": 8}})),
+            Invalid("spec.roles[2].name")
+        ),
+        case!(
+            "worker beside vision",
+            ascend,
+            |s| s["roles"]
+                .as_array_mut()
+                .unwrap()
+                .push(json!({"name": "vision", "replicas": 1, "parallel": {"tensor": 16}})),
+            Invalid("spec.roles[0].name")
+        ),
+        case!(
+            "prefill, decode and vision without worker",
+            nvidia,
+            |s| s["roles"]
+                .as_array_mut()
+                .unwrap()
+                .push(json!({"name": "vision", "replicas": 1, "parallel": {"tensor": 8}})),
+            Valid
+        ),
+        case!(
+            "service owners of the front end",
+            nvidia,
+            |s| s["serviceOwners"] = json!({
+                "kvCache": "platform-kv team",
+                "routing": "gateway team (#gw-oncall)",
+                "authentication": "api-gateway",
+                "quotas": "none yet"
+            }),
+            Valid
+        ),
+        case!(
+            "service owner key too long",
+            nvidia,
+            |s| s["serviceOwners"] = json!({("k".repeat(64)): "someone"}),
+            Invalid("spec.serviceOwners")
+        ),
+        case!(
             "prompt id with a control character",
             nvidia,
             |s| s["acceptance"]["prompts"][0]["id"] = json!("shot\u{0000}plan"),
@@ -419,6 +463,22 @@ pub fn cases() -> Vec<Case> {
             nvidia,
             |s| s["roles"][0]["replicas"] = json!(1_000_000),
             Invalid("spec.roles[0].replicas")
+        ),
+        case!(
+            "rollout held at a partition, paused",
+            nvidia,
+            |s| {
+                s["roles"][0]["rollout"] = json!({"maxSurge": 1, "partition": 1});
+                s["paused"] = json!(true);
+            },
+            Valid
+        ),
+        case!("suspended", nvidia, |s| s["suspend"] = json!(true), Valid),
+        case!(
+            "negative partition",
+            nvidia,
+            |s| s["roles"][0]["rollout"] = json!({"partition": -1}),
+            Invalid("spec.roles[0].rollout.partition")
         ),
         case!(
             "rollout that could never replace a group",

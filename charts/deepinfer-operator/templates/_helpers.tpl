@@ -57,9 +57,12 @@ Every API permission the operator uses, with exact verbs and no wildcards. The s
 shipped in config/rbac/role.yaml (a test keeps the two equal).
 */}}
 {{- define "deepinfer-operator.rules" -}}
-# Exactly the verbs the operator's code uses (tests/chart_render.rs keeps the list): it lists and
-# watches what it reads in bulk, gets nothing it lists, and writes by server-side apply (patch;
-# create for a new object).
+# Exactly the verbs the operator's code uses: config/rbac/needs.yaml names the code behind each
+# one, and tests/chart_render.rs keeps these rules equal to that table. It lists and watches what
+# it reads in bulk, writes by server-side apply (patch; create for a new object), and gets an
+# object only to read it by name: what create_once finds after a 409 (its own, or another
+# owner's: NameConflict), the prompts ConfigMap, and the metadata of Secrets and ConfigMaps the
+# spec would hand on (the opt-in labels).
 # The resource it reconciles (watched), and its status (server-side applied).
 - apiGroups: [deepinfer.io]
   resources: [deepinferdeployments]
@@ -67,66 +70,68 @@ shipped in config/rbac/role.yaml (a test keeps the two equal).
 - apiGroups: [deepinfer.io]
   resources: [deepinferdeployments/status]
   verbs: [patch]
-# Worker pods (server-side apply = patch) and their deepinfer.io/accepted readiness condition.
+# Worker pods and their deepinfer.io/accepted readiness condition.
 - apiGroups: [""]
   resources: [pods]
-  verbs: [list, watch, create, patch, delete]
+  verbs: [get, list, watch, create, patch, delete]
 - apiGroups: [""]
   resources: [pods/status]
   verbs: [patch]
 # A headless Service per serving group and a Service per role.
 - apiGroups: [""]
   resources: [services]
-  verbs: [list, watch, create, patch, delete]
+  verbs: [get, list, watch, create, patch, delete]
 # A PodDisruptionBudget per role, so a node drain takes down no more groups than a rollout may.
 - apiGroups: [policy]
   resources: [poddisruptionbudgets]
-  verbs: [list, watch, create, patch, delete]
+  verbs: [get, list, watch, create, patch, delete]
 # The spec of each revision, so the serving revision's groups are rebuilt while another is judged.
 - apiGroups: [apps]
   resources: [controllerrevisions]
-  verbs: [list, watch, create, patch, delete]
+  verbs: [get, list, watch, create, patch, delete]
 # A PodGroup per serving group and multi-pod acceptance run, so the scheduler binds all ranks or none
 # (only used where the API server serves scheduling.k8s.io/v1beta1).
 - apiGroups: [scheduling.k8s.io]
   resources: [podgroups]
-  verbs: [list, watch, create, patch, delete]
+  verbs: [get, list, watch, create, patch, delete]
 # With spec.accelerator.deviceClassName, the ResourceClaimTemplate engine pods claim devices from
 # (Dynamic Resource Allocation).
 - apiGroups: [resource.k8s.io]
   resources: [resourceclaimtemplates]
-  verbs: [list, watch, create, delete]
+  verbs: [get, list, watch, create, delete]
 # Checkpoint fetch, verification and acceptance Jobs; patch gives a finished Job whose verdict is
 # in status its ttlSecondsAfterFinished.
 - apiGroups: [batch]
   resources: [jobs]
-  verbs: [list, watch, create, patch, delete]
+  verbs: [get, list, watch, create, patch, delete]
 # Watches claims (name and phase kept) to check that the checkpoint claim exists and is bound.
 - apiGroups: [""]
   resources: [persistentvolumeclaims]
   verbs: [list, watch]
-# ConfigMaps: get reads the prompts of spec.acceptance.promptsFrom; list and watch are a
-# metadata-only watch (an edit to those prompts re-runs acceptance) and list the evidence's
-# metadata; create and patch apply the acceptance spec and the evidence ConfigMap created before
-# each run, the HCCL rank tables of Ascend groups and the role-endpoints file of decode groups;
-# delete removes evidence beyond --keep-evidence and those files once their groups are gone. get/update are also what the acceptance
-# judge's Role grants on that one name, and Kubernetes only lets the operator grant what it holds
-# itself. Install in single-namespace mode to hold all of this in one namespace only.
+# ConfigMaps: get reads the prompts of spec.acceptance.promptsFrom and the labels of ConfigMaps
+# engine containers would read; list and watch are a metadata-only watch (an edit to those prompts
+# re-runs acceptance) and list the evidence's metadata; create and patch apply the acceptance spec,
+# the evidence ConfigMap created before each run, the HCCL rank tables of Ascend groups and the
+# role-endpoints file of decode groups; delete removes evidence beyond --keep-evidence and those
+# files once their groups are gone. get/patch are also what the acceptance judge's Role grants on
+# its evidence by name (Kubernetes lets the operator grant only what it holds itself). No update.
 - apiGroups: [""]
   resources: [configmaps]
-  verbs: [get, list, watch, create, update, patch, delete]
-# The acceptance judge's per-deployment identity (server-side applied).
+  verbs: [get, list, watch, create, patch, delete]
+# Secrets: get only, for the labels and annotations (a metadata-only GET) of the hub token Secret
+# and of Secrets engine containers would read: a Secret is handed on only when it opted in.
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [get]
+# The acceptance judge's per-deployment identity.
 - apiGroups: [""]
   resources: [serviceaccounts]
-  verbs: [create, patch]
+  verbs: [get, create, patch]
 - apiGroups: [rbac.authorization.k8s.io]
   resources: [roles, rolebindings]
-  verbs: [create, patch]
-# Events (kube-rs publishes events.k8s.io/v1; core events for older readers).
+  verbs: [get, create, patch]
+# Events on condition transitions (events.k8s.io/v1).
 - apiGroups: [events.k8s.io]
-  resources: [events]
-  verbs: [create, patch]
-- apiGroups: [""]
   resources: [events]
   verbs: [create, patch]
 {{- end }}

@@ -352,3 +352,68 @@ fn integer_bounds_hold_beyond_64_bits() {
         "no rounding through f64"
     );
 }
+
+#[test]
+fn a_number_written_with_a_fraction_or_an_exponent_is_not_an_integer() {
+    // The seed's check is `type(shot["seconds"]) is not int`; JSON Schema alone would take these.
+    let spec = CompiledSpec::compile(
+        &parse_spec(
+            "prompts:\n- id: p\n  prompt: x\n  structuredOutput:\n    json:\n      type: object\n      properties:\n        shots:\n          type: array\n          items:\n            type: object\n            properties:\n              prompt: {type: string}\n              seconds: {type: integer, minimum: 1}\n",
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let judge_text = |text: &str| {
+        let line =
+            serde_json::json!({"id": "p", "text": text, "finish_reason": "stop"}).to_string();
+        spec.judge(&parse_outputs(line.as_bytes())).remove(0)
+    };
+    let v = judge_text(
+        r#"{"shots":[{"prompt":"a","seconds":1.0},{"prompt":"b","seconds":2e0},{"prompt":"c","seconds":3}]}"#,
+    );
+    assert!(!v.passed);
+    assert_eq!(
+        v.reason,
+        "/shots/0/seconds: 1.0 is not of type \"integer\" (written with a fraction or an exponent, or beyond 64 bits: an integer must be written as a whole number); \
+         /shots/1/seconds: 2.0 is not of type \"integer\" (written with a fraction or an exponent, or beyond 64 bits: an integer must be written as a whole number)"
+    );
+    assert!(
+        judge_text(r#"{"shots":[{"prompt":"a","seconds":1},{"prompt":"b","seconds":2}]}"#).passed
+    );
+    // `number` still takes both spellings; the other types are unchanged.
+    let v = judge_text(r#"{"shots":[{"prompt":1.5,"seconds":1}]}"#);
+    assert_eq!(v.reason, "/shots/0/prompt: 1.5 is not of type \"string\"");
+    let number = CompiledSpec::compile(
+        &parse_spec("prompts:\n- id: p\n  prompt: x\n  structuredOutput: {json: {type: [number, \"null\"]}}\n")
+            .unwrap(),
+    )
+    .unwrap();
+    for (text, passed) in [("2.0", true), ("2", true), ("null", true), ("\"2\"", false)] {
+        let line =
+            serde_json::json!({"id": "p", "text": text, "finish_reason": "stop"}).to_string();
+        assert_eq!(
+            number.judge(&parse_outputs(line.as_bytes()))[0].passed,
+            passed,
+            "{text}"
+        );
+    }
+}
+
+#[test]
+fn seed_invalid_fraction_seconds_is_not_an_integer() {
+    let v = seed_failure(include_str!(
+        "../../../e2e/fixtures/shot-planner/invalid-fraction-seconds.jsonl"
+    ));
+    assert!(
+        v.reason.starts_with(
+            "/shots/0/seconds: 2.0 is not of type \"integer\" (written with a fraction"
+        ),
+        "{}",
+        v.reason
+    );
+    assert!(
+        !v.reason.contains("rule"),
+        "the schema refuses it before any rule runs: {}",
+        v.reason
+    );
+}

@@ -23,6 +23,12 @@ pub const JUDGE_CONTAINER: &str = "judge";
 
 /// The judge's argument naming the evidence ConfigMap it writes.
 pub const EVIDENCE_FLAG: &str = "--evidence-configmap";
+/// The judge's argument recording annotation `deepinfer.io/rerun-reason`.
+pub const RERUN_REASON_FLAG: &str = "--rerun-reason";
+/// The judge's argument recording annotation `deepinfer.io/acceptance-change-reason`.
+pub const CHANGE_REASON_FLAG: &str = "--acceptance-change-reason";
+/// The judge's argument recording annotation `deepinfer.io/acceptance-change-reviewer`.
+pub const CHANGE_REVIEWER_FLAG: &str = "--acceptance-change-reviewer";
 /// The container that runs the engine (every engine pod's).
 pub const ENGINE_CONTAINER: &str = "engine";
 /// Where the judge's service-account token is mounted (the path in-cluster clients read).
@@ -167,7 +173,7 @@ pub fn acceptance_rbac(
             api_groups: Some(vec![String::new()]),
             resources: Some(vec!["configmaps".into()]),
             resource_names: Some(evidence.into_iter().collect()),
-            verbs: vec!["get".into(), "update".into()],
+            verbs: vec!["get".into(), "patch".into()],
             ..PolicyRule::default()
         }]),
     });
@@ -443,45 +449,86 @@ fn judge_container(
     let spec = &did.spec;
     let role = acceptance_role(spec);
     let p = role.map(|r| r.parallel.clone()).unwrap_or_default();
+    let image = role.map_or(spec.runtime.image.as_str(), |r| {
+        spec.runtime.image_of(&r.name)
+    });
+    let role_images: BTreeMap<&str, &str> = acceptance_roles(spec)
+        .into_iter()
+        .map(|r| (r.name.as_str(), spec.runtime.image_of(&r.name)))
+        .collect();
+    let mut record = vec![
+        "--model-name".to_string(),
+        spec.model.name.clone(),
+        "--role-images".into(),
+        serde_json::to_string(&role_images).unwrap_or_default(),
+        "--checkpoint-claim".into(),
+        did.claim.clone(),
+        "--checkpoint-path".into(),
+        did.checkpoint_dir.clone(),
+        "--checkpoint-source-key".into(),
+        checkpoint_key(spec),
+    ];
+    if !spec.service_owners.is_empty() {
+        record.extend([
+            "--service-owners".into(),
+            serde_json::to_string(&spec.service_owners).unwrap_or_default(),
+        ]);
+    }
+    if let Some(review) = crate::api::ReviewRecord::from_annotations(did.annotations()) {
+        for (flag, value) in [
+            (RERUN_REASON_FLAG, review.rerun_reason),
+            (CHANGE_REASON_FLAG, review.change_reason),
+            (CHANGE_REVIEWER_FLAG, review.change_reviewer),
+        ] {
+            if let Some(value) = value {
+                record.extend([flag.to_string(), value]);
+            }
+        }
+    }
     Container {
         name: JUDGE_CONTAINER.into(),
         image: Some(operator_image.into()),
         command: Some(vec!["deepinfer-operator".into(), "accept".into()]),
-        args: Some(vec![
-            "--spec-file".into(),
-            format!("{ACCEPTANCE_SPEC_DIR}/{ACCEPTANCE_SPEC_KEY}"),
-            "--engine-dir".into(),
-            ACCEPTANCE_WORK_DIR.into(),
-            "--model-dir".into(),
-            model_dir(did),
-            "--revision".into(),
-            revision.to_string(),
-            "--image".into(),
-            spec.runtime.image.clone(),
-            "--template-version".into(),
-            TEMPLATE_VERSION.to_string(),
-            "--runtime-commit".into(),
-            spec.runtime.commit.clone(),
-            "--checkpoint-revision".into(),
-            checkpoint_revision(spec),
-            "--layout".into(),
-            format!(
-                "tensor={},pipeline={},data={},expert={}",
-                p.tensor, p.pipeline, p.data, p.expert
-            ),
-            "--roles".into(),
-            acceptance_roles(spec)
-                .iter()
-                .map(|r| r.name.as_str())
-                .collect::<Vec<_>>()
-                .join(","),
-            EVIDENCE_FLAG.into(),
-            names.evidence_configmap.clone(),
-            "--owner-name".into(),
-            did.name_any(),
-            "--owner-uid".into(),
-            did.uid().unwrap_or_default(),
-        ]),
+        args: Some(
+            vec![
+                "--spec-file".into(),
+                format!("{ACCEPTANCE_SPEC_DIR}/{ACCEPTANCE_SPEC_KEY}"),
+                "--engine-dir".into(),
+                ACCEPTANCE_WORK_DIR.into(),
+                "--model-dir".into(),
+                model_dir(did),
+                "--revision".into(),
+                revision.to_string(),
+                "--image".into(),
+                image.to_string(),
+                "--template-version".into(),
+                TEMPLATE_VERSION.to_string(),
+                "--runtime-commit".into(),
+                spec.runtime.commit.clone(),
+                "--checkpoint-revision".into(),
+                checkpoint_revision(spec),
+                "--layout".into(),
+                format!(
+                    "tensor={},pipeline={},data={},expert={}",
+                    p.tensor, p.pipeline, p.data, p.expert
+                ),
+                "--roles".into(),
+                acceptance_roles(spec)
+                    .iter()
+                    .map(|r| r.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(","),
+                EVIDENCE_FLAG.into(),
+                names.evidence_configmap.clone(),
+                "--owner-name".into(),
+                did.name_any(),
+                "--owner-uid".into(),
+                did.uid().unwrap_or_default(),
+            ]
+            .into_iter()
+            .chain(record)
+            .collect(),
+        ),
         env: Some(vec![env_field("POD_NAMESPACE", "metadata.namespace")]),
         volume_mounts: Some(vec![
             mount("acceptance-spec", ACCEPTANCE_SPEC_DIR, true),

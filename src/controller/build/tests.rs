@@ -638,7 +638,7 @@ fn the_judge_may_only_read_and_update_its_own_evidence_which_the_operator_create
         rules[0].resource_names,
         Some(vec![names.evidence_configmap.clone()])
     );
-    assert_eq!(rules[0].verbs, ["get", "update"]);
+    assert_eq!(rules[0].verbs, ["get", "patch"]);
     assert_eq!(binding.role_ref.name, names.service_account);
     // A run of an earlier target still going keeps its own evidence writable.
     let job = acceptance_job(
@@ -961,8 +961,8 @@ fn a_domain_class_gives_each_multi_pod_pod_group_one_claim_its_pods_share() {
     let d = did(
         json!({"type": "NVIDIA", "deviceClassName": "gpu.nvidia.com",
                "domainDeviceClassName": "compute-domain-default-channel.nvidia.com"}),
-        json!([{"name": "worker", "replicas": 1, "parallel": {"tensor": 16}},
-               {"name": "decode", "replicas": 1, "parallel": {"tensor": 8}}]),
+        json!([{"name": "decode", "replicas": 1, "parallel": {"tensor": 16}},
+               {"name": "prefill", "replicas": 1, "parallel": {"tensor": 8}}]),
     )
     .placed_as_pod_groups(true);
     let templates = claim_templates(&d);
@@ -1359,6 +1359,111 @@ fn decode_engines_find_the_prefill_role_through_env_and_a_file_of_ready_leaders(
         json!([{"name": "worker", "replicas": 1, "parallel": {"tensor": 8}}]),
     );
     assert!(peer_endpoints_configmap(&colocated, &[], &[]).is_none());
+}
+
+#[test]
+fn the_judge_records_the_model_each_roles_image_the_checkpoint_owners_and_review() {
+    let decode_image = format!("registry.example.com/decode@sha256:{}", "d".repeat(64));
+    let mut raw = raw(
+        json!({"type": "NVIDIA"}),
+        json!([
+            {"name": "prefill", "replicas": 1, "parallel": {"tensor": 8}},
+            {"name": "decode", "replicas": 1, "parallel": {"tensor": 8}}
+        ]),
+    );
+    raw.spec.runtime.roles =
+        vec![
+            serde_json::from_value(json!({"role": "decode", "image": decode_image}))
+                .expect("role runtime"),
+        ];
+    raw.spec.service_owners = [("kvCache".to_string(), "platform-kv team".to_string())].into();
+    let plain = valid(raw.clone());
+    raw.metadata.annotations = Some(
+        [
+            (crate::api::RERUN_REASON_ANNOTATION, " node fault "),
+            (
+                crate::api::ACCEPTANCE_CHANGE_REASON_ANNOTATION,
+                "four shots",
+            ),
+            (crate::api::ACCEPTANCE_CHANGE_REVIEWER_ANNOTATION, "jane"),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .into(),
+    );
+    let reviewed = valid(raw);
+    let names = AcceptanceNames::new("flash", "r", "t");
+    let leader = |d: &ValidatedDeployment| {
+        let groups = names.groups(&d.spec);
+        acceptance_group_job(d, &names, &groups[0], 0, "r", "operator:1").expect("job")
+    };
+    let args_of = |job: &Job| {
+        job.spec
+            .clone()
+            .expect("spec")
+            .template
+            .spec
+            .expect("pod")
+            .containers
+            .into_iter()
+            .find(|c| c.name == JUDGE_CONTAINER)
+            .and_then(|c| c.args)
+            .unwrap_or_default()
+    };
+    let args = args_of(&leader(&plain));
+    let value = |flag: &str| {
+        let at = args
+            .iter()
+            .position(|a| a == flag)
+            .unwrap_or_else(|| panic!("{flag}"));
+        args[at + 1].clone()
+    };
+    assert_eq!(
+        value("--image"),
+        decode_image,
+        "the judged role's own image"
+    );
+    assert_eq!(
+        value("--model-name"),
+        "deepseek-ai/DeepSeek-V4.1-Flash-1017"
+    );
+    let images: BTreeMap<String, String> =
+        serde_json::from_str(&value("--role-images")).expect("JSON");
+    assert_eq!(
+        images,
+        [
+            ("decode".to_string(), decode_image.clone()),
+            ("prefill".to_string(), IMAGE.to_string())
+        ]
+        .into()
+    );
+    assert_eq!(value("--checkpoint-claim"), "ckpt");
+    assert_eq!(value("--checkpoint-path"), "model");
+    assert_eq!(
+        value("--checkpoint-source-key"),
+        checkpoint_key(&plain.spec)
+    );
+    assert_eq!(
+        value("--service-owners"),
+        r#"{"kvCache":"platform-kv team"}"#
+    );
+    assert!(
+        !args.iter().any(|a| a == RERUN_REASON_FLAG),
+        "no review annotated"
+    );
+    // The annotations the run starts under are handed to the judge, trimmed.
+    let job = leader(&reviewed);
+    let review = crate::api::ReviewRecord {
+        rerun_reason: Some("node fault".into()),
+        change_reason: Some("four shots".into()),
+        change_reviewer: Some("jane".into()),
+    };
+    // They parse as the judge takes them.
+    let parsed = crate::acceptance::AcceptArgs::try_parse_from(
+        std::iter::once("accept".to_string()).chain(args_of(&job)),
+    )
+    .expect("the judge's arguments parse");
+    assert_eq!(parsed.identity.review(), Some(review));
+    assert_eq!(parsed.identity.role_images, Some(images));
 }
 
 #[test]

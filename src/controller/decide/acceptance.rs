@@ -9,7 +9,8 @@ use super::jobs::{containers_ended, started_at, unschedulable, JobState};
 use crate::acceptance::AcceptanceSummary;
 use crate::api::{
     reasons, AcceptancePrompt, AcceptanceResult, AcceptanceSpec, AcceptanceStatus,
-    DeepInferDeploymentSpec, RERUN_ACCEPTANCE_ANNOTATION,
+    DeepInferDeploymentSpec, ReviewRecord, ACCEPTANCE_CHANGE_REASON_ANNOTATION,
+    ACCEPTANCE_CHANGE_REVIEWER_ANNOTATION, RERUN_ACCEPTANCE_ANNOTATION, RERUN_REASON_ANNOTATION,
 };
 use crate::controller::build;
 use crate::controller::status::Gate;
@@ -29,6 +30,8 @@ pub struct Judging<'a> {
     pub deadline_seconds: i64,
     /// Roles whose groups the run includes, the judged role first (recorded in the judgement).
     pub roles: &'a [String],
+    /// The review decisions annotated on the resource (recorded in the judgement).
+    pub review: Option<&'a ReviewRecord>,
     /// Now.
     pub now: Timestamp,
 }
@@ -229,6 +232,7 @@ fn judged(s: AcceptanceSummary, j: &Judging<'_>) -> AcceptanceStatus {
         reason: Some(crate::controller::text::truncate(&s.reason, 1000)),
         template_version: Some(build::TEMPLATE_VERSION),
         roles: j.roles.to_vec(),
+        review: j.review.cloned(),
     }
 }
 
@@ -264,6 +268,7 @@ fn unreadable_judgement(j: &Judging<'_>, why: String) -> AcceptanceStatus {
         reason: Some(crate::controller::text::truncate(&why, 1000)),
         template_version: Some(crate::controller::build::TEMPLATE_VERSION),
         roles: j.roles.to_vec(),
+        review: j.review.cloned(),
     }
 }
 
@@ -317,6 +322,68 @@ pub fn resolve(
 /// never the ConfigMap's content.
 pub fn judged_spec_hash(acceptance: &AcceptanceSpec, resolved: Option<&AcceptanceSpec>) -> String {
     build::full_hash(resolved.unwrap_or(acceptance))
+}
+
+/// What a new acceptance run (of `spec_hash`, rerun token `token`) needs on record before it
+/// starts, or `None` when it may start. A change to what a deployment is judged by is a review
+/// decision: a rerun token no recorded judgement carries needs `deepinfer.io/rerun-reason`; an
+/// acceptance section no passed judgement was made by, on a deployment with a passed judgement,
+/// needs the change's reason and reviewer, and not the pair already recorded with a pass under
+/// another section (that pair reviewed an earlier change). Judgements recorded before spec hashes
+/// were kept are not compared.
+pub fn review_missing(
+    review: Option<&ReviewRecord>,
+    token: &str,
+    spec_hash: &str,
+    judgements: &[AcceptanceStatus],
+) -> Option<String> {
+    let empty = ReviewRecord::default();
+    let review = review.unwrap_or(&empty);
+    let mut missing = Vec::new();
+    let new_rerun = !token.is_empty()
+        && !judgements
+            .iter()
+            .any(|j| j.rerun_token.as_deref() == Some(token));
+    if new_rerun && review.rerun_reason.is_none() {
+        missing.push(format!(
+            "annotation {RERUN_ACCEPTANCE_ANNOTATION} asks for a new run ({token:?}) without annotation {RERUN_REASON_ANNOTATION}: set it to why the run is repeated; it is recorded in the judgement and the manifest"
+        ));
+    }
+    let passed: Vec<&AcceptanceStatus> = judgements
+        .iter()
+        .filter(|j| j.passed() && j.spec_hash.is_some())
+        .collect();
+    let changed = !passed.is_empty()
+        && !passed
+            .iter()
+            .any(|j| j.spec_hash.as_deref() == Some(spec_hash));
+    if changed {
+        match (&review.change_reason, &review.change_reviewer) {
+            (Some(reason), Some(reviewer)) => {
+                let earlier = passed.iter().find(|j| {
+                    j.review.as_ref().is_some_and(|r| {
+                        r.change_reason.as_ref() == Some(reason)
+                            && r.change_reviewer.as_ref() == Some(reviewer)
+                    })
+                });
+                if let Some(earlier) = earlier {
+                    missing.push(format!(
+                        "spec.acceptance changed, but annotations {ACCEPTANCE_CHANGE_REASON_ANNOTATION} and {ACCEPTANCE_CHANGE_REVIEWER_ANNOTATION} are those recorded with the pass of revision {} under an earlier spec.acceptance: they review that change, not this one; set them to this change's reason and reviewer",
+                        earlier.revision
+                    ));
+                }
+            }
+            _ => missing.push(format!(
+                "spec.acceptance differs from every section a passed judgement of this deployment was made by, and changing what it is judged by is a review decision: set annotation {ACCEPTANCE_CHANGE_REASON_ANNOTATION} (why the expected results changed) and {ACCEPTANCE_CHANGE_REVIEWER_ANNOTATION} (who reviewed and approved it), or revert the change"
+            )),
+        }
+    }
+    (!missing.is_empty()).then(|| {
+        format!(
+            "{}. Nothing runs until then; the serving pods keep serving on their pass",
+            missing.join("; ")
+        )
+    })
 }
 
 /// The gate for a judgement.
@@ -394,6 +461,7 @@ mod tests {
             prompts: 4,
             deadline_seconds: 2100,
             roles: &[],
+            review: None,
             now: now.parse().expect("time"),
         }
     }
@@ -780,6 +848,94 @@ mod tests {
             );
             assert!(reason.contains(why), "{reason}");
         }
+    }
+
+    #[test]
+    fn a_new_run_needs_its_review_decisions_on_record() {
+        let pass = |revision: &str, hash: &str, review: Option<ReviewRecord>| AcceptanceStatus {
+            revision: revision.into(),
+            result: AcceptanceResult::Passed,
+            spec_hash: Some(hash.into()),
+            review,
+            ..AcceptanceStatus::default()
+        };
+        let change = |reason: &str, reviewer: &str| ReviewRecord {
+            change_reason: Some(reason.into()),
+            change_reviewer: Some(reviewer.into()),
+            ..ReviewRecord::default()
+        };
+        // A first run, or a new revision judged by a section that passed before: no review.
+        assert_eq!(review_missing(None, "", "h1", &[]), None);
+        let history = [pass("r1", "h1", None)];
+        assert_eq!(review_missing(None, "", "h1", &history), None);
+        // A new rerun token needs its reason; a token already judged does not.
+        let why = review_missing(None, "t1", "h1", &history).expect("reason needed");
+        assert!(
+            why.contains(RERUN_REASON_ANNOTATION) && why.contains("\"t1\""),
+            "{why}"
+        );
+        let rerun = ReviewRecord {
+            rerun_reason: Some("node fault".into()),
+            ..ReviewRecord::default()
+        };
+        assert_eq!(review_missing(Some(&rerun), "t1", "h1", &history), None);
+        let rerun_judged = [AcceptanceStatus {
+            rerun_token: Some("t1".into()),
+            ..pass("r2", "h1", None)
+        }];
+        assert_eq!(review_missing(None, "t1", "h1", &rerun_judged), None);
+        // A changed section of a deployment that passed needs the reason and the reviewer.
+        let why = review_missing(None, "", "h2", &history).expect("review needed");
+        assert!(
+            why.contains(ACCEPTANCE_CHANGE_REASON_ANNOTATION)
+                && why.contains(ACCEPTANCE_CHANGE_REVIEWER_ANNOTATION)
+                && why.ends_with("keep serving on their pass"),
+            "{why}"
+        );
+        let reason_only = ReviewRecord {
+            change_reason: Some("new product rule".into()),
+            ..ReviewRecord::default()
+        };
+        assert!(review_missing(Some(&reason_only), "", "h2", &history).is_some());
+        let approved = change("new product rule", "jane");
+        assert_eq!(review_missing(Some(&approved), "", "h2", &history), None);
+        // The pair recorded with the pass of the last change reviews that change, not the next.
+        let after = [
+            pass("r1", "h2", Some(approved.clone())),
+            pass("r1", "h1", None),
+        ];
+        assert_eq!(review_missing(Some(&approved), "", "h2", &after), None);
+        let stale = review_missing(Some(&approved), "", "h3", &after).expect("stale review");
+        assert!(stale.contains("revision r1 under an earlier"), "{stale}");
+        assert_eq!(
+            review_missing(Some(&change("stricter total", "jane")), "", "h3", &after),
+            None
+        );
+        // Failed judgements and those without a spec hash are not a passed section.
+        let failed = [AcceptanceStatus {
+            result: AcceptanceResult::Failed,
+            ..pass("r1", "h1", None)
+        }];
+        assert_eq!(review_missing(None, "", "h2", &failed), None);
+        let old = [AcceptanceStatus {
+            spec_hash: None,
+            ..pass("r1", "h1", None)
+        }];
+        assert_eq!(review_missing(None, "", "h2", &old), None);
+    }
+
+    #[test]
+    fn the_review_is_recorded_in_the_judgement() {
+        let review = ReviewRecord {
+            rerun_reason: Some("node fault".into()),
+            ..ReviewRecord::default()
+        };
+        let j = Judging {
+            review: Some(&review),
+            ..judging("2026-01-01T00:05:00Z")
+        };
+        let judgement = unreadable_judgement(&j, "gone".into());
+        assert_eq!(judgement.review, Some(review));
     }
 
     #[test]

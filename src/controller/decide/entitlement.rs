@@ -52,10 +52,16 @@ pub fn of_revision(
         Some(j) if j.passed() && !j.covers(role) => Entitlement {
             entitled: false,
             reason: pod_reasons::NOT_JUDGED,
-            message: format!(
-                "the acceptance run that passed revision {revision} did not include role {role} (it ran {}): not in service until a run includes it",
-                j.roles.join(", ")
-            ),
+            message: if j.roles.iter().any(|r| r == role) {
+                format!(
+                    "the acceptance run that passed revision {revision} judged the worker's own outputs, which role {role} took no part in (worker stands alone): not in service until a run judges it"
+                )
+            } else {
+                format!(
+                    "the acceptance run that passed revision {revision} did not include role {role} (it ran {}): not in service until a run includes it",
+                    j.roles.join(", ")
+                )
+            },
             settled: true,
         },
         Some(j) if j.passed() => Entitlement {
@@ -369,5 +375,17 @@ mod tests {
         // A judgement recorded before runs named their roles covers its revision's pods.
         status.judgements[0].roles.clear();
         assert!(of(&status, "prefill").entitled);
+        // A run that judged the worker entitles the worker alone, whatever ran beside it.
+        status.judgements[0].roles = vec!["worker".into(), "prefill".into(), "decode".into()];
+        assert!(of(&status, "worker").entitled);
+        for role in ["prefill", "decode"] {
+            let beside = of(&status, role);
+            assert!(!beside.entitled, "{role}");
+            assert!(
+                beside.message.contains("worker stands alone"),
+                "{}",
+                beside.message
+            );
+        }
     }
 }

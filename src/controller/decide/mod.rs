@@ -4,8 +4,10 @@
 pub mod acceptance;
 pub mod checkpoint;
 pub mod entitlement;
+pub mod fleet;
 pub mod jobs;
 pub mod memory;
+pub mod references;
 pub mod rejected;
 pub mod retention;
 pub mod rollout;

@@ -50,7 +50,7 @@ pub fn evidence_to_delete(evidence: &[ObjectMeta], keep: usize, pinned: &[&str])
 }
 
 /// Whether a Job has finished (a Complete or Failed condition).
-fn finished(job: &Job) -> bool {
+pub fn finished(job: &Job) -> bool {
     job.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())

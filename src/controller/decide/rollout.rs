@@ -82,6 +82,20 @@ pub struct RoleInput<'a> {
     pub acceptance_needs_room: bool,
     /// Why no group may be created now (the watchdog's retry backoff), if so.
     pub placement_hold: Option<String>,
+    /// Whether the spec holds the groups (`spec.paused`) or frees them (`spec.suspend`).
+    pub mode: Mode,
+}
+
+/// What the spec asks of the groups as a whole.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Mode {
+    /// Serve: create, replace and delete groups as the rollout says.
+    #[default]
+    Serving,
+    /// `spec.paused`: no group is created, replaced or deleted.
+    Paused,
+    /// `spec.suspend`: every group is deleted and none created.
+    Suspended,
 }
 
 /// What to do with one group.
@@ -118,6 +132,13 @@ pub enum Progress {
     HoldingServing(String),
     /// The licence gate is closed: nothing is created or deleted.
     Frozen(String),
+    /// Every group ready, and the rollout held at `rollout.partition` groups of the earlier
+    /// revision as the spec asks.
+    Partitioned(String),
+    /// `spec.paused`: groups held as they are.
+    Paused(String),
+    /// `spec.suspend`: groups deleted, none created.
+    Suspended(String),
 }
 
 /// The plan for one role.
@@ -216,6 +237,28 @@ pub fn plan(input: &RoleInput<'_>) -> RolePlan {
         status,
         notes: Vec::new(),
     };
+    match input.mode {
+        Mode::Suspended => {
+            for g in &live {
+                plan.actions.push(delete(g));
+            }
+            plan.progress = Progress::Suspended(format!(
+                "{}: suspended (spec.suspend): {} group(s) deleted, none created",
+                input.role,
+                live.len()
+            ));
+            return plan;
+        }
+        Mode::Paused => {
+            plan.progress = Progress::Paused(format!(
+                "{}: paused (spec.paused): {} group(s) held as they are, {ready} of {desired} ready",
+                input.role,
+                live.len()
+            ));
+            return plan;
+        }
+        Mode::Serving => {}
+    }
     if !input.licence_open {
         plan.progress = Progress::Frozen(format!(
             "{}: licence gate closed; {} group(s) kept out of service, none created or deleted",
@@ -285,8 +328,11 @@ fn roll(input: &RoleInput<'_>, desired: i32, healthy: &[&Group], plan: &mut Role
     for g in old_idle {
         plan.actions.push(delete(g));
     }
+    // `partition` ready groups of the earlier revision stay; lost ones are not made again.
+    let partition = input.rollout.partition.clamp(0, desired);
+    let keep_old = partition.min(count(old_ready.len()));
     let updated_n = count(updated.len());
-    let want = desired - updated_n;
+    let want = desired - keep_old - updated_n;
     let room = desired + surge - updated_n - count(old_ready.len());
     let mut taken = Vec::new();
     for _ in 0..want.min(room).max(0) {
@@ -300,12 +346,26 @@ fn roll(input: &RoleInput<'_>, desired: i32, healthy: &[&Group], plan: &mut Role
     // Serving old groups go while the ready groups stay at least `replicas - maxUnavailable`.
     let available = count(updated.iter().filter(|g| g.ready()).count()) + count(old_ready.len());
     let spare_ready = usize::try_from(available - (desired - unavailable)).unwrap_or(0);
+    let removable = old_ready
+        .len()
+        .saturating_sub(usize::try_from(keep_old).unwrap_or(0));
     removal_order(&mut old_ready, input.passed);
-    for g in old_ready.into_iter().take(spare_ready) {
+    let removed = spare_ready.min(removable);
+    for g in old_ready.into_iter().take(removed) {
         plan.actions.push(delete(g));
     }
     let ready_updated = updated.iter().filter(|g| g.ready()).count();
-    plan.progress = if had_old > 0 {
+    let held_at_partition = keep_old > 0
+        && removed == removable
+        && plan.actions.is_empty()
+        && count(ready_updated) + keep_old >= desired;
+    plan.progress = if held_at_partition {
+        Progress::Partitioned(format!(
+            "{}: rollout of {} held at rollout.partition {partition}: {ready_updated}/{desired} groups updated, {keep_old} kept on the earlier revision",
+            input.role,
+            short(target)
+        ))
+    } else if had_old > 0 {
         Progress::RollingOut(format!(
             "rolling out {}: {}/{desired} groups updated ({}: {} ready, {had_old} old left)",
             short(target),
@@ -429,6 +489,8 @@ mod tests {
         licence_open: bool,
         needs_room: bool,
         hold: Option<String>,
+        partition: i32,
+        mode: Mode,
     }
 
     impl Case {
@@ -443,6 +505,8 @@ mod tests {
                 licence_open: true,
                 needs_room: false,
                 hold: None,
+                partition: 0,
+                mode: Mode::Serving,
             }
         }
 
@@ -455,6 +519,7 @@ mod tests {
                 rollout: RolloutSpec {
                     max_surge: self.surge,
                     max_unavailable: self.unavailable,
+                    partition: self.partition,
                 },
                 groups: self.groups.clone(),
                 target: self.target,
@@ -463,6 +528,7 @@ mod tests {
                 licence_open: self.licence_open,
                 acceptance_needs_room: self.needs_room,
                 placement_hold: self.hold.clone(),
+                mode: self.mode,
             })
         }
     }
@@ -863,5 +929,92 @@ mod tests {
         assert_eq!(p.progress, Progress::Complete);
         assert!(p.actions.is_empty());
         assert_eq!(p.status.rolling_out, None);
+    }
+
+    /// Two groups rolling to B, with `partition` and `mode`.
+    fn plan_of(groups: &[Group], partition: i32, mode: Mode) -> RolePlan {
+        let mut case = Case::new(2, B, groups.to_vec());
+        case.partition = partition;
+        case.mode = mode;
+        case.plan()
+    }
+
+    /// Runs plans until nothing is left to do, every created group turning ready at once;
+    /// returns the groups and the last plan.
+    fn settle(mut groups: Vec<Group>, partition: i32) -> (Vec<Group>, RolePlan) {
+        for _ in 0..10 {
+            let p = plan_of(&groups, partition, Mode::Serving);
+            if p.actions.is_empty() {
+                return (groups, p);
+            }
+            groups = step(&groups, &p);
+            all_ready(&mut groups);
+        }
+        panic!("no fixed point within ten passes");
+    }
+
+    fn revisions(groups: &[Group]) -> Vec<&str> {
+        let mut r: Vec<&str> = groups.iter().map(|g| &g.revision[..1]).collect();
+        r.sort_unstable();
+        r
+    }
+
+    #[test]
+    fn a_partition_holds_that_many_groups_on_the_earlier_revision_and_lowering_it_goes_on() {
+        let start = vec![g(A, 0, Health::Ready), g(A, 1, Health::Ready)];
+        let (held, p) = settle(start, 1);
+        assert_eq!(revisions(&held), ["a", "b"], "one group rolled, one kept");
+        assert!(
+            matches!(&p.progress, Progress::Partitioned(m) if m.contains("partition 1")),
+            "{:?}",
+            p.progress
+        );
+        assert_eq!(p.status.updated_groups, 1);
+        let (done, p) = settle(held, 0);
+        assert_eq!(revisions(&done), ["b", "b"]);
+        assert_eq!(p.progress, Progress::Complete);
+        // A partition as large as replicas keeps every group where it is.
+        let start = vec![g(A, 0, Health::Ready), g(A, 1, Health::Ready)];
+        let (kept, _) = settle(start, 5);
+        assert_eq!(revisions(&kept), ["a", "a"]);
+    }
+
+    #[test]
+    fn a_lost_group_of_the_earlier_revision_is_replaced_by_one_of_the_new() {
+        let groups = vec![
+            g(A, 0, Health::Broken("rank 1 gone".into())),
+            g(B, 0, Health::Ready),
+        ];
+        let (after, _) = settle(groups, 1);
+        assert_eq!(revisions(&after), ["b", "b"]);
+    }
+
+    #[test]
+    fn paused_creates_and_deletes_nothing_and_suspended_deletes_every_group() {
+        let groups = vec![
+            g(A, 0, Health::Ready),
+            g(A, 1, Health::Broken("rank 0 failed".into())),
+            g(B, 0, Health::Terminating),
+        ];
+        let paused = plan_of(&groups, 0, Mode::Paused);
+        assert!(paused.actions.is_empty(), "{:?}", paused.actions);
+        assert!(matches!(&paused.progress, Progress::Paused(m) if m.contains("1 of 2 ready")));
+        let suspended = plan_of(&groups, 0, Mode::Suspended);
+        assert_eq!(
+            suspended.actions,
+            [
+                Action::Delete {
+                    revision: A.into(),
+                    index: 0
+                },
+                Action::Delete {
+                    revision: A.into(),
+                    index: 1
+                }
+            ],
+            "every live group goes; one already going is left to go"
+        );
+        assert!(matches!(&suspended.progress, Progress::Suspended(_)));
+        assert!(plan_of(&[], 0, Mode::Suspended).actions.is_empty());
     }
 }

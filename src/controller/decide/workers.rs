@@ -268,10 +268,24 @@ pub fn workers_gate(statuses: &[RoleStatus], progress: &[Progress]) -> Gate {
         .map(|s| format!("{} {}/{}", s.name, s.ready_groups, s.desired_groups))
         .collect::<Vec<_>>()
         .join(", ");
+    // Held as the spec asks: every role is, since the switch is the deployment's.
+    let held: Vec<(&'static str, &str)> = progress
+        .iter()
+        .filter_map(|p| match p {
+            Progress::Suspended(m) => Some((reasons::SUSPENDED, m.as_str())),
+            Progress::Paused(m) => Some((reasons::PAUSED, m.as_str())),
+            _ => None,
+        })
+        .collect();
+    if let Some((reason, _)) = held.first() {
+        let said = held.iter().map(|(_, m)| *m).collect::<Vec<_>>().join("; ");
+        return Gate::Held(reason, format!("{said}; ready serving groups: {summary}"));
+    }
     let mut pending: Vec<(u8, &'static str, &str)> = Vec::new();
     for (p, s) in progress.iter().zip(statuses) {
         match p {
-            Progress::Complete => {}
+            Progress::Complete | Progress::Partitioned(_) => {}
+            Progress::Paused(_) | Progress::Suspended(_) => {}
             Progress::WaitingForCapacity(m) => pending.push((0, reasons::WAITING_FOR_CAPACITY, m)),
             Progress::Frozen(m) => pending.push((1, reasons::SERVING_WITHDRAWN, m)),
             Progress::RollingOut(m) => pending.push((2, reasons::ROLLING_OUT, m)),

@@ -806,3 +806,57 @@ async fn gpu_paused_holds_everything_and_suspend_frees_every_device_then_serves_
     assert_eq!(acceptance_jobs(&client, &ns.name, "pause").await, runs);
     op.stop().await;
 }
+
+#[tokio::test]
+async fn gpu_with_license_withdrawal_stop_a_closed_licence_frees_every_device_and_reopening_runs_nothing_again(
+) {
+    let client = support::client().await;
+    support::ensure_crd();
+    let ns = TestNamespace::new(&client, "stop").await;
+    support::checkpoint_claim(&ns.name, "ckpt", &support::fixture_checkpoint(), "model");
+    let api: Api<DeepInferDeployment> = Api::namespaced(client.clone(), &ns.name);
+    let op = Operator::start_with(&ns.name, &["mit"], |s| {
+        s.license_withdrawal = deepinfer_operator::controller::context::LicenseWithdrawal::Stop;
+    })
+    .await;
+    create(&api, deployment("stop", 2, 8, 1, 0)).await;
+    let ready = status_where(&api, "stop", "Ready", is_ready).await;
+    let runs = acceptance_jobs(&client, &ns.name, "stop").await;
+    patch(
+        &api,
+        "stop",
+        json!({"metadata": {"annotations": {"deepinfer.io/license-accepted": null}}}),
+    )
+    .await;
+    support::eventually(TIMEOUT, "every worker pod deleted", || async {
+        workers(&client, &ns.name, "stop")
+            .await
+            .is_empty()
+            .then_some(())
+    })
+    .await;
+    let st = status_where(&api, "stop", "the licence gate closed", |s| {
+        condition(s, "LicenseAccepted").is_some_and(|c| c.status == "False")
+    })
+    .await;
+    assert!(
+        condition(&st, "WorkersReady")
+            .is_some_and(|c| c.message.contains("--license-withdrawal=stop")),
+        "{:?}",
+        condition(&st, "WorkersReady")
+    );
+    assert_eq!(st.judgements, ready.judgements, "judgements kept");
+    patch(
+        &api,
+        "stop",
+        json!({"metadata": {"annotations": {"deepinfer.io/license-accepted": "mit"}}}),
+    )
+    .await;
+    let back = status_where(&api, "stop", "Ready again", |s| {
+        is_ready(s) && s.roles[0].ready_groups == 2
+    })
+    .await;
+    assert_eq!(back.judgements, ready.judgements, "nothing judged again");
+    assert_eq!(acceptance_jobs(&client, &ns.name, "stop").await, runs);
+    op.stop().await;
+}

@@ -72,6 +72,12 @@ pub struct RunArgs {
     /// the queue (`deepinfer_reconcile_queue_depth`); one resource never has two at once.
     #[arg(long, env = "DEEPINFER_MAX_CONCURRENT_RECONCILES", default_value_t = DEFAULT_MAX_CONCURRENT_RECONCILES, value_parser = clap::value_parser!(u16).range(1..))]
     pub max_concurrent_reconciles: u16,
+    /// What a closed licence gate does to a deployment's pods: `withhold` takes them out of
+    /// service and keeps them (devices held, weights loaded, back at once when the licence is
+    /// accepted again); `stop` deletes every serving pod and running acceptance Job (devices
+    /// freed; the groups are made again from the recorded judgement, with no new run).
+    #[arg(long, env = "DEEPINFER_LICENSE_WITHDRAWAL", value_enum, default_value_t = LicenseWithdrawal::Withhold)]
+    pub license_withdrawal: LicenseWithdrawal,
     /// Most acceptance runs under way at once, over every deployment the operator watches; runs
     /// beyond it wait in the order they asked (`AcceptanceQueued`). 0: no limit.
     #[arg(
@@ -153,6 +159,8 @@ pub struct Context {
     pub max_concurrent_reconciles: u16,
     /// Most acceptance runs under way at once (`None`: no limit).
     pub max_concurrent_acceptance_runs: Option<u16>,
+    /// What a closed licence gate does to the pods.
+    pub license_withdrawal: LicenseWithdrawal,
     /// Acceptance runs admitted and waiting under that limit.
     pub acceptance_queue: std::sync::Mutex<decide::fleet::Queue>,
     /// The watchdog's latest retry per (resource UID, role): the pass after a deletion may
@@ -228,6 +236,18 @@ pub struct Settings {
     pub max_concurrent_reconciles: u16,
     /// Most acceptance runs under way at once (0: no limit).
     pub max_concurrent_acceptance_runs: u16,
+    /// What a closed licence gate does to the pods.
+    pub license_withdrawal: LicenseWithdrawal,
+}
+
+/// What a closed licence gate does to a deployment's pods (`--license-withdrawal`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LicenseWithdrawal {
+    /// Out of service, kept (devices held).
+    #[default]
+    Withhold,
+    /// Deleted with running acceptance Jobs (devices freed).
+    Stop,
 }
 
 /// Default of `--partial-group-timeout`.
@@ -253,6 +273,7 @@ impl Settings {
             partial_group_timeout: DEFAULT_PARTIAL_GROUP_TIMEOUT,
             max_concurrent_reconciles: DEFAULT_MAX_CONCURRENT_RECONCILES,
             max_concurrent_acceptance_runs: 0,
+            license_withdrawal: LicenseWithdrawal::Withhold,
         }
     }
 }
@@ -291,6 +312,7 @@ impl From<&RunArgs> for Settings {
             partial_group_timeout: a.partial_group_timeout,
             max_concurrent_reconciles: a.max_concurrent_reconciles,
             max_concurrent_acceptance_runs: a.max_concurrent_acceptance_runs,
+            license_withdrawal: a.license_withdrawal,
         }
     }
 }
@@ -330,6 +352,7 @@ pub fn context(
         max_concurrent_acceptance_runs: (settings.max_concurrent_acceptance_runs > 0)
             .then_some(settings.max_concurrent_acceptance_runs),
         acceptance_queue: std::sync::Mutex::default(),
+        license_withdrawal: settings.license_withdrawal,
         placement_retries: std::sync::Mutex::default(),
         awaiting_api,
         awaiting_api_due: std::sync::Mutex::new(Some(due)),

@@ -128,11 +128,26 @@ pub async fn run_pipeline(
         if let Some(withdrawn) = &outcome.withdrawn {
             message = format!("{message}; {withdrawn}");
         }
-        outcome.license = Gate::Failed(licence.reason(), message);
-        // Nothing is created or deleted; the roles' status still says where they are.
+        // Withheld (the default): nothing is created or deleted, the pods keep their devices and
+        // the roles' status still says where they are. Stopped: every serving pod and running
+        // acceptance Job goes, freeing the devices; the judgements stay for when it reopens.
+        let stop = ctx.license_withdrawal == super::context::LicenseWithdrawal::Stop;
+        let stopped_runs = if stop {
+            stop_running_acceptance(ctx, &ns, &observed).await?
+        } else {
+            0
+        };
         let (gate, roles, _) =
-            workers(did, ctx, &ns, &observed, &revision, &known, false, &[]).await?;
-        outcome.workers = withdrawn_or(&outcome, gate);
+            workers(did, ctx, &ns, &observed, &revision, &known, stop, &[], stop).await?;
+        outcome.workers = if stop {
+            Gate::Progressing(
+                reasons::SERVING_WITHDRAWN,
+                format!("licence gate closed and --license-withdrawal=stop: every serving pod deleted, {stopped_runs} running acceptance Job(s) deleted; the recorded judgements are kept, and the groups come back without a new run once the licence is accepted again"),
+            )
+        } else {
+            withdrawn_or(&outcome, gate)
+        };
+        outcome.license = Gate::Failed(licence.reason(), message);
         outcome.roles = roles;
         return Ok((outcome, Action::await_change()));
     }
@@ -228,6 +243,7 @@ pub async fn run_pipeline(
         &known,
         true,
         &needs_room,
+        false,
     )
     .await
     {
@@ -1273,6 +1289,7 @@ async fn workers(
     known: &DeepInferDeploymentStatus,
     act: bool,
     acceptance_needs_room: &[String],
+    stop: bool,
 ) -> Result<(Gate, Vec<RoleStatus>, Option<Duration>), Error> {
     let name = did.name_any();
     let mut specs = std::collections::BTreeMap::new();
@@ -1378,7 +1395,7 @@ async fn workers(
             licence_open: act,
             acceptance_needs_room: acceptance_needs_room.contains(&role.name),
             placement_hold: retry.hold.clone(),
-            mode: if did.spec.suspend {
+            mode: if did.spec.suspend || stop {
                 rollout::Mode::Suspended
             } else if did.spec.paused {
                 rollout::Mode::Paused

@@ -505,6 +505,13 @@ async fn serving_pods(client: &Client, ns: &str, did: &str) -> BTreeSet<(String,
         .collect()
 }
 
+/// Whether `st` holds a pass of the revision `ready` was on.
+fn has_pass(st: &DeepInferDeploymentStatus, ready: &DeepInferDeploymentStatus) -> bool {
+    st.judgements
+        .iter()
+        .any(|j| Some(&j.revision) == ready.revision.as_ref() && j.passed())
+}
+
 /// A runtime commit of its own for failing candidate number `n`.
 fn commit(n: u32) -> String {
     format!("{n:040x}")
@@ -562,9 +569,7 @@ async fn gpu_six_failing_revisions_in_a_row_never_take_the_serving_revision_down
     let st = api.get_status("sixfail").await.expect("status").status;
     let st = st.expect("a status");
     assert!(
-        st.judgements
-            .iter()
-            .any(|j| Some(&j.revision) == ready.revision.as_ref() && j.passed()),
+        has_pass(&st, &ready),
         "the serving revision's pass is kept: {:?}",
         st.judgements
     );
@@ -623,9 +628,7 @@ async fn serving_survives(prefix: &str, damage: impl FnOnce(Value) -> Value) {
     );
     assert_eq!(st.revision, ready.revision);
     assert!(
-        st.judgements
-            .iter()
-            .any(|j| Some(&j.revision) == ready.revision.as_ref() && j.passed()),
+        has_pass(&st, &ready),
         "the pass is known again: {:?}",
         st.judgements
     );

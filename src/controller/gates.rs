@@ -63,30 +63,7 @@ pub async fn run_pipeline(
         accepted: licence.is_accepted(),
         reason: licence.reason(),
     });
-    // Judgements recorded so far (a status written before the list existed has one, in
-    // `acceptance`).
-    let mut known = previous.cloned().unwrap_or_default();
-    if let Some(a) = known.acceptance.clone() {
-        let hash = a.spec_hash.clone().unwrap_or_default();
-        let token = a.rerun_token.clone().unwrap_or_default();
-        if !known
-            .judgements
-            .iter()
-            .any(|j| j.judges(&a.revision, &hash, &token))
-        {
-            known.judgements.push(a);
-        }
-    }
-    // A status lost, partly unreadable or holding results this release does not know is made
-    // whole from the judgements recorded on the evidence ConfigMaps before anything is decided.
-    if decide::memory::needs_recall(&known, status_whole, &observed.workers) {
-        let recalled = decide::memory::recalled(&evidence_metas(ctx, &ns, did).await?);
-        tracing::info!(
-            recalled = recalled.len(),
-            "the status does not hold every judgement; recalled them from the evidence"
-        );
-        known.judgements = decide::memory::merge(&known.judgements, recalled);
-    }
+    let mut known = known_judgements(ctx, &ns, did, previous, status_whole, &observed).await?;
     outcome.judgements = known.judgements.clone();
     outcome.acceptance_status = previous.and_then(|p| p.acceptance.clone());
 
@@ -137,8 +114,19 @@ pub async fn run_pipeline(
         } else {
             0
         };
-        let (gate, roles, _) =
-            workers(did, ctx, &ns, &observed, &revision, &known, stop, &[], stop).await?;
+        let (gate, roles, _) = workers(
+            did,
+            ctx,
+            &ns,
+            &observed,
+            &revision,
+            &known,
+            &licence,
+            stop,
+            &[],
+            stop,
+        )
+        .await?;
         outcome.workers = if stop {
             Gate::Progressing(
                 reasons::SERVING_WITHDRAWN,
@@ -190,19 +178,10 @@ pub async fn run_pipeline(
         .collect::<Vec<_>>();
     let mut acceptance_judged = false;
     if did.spec.suspend {
-        // Suspended: a run under way frees its devices too; the recorded judgements stay, so
-        // resuming reuses them.
-        match stop_running_acceptance(ctx, &ns, &observed).await {
-            Ok(stopped) => {
-                outcome.acceptance = Gate::Held(
-                    reasons::SUSPENDED,
-                    format!("suspended (spec.suspend): no acceptance run; {stopped} running acceptance Job(s) deleted; recorded judgements are kept"),
-                );
-            }
-            Err(e) => {
-                outcome.acceptance = api_failure(ctx, &e);
-                retry = retry.or(retry_after(&outcome.acceptance));
-            }
+        outcome.acceptance = suspended_acceptance(ctx, &ns, &observed).await;
+        // Only an API failure is retried soon; a held gate waits for a change.
+        if !matches!(outcome.acceptance, Gate::Held(..)) {
+            retry = retry.or(retry_after(&outcome.acceptance));
         }
     } else if outcome.checkpoint.passed() {
         match acceptance_gate(did, ctx, &ns, &revision, &observed, &known).await {
@@ -241,6 +220,7 @@ pub async fn run_pipeline(
         &observed,
         &revision,
         &known,
+        &licence,
         true,
         &needs_room,
         false,
@@ -282,6 +262,40 @@ pub async fn run_pipeline(
         None => next_look(&outcome),
     };
     Ok((outcome, action))
+}
+
+/// The judgements recorded so far: the status's (one written before the list existed has its
+/// judgement in `acceptance`), made whole from the records on the evidence ConfigMaps when the
+/// status was lost, is partly unreadable or holds results this release does not know.
+async fn known_judgements(
+    ctx: &Context,
+    ns: &str,
+    did: &DeepInferDeployment,
+    previous: Option<&DeepInferDeploymentStatus>,
+    status_whole: bool,
+    observed: &Observed,
+) -> Result<DeepInferDeploymentStatus, Error> {
+    let mut known = previous.cloned().unwrap_or_default();
+    if let Some(a) = known.acceptance.clone() {
+        let hash = a.spec_hash.clone().unwrap_or_default();
+        let token = a.rerun_token.clone().unwrap_or_default();
+        if !known
+            .judgements
+            .iter()
+            .any(|j| j.judges(&a.revision, &hash, &token))
+        {
+            known.judgements.push(a);
+        }
+    }
+    if decide::memory::needs_recall(&known, status_whole, &observed.workers) {
+        let recalled = decide::memory::recalled(&evidence_metas(ctx, ns, did).await?);
+        tracing::info!(
+            recalled = recalled.len(),
+            "the status does not hold every judgement; recalled them from the evidence"
+        );
+        known.judgements = decide::memory::merge(&known.judgements, recalled);
+    }
+    Ok(known)
 }
 
 /// When to look again if no event arrives.
@@ -385,6 +399,18 @@ fn set_condition(pod: &mut Pod, mark: &entitlement::Mark) {
     });
 }
 
+/// The acceptance gate of a suspended deployment: a run under way is stopped so that it frees
+/// its devices too; the recorded judgements stay, so resuming reuses them.
+async fn suspended_acceptance(ctx: &Context, ns: &str, observed: &Observed) -> Gate {
+    match stop_running_acceptance(ctx, ns, observed).await {
+        Ok(stopped) => Gate::Held(
+            reasons::SUSPENDED,
+            format!("suspended (spec.suspend): no acceptance run; {stopped} running acceptance Job(s) deleted; recorded judgements are kept"),
+        ),
+        Err(e) => api_failure(ctx, &e),
+    }
+}
+
 /// Deletes the deployment's acceptance Jobs still running (`spec.suspend`); returns how many.
 async fn stop_running_acceptance(
     ctx: &Context,
@@ -392,17 +418,8 @@ async fn stop_running_acceptance(
     observed: &Observed,
 ) -> Result<usize, Error> {
     let api: Api<Job> = Api::namespaced(ctx.client.clone(), ns);
-    let running: Vec<&Job> = observed
-        .jobs
-        .iter()
-        .filter(|j| {
-            j.labels().get(labels::COMPONENT).map(String::as_str) == Some("acceptance")
-                && j.metadata.deletion_timestamp.is_none()
-                && matches!(
-                    job_state(observed, &j.name_any(), build::JUDGE_CONTAINER),
-                    JobState::Running
-                )
-        })
+    let running: Vec<&Job> = running_acceptance_jobs(observed)
+        .filter(|j| j.metadata.deletion_timestamp.is_none())
         .collect();
     for job in &running {
         apply::delete_observed(&api, *job).await?;
@@ -773,28 +790,8 @@ async fn acceptance_gate(
                     unjudged: None,
                 });
             }
-            // The fleet limit: beyond it, the run waits its turn (the serving revision serves).
-            if let Some(limit) = ctx.max_concurrent_acceptance_runs {
-                let run = decide::fleet::run_key(ns, &did.name_any(), &names.key);
-                let runs = ctx.caches.acceptance_runs();
-                let admission = ctx
-                    .acceptance_queue
-                    .lock()
-                    .map(|mut q| q.ask(&run, &runs, Some(limit), Timestamp::now()))
-                    .unwrap_or(decide::fleet::Admission::Start);
-                if let decide::fleet::Admission::Queued {
-                    position,
-                    under_way,
-                    limit,
-                } = admission
-                {
-                    return Ok(AcceptanceFound::progressing(
-                        reasons::ACCEPTANCE_QUEUED,
-                        format!(
-                            "the acceptance run of revision {revision} waits its turn: number {position} in line, {under_way} run(s) under way of --max-concurrent-acceptance-runs {limit}; serving pods of judged revisions keep serving"
-                        ),
-                    ));
-                }
+            if let Some(queued) = queued_behind_the_fleet(ctx, did, &names, revision) {
+                return Ok(queued);
             }
             start_acceptance(did, ctx, revision, &names, &spec, observed).await?;
             // The other roles' groups first; the judged group once their engines run.
@@ -979,6 +976,38 @@ async fn remember(ctx: &Context, ns: &str, judgement: &AcceptanceStatus) -> Resu
             e,
         )),
     }
+}
+
+/// The gate of a run that waits its turn under `--max-concurrent-acceptance-runs` (the serving
+/// revision keeps serving), or `None` when it may start.
+fn queued_behind_the_fleet(
+    ctx: &Context,
+    did: &ValidatedDeployment,
+    names: &build::AcceptanceNames,
+    revision: &str,
+) -> Option<AcceptanceFound> {
+    let limit = ctx.max_concurrent_acceptance_runs?;
+    let run = decide::fleet::run_key(&did.namespace, &did.name_any(), &names.key);
+    let runs = ctx.caches.acceptance_runs();
+    let admission = ctx
+        .acceptance_queue
+        .lock()
+        .map(|mut q| q.ask(&run, &runs, Some(limit), Timestamp::now()))
+        .unwrap_or(decide::fleet::Admission::Start);
+    let decide::fleet::Admission::Queued {
+        position,
+        under_way,
+        limit,
+    } = admission
+    else {
+        return None;
+    };
+    Some(AcceptanceFound::progressing(
+        reasons::ACCEPTANCE_QUEUED,
+        format!(
+            "the acceptance run of revision {revision} waits its turn: number {position} in line, {under_way} run(s) under way of --max-concurrent-acceptance-runs {limit}; serving pods of judged revisions keep serving"
+        ),
+    ))
 }
 
 /// Deletes the resource's evidence ConfigMaps beyond the newest `--keep-evidence`, never one in
@@ -1227,17 +1256,20 @@ async fn device_claim_templates(
 
 /// The evidence ConfigMaps of this deployment's acceptance runs whose Jobs are still running.
 fn in_flight_evidence(observed: &Observed) -> Vec<String> {
-    observed
-        .jobs
-        .iter()
-        .filter(|j| {
-            matches!(
+    running_acceptance_jobs(observed)
+        .filter_map(build::evidence_of_job)
+        .collect()
+}
+
+/// This deployment's acceptance Jobs that have not finished.
+fn running_acceptance_jobs(observed: &Observed) -> impl Iterator<Item = &Job> {
+    observed.jobs.iter().filter(|j| {
+        j.labels().get(labels::COMPONENT).map(String::as_str) == Some("acceptance")
+            && matches!(
                 job_state(observed, &j.name_any(), build::JUDGE_CONTAINER),
                 JobState::Running
             )
-        })
-        .filter_map(build::evidence_of_job)
-        .collect()
+    })
 }
 
 /// Deletes the Jobs of a run: the judged group's ranks from `from` on, every rank of the other
@@ -1287,6 +1319,7 @@ async fn workers(
     observed: &Observed,
     target: &str,
     known: &DeepInferDeploymentStatus,
+    licence: &LicenseVerdict,
     act: bool,
     acceptance_needs_room: &[String],
     stop: bool,
@@ -1309,12 +1342,7 @@ async fn workers(
         .collect();
     // Per role: the revisions whose latest judgement passed with that role included, and those
     // in service whose verdict is not known (a lost memory is not a verdict against them).
-    let licence = license_gate(
-        did.annotations(),
-        &did.spec.model.license,
-        &ctx.accepted_licenses,
-    );
-    let unsettled = entitlement::unsettled_in_service(&observed.workers, &licence, Some(known));
+    let unsettled = entitlement::unsettled_in_service(&observed.workers, licence, Some(known));
     let passed_for = |role: &str| -> BTreeSet<String> {
         revisions
             .iter()

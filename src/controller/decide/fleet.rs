@@ -96,11 +96,6 @@ impl Queue {
             limit,
         }
     }
-
-    /// Forgets `run` as waiting (it no longer needs to start: judged, or its spec moved on).
-    pub fn forget(&mut self, run: &str) {
-        self.waiting.remove(run);
-    }
 }
 
 #[cfg(test)]
@@ -165,7 +160,6 @@ mod tests {
             seen: ["ns/b".to_string()].into(),
         };
         assert_eq!(q.ask("ns/c", &finished, Some(1), at(401)), Admission::Start);
-        q.forget("ns/c");
         assert_eq!(q, {
             let mut expected = Queue::default();
             expected.admitted.insert("ns/c".into(), at(401));

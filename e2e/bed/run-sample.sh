@@ -9,7 +9,12 @@ k() { "$bed/bin/kubectl" --kubeconfig "$bed/kubeconfig" "$@"; }
 
 # As the README tells users: the CRD is server-side applied.
 k apply --server-side -f "$root/crds/" >/dev/null
-k wait --for=condition=Established --timeout=30s crd/deepinferdeployments.deepinfer.io >/dev/null
+# Polled rather than `kubectl wait`, which fails while a new CRD's conditions are still null.
+established() {
+  [ "$(k get crd/deepinferdeployments.deepinfer.io -o 'jsonpath={.status.conditions[?(@.type=="Established")].status}')" = True ]
+}
+for _ in $(seq 150); do established && break; sleep 0.2; done
+established || { echo "the CRD deepinferdeployments.deepinfer.io was not Established within 30 s" >&2; exit 1; }
 
 if ! { [ -f "$bed/pids/operator" ] && kill -0 "$(cat "$bed/pids/operator")" 2>/dev/null; }; then
   nohup "$root/target/debug/deepinfer-operator" run --kubeconfig "$bed/kubeconfig" \

@@ -109,12 +109,30 @@ pub fn ensure_crd() {
     let crd = repo_root().join("crds/deepinfer.io_deepinferdeployments.yaml");
     let crd = crd.to_str().expect("utf-8 path");
     kubectl_ok(&["apply", "--server-side", "--force-conflicts", "-f", crd]);
-    kubectl_ok(&[
-        "wait",
-        "--for=condition=Established",
-        "--timeout=30s",
-        "crd/deepinferdeployments.deepinfer.io",
-    ]);
+    wait_crd_established();
+}
+
+/// Waits (30 s at most) until the API server serves the CRD: its `Established` condition is
+/// `True`. Polled with `kubectl get` rather than `kubectl wait`, which fails instead of waiting
+/// while a just-created CRD still has `status.conditions: null`.
+pub fn wait_crd_established() {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, out, err) = kubectl(&[
+            "get",
+            "crd/deepinferdeployments.deepinfer.io",
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"Established\")].status}",
+        ]);
+        if out.trim() == "True" {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the CRD deepinferdeployments.deepinfer.io was not Established within 30 s: {err}{out}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 /// A namespace of one test; deleted (with everything in it) when dropped.

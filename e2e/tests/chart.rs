@@ -311,12 +311,7 @@ async fn gpu_helm_chart_runs_the_operator_under_its_own_service_account_without_
         &sets,
     ]);
     assert!(ok, "helm install failed:\n{out}");
-    support::kubectl_ok(&[
-        "wait",
-        "--for=condition=Established",
-        "--timeout=30s",
-        "crd/deepinferdeployments.deepinfer.io",
-    ]);
+    support::wait_crd_established();
 
     let selector = format!("app.kubernetes.io/instance={release}");
     let pod = operator_pod(&client, &ops.name, &selector).await;

@@ -767,12 +767,6 @@ const KNOWN: &[&[&str]] = &[
         "src/controller/build/service.rs",
         "src/controller/validate.rs",
     ],
-    &[
-        "src/controller/apply.rs",
-        "src/controller/build/peers.rs",
-        "src/controller/observe.rs",
-    ],
-    &["src/controller/gates.rs", "src/controller/mod.rs"],
 ];
 
 #[test]

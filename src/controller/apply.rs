@@ -3,8 +3,6 @@
 //! setting the pods' `deepinfer.io/accepted` condition. Every API error names the verb, the kind
 //! and the object.
 
-use std::collections::{BTreeMap, BTreeSet};
-
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Resource, ResourceExt};
@@ -191,54 +189,6 @@ where
     }
 }
 
-/// Applies objects of one kind and deletes the `existing` ones no longer desired. Returns the
-/// number of writes.
-pub async fn apply_all<K>(api: &Api<K>, desired: &[K], existing: &[K]) -> Result<usize, Error>
-where
-    K: Resource + k8s_openapi::Resource + Clone + DeserializeOwned + Serialize + std::fmt::Debug,
-{
-    let mut writes = 0;
-    let by_name: BTreeMap<String, &K> = existing.iter().map(|s| (s.name_any(), s)).collect();
-    for svc in desired {
-        if apply_if_changed(api, svc, by_name.get(&svc.name_any()).copied()).await? {
-            writes += 1;
-        }
-    }
-    for svc in unwanted(desired, existing) {
-        delete_observed(api, svc).await?;
-        writes += 1;
-    }
-    Ok(writes)
-}
-
-/// Deletes the objects named `names` that `existing` (the cache's view) holds. A name the cache
-/// does not hold is gone already (or was never made), and one being deleted waits on its
-/// finalizers: neither is sent again.
-pub async fn delete_named<K>(api: &Api<K>, existing: &[K], names: &[String]) -> Result<(), Error>
-where
-    K: Resource + k8s_openapi::Resource + Clone + DeserializeOwned + std::fmt::Debug,
-{
-    for obj in deletable(existing, |name| names.iter().any(|n| n == name)) {
-        delete_observed(api, obj).await?;
-    }
-    Ok(())
-}
-
-/// The `existing` objects to delete: those not `desired`.
-fn unwanted<'a, K: Resource>(desired: &[K], existing: &'a [K]) -> Vec<&'a K> {
-    let wanted: BTreeSet<String> = desired.iter().map(ResourceExt::name_any).collect();
-    deletable(existing, |name| !wanted.contains(name))
-}
-
-/// The `existing` objects whose name is `chosen`, but for those already being deleted (their
-/// delete waits on a finalizer; sending it again writes nothing new).
-fn deletable<K: Resource>(existing: &[K], chosen: impl Fn(&str) -> bool) -> Vec<&K> {
-    existing
-        .iter()
-        .filter(|o| o.meta().deletion_timestamp.is_none() && chosen(&o.name_any()))
-        .collect()
-}
-
 /// Sets the `deepinfer.io/accepted` condition of one pod (True grants service, False withdraws
 /// it: the pod leaves every Service's endpoints at once).
 pub async fn set_accepted(api: &Api<Pod>, mark: &Mark) -> Result<(), Error> {
@@ -262,68 +212,5 @@ pub async fn set_accepted(api: &Api<Pod>, mark: &Mark) -> Result<(), Error> {
         // Gone meanwhile: nothing left to take out of service.
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
         Err(e) => Err(Error::api("patch status of", "Pod", &mark.pod, e)),
-    }
-}
-
-/// Whether the pod's `deepinfer.io/accepted` condition is True.
-pub fn is_accepted(pod: &Pod) -> bool {
-    super::decide::entitlement::accepted_condition(pod) == Some("True")
-}
-
-/// Whether every container of the pod is ready and the pod's Ready condition is True.
-pub fn pod_ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use k8s_openapi::api::scheduling::v1beta1::PodGroup;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-
-    fn group(name: &str, deleting: bool) -> PodGroup {
-        PodGroup {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                deletion_timestamp: deleting
-                    .then(|| Time(k8s_openapi::jiff::Timestamp::from_second(1).expect("time"))),
-                ..ObjectMeta::default()
-            },
-            ..PodGroup::default()
-        }
-    }
-
-    #[test]
-    fn objects_no_longer_desired_are_deleted_once_not_again_while_their_delete_is_underway() {
-        let desired = [group("kept", false)];
-        let existing = [
-            group("kept", false),
-            group("stale", false),
-            group("deleting", true),
-        ];
-        let names: Vec<String> = unwanted(&desired, &existing)
-            .into_iter()
-            .map(ResourceExt::name_any)
-            .collect();
-        assert_eq!(names, ["stale"]);
-    }
-
-    #[test]
-    fn objects_deleted_by_name_are_only_those_the_cache_holds_and_not_already_being_deleted() {
-        let existing = [
-            group("run-0", false),
-            group("run-1", true),
-            group("other", false),
-        ];
-        let names = ["run-0", "run-1", "run-2"].map(String::from);
-        let chosen: Vec<String> = deletable(&existing, |n| names.iter().any(|m| m == n))
-            .into_iter()
-            .map(ResourceExt::name_any)
-            .collect();
-        // run-1's delete is underway, run-2 is gone (a delete would meet 404), other is not named.
-        assert_eq!(chosen, ["run-0"]);
     }
 }

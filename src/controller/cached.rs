@@ -1417,7 +1417,7 @@ mod tests {
 
     #[test]
     fn a_cached_deployment_gives_back_the_object_without_managed_fields_or_the_applied_copy() {
-        let ar = crate::controller::api_resource();
+        let ar = crate::api::api_resource();
         let spec = serde_json::json!({"acceptance": {"promptsFrom": {"name": "prompts", "key": "k"}}, "replicas": {"worker": 2}});
         let full = object(spec);
         let cached: CachedDeployment = serde_json::from_value(full.clone()).expect("decoded");
@@ -1437,7 +1437,7 @@ mod tests {
 
     #[test]
     fn a_deployment_that_does_not_match_the_schema_is_cached_as_written() {
-        let ar = crate::controller::api_resource();
+        let ar = crate::api::api_resource();
         let full =
             object(serde_json::json!({"replicas": "many", "acceptance": {"promptsFrom": 7}}));
         let cached: CachedDeployment = serde_json::from_value(full.clone()).expect("decoded");

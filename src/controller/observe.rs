@@ -78,6 +78,18 @@ pub struct Observed {
     pub referenced: super::decide::references::Seen,
 }
 
+/// The pods of the Job `job` as the API server has them now (a list straight from it, not the
+/// cache).
+pub async fn pods_of_job_now(client: &Client, ns: &str, job: &str) -> Result<Vec<Pod>, Error> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let lp = kube::api::ListParams::default().labels(&format!("{JOB_NAME_LABEL}={job}"));
+    tracing::info!(%job, "the Job finished but the cache holds no summary of its pod; reading its pods directly");
+    api.list(&lp)
+        .await
+        .map(|l| l.items)
+        .map_err(|e| Error::api("list", "Pod", &format!("{ns}/{job} pods"), e))
+}
+
 /// Longest a pass waits for the stores to take in the operator's own writes.
 pub const CATCH_UP: Duration = Duration::from_secs(15);
 
@@ -858,7 +870,7 @@ impl Observed {
 mod tests {
     use super::super::cached::LAST_APPLIED;
     use super::*;
-    use crate::controller::{apply, build, decide, placement};
+    use crate::controller::{build, decide, placement, pods};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
     fn meta_with_noise(extra: serde_json::Value) -> serde_json::Value {
@@ -1005,7 +1017,7 @@ mod tests {
             trimmed.metadata.deletion_timestamp,
             full.metadata.deletion_timestamp
         );
-        assert!(apply::pod_ready(&trimmed) && apply::is_accepted(&trimmed));
+        assert!(pods::pod_ready(&trimmed) && pods::is_accepted(&trimmed));
         assert_eq!(
             decide::jobs::pod_trouble(&trimmed),
             decide::jobs::pod_trouble(&full)

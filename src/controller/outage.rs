@@ -113,7 +113,7 @@ mod tests {
     use futures::StreamExt;
 
     fn resource(name: &str) -> ObjectRef<CachedDeployment> {
-        ObjectRef::new_with(name, crate::controller::api_resource()).within("ns")
+        ObjectRef::new_with(name, crate::api::api_resource()).within("ns")
     }
 
     #[tokio::test]

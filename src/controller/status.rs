@@ -11,9 +11,10 @@ use crate::api::{
 };
 
 /// Outcome of one gate or stage.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub enum Gate {
     /// Not evaluated: an earlier gate has not passed.
+    #[default]
     NotReached,
     /// Work in progress (reason, message).
     Progressing(&'static str, String),

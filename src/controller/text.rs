@@ -12,6 +12,11 @@ pub fn truncate(s: &str, max: usize) -> String {
     format!("{}…", &s[..end])
 }
 
+/// Key of a resource in the phase gauge and the metrics: `namespace/name`.
+pub fn phase_key(namespace: &str, name: &str) -> String {
+    format!("{namespace}/{name}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::truncate;

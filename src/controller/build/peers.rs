@@ -201,7 +201,7 @@ pub fn peer_endpoints_configmap(
         let ready = workers.iter().any(|p| {
             p.name_any() == leader
                 && p.metadata.deletion_timestamp.is_none()
-                && crate::controller::apply::pod_ready(p)
+                && crate::controller::pods::pod_ready(p)
         });
         if !ready {
             continue;

@@ -9,9 +9,8 @@
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
-use crate::api::{
-    labels, pod_reasons, AcceptanceResult, DeepInferDeploymentStatus, ACCEPTED_POD_CONDITION,
-};
+use crate::api::{labels, pod_reasons, AcceptanceResult, DeepInferDeploymentStatus};
+use crate::controller::pods::accepted_condition;
 use crate::controller::validate::LicenseVerdict;
 
 /// Whether pods of one revision may serve, and why (not).
@@ -94,17 +93,6 @@ pub fn of_revision(
             settled: false,
         },
     }
-}
-
-/// The `deepinfer.io/accepted` condition status of a pod, if set.
-pub fn accepted_condition(pod: &Pod) -> Option<&str> {
-    pod.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == ACCEPTED_POD_CONDITION)
-        .map(|c| c.status.as_str())
 }
 
 /// A change of one pod's `deepinfer.io/accepted` condition.
@@ -213,7 +201,7 @@ mod tests {
             status: Some(PodStatus {
                 conditions: accepted.map(|s| {
                     vec![PodCondition {
-                        type_: ACCEPTED_POD_CONDITION.into(),
+                        type_: crate::api::ACCEPTED_POD_CONDITION.into(),
                         status: s.into(),
                         ..PodCondition::default()
                     }]

@@ -15,7 +15,7 @@ use crate::api::{labels, reasons, RoleStatus};
 use crate::controller::placement::partial_placement;
 use crate::controller::status::Gate;
 use crate::controller::validate::ValidatedDeployment;
-use crate::controller::{apply, build};
+use crate::controller::{build, pods};
 
 /// The partial-placement watchdog's clock: a group partly placed for longer than `timeout` at
 /// `now` is deleted whole.
@@ -124,7 +124,7 @@ pub fn group_views<'a>(
                         "{group} needs {need}; scheduler: {why}"
                     )),
                 }
-            } else if members.iter().all(|p| apply::pod_ready(p)) {
+            } else if members.iter().all(|p| pods::pod_ready(p)) {
                 Health::Ready
             } else {
                 Health::Starting

@@ -1,0 +1,526 @@
+//! Act stage: the one place a pass writes. A stage's plan (see [`super::plan`]) is a list of
+//! [`Act`]s; [`Executor::run`] carries them out in order and stops at the first that fails, so
+//! that an act that depends on an earlier one (a group's pods on its PodGroup) never runs
+//! without it. Housekeeping acts (a finished Job's TTL, old evidence, warnings) are best effort:
+//! their failure is logged and the rest goes on.
+//!
+//! Every object kind the operator writes is one variant of [`Object`] (what it wants) and of
+//! [`Held`] (what its cache holds, for an apply that compares or a delete with the observed UID
+//! as precondition); the pure helpers [`converge`] and [`delete_named`] turn desired and cached
+//! objects of one kind into acts.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, Pod, Service, ServiceAccount};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use k8s_openapi::api::resource::v1::ResourceClaimTemplate;
+use k8s_openapi::api::scheduling::v1beta1::PodGroup;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::core::PartialObjectMeta;
+use kube::runtime::events::{Event, EventType};
+use kube::{Client, Resource, ResourceExt};
+
+use super::apply;
+use super::decide::entitlement::Mark;
+use super::decide::retention;
+use super::error::Error;
+use super::text::truncate;
+use crate::api::labels;
+
+/// A kind of object the operator writes (see [`Object`]).
+pub trait Kind: Resource + Sized {
+    /// `desired`, to be applied over `existing` (the cached copy, if held).
+    fn applied(desired: Self, existing: Option<&Self>) -> Applied<'_>;
+    /// The object, to be created.
+    fn object(self) -> Object;
+    /// The cached object, to be deleted.
+    fn held(&self) -> Held<'_>;
+}
+
+macro_rules! kinds {
+    ($($variant:ident($ty:ty)),* $(,)?) => {
+        /// An object the operator wants, of one of the kinds it writes (boxed: a Pod is large).
+        #[derive(Clone, Debug)]
+        pub enum Object {
+            $(#[doc = stringify!($ty)] $variant(Box<$ty>)),*
+        }
+
+        /// An object as the cache holds it.
+        #[derive(Clone, Copy, Debug)]
+        pub enum Held<'a> {
+            $(#[doc = stringify!($ty)] $variant(&'a $ty)),*
+        }
+
+        /// A desired object and its cached copy of the same kind, if the cache holds one.
+        #[derive(Clone, Debug)]
+        pub enum Applied<'a> {
+            $(#[doc = stringify!($ty)] $variant(Box<$ty>, Option<&'a $ty>)),*
+        }
+
+        $(impl Kind for $ty {
+            fn applied(desired: Self, existing: Option<&Self>) -> Applied<'_> {
+                Applied::$variant(Box::new(desired), existing)
+            }
+            fn object(self) -> Object {
+                Object::$variant(Box::new(self))
+            }
+            fn held(&self) -> Held<'_> {
+                Held::$variant(self)
+            }
+        })*
+
+        impl Object {
+            /// Kind and name, for logs and tests.
+            pub fn describe(&self) -> String {
+                match self {
+                    $(Object::$variant(o) => format!("{} {}", stringify!($variant), o.name_any())),*
+                }
+            }
+
+            async fn create(&self, client: &Client, ns: &str) -> Result<bool, Error> {
+                match self {
+                    $(Object::$variant(o) => {
+                        apply::create_once(&Api::<$ty>::namespaced(client.clone(), ns), o.as_ref()).await
+                    })*
+                }
+            }
+        }
+
+        impl Applied<'_> {
+            /// Kind and name, for logs and tests.
+            pub fn describe(&self) -> String {
+                match self {
+                    $(Applied::$variant(o, _) => format!("{} {}", stringify!($variant), o.name_any())),*
+                }
+            }
+
+            async fn apply(&self, client: &Client, ns: &str) -> Result<bool, Error> {
+                match self {
+                    $(Applied::$variant(desired, existing) => {
+                        let api = Api::<$ty>::namespaced(client.clone(), ns);
+                        apply::apply_if_changed(&api, desired.as_ref(), *existing).await
+                    })*
+                }
+            }
+        }
+
+        impl Held<'_> {
+            /// Kind and name, for logs and tests.
+            pub fn describe(&self) -> String {
+                match self {
+                    $(Held::$variant(o) => format!("{} {}", stringify!($variant), o.name_any())),*
+                }
+            }
+
+            async fn delete(&self, client: &Client, ns: &str) -> Result<(), Error> {
+                match self {
+                    $(Held::$variant(o) => {
+                        apply::delete_observed(&Api::<$ty>::namespaced(client.clone(), ns), *o).await
+                    })*
+                }
+            }
+        }
+    };
+}
+
+kinds! {
+    Pod(Pod),
+    Service(Service),
+    ConfigMap(ConfigMap),
+    Job(Job),
+    PodGroup(PodGroup),
+    Budget(PodDisruptionBudget),
+    Revision(ControllerRevision),
+    ServiceAccount(ServiceAccount),
+    Role(Role),
+    RoleBinding(RoleBinding),
+    ClaimTemplate(ResourceClaimTemplate),
+}
+
+/// One write a plan asks for.
+#[derive(Clone, Debug)]
+pub enum Act<'a> {
+    /// Create without force (Jobs, evidence, claim templates): an object of that name that
+    /// another owner controls is a [`Error::NameConflict`], never changed.
+    Create(Object),
+    /// Server-side apply, skipped when the cached copy already carries the applied hash.
+    Apply(Applied<'a>),
+    /// Delete the cached object, its UID as precondition.
+    Delete(Held<'a>),
+    /// Set a worker pod's `deepinfer.io/accepted` condition.
+    Mark(Mark),
+    /// Keep a judgement beside its evidence: the evidence ConfigMap's annotation `key`.
+    Annotate {
+        /// The evidence ConfigMap.
+        configmap: String,
+        /// Annotation key.
+        key: &'static str,
+        /// Annotation value.
+        value: String,
+    },
+    /// Housekeeping: give a finished Job its `ttlSecondsAfterFinished`.
+    Expire {
+        /// The Job.
+        job: String,
+        /// Seconds.
+        ttl: i32,
+    },
+    /// Housekeeping: delete the deployment's evidence ConfigMaps beyond the newest `keep`,
+    /// never one named in `pinned`.
+    PruneEvidence {
+        /// Evidence kept.
+        keep: usize,
+        /// Evidence never deleted.
+        pinned: Vec<String>,
+    },
+    /// Housekeeping: a Warning event on the deployment.
+    Warn {
+        /// Event reason.
+        reason: &'static str,
+        /// Event action.
+        action: &'static str,
+        /// Event note.
+        note: String,
+    },
+}
+
+impl<'a> Act<'a> {
+    /// Apply `desired` over its cached copy.
+    pub fn apply<K: Kind>(desired: K, existing: Option<&'a K>) -> Self {
+        Act::Apply(K::applied(desired, existing))
+    }
+
+    /// Create `desired` once.
+    pub fn create<K: Kind>(desired: K) -> Self {
+        Act::Create(desired.object())
+    }
+
+    /// Delete the cached `observed`.
+    pub fn delete<K: Kind>(observed: &'a K) -> Self {
+        Act::Delete(observed.held())
+    }
+
+    /// Whether a failure of this act is only logged.
+    pub fn is_housekeeping(&self) -> bool {
+        matches!(
+            self,
+            Act::Expire { .. } | Act::PruneEvidence { .. } | Act::Warn { .. }
+        )
+    }
+
+    /// What the act does, in a few words (logs and tests).
+    pub fn describe(&self) -> String {
+        match self {
+            Act::Create(o) => format!("create {}", o.describe()),
+            Act::Apply(a) => format!("apply {}", a.describe()),
+            Act::Delete(h) => format!("delete {}", h.describe()),
+            Act::Mark(m) => format!("mark Pod {} accepted={}", m.pod, m.accepted),
+            Act::Annotate { configmap, key, .. } => format!("annotate ConfigMap {configmap} {key}"),
+            Act::Expire { job, ttl } => format!("expire Job {job} after {ttl} s"),
+            Act::PruneEvidence { keep, .. } => format!("prune evidence beyond {keep}"),
+            Act::Warn { reason, .. } => format!("warn {reason}"),
+        }
+    }
+}
+
+/// Acts that bring one kind's cached objects (`existing`, those the stage manages) to `desired`:
+/// each desired one applied over its cached copy, each cached one no longer desired deleted
+/// (once: not again while its delete is under way).
+pub fn converge<'a, K: Kind>(desired: Vec<K>, existing: &[&'a K]) -> Vec<Act<'a>> {
+    let by_name: BTreeMap<String, &'a K> = existing.iter().map(|o| (o.name_any(), *o)).collect();
+    let wanted: BTreeSet<String> = desired.iter().map(ResourceExt::name_any).collect();
+    let deletes: Vec<&'a K> = existing
+        .iter()
+        .copied()
+        .filter(|o| o.meta().deletion_timestamp.is_none() && !wanted.contains(&o.name_any()))
+        .collect();
+    let mut acts: Vec<Act<'a>> = desired
+        .into_iter()
+        .map(|d| {
+            let held = by_name.get(&d.name_any()).copied();
+            Act::apply(d, held)
+        })
+        .collect();
+    acts.extend(deletes.into_iter().map(Act::delete));
+    acts
+}
+
+/// Deletes of the cached objects named `names`. A name the cache does not hold is gone already
+/// (or was never made), and one being deleted waits on its finalizers: neither is sent again.
+pub fn delete_named<'a, K: Kind>(existing: &'a [K], names: &[String]) -> Vec<Act<'a>> {
+    deletable(existing, |name| names.iter().any(|n| n == name))
+        .into_iter()
+        .map(Act::delete)
+        .collect()
+}
+
+/// The `existing` objects whose name is `chosen`, but for those already being deleted (their
+/// delete waits on a finalizer; sending it again writes nothing new).
+fn deletable<K: Resource>(existing: &[K], chosen: impl Fn(&str) -> bool) -> Vec<&K> {
+    existing
+        .iter()
+        .filter(|o| o.meta().deletion_timestamp.is_none() && chosen(&o.name_any()))
+        .collect()
+}
+
+/// Carries out the acts of one deployment's pass.
+pub struct Executor<'c> {
+    client: &'c Client,
+    recorder: &'c super::events::Recorder,
+    namespace: String,
+    name: String,
+    uid: String,
+    reference: ObjectReference,
+}
+
+impl<'c> Executor<'c> {
+    /// An executor writing in the deployment's namespace, publishing events about it.
+    pub fn new<K: Resource<DynamicType = ()>>(
+        ctx: &'c super::context::Context,
+        deployment: &K,
+    ) -> Self {
+        let meta = deployment.meta();
+        Self {
+            client: &ctx.client,
+            recorder: &ctx.recorder,
+            namespace: meta.namespace.clone().unwrap_or_default(),
+            name: meta.name.clone().unwrap_or_default(),
+            uid: meta.uid.clone().unwrap_or_default(),
+            reference: deployment.object_ref(&()),
+        }
+    }
+
+    /// Runs `acts` in order; stops at the first act that fails and is not housekeeping, and
+    /// returns its error. Returns the number of acts that wrote.
+    pub async fn run(&self, acts: &[Act<'_>]) -> Result<usize, Error> {
+        let mut writes = 0;
+        for act in acts {
+            match self.one(act).await {
+                Ok(true) => writes += 1,
+                Ok(false) => {}
+                Err(e) if act.is_housekeeping() => {
+                    tracing::warn!(act = %act.describe(), error = %e, "housekeeping failed; trying again later");
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(writes)
+    }
+
+    async fn one(&self, act: &Act<'_>) -> Result<bool, Error> {
+        let (client, ns) = (self.client, self.namespace.as_str());
+        match act {
+            Act::Create(object) => object.create(client, ns).await,
+            Act::Apply(applied) => applied.apply(client, ns).await,
+            Act::Delete(held) => held.delete(client, ns).await.map(|()| true),
+            Act::Mark(mark) => {
+                let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+                apply::set_accepted(&api, mark).await.map(|()| true)
+            }
+            Act::Annotate {
+                configmap,
+                key,
+                value,
+            } => {
+                let patch = serde_json::json!({"metadata": {"annotations": {*key: value}}});
+                self.merge_patch::<ConfigMap>("annotate", configmap, &patch)
+                    .await
+            }
+            Act::Expire { job, ttl } => {
+                let patch = serde_json::json!({"spec": {"ttlSecondsAfterFinished": ttl}});
+                self.merge_patch::<Job>("expire", job, &patch).await
+            }
+            Act::PruneEvidence { keep, pinned } => self.prune_evidence(*keep, pinned).await,
+            Act::Warn {
+                reason,
+                action,
+                note,
+            } => {
+                let event = Event {
+                    type_: EventType::Warning,
+                    reason: (*reason).into(),
+                    note: Some(truncate(note, 900)),
+                    action: (*action).into(),
+                    secondary: None,
+                };
+                self.recorder
+                    .publish(&event, &self.reference)
+                    .await
+                    .map(|()| true)
+                    .map_err(Error::Kube)
+            }
+        }
+    }
+
+    /// A merge patch of a named object; one gone meanwhile is fine (nothing left to change).
+    async fn merge_patch<K>(
+        &self,
+        verb: &'static str,
+        name: &str,
+        patch: &serde_json::Value,
+    ) -> Result<bool, Error>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+            + k8s_openapi::Resource
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+    {
+        let api: Api<K> = Api::namespaced(self.client.clone(), &self.namespace);
+        match api
+            .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(e)) if e.code == 404 => Ok(false),
+            Err(e) => Err(Error::api(
+                verb,
+                <K as k8s_openapi::Resource>::KIND,
+                &format!("{}/{name}", self.namespace),
+                e,
+            )),
+        }
+    }
+
+    /// The metadata of the deployment's evidence ConfigMaps (read as metadata only: evidence is
+    /// up to 1 MiB each).
+    pub async fn evidence_metas(
+        &self,
+    ) -> Result<Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>, Error> {
+        let metas: Api<PartialObjectMeta<ConfigMap>> =
+            Api::namespaced(self.client.clone(), &self.namespace);
+        let lp = ListParams::default().labels(&format!(
+            "{}={},{}=evidence",
+            labels::DEPLOYMENT,
+            self.name,
+            labels::COMPONENT
+        ));
+        let list = metas.list(&lp).await.map_err(|e| {
+            Error::api(
+                "list",
+                "ConfigMap",
+                &format!("{}/{} evidence", self.namespace, self.name),
+                e,
+            )
+        })?;
+        Ok(list
+            .items
+            .into_iter()
+            .map(|m| m.metadata)
+            .filter(|m| {
+                m.owner_references
+                    .iter()
+                    .flatten()
+                    .any(|o| o.uid == self.uid)
+            })
+            .collect())
+    }
+
+    async fn prune_evidence(&self, keep: usize, pinned: &[String]) -> Result<bool, Error> {
+        let evidence = self.evidence_metas().await?;
+        let pinned: Vec<&str> = pinned.iter().map(String::as_str).collect();
+        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.namespace);
+        let mut wrote = false;
+        for old in retention::evidence_to_delete(&evidence, keep, &pinned) {
+            let Some(meta) = evidence
+                .iter()
+                .find(|m| m.name.as_deref() == Some(old.as_str()))
+            else {
+                continue;
+            };
+            tracing::info!(configmap = %old, keep, "deleting evidence beyond the newest kept");
+            apply::delete_owned(&api, meta).await?;
+            wrote = true;
+        }
+        Ok(wrote)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+
+    fn group(name: &str, deleting: bool) -> PodGroup {
+        PodGroup {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                deletion_timestamp: deleting
+                    .then(|| Time(k8s_openapi::jiff::Timestamp::from_second(1).expect("time"))),
+                ..ObjectMeta::default()
+            },
+            ..PodGroup::default()
+        }
+    }
+
+    fn described(acts: &[Act<'_>]) -> Vec<String> {
+        acts.iter().map(Act::describe).collect()
+    }
+
+    #[test]
+    fn converging_applies_what_is_desired_over_its_cached_copy_and_deletes_the_rest_once() {
+        let existing = [
+            group("kept", false),
+            group("stale", false),
+            group("deleting", true),
+        ];
+        let cached: Vec<&PodGroup> = existing.iter().collect();
+        let acts = converge(vec![group("kept", false), group("new", false)], &cached);
+        assert_eq!(
+            described(&acts),
+            [
+                "apply PodGroup kept",
+                "apply PodGroup new",
+                "delete PodGroup stale"
+            ]
+        );
+        let held: Vec<bool> = acts
+            .iter()
+            .filter_map(|a| match a {
+                Act::Apply(Applied::PodGroup(_, held)) => Some(held.is_some()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            held,
+            [true, false],
+            "the cached copy goes with its desired object"
+        );
+    }
+
+    #[test]
+    fn objects_deleted_by_name_are_only_those_the_cache_holds_and_not_already_being_deleted() {
+        let existing = [
+            group("run-0", false),
+            group("run-1", true),
+            group("other", false),
+        ];
+        let names = ["run-0", "run-1", "run-2"].map(String::from);
+        // run-1's delete is underway, run-2 is gone (a delete would meet 404), other is not named.
+        assert_eq!(
+            described(&delete_named(&existing, &names)),
+            ["delete PodGroup run-0"]
+        );
+    }
+
+    #[test]
+    fn only_expiry_pruning_and_warnings_are_housekeeping() {
+        let pg = group("g", false);
+        assert!(!Act::delete(&pg).is_housekeeping());
+        assert!(!Act::create(group("g", false)).is_housekeeping());
+        assert!(Act::Expire {
+            job: "j".into(),
+            ttl: 1
+        }
+        .is_housekeeping());
+        assert!(Act::Warn {
+            reason: "R",
+            action: "A",
+            note: String::new()
+        }
+        .is_housekeeping());
+    }
+}

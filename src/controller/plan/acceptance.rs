@@ -1,0 +1,919 @@
+//! The acceptance stage: runs (once) and judges the acceptance workload of the target revision.
+//! A recorded judgement of the same revision, acceptance spec and rerun token is final and
+//! reused (a rollback runs nothing). A run starts the other roles' groups first, as they serve,
+//! then the judged group; its verdict is read from the judge's termination message only, and
+//! recorded with the run's Jobs stopped and the judgement kept beside its evidence.
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+
+use super::super::act::{self, Act};
+use super::super::build::{self, AcceptanceNames, RunGroup};
+use super::super::decide::acceptance::{self as judge, Step};
+use super::super::decide::checkpoint::running_job_gate;
+use super::super::decide::fleet::Admission;
+use super::super::decide::jobs::{self, foreign_job, job_state, JobState};
+use super::super::decide::memory::JUDGEMENT_ANNOTATION;
+use super::super::observe::Observed;
+use super::super::status::Gate;
+use super::super::validate::ValidatedDeployment;
+use super::{Plan, Settings};
+use crate::api::{
+    labels, pinned, reasons, AcceptanceSpec, AcceptanceStatus, DeepInferDeploymentStatus,
+    ReviewRecord, RERUN_ACCEPTANCE_ANNOTATION,
+};
+
+/// What identifies one acceptance run of a revision: the rerun token, the prompts as resolved
+/// (from `promptsFrom`) and the hash of what is judged, and the names derived from them.
+#[derive(Clone, Debug)]
+pub struct Run {
+    /// The rerun annotation's value.
+    pub token: String,
+    /// Hash of the acceptance spec as judged (prompts resolved).
+    pub spec_hash: String,
+    /// The acceptance spec with its prompts resolved, or why they cannot be.
+    pub resolved: Result<AcceptanceSpec, String>,
+    /// The run's object names.
+    pub names: AcceptanceNames,
+}
+
+impl Run {
+    /// The run of `revision` that `did` asks for, as observed.
+    pub fn of(did: &ValidatedDeployment, revision: &str, observed: &Observed) -> Self {
+        let token = did
+            .annotations()
+            .get(RERUN_ACCEPTANCE_ANNOTATION)
+            .cloned()
+            .unwrap_or_default();
+        // The prompts (resolved from promptsFrom) and expectations are part of what was judged:
+        // a change re-runs acceptance (the revision's pods keep serving on its last pass until
+        // the new verdict).
+        let resolved = judge::resolve(
+            &did.spec.acceptance,
+            &did.namespace,
+            observed.prompts.as_ref(),
+        );
+        let spec_hash = judge::judged_spec_hash(&did.spec.acceptance, resolved.as_ref().ok());
+        let names =
+            AcceptanceNames::new(&did.name_any(), revision, &format!("{token}/{spec_hash}"));
+        Self {
+            token,
+            spec_hash,
+            resolved,
+            names,
+        }
+    }
+
+    /// The leader Job (rank 0 of the judged group), where the verdict is read.
+    fn leader(&self, did: &ValidatedDeployment) -> Option<String> {
+        self.names.groups(&did.spec).first().map(|g| g.job(0))
+    }
+}
+
+/// The run's leader Job whose pods must be read from the API server rather than the cache: it
+/// finished, and the cache holds no summary of its judge (the verdict never rests on a view
+/// older than the Job's completion).
+pub fn leader_to_read(did: &ValidatedDeployment, run: &Run, observed: &Observed) -> Option<String> {
+    run.leader(did)
+        .filter(|leader| jobs::needs_fresh_pods(observed, leader, build::JUDGE_CONTAINER))
+}
+
+/// What the acceptance stage found.
+#[derive(Clone, Debug, Default)]
+pub struct Found {
+    /// The gate.
+    pub gate: Gate,
+    /// The judgement that decides the gate, when there is one (for `status.acceptance`).
+    pub status: Option<AcceptanceStatus>,
+    /// A judgement made in this pass, to record once its acts are done.
+    pub recorded: Option<AcceptanceStatus>,
+    /// How long the judged run took (seconds), with `recorded`.
+    pub seconds: f64,
+    /// Roles whose group of the run waits for devices.
+    pub needs_room: Vec<String>,
+    /// The run's leader Job while its verdict is not in status at the start of the pass (it
+    /// keeps no TTL until then).
+    pub unjudged: Option<String>,
+}
+
+impl Found {
+    fn gate(gate: Gate) -> Self {
+        Self {
+            gate,
+            ..Self::default()
+        }
+    }
+}
+
+/// What the acceptance stage reads.
+pub struct Input<'a> {
+    /// The deployment.
+    pub did: &'a ValidatedDeployment,
+    /// The target revision.
+    pub revision: &'a str,
+    /// Its run.
+    pub run: &'a Run,
+    /// The leader's pods read from the API server, when [`leader_to_read`] named it.
+    pub fresh: Option<&'a [Pod]>,
+    /// The judgements known.
+    pub known: &'a DeepInferDeploymentStatus,
+    /// Operator settings.
+    pub settings: Settings<'a>,
+    /// The pass's time.
+    pub now: Timestamp,
+}
+
+/// The acceptance stage. `admit` asks the fleet's queue whether a run (by
+/// [`super::super::decide::fleet::run_key`]) may start now.
+pub fn acceptance<'o>(
+    input: &Input<'_>,
+    observed: &'o Observed,
+    admit: &mut dyn FnMut(&str) -> Admission,
+) -> Plan<'o, Found> {
+    let did = input.did;
+    let groups = input.run.names.groups(&did.spec);
+    if groups.is_empty() {
+        return Plan::only(Found::gate(Gate::Failed(
+            reasons::INVALID_SPEC,
+            "spec.roles: at least one role is required".into(),
+        )));
+    }
+    let leader = groups[0].job(0);
+    if let Some(conflict) = foreign_job(observed, &leader, &input.run.names.key) {
+        return Plan::only(Found::gate(conflict));
+    }
+    let view = RunView::new(input, observed, &groups);
+    let step = judge::decide(
+        input
+            .known
+            .recorded_judgement(input.revision, &input.run.spec_hash, &input.run.token),
+        &view.leader_state,
+        &view.leader_pods,
+        &view.run_pods,
+        &view.upstream,
+        &view.judging(input),
+    );
+    let mut acts = if matches!(
+        step,
+        Step::Running | Step::StartJudged | Step::WaitingForCapacity(_)
+    ) {
+        rank_tables(input, observed, &groups)
+    } else {
+        Vec::new()
+    };
+    // Until a verdict of this run is in status, its leader Job is where it is read from.
+    let unjudged = (!matches!(step, Step::Reuse(_))).then(|| leader.clone());
+    let mut plan = match step {
+        Step::Reuse(a) => Plan::only(Found {
+            gate: judge::judged_gate(&a),
+            status: Some(a),
+            ..Found::default()
+        }),
+        Step::Start => start(input, observed, &groups, &view, admit),
+        Step::StartJudged => Plan::with(
+            Found::gate(view.running(input)),
+            start_groups(input, &groups[..1]),
+        ),
+        Step::Running => {
+            // A pod that cannot start (engine image, configuration) says so on the gate; the
+            // run's deadline only starts when its engine runs.
+            let gate = running_job_gate(
+                &leader,
+                &view.run_pods,
+                (&did.claim, Some("Bound")),
+                None,
+                view.running(input),
+            );
+            Plan::only(Found::gate(gate))
+        }
+        Step::WaitingForCapacity(why) => Plan::only(waiting(input, observed, &groups, &why)),
+        Step::Rerun => Plan::with(
+            Found::gate(Gate::Progressing(
+                reasons::ACCEPTANCE_RUNNING,
+                format!("the acceptance Job {leader} ended without a verdict and its pod is gone or never ran; it is run again"),
+            )),
+            stop(did, observed, &groups, 0),
+        ),
+        Step::Record {
+            judgement,
+            stop_leader,
+        } => record(input, observed, &groups, judgement, stop_leader),
+    };
+    acts.append(&mut plan.acts);
+    plan.acts = acts;
+    plan.found.unjudged = unjudged;
+    plan
+}
+
+/// The run's pods and Jobs as the pass sees them.
+struct RunView<'v> {
+    leader: String,
+    leader_state: JobState,
+    leader_pods: Vec<&'v Pod>,
+    run_pods: Vec<&'v Pod>,
+    upstream: judge::Upstream<'v>,
+    roles: Vec<String>,
+    review: Option<ReviewRecord>,
+}
+
+impl<'v> RunView<'v> {
+    fn new(input: &Input<'v>, observed: &'v Observed, groups: &[RunGroup<'_>]) -> Self {
+        let did = input.did;
+        let leader = groups[0].job(0);
+        let others = &groups[1..];
+        let leader_pods: Vec<&Pod> = match input.fresh {
+            Some(pods) => pods.iter().collect(),
+            None => observed.pods_of_job(&leader),
+        };
+        let upstream = judge::Upstream {
+            expected: others
+                .iter()
+                .map(|g| usize::try_from(build::group_shape(&did.spec, g.role).pods).unwrap_or(0))
+                .sum(),
+            created: others.iter().any(|g| observed.job(&g.job(0)).is_some()),
+            pods: others
+                .iter()
+                .flat_map(|g| pods_of(did, observed, g))
+                .collect(),
+        };
+        Self {
+            leader_state: jobs::state_of(
+                observed.job(&leader),
+                &leader_pods,
+                build::JUDGE_CONTAINER,
+            ),
+            leader,
+            leader_pods,
+            run_pods: groups
+                .iter()
+                .flat_map(|g| pods_of(did, observed, g))
+                .collect(),
+            upstream,
+            roles: groups.iter().map(|g| g.role.name.clone()).collect(),
+            // The review decisions on the resource (handed to the judge when the run starts,
+            // recorded with its verdict).
+            review: ReviewRecord::from_annotations(did.annotations()),
+        }
+    }
+
+    fn judging<'j>(&'j self, input: &'j Input<'_>) -> judge::Judging<'j> {
+        judge::Judging {
+            revision: input.revision,
+            spec_hash: &input.run.spec_hash,
+            token: &input.run.token,
+            prompts: input
+                .run
+                .resolved
+                .as_ref()
+                .map_or(input.did.spec.acceptance.prompts.len(), |r| r.prompts.len()),
+            deadline_seconds: build::acceptance_deadline(&input.did.spec),
+            roles: &self.roles,
+            review: self.review.as_ref(),
+            now: input.now,
+        }
+    }
+
+    /// The gate of a run under way.
+    fn running(&self, input: &Input<'_>) -> Gate {
+        let (revision, leader) = (input.revision, &self.leader);
+        let role = &self.roles[0];
+        let message = if matches!(self.leader_state, JobState::Missing) {
+            format!(
+                "the acceptance run of revision {revision} starts its {} group(s) first, as they serve: {} of {} engine(s) running; then Job {leader} runs the workload on one {role} group",
+                self.roles[1..].join(", "),
+                self.upstream.started(),
+                self.upstream.expected,
+            )
+        } else {
+            let wired = if self.roles.len() > 1 {
+                format!(
+                    ", wired to one group of each of {}",
+                    self.roles[1..].join(", ")
+                )
+            } else {
+                String::new()
+            };
+            let pods = input
+                .did
+                .spec
+                .roles
+                .iter()
+                .find(|r| r.name == *role)
+                .map_or(0, |r| build::group_shape(&input.did.spec, r).pods);
+            format!(
+                "Job {leader} is running the acceptance workload for revision {revision} on one {role} group ({pods} pod(s)){wired}"
+            )
+        };
+        Gate::Progressing(reasons::ACCEPTANCE_RUNNING, message)
+    }
+}
+
+/// The pods of every rank of one group of the run.
+fn pods_of<'o>(
+    did: &ValidatedDeployment,
+    observed: &'o Observed,
+    g: &RunGroup<'_>,
+) -> Vec<&'o Pod> {
+    (0..build::group_shape(&did.spec, g.role).pods)
+        .flat_map(|rank| observed.pods_of_job(&g.job(rank)))
+        .collect()
+}
+
+/// A run that may start: unless its prompts cannot be resolved, a review is missing or the
+/// fleet's queue holds it, its shared objects and the other roles' groups (the judged group
+/// once their engines run).
+fn start<'o>(
+    input: &Input<'_>,
+    observed: &'o Observed,
+    groups: &[RunGroup<'_>],
+    view: &RunView<'_>,
+    admit: &mut dyn FnMut(&str) -> Admission,
+) -> Plan<'o, Found> {
+    let (did, run) = (input.did, input.run);
+    let spec = match &run.resolved {
+        Ok(spec) => spec,
+        Err(message) => {
+            return Plan::only(Found::gate(Gate::Failed(
+                reasons::MISSING_DEPENDENCY,
+                message.clone(),
+            )))
+        }
+    };
+    if let Some(missing) = judge::review_missing(
+        view.review.as_ref(),
+        &run.token,
+        &run.spec_hash,
+        &input.known.judgements,
+    ) {
+        return Plan::only(Found::gate(Gate::Failed(
+            reasons::ACCEPTANCE_REVIEW_REQUIRED,
+            missing,
+        )));
+    }
+    let key = super::super::decide::fleet::run_key(&did.namespace, &did.name_any(), &run.names.key);
+    if let Admission::Queued {
+        position,
+        under_way,
+        limit,
+    } = admit(&key)
+    {
+        return Plan::only(Found::gate(Gate::Progressing(
+            reasons::ACCEPTANCE_QUEUED,
+            format!(
+                "the acceptance run of revision {} waits its turn: number {position} in line, {under_way} run(s) under way of --max-concurrent-acceptance-runs {limit}; serving pods of judged revisions keep serving",
+                input.revision
+            ),
+        )));
+    }
+    let mut acts = shared_objects(input, observed, spec);
+    // The other roles' groups first; the judged group once their engines run.
+    let first = if groups.len() > 1 {
+        &groups[1..]
+    } else {
+        groups
+    };
+    acts.extend(start_groups(input, first));
+    Plan::with(Found::gate(view.running(input)), acts)
+}
+
+/// The objects one acceptance run shares: RBAC for the judge, the spec ConfigMap and the empty
+/// evidence ConfigMap (the judge may only update it).
+fn shared_objects<'o>(
+    input: &Input<'_>,
+    observed: &'o Observed,
+    spec: &AcceptanceSpec,
+) -> Vec<Act<'o>> {
+    let (did, names) = (input.did, &input.run.names);
+    let spec_yaml = serde_yaml::to_string(spec).unwrap_or_default();
+    let (sa, role, binding) = build::acceptance_rbac(did, names, &in_flight_evidence(observed));
+    vec![
+        Act::apply(sa, None),
+        Act::apply(role, None),
+        Act::apply(binding, None),
+        Act::apply(
+            build::acceptance_spec_configmap(did, names, input.revision, spec_yaml),
+            None,
+        ),
+        Act::create(build::acceptance_evidence_configmap(
+            did,
+            names,
+            input.revision,
+        )),
+    ]
+}
+
+/// Creates groups of an acceptance run: each one's rendezvous Service (where it needs one), its
+/// PodGroup before its pods (they wait for it, then are bound all at once), its rank table, and
+/// one Job per rank, followers first, so that a leader's engine finds them when it starts.
+fn start_groups<'o>(input: &Input<'_>, groups: &[RunGroup<'_>]) -> Vec<Act<'o>> {
+    let (did, revision) = (input.did, input.revision);
+    let mut acts = Vec::new();
+    for group in groups {
+        if build::acceptance_needs_service(&did.spec, group) {
+            acts.push(Act::apply(
+                build::acceptance_service(did, group, revision),
+                None,
+            ));
+        }
+        if let Some(pod_group) =
+            build::acceptance_pod_group(did, group, revision).filter(|_| did.pod_groups)
+        {
+            acts.push(Act::apply(pod_group, None));
+        }
+        // The rank table the pods mount exists before them ("initializing" until every rank
+        // is allocated).
+        if let Some(table) = build::acceptance_rank_table(did, group, revision, &[]) {
+            acts.push(Act::apply(table, None));
+        }
+        let pods = build::group_shape(&did.spec, group.role).pods;
+        acts.extend((0..pods).rev().filter_map(|rank| {
+            build::acceptance_group_job(
+                did,
+                &input.run.names,
+                group,
+                rank,
+                revision,
+                input.settings.operator_image,
+            )
+            .map(Act::create)
+        }));
+    }
+    acts
+}
+
+/// The run waits for devices: the roles whose run group cannot be placed are named, so that
+/// their serving groups may make room.
+fn waiting(input: &Input<'_>, observed: &Observed, groups: &[RunGroup<'_>], why: &str) -> Found {
+    let did = input.did;
+    let waiting: Vec<&RunGroup<'_>> = groups
+        .iter()
+        .filter(|g| {
+            pods_of(did, observed, g)
+                .iter()
+                .any(|p| jobs::unschedulable(p).is_some())
+        })
+        .collect();
+    let need = waiting
+        .iter()
+        .map(|g| {
+            format!(
+                "{} {}",
+                g.role.name,
+                judge::capacity_need(&did.spec, g.role)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" and ");
+    Found {
+        needs_room: waiting.iter().map(|g| g.role.name.clone()).collect(),
+        ..Found::gate(Gate::Progressing(
+            reasons::WAITING_FOR_CAPACITY,
+            format!(
+                "the acceptance run of revision {} waits for devices: it needs {need}; scheduler: {why}. Its deadline starts when it runs; with spec.roles[].rollout.maxUnavailable ≥ 1 one serving group makes room",
+                input.revision
+            ),
+        ))
+    }
+}
+
+/// A verdict to record: the run's Jobs stopped (the leader too when `stop_leader`), the
+/// judgement kept beside its evidence, old evidence pruned (never that of the judgement just
+/// made, nor of those serving pods rest on).
+fn record<'o>(
+    input: &Input<'_>,
+    observed: &'o Observed,
+    groups: &[RunGroup<'_>],
+    judgement: AcceptanceStatus,
+    stop_leader: bool,
+) -> Plan<'o, Found> {
+    // The followers' engines (and the other roles') have nothing left to serve.
+    let mut acts = stop(input.did, observed, groups, if stop_leader { 0 } else { 1 });
+    let seconds = observed
+        .job(&groups[0].job(0))
+        .and_then(|j| j.status.clone())
+        .and_then(|s| Some((s.start_time?.0, s.completion_time.map(|c| c.0))))
+        .map(|(start, end)| {
+            let end = end.unwrap_or(input.now);
+            end.duration_since(start).as_secs_f64().max(0.0)
+        })
+        .unwrap_or(0.0);
+    if let Some(evidence) = &judgement.evidence {
+        // Kept beside its evidence, so that a lost status can be made whole again.
+        if let Ok(value) = serde_json::to_string(&judgement) {
+            acts.push(Act::Annotate {
+                configmap: evidence.clone(),
+                key: JUDGEMENT_ANNOTATION,
+                value,
+            });
+        }
+    }
+    let with_pods = observed.revisions_with_pods();
+    let known = &input.known.judgements;
+    let kept: Vec<String> = known
+        .iter()
+        .zip(pinned(known, &with_pods))
+        .filter_map(|(j, pinned)| pinned.then_some(j))
+        .chain([&judgement])
+        .filter_map(|j| j.evidence.clone())
+        .collect();
+    acts.push(Act::PruneEvidence {
+        keep: usize::from(input.settings.retention.keep_evidence),
+        pinned: kept,
+    });
+    Plan::with(
+        Found {
+            gate: judge::judged_gate(&judgement),
+            status: Some(judgement.clone()),
+            recorded: Some(judgement),
+            seconds,
+            ..Found::default()
+        },
+        acts,
+    )
+}
+
+/// Ascend: the rank table of each started group of the run from its pods as they are placed
+/// and allocated (`completed` once every rank is), and deletes of the tables of earlier runs
+/// none of whose Jobs is left.
+fn rank_tables<'o>(
+    input: &Input<'_>,
+    observed: &'o Observed,
+    groups: &[RunGroup<'_>],
+) -> Vec<Act<'o>> {
+    let did = input.did;
+    if !build::uses_rank_tables(&did.spec) {
+        return Vec::new();
+    }
+    let name = did.name_any();
+    let current: BTreeSet<String> = groups
+        .iter()
+        .map(|g| build::rank_table_name(&g.name))
+        .collect();
+    let mut acts = Vec::new();
+    for group in groups {
+        let table_name = build::rank_table_name(&group.name);
+        // Only a started group has its table; it is created with the group's Jobs.
+        let Some(existing) = observed
+            .rank_tables
+            .iter()
+            .find(|t| t.name_any() == table_name)
+        else {
+            continue;
+        };
+        let pods = pods_of(did, observed, group);
+        if let Some(table) = build::acceptance_rank_table(did, group, input.revision, &pods) {
+            acts.push(Act::apply(table, Some(existing)));
+        }
+    }
+    for stale in observed
+        .rank_tables
+        .iter()
+        .filter(|t| build::is_acceptance_rank_table(&name, t))
+        .filter(|t| !current.contains(&t.name_any()))
+    {
+        let run_group = stale
+            .labels()
+            .get(labels::GROUP)
+            .cloned()
+            .unwrap_or_default();
+        let left = observed
+            .jobs
+            .iter()
+            .any(|j| j.name_any().starts_with(&format!("{run_group}-")));
+        if !left {
+            acts.push(Act::delete(stale));
+        }
+    }
+    acts
+}
+
+/// Deletes of a run's Jobs: the judged group's ranks from `from` on, every rank of the other
+/// roles' groups, and each group's rendezvous Service, PodGroup and rank table. Only what the
+/// pass observed is deleted: a pass that records the same verdict again (its status write not
+/// yet in the cache) sends no delete for what the first one removed.
+fn stop<'o>(
+    did: &ValidatedDeployment,
+    observed: &'o Observed,
+    groups: &[RunGroup<'_>],
+    from: i32,
+) -> Vec<Act<'o>> {
+    let mut acts = Vec::new();
+    for group in groups {
+        let pods = build::group_shape(&did.spec, group.role).pods;
+        let first = if group.judged { from } else { 0 };
+        let ranks: Vec<String> = (first..pods).map(|rank| group.job(rank)).collect();
+        acts.extend(act::delete_named(&observed.jobs, &ranks));
+        let named = std::slice::from_ref(&group.name);
+        if build::acceptance_needs_service(&did.spec, group) {
+            acts.extend(act::delete_named(&observed.services, named));
+        }
+        if pods > 1 {
+            acts.extend(act::delete_named(&observed.pod_groups, named));
+        }
+        if build::uses_rank_tables(&did.spec) {
+            let table = [build::rank_table_name(&group.name)];
+            acts.extend(act::delete_named(&observed.rank_tables, &table));
+        }
+    }
+    acts
+}
+
+/// The evidence ConfigMaps of this deployment's acceptance runs whose Jobs are still running.
+fn in_flight_evidence(observed: &Observed) -> Vec<String> {
+    running_jobs(observed)
+        .filter_map(build::evidence_of_job)
+        .collect()
+}
+
+/// This deployment's acceptance Jobs that have not finished.
+fn running_jobs(observed: &Observed) -> impl Iterator<Item = &Job> {
+    observed.jobs.iter().filter(|j| {
+        j.labels().get(labels::COMPONENT).map(String::as_str) == Some("acceptance")
+            && matches!(
+                job_state(observed, &j.name_any(), build::JUDGE_CONTAINER),
+                JobState::Running
+            )
+    })
+}
+
+/// Deletes of the acceptance Jobs still running (`spec.suspend`, a licence closed with
+/// `--license-withdrawal=stop`), and how many.
+pub fn stop_running(observed: &Observed) -> (Vec<Act<'_>>, usize) {
+    let acts: Vec<Act<'_>> = running_jobs(observed)
+        .filter(|j| j.metadata.deletion_timestamp.is_none())
+        .map(Act::delete)
+        .collect();
+    let n = acts.len();
+    (acts, n)
+}
+
+/// The acceptance stage of a suspended deployment: a run under way is stopped so that it frees
+/// its devices too; the recorded judgements stay, so resuming reuses them.
+pub fn suspended(observed: &Observed) -> Plan<'_, Found> {
+    let (acts, stopped) = stop_running(observed);
+    Plan::with(
+        Found::gate(Gate::Held(
+            reasons::SUSPENDED,
+            format!("suspended (spec.suspend): no acceptance run; {stopped} running acceptance Job(s) deleted; recorded judgements are kept"),
+        )),
+        acts,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::AcceptanceResult;
+    use crate::controller::plan::fixture::{self, described};
+    use k8s_openapi::api::core::v1::{
+        ContainerState, ContainerStateRunning, ContainerStatus, PodStatus,
+    };
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+
+    struct Case {
+        did: ValidatedDeployment,
+        revision: String,
+        observed: Observed,
+        known: DeepInferDeploymentStatus,
+    }
+
+    impl Case {
+        fn new() -> Self {
+            let did = fixture::did();
+            Self {
+                revision: build::revision(&did.spec),
+                did,
+                observed: fixture::observed_bound(),
+                known: DeepInferDeploymentStatus::default(),
+            }
+        }
+
+        fn run(&self) -> Run {
+            Run::of(&self.did, &self.revision, &self.observed)
+        }
+
+        fn plan(&self, admission: Admission) -> Plan<'_, Found> {
+            let run = self.run();
+            let input = Input {
+                did: &self.did,
+                revision: &self.revision,
+                run: &run,
+                fresh: None,
+                known: &self.known,
+                settings: fixture::settings(),
+                now: Timestamp::from_second(10_000).expect("time"),
+            };
+            acceptance(&input, &self.observed, &mut |_| admission.clone())
+        }
+
+        /// The judged group's Job of `rank` as the operator makes it, in `state`.
+        fn job(&self, rank: i32, state: &str) -> Job {
+            let run = self.run();
+            let groups = run.names.groups(&self.did.spec);
+            let job = build::acceptance_group_job(
+                &self.did,
+                &run.names,
+                &groups[0],
+                rank,
+                &self.revision,
+                fixture::settings().operator_image,
+            )
+            .expect("a Job per rank");
+            fixture::in_state(job, state)
+        }
+
+        /// A pod of `job` whose engine runs since `since` (seconds).
+        fn engine_pod(&self, job: &str, since: i64) -> Pod {
+            let mut labels = std::collections::BTreeMap::new();
+            labels.insert(
+                super::super::super::cached::JOB_NAME_LABEL.to_string(),
+                job.to_string(),
+            );
+            Pod {
+                metadata: ObjectMeta {
+                    name: Some(format!("{job}-x")),
+                    labels: Some(labels),
+                    ..ObjectMeta::default()
+                },
+                status: Some(PodStatus {
+                    phase: Some("Running".into()),
+                    container_statuses: Some(vec![ContainerStatus {
+                        name: build::ENGINE_CONTAINER.into(),
+                        state: Some(ContainerState {
+                            running: Some(ContainerStateRunning {
+                                started_at: Some(Time(
+                                    Timestamp::from_second(since).expect("time"),
+                                )),
+                            }),
+                            ..ContainerState::default()
+                        }),
+                        ..ContainerStatus::default()
+                    }]),
+                    ..PodStatus::default()
+                }),
+                ..Pod::default()
+            }
+        }
+
+        fn leader(&self) -> String {
+            self.run().names.groups(&self.did.spec)[0].job(0)
+        }
+    }
+
+    fn reason(gate: &Gate) -> &'static str {
+        match gate {
+            Gate::Progressing(r, _)
+            | Gate::Failed(r, _)
+            | Gate::Passed(r, _)
+            | Gate::Held(r, _) => r,
+            Gate::NotReached => "NotReached",
+        }
+    }
+
+    #[test]
+    fn a_run_starts_with_its_shared_objects_then_its_jobs_followers_first() {
+        let case = Case::new();
+        let run = case.run();
+        let plan = case.plan(Admission::Start);
+        assert_eq!(reason(&plan.found.gate), reasons::ACCEPTANCE_RUNNING);
+        let leader = case.leader();
+        let follower = format!("{}1", leader.trim_end_matches('0'));
+        assert_eq!(
+            described(&plan.acts),
+            [
+                format!("apply ServiceAccount {}", run.names.service_account),
+                format!("apply Role {}", run.names.service_account),
+                format!("apply RoleBinding {}", run.names.service_account),
+                format!("apply ConfigMap {}", run.names.spec_configmap),
+                format!("create ConfigMap {}", run.names.evidence_configmap),
+                format!("apply Service {}", run.names.run),
+                format!("create Job {follower}"),
+                format!("create Job {leader}"),
+            ]
+        );
+        assert_eq!(plan.found.unjudged.as_deref(), Some(leader.as_str()));
+        assert!(plan.found.recorded.is_none());
+    }
+
+    #[test]
+    fn a_run_the_fleet_queue_holds_writes_nothing_and_says_its_place() {
+        let case = Case::new();
+        let plan = case.plan(Admission::Queued {
+            position: 3,
+            under_way: 16,
+            limit: 16,
+        });
+        assert_eq!(reason(&plan.found.gate), reasons::ACCEPTANCE_QUEUED);
+        assert!(plan.acts.is_empty(), "{:?}", described(&plan.acts));
+        let Gate::Progressing(_, message) = &plan.found.gate else {
+            unreachable!()
+        };
+        assert!(message.contains("number 3 in line"), "{message}");
+    }
+
+    #[test]
+    fn a_recorded_judgement_of_the_same_run_is_reused_and_nothing_runs() {
+        let mut case = Case::new();
+        let run = case.run();
+        case.known.judgements.push(AcceptanceStatus {
+            revision: case.revision.clone(),
+            result: AcceptanceResult::Passed,
+            spec_hash: Some(run.spec_hash.clone()),
+            rerun_token: Some(run.token.clone()),
+            ..AcceptanceStatus::default()
+        });
+        let plan = case.plan(Admission::Start);
+        assert_eq!(reason(&plan.found.gate), reasons::ACCEPTANCE_SUCCEEDED);
+        assert!(plan.acts.is_empty());
+        assert!(plan.found.unjudged.is_none(), "the verdict is in status");
+        assert!(plan.found.status.is_some() && plan.found.recorded.is_none());
+    }
+
+    #[test]
+    fn a_run_under_way_writes_nothing() {
+        let mut case = Case::new();
+        let leader = case.leader();
+        case.observed.jobs = vec![case.job(1, "running"), case.job(0, "running")];
+        case.observed.job_pods = vec![case.engine_pod(&leader, 9_990)];
+        let plan = case.plan(Admission::Start);
+        assert_eq!(reason(&plan.found.gate), reasons::ACCEPTANCE_RUNNING);
+        assert!(plan.acts.is_empty(), "{:?}", described(&plan.acts));
+    }
+
+    #[test]
+    fn an_overdue_run_is_recorded_failed_with_every_job_stopped_and_old_evidence_pruned() {
+        let mut case = Case::new();
+        let leader = case.leader();
+        let follower = format!("{}1", leader.trim_end_matches('0'));
+        case.observed.jobs = vec![case.job(0, "running"), case.job(1, "running")];
+        // Its engine started long before the pass's time, past the run's deadline.
+        case.observed.job_pods = vec![case.engine_pod(&leader, 1)];
+        let plan = case.plan(Admission::Start);
+        let recorded = plan.found.recorded.clone().expect("a verdict");
+        assert_eq!(recorded.result, AcceptanceResult::Failed);
+        let acts = described(&plan.acts);
+        assert_eq!(
+            acts[..2],
+            [
+                format!("delete Job {leader}"),
+                format!("delete Job {follower}")
+            ]
+        );
+        assert_eq!(
+            acts.last().map(String::as_str),
+            Some("prune evidence beyond 3")
+        );
+        let Some(Act::PruneEvidence { pinned, .. }) = plan.acts.last() else {
+            unreachable!()
+        };
+        assert_eq!(
+            pinned,
+            &recorded.evidence.iter().cloned().collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
+    fn a_leader_that_ended_without_ever_running_is_deleted_to_run_again() {
+        let mut case = Case::new();
+        let leader = case.leader();
+        case.observed.jobs = vec![case.job(0, "failed")];
+        let plan = case.plan(Admission::Start);
+        assert_eq!(described(&plan.acts), [format!("delete Job {leader}")]);
+        assert!(plan.found.recorded.is_none());
+    }
+
+    #[test]
+    fn prompts_that_cannot_be_resolved_start_nothing() {
+        let mut case = Case::new();
+        case.did = fixture::valid({
+            let mut raw = fixture::raw();
+            raw.spec.acceptance.prompts_from = Some(
+                serde_json::from_value(
+                    serde_json::json!({"name": "missing-prompts", "key": "prompts.yaml"}),
+                )
+                .expect("a ConfigMap key"),
+            );
+            raw.spec.acceptance.prompts.clear();
+            raw
+        });
+        let plan = case.plan(Admission::Start);
+        assert_eq!(reason(&plan.found.gate), reasons::MISSING_DEPENDENCY);
+        assert!(plan.acts.is_empty());
+    }
+
+    #[test]
+    fn a_suspended_deployment_stops_its_running_acceptance_jobs_only() {
+        let mut case = Case::new();
+        case.observed.jobs = vec![case.job(0, "running"), case.job(1, "succeeded")];
+        let plan = suspended(&case.observed);
+        assert_eq!(reason(&plan.found.gate), reasons::SUSPENDED);
+        assert_eq!(
+            described(&plan.acts),
+            [format!("delete Job {}", case.leader())]
+        );
+    }
+}

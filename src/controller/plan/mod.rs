@@ -1,0 +1,263 @@
+//! Plan stage: one pure function per stage of a pass (spec, claim templates, checkpoint,
+//! acceptance, workers, housekeeping) from what the pass observed to a [`Plan`]: what the stage
+//! found (its gate and status) and the [`Act`]s that carry it out, for the executor
+//! ([`super::act::Executor`]). A stage reads the snapshot and never changes it; its answers to
+//! single questions come from [`super::decide`], its objects from [`super::build`].
+
+pub mod acceptance;
+pub mod checkpoint;
+pub mod claims;
+#[cfg(test)]
+pub mod fixture;
+pub mod housekeeping;
+pub mod spec;
+pub mod workers;
+
+use std::time::Duration;
+
+use kube::runtime::controller::Action;
+
+use super::act::Act;
+use super::build::JobDeadlines;
+use super::context::Context;
+use super::context::LicenseWithdrawal;
+use super::decide::retention::Retention;
+use super::status::{Gate, Outcome};
+use super::validate::DeviceLimits;
+use crate::api::reasons;
+
+/// What one stage found, and the acts that carry it out.
+#[derive(Debug)]
+pub struct Plan<'a, T> {
+    /// The stage's finding (gate, status).
+    pub found: T,
+    /// Writes, in the order they must be made.
+    pub acts: Vec<Act<'a>>,
+}
+
+impl<'a, T> Plan<'a, T> {
+    /// A finding that needs no write.
+    pub fn only(found: T) -> Self {
+        Self {
+            found,
+            acts: Vec::new(),
+        }
+    }
+
+    /// A finding and its writes.
+    pub fn with(found: T, acts: Vec<Act<'a>>) -> Self {
+        Self { found, acts }
+    }
+}
+
+/// The operator settings stages read.
+#[derive(Clone, Copy, Debug)]
+pub struct Settings<'a> {
+    /// Image of this operator for its Jobs.
+    pub operator_image: &'a str,
+    /// Deadlines of the fetch and verify Jobs.
+    pub deadlines: &'a JobDeadlines,
+    /// Hub endpoints a fetch Job may use.
+    pub allowed_hub_endpoints: &'a [String],
+    /// What is kept of evidence and finished Jobs.
+    pub retention: Retention,
+    /// Devices per node, per accelerator type.
+    pub limits: &'a DeviceLimits,
+    /// How long a group may stay partly placed.
+    pub partial_group_timeout: Duration,
+    /// What a closed licence gate does to the pods.
+    pub license_withdrawal: LicenseWithdrawal,
+}
+
+impl<'a> Settings<'a> {
+    /// The settings of a running operator.
+    pub fn of(ctx: &'a Context) -> Self {
+        Self {
+            operator_image: &ctx.operator_image,
+            deadlines: &ctx.job_deadlines,
+            allowed_hub_endpoints: &ctx.allowed_hub_endpoints,
+            retention: ctx.retention,
+            limits: &ctx.limits,
+            partial_group_timeout: ctx.partial_group_timeout,
+            license_withdrawal: ctx.license_withdrawal,
+        }
+    }
+}
+
+/// Reasons of a gate whose Job's pod cannot make progress (see
+/// [`super::decide::checkpoint::running_job_gate`]).
+const STUCK_POD_REASONS: [&str; 4] = [
+    reasons::IMAGE_PULL_FAILED,
+    reasons::CONTAINER_CONFIG_ERROR,
+    reasons::CONTAINER_START_FAILED,
+    reasons::POD_UNSCHEDULABLE,
+];
+
+/// How soon to look at a running Job or progressing workers again if no event arrives. Changes
+/// of the Jobs, of their pods and of worker pods start a pass at once; this look only catches
+/// what no event announces, so at a thousand resources it stays a small share of the passes.
+pub const RECHECK: Duration = Duration::from_secs(120);
+
+/// How long to wait before looking again when nothing else will trigger a reconcile.
+pub const RESYNC: Duration = Duration::from_secs(300);
+
+/// How soon a pass whose stage met an API failure is tried again.
+pub const RETRY: Duration = Duration::from_secs(10);
+
+/// When to look again if no event arrives: `retry` after an API failure, else from the gates.
+pub fn next_look(outcome: &Outcome, retry: Option<Duration>) -> Action {
+    if let Some(after) = retry {
+        return Action::requeue(after);
+    }
+    let after = next_look_after(outcome);
+    Action::requeue(outcome.wake_after.map_or(after, |wake| wake.min(after)))
+}
+
+fn next_look_after(outcome: &Outcome) -> Duration {
+    // A child the API server refused waits for a change to the resource: looking again on a
+    // timer would only send it again.
+    if outcome
+        .stalled()
+        .is_some_and(|(reason, _)| reason == reasons::CHILD_REJECTED)
+    {
+        return RESYNC;
+    }
+    for gate in [&outcome.checkpoint, &outcome.acceptance] {
+        match gate {
+            Gate::Failed(reason, _)
+                if [
+                    reasons::MISSING_DEPENDENCY,
+                    reasons::CLAIM_NOT_BOUND,
+                    reasons::TOKEN_SECRET_NOT_ALLOWED,
+                ]
+                .contains(reason) =>
+            {
+                return Duration::from_secs(15)
+            }
+            // A Job's pod stuck on its image, configuration or placement may recover once the
+            // cause is fixed outside the resource; its pod's changes trigger no reconcile.
+            Gate::Failed(reason, _) if STUCK_POD_REASONS.contains(reason) => return RECHECK,
+            // A queue moves when other deployments' runs end, which no event here announces.
+            Gate::Progressing(reason, _) if *reason == reasons::ACCEPTANCE_QUEUED => {
+                return Duration::from_secs(10)
+            }
+            Gate::Progressing(..) => return RECHECK,
+            _ => {}
+        }
+    }
+    if matches!(outcome.workers, Gate::Progressing(..)) {
+        return RECHECK;
+    }
+    RESYNC
+}
+
+/// How soon to retry a pass whose gate met an API failure: soon, unless the API server refused
+/// an object as invalid (the gate stalled; retrying the same object would fail the same way).
+pub fn retry_after(gate: &Gate) -> Option<Duration> {
+    (!matches!(gate, Gate::Failed(..))).then_some(RETRY)
+}
+
+/// Withdrawn service is news that outranks the workers' progress.
+pub fn withdrawn_or(withdrawn: Option<&String>, gate: Gate) -> Gate {
+    match withdrawn {
+        Some(message) => Gate::Progressing(reasons::SERVING_WITHDRAWN, message.clone()),
+        None => gate,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcome(checkpoint: Gate, acceptance: Gate, workers: Gate) -> Outcome {
+        Outcome {
+            checkpoint,
+            acceptance,
+            workers,
+            ..Outcome::default()
+        }
+    }
+
+    fn after(action: &Action) -> String {
+        format!("{action:?}")
+    }
+
+    #[test]
+    fn the_next_look_follows_what_no_event_announces() {
+        let passed = || Gate::Passed(reasons::COMPLETE, String::new());
+        let cases = [
+            // (checkpoint, acceptance, workers, retry) → requeue after
+            (passed(), passed(), passed(), None, RESYNC),
+            (passed(), passed(), passed(), Some(RETRY), RETRY),
+            (
+                Gate::Failed(reasons::CLAIM_NOT_BOUND, String::new()),
+                Gate::NotReached,
+                Gate::NotReached,
+                None,
+                Duration::from_secs(15),
+            ),
+            (
+                passed(),
+                Gate::Failed(reasons::IMAGE_PULL_FAILED, String::new()),
+                passed(),
+                None,
+                RECHECK,
+            ),
+            (
+                passed(),
+                Gate::Progressing(reasons::ACCEPTANCE_QUEUED, String::new()),
+                passed(),
+                None,
+                Duration::from_secs(10),
+            ),
+            (
+                passed(),
+                Gate::Progressing(reasons::ACCEPTANCE_RUNNING, String::new()),
+                passed(),
+                None,
+                RECHECK,
+            ),
+            (
+                passed(),
+                passed(),
+                Gate::Progressing(reasons::ROLLING_OUT, String::new()),
+                None,
+                RECHECK,
+            ),
+        ];
+        for (checkpoint, acceptance, workers, retry, want) in cases {
+            let o = outcome(checkpoint, acceptance, workers);
+            assert_eq!(
+                after(&next_look(&o, retry)),
+                after(&Action::requeue(want)),
+                "{o:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_watchdog_deadline_shortens_the_next_look() {
+        let mut o = outcome(
+            Gate::Passed(reasons::VERIFIED, String::new()),
+            Gate::Passed(reasons::ACCEPTANCE_SUCCEEDED, String::new()),
+            Gate::Progressing(reasons::ROLLING_OUT, String::new()),
+        );
+        o.wake_after = Some(Duration::from_secs(7));
+        assert_eq!(
+            after(&next_look(&o, None)),
+            after(&Action::requeue(Duration::from_secs(7)))
+        );
+    }
+
+    #[test]
+    fn only_a_stall_waits_for_a_change_after_an_api_failure() {
+        assert_eq!(
+            retry_after(&Gate::Progressing(reasons::APPLY_FAILED, String::new())),
+            Some(RETRY)
+        );
+        assert_eq!(
+            retry_after(&Gate::Failed(reasons::CHILD_REJECTED, String::new())),
+            None
+        );
+    }
+}

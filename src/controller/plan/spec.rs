@@ -1,0 +1,99 @@
+//! The spec stage: the CRD's CEL rules again (for API servers that do not enforce them), what
+//! only the cluster can tell (gang scheduling for a domain device), and the Secrets and
+//! ConfigMaps engine containers read, which must have opted in.
+
+use std::time::Duration;
+
+use super::super::decide::references::{engine_gate, Seen};
+use super::super::status::Gate;
+use super::super::validate::{summarize, validate, DeviceLimits, ValidatedDeployment};
+use crate::api::{reasons, DeepInferDeployment};
+
+/// A spec the stages may act on, or its refusal.
+#[derive(Debug)]
+pub enum SpecFound {
+    /// Valid; groups are PodGroups where the cluster places them so.
+    Valid(Box<ValidatedDeployment>),
+    /// Refused: the spec gate and when to look again without a change (`None`: on a change).
+    Refused(Gate, Option<Duration>),
+}
+
+/// The spec stage of `did` (`pod_groups`: whether multi-pod groups are PodGroups here;
+/// `referenced`: what the pass saw of the Secrets and ConfigMaps the spec names).
+pub fn spec(
+    did: &DeepInferDeployment,
+    limits: &DeviceLimits,
+    pod_groups: bool,
+    referenced: &Seen,
+) -> SpecFound {
+    let valid = match validate(did, limits) {
+        Ok(valid) => valid.placed_as_pod_groups(pod_groups),
+        Err(errors) => {
+            return SpecFound::Refused(
+                Gate::Failed(reasons::INVALID_SPEC, summarize(&errors)),
+                None,
+            )
+        }
+    };
+    if valid.spec.accelerator.domain_device_class_name.is_some() && !valid.pod_groups {
+        return SpecFound::Refused(
+            Gate::Failed(
+                reasons::INVALID_SPEC,
+                "spec.accelerator.domainDeviceClassName: a group's pods share the domain device through their PodGroup, and groups are not PodGroups here (--gang-scheduling is off, or the API server does not serve scheduling.k8s.io/v1beta1); remove the field, or enable the GenericWorkload and DRAWorkloadResourceClaims feature gates and run the operator with --gang-scheduling auto or native".into(),
+            ),
+            None,
+        );
+    }
+    // Engine containers read only Secrets and ConfigMaps that opted in; a label added later
+    // starts no event, so the refusal is looked at again soon.
+    if let Some(refused) = engine_gate(&valid.namespace, &valid.spec, referenced) {
+        return SpecFound::Refused(refused, Some(Duration::from_secs(15)));
+    }
+    SpecFound::Valid(Box::new(valid))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::plan::fixture::raw as sample;
+
+    fn limits() -> DeviceLimits {
+        DeviceLimits::default()
+    }
+
+    #[test]
+    fn a_valid_spec_is_placed_as_the_cluster_places_groups() {
+        let did = sample();
+        for pod_groups in [false, true] {
+            match spec(&did, &limits(), pod_groups, &Seen::default()) {
+                SpecFound::Valid(v) => assert_eq!(v.pod_groups, pod_groups),
+                SpecFound::Refused(g, _) => panic!("refused: {g:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn an_invalid_spec_waits_for_a_change_and_names_the_field() {
+        let mut did = sample();
+        did.spec.roles.clear();
+        let SpecFound::Refused(Gate::Failed(reason, message), None) =
+            spec(&did, &limits(), false, &Seen::default())
+        else {
+            panic!("an empty roles list is refused until the resource changes");
+        };
+        assert_eq!(reason, reasons::INVALID_SPEC);
+        assert!(message.contains("spec.roles"), "{message}");
+    }
+
+    #[test]
+    fn a_domain_device_without_pod_groups_is_refused_with_the_fix() {
+        let mut did = sample();
+        did.spec.accelerator.domain_device_class_name = Some("nvlink-domain".into());
+        let SpecFound::Refused(Gate::Failed(_, message), None) =
+            spec(&did, &limits(), false, &Seen::default())
+        else {
+            panic!("a domain device needs PodGroups");
+        };
+        assert!(message.contains("--gang-scheduling"), "{message}");
+    }
+}

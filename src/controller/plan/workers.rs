@@ -1,0 +1,668 @@
+//! The workers stage: every role's groups planned by the rollout planner from the groups as
+//! observed and the judgements known, then the objects around them: group and role Services,
+//! rank tables, the peer endpoints, serving PodGroups, PodDisruptionBudgets and the
+//! ControllerRevision of the target.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
+use k8s_openapi::api::scheduling::v1beta1::PodGroup;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+
+use super::super::act::{self, Act};
+use super::super::build;
+use super::super::decide::entitlement;
+use super::super::decide::rollout::{
+    self, Action as GroupAction, Health, Mode, Progress, RoleInput,
+};
+use super::super::decide::workers::{group_views, placement_retry, workers_gate, Watchdog};
+use super::super::observe::Observed;
+use super::super::placement::partial_placement;
+use super::super::status::Gate;
+use super::super::validate::{LicenseVerdict, ValidatedDeployment};
+use super::{Plan, Settings};
+use crate::api::{labels, DeepInferDeploymentStatus, RoleStatus};
+
+/// A role's placement retry record kept by this operator: (retries, last retry).
+pub type Retry = (i32, Timestamp);
+
+/// What the workers stage found.
+#[derive(Clone, Debug, Default)]
+pub struct Found {
+    /// The WorkersReady gate.
+    pub gate: Gate,
+    /// Every role's status.
+    pub roles: Vec<RoleStatus>,
+    /// Look again no later than this (the watchdog's deadline, a retry's backoff).
+    pub wake: Option<Duration>,
+    /// Each role's retry record to keep (`None`: forget it), when the stage acts.
+    pub retries: Vec<(String, Option<Retry>)>,
+}
+
+/// What the workers stage reads.
+pub struct Input<'a> {
+    /// The deployment.
+    pub did: &'a ValidatedDeployment,
+    /// The target revision.
+    pub target: &'a str,
+    /// The judgements known.
+    pub known: &'a DeepInferDeploymentStatus,
+    /// The licence gate.
+    pub licence: &'a LicenseVerdict,
+    /// Whether groups are created, replaced and deleted (the licence gate is open, or closed
+    /// with `--license-withdrawal=stop`).
+    pub acting: bool,
+    /// Every group goes (`spec.suspend`, or a closed licence with `--license-withdrawal=stop`).
+    pub stop: bool,
+    /// Roles whose group of the target's acceptance run waits for devices.
+    pub needs_room: &'a [String],
+    /// This operator's retry record per role (newer than the status's after a deletion).
+    pub remembered: &'a BTreeMap<String, Retry>,
+    /// Operator settings.
+    pub settings: Settings<'a>,
+    /// The pass's time.
+    pub now: Timestamp,
+}
+
+/// The specs of every revision whose groups can be built: the target's and those kept in a
+/// ControllerRevision.
+fn buildable_specs(
+    input: &Input<'_>,
+    observed: &Observed,
+) -> (BTreeMap<String, ValidatedDeployment>, bool) {
+    let did = input.did;
+    let mut specs = BTreeMap::new();
+    for kept in &observed.revisions {
+        let past =
+            build::kept_spec(kept).and_then(|spec| did.with_spec(spec, input.settings.limits).ok());
+        if let (Some(rev), Some(past)) = (kept.labels().get(labels::REVISION), past) {
+            specs.insert(rev.clone(), past);
+        }
+    }
+    let target_kept = specs.contains_key(input.target);
+    specs.insert(input.target.to_string(), did.clone());
+    (specs, target_kept)
+}
+
+/// Per role: the revisions whose latest judgement passed with that role included, and those in
+/// service whose verdict is not known (a lost memory is not a verdict against them).
+fn passed_for(input: &Input<'_>, observed: &Observed) -> impl Fn(&str) -> BTreeSet<String> {
+    let revisions: BTreeSet<String> = observed
+        .workers
+        .iter()
+        .filter_map(|p| p.labels().get(labels::REVISION).cloned())
+        .chain(std::iter::once(input.target.to_string()))
+        .collect();
+    let unsettled =
+        entitlement::unsettled_in_service(&observed.workers, input.licence, Some(input.known));
+    let passed: Vec<(String, Vec<String>)> = revisions
+        .iter()
+        .map(|r| {
+            let roles = input
+                .did
+                .spec
+                .roles
+                .iter()
+                .filter(|role| {
+                    input
+                        .known
+                        .latest_judgement(r)
+                        .is_some_and(|j| j.passed_for(&role.name))
+                        || unsettled.contains(&(r.clone(), role.name.clone()))
+                })
+                .map(|role| role.name.clone())
+                .collect();
+            (r.clone(), roles)
+        })
+        .collect();
+    move |role: &str| {
+        passed
+            .iter()
+            .filter(|(_, roles)| roles.iter().any(|r| r == role))
+            .map(|(rev, _)| rev.clone())
+            .collect()
+    }
+}
+
+/// The workers stage.
+pub fn workers<'o>(input: &Input<'_>, observed: &'o Observed) -> Plan<'o, Found> {
+    let did = input.did;
+    let (specs, target_kept) = buildable_specs(input, observed);
+    let passed_for = passed_for(input, observed);
+    let buildable: BTreeSet<String> = specs.keys().cloned().collect();
+    let watchdog = Watchdog {
+        timeout: input.settings.partial_group_timeout,
+        now: input.now,
+    };
+    let mut found = Found::default();
+    let mut acts = Vec::new();
+    let mut progress = Vec::new();
+    let mut kept: Vec<(String, String, i32)> = Vec::new();
+    for role in &did.spec.roles {
+        let views = group_views(&observed.workers, &role.name, &specs, watchdog);
+        let planned = role_plan(
+            input,
+            role,
+            &views,
+            &specs,
+            &buildable,
+            &passed_for(&role.name),
+            watchdog,
+        );
+        found.wake = earliest(found.wake, planned.wake);
+        if input.acting {
+            found.retries.push((role.name.clone(), planned.retry));
+            acts.extend(planned.acts);
+        }
+        kept.extend(
+            planned
+                .kept
+                .into_iter()
+                .map(|(rev, i)| (role.name.clone(), rev, i)),
+        );
+        found.roles.push(planned.status);
+        progress.push(planned.progress);
+    }
+    if input.acting {
+        acts.extend(around_groups(input, observed, &specs, &kept));
+        acts.extend(revisions(input, observed, target_kept));
+    }
+    found.gate = workers_gate(&found.roles, &progress);
+    Plan::with(found, acts)
+}
+
+fn earliest(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// One role's plan.
+struct RolePlan<'o> {
+    status: RoleStatus,
+    progress: Progress,
+    wake: Option<Duration>,
+    retry: Option<Retry>,
+    /// The groups kept: (revision, index).
+    kept: Vec<(String, i32)>,
+    acts: Vec<Act<'o>>,
+}
+
+fn role_plan<'o>(
+    input: &Input<'_>,
+    role: &crate::api::RoleSpec,
+    views: &[(rollout::Group, Vec<&'o Pod>)],
+    specs: &BTreeMap<String, ValidatedDeployment>,
+    buildable: &BTreeSet<String>,
+    passed: &BTreeSet<String>,
+    watchdog: Watchdog,
+) -> RolePlan<'o> {
+    let named = |f: fn(&Health) -> Option<&String>| -> Vec<&str> {
+        views
+            .iter()
+            .filter_map(|(g, _)| f(&g.health).map(String::as_str))
+            .collect()
+    };
+    let stranded = named(|h| match h {
+        Health::Stranded(why) => Some(why),
+        _ => None,
+    });
+    let broken = named(|h| match h {
+        Health::Broken(why) => Some(why),
+        _ => None,
+    });
+    let mut wake = None;
+    // The watchdog looks again when a partly placed group's time is up.
+    for (_, members) in views {
+        if let Some(p) = partial_placement(members, members.len()) {
+            let left = watchdog.timeout.saturating_sub(p.age(watchdog.now));
+            wake = earliest(wake, Some(left.max(Duration::from_secs(1))));
+        }
+    }
+    let previous = remembered_retry(input, role);
+    let retry = placement_retry(&role.name, previous.as_ref(), stranded.len(), watchdog.now);
+    if let Some(wait) = retry.wait {
+        wake = earliest(wake, Some(wait.max(Duration::from_secs(1))));
+    }
+    let mut plan = rollout::plan(&RoleInput {
+        role: &role.name,
+        desired: role.replicas,
+        rollout: role.rollout.clone(),
+        groups: views.iter().map(|(g, _)| g.clone()).collect(),
+        target: input.target,
+        passed,
+        buildable,
+        licence_open: input.acting,
+        acceptance_needs_room: input.needs_room.contains(&role.name),
+        placement_hold: retry.hold.clone(),
+        mode: if input.did.spec.suspend || input.stop {
+            Mode::Suspended
+        } else if input.did.spec.paused {
+            Mode::Paused
+        } else {
+            Mode::Serving
+        },
+    });
+    // A role whose groups all serve has nothing left to retry.
+    let keep = (plan.progress != Progress::Complete && retry.retries > 0)
+        .then_some(retry.retries)
+        .zip(retry.last);
+    if let Some((retries, last)) = keep {
+        plan.status.placement_retries = Some(retries);
+        plan.status.last_placement_retry = Some(Time(last));
+    }
+    for note in &plan.notes {
+        tracing::info!(%note, "making room for acceptance");
+    }
+    let mut acts: Vec<Act<'o>> = Vec::new();
+    for why in &stranded {
+        acts.push(warning("GroupPartlyPlaced", why));
+    }
+    for why in &broken {
+        acts.push(warning("GroupReplaced", why));
+    }
+    let deleted: BTreeSet<(String, i32)> = plan
+        .actions
+        .iter()
+        .filter_map(|a| match a {
+            GroupAction::Delete { revision, index } => Some((revision.clone(), *index)),
+            GroupAction::Create { .. } => None,
+        })
+        .collect();
+    let mut kept: Vec<(String, i32)> = views
+        .iter()
+        .filter(|(g, _)| {
+            g.health != Health::Terminating && !deleted.contains(&(g.revision.clone(), g.index))
+        })
+        .map(|(g, _)| (g.revision.clone(), g.index))
+        .collect();
+    for action in &plan.actions {
+        match action {
+            GroupAction::Delete { revision, index } => {
+                let members = views
+                    .iter()
+                    .find(|(g, _)| g.revision == *revision && g.index == *index)
+                    .map(|(_, m)| m.as_slice())
+                    .unwrap_or_default();
+                acts.extend(
+                    members
+                        .iter()
+                        .filter(|p| p.metadata.deletion_timestamp.is_none())
+                        .map(|p| Act::delete(*p)),
+                );
+            }
+            GroupAction::Create { revision, index } => {
+                let Some(at) = specs.get(revision) else {
+                    continue;
+                };
+                let Some(role_at) = at.spec.roles.iter().find(|r| r.name == role.name) else {
+                    continue;
+                };
+                kept.push((revision.clone(), *index));
+                acts.extend(create_group(at, role_at, revision, *index));
+            }
+        }
+    }
+    RolePlan {
+        progress: progress_with_news(&plan, &broken),
+        status: plan.status,
+        wake,
+        retry: keep,
+        kept,
+        acts,
+    }
+}
+
+/// A Warning event about a group deleted whole.
+fn warning<'o>(reason: &'static str, why: &str) -> Act<'o> {
+    tracing::warn!(%reason, %why, "deleting a group whole");
+    Act::Warn {
+        reason,
+        action: "DeleteGroup",
+        note: why.to_string(),
+    }
+}
+
+/// The group's PodGroup before its pods (they wait for it, then are bound all at once), the
+/// rank table the pods mount (it says "initializing" until every rank is allocated), then the
+/// pods.
+fn create_group<'o>(
+    at: &ValidatedDeployment,
+    role: &crate::api::RoleSpec,
+    revision: &str,
+    index: i32,
+) -> Vec<Act<'o>> {
+    let mut acts = Vec::new();
+    if at.pod_groups {
+        acts.push(Act::apply(
+            build::group_pod_group(at, role, revision, index),
+            None,
+        ));
+    }
+    if build::uses_rank_tables(&at.spec) {
+        acts.push(Act::apply(
+            build::rank_table_configmap(at, role, revision, index, &[]),
+            None,
+        ));
+    }
+    acts.extend(
+        build::group_pods(at, role, index, revision)
+            .into_iter()
+            .map(|pod| Act::apply(pod, None)),
+    );
+    acts
+}
+
+/// The role's progress, with the note of a held serving group and why groups go whole (news for
+/// whoever reads the condition, not only the event).
+fn progress_with_news(plan: &rollout::RolePlan, broken: &[&str]) -> Progress {
+    let mut p = plan.progress.clone();
+    if let (Some(note), Progress::HoldingServing(m)) = (plan.notes.first(), &plan.progress) {
+        p = Progress::HoldingServing(format!("{m}; {note}"));
+    }
+    if broken.is_empty() {
+        return p;
+    }
+    let why = broken.join("; ");
+    match p {
+        Progress::Converging(m) => Progress::Converging(format!("{m}; {why}")),
+        Progress::RollingOut(m) => Progress::RollingOut(format!("{m}; {why}")),
+        Progress::HoldingServing(m) => Progress::HoldingServing(format!("{m}; {why}")),
+        Progress::Complete => Progress::Converging(why),
+        other => other,
+    }
+}
+
+/// The role's retry record: the status's, or this operator's own if newer (the status read in
+/// the pass right after a deletion may predate it).
+fn remembered_retry(input: &Input<'_>, role: &crate::api::RoleSpec) -> Option<RoleStatus> {
+    let mut out = input
+        .known
+        .roles
+        .iter()
+        .find(|r| r.name == role.name)
+        .cloned();
+    if let Some((retries, last)) = input.remembered.get(&role.name).copied() {
+        let stored = out
+            .as_ref()
+            .and_then(|s| s.last_placement_retry.as_ref())
+            .map(|t| t.0);
+        if stored.is_none_or(|t| t < last) {
+            let s = out.get_or_insert_with(RoleStatus::default);
+            s.placement_retries = Some(retries);
+            s.last_placement_retry = Some(Time(last));
+        }
+    }
+    out
+}
+
+/// The objects around the kept groups, each kind converged on what the cache holds of it.
+fn around_groups<'o>(
+    input: &Input<'_>,
+    observed: &'o Observed,
+    specs: &BTreeMap<String, ValidatedDeployment>,
+    kept: &[(String, String, i32)],
+) -> Vec<Act<'o>> {
+    let did = input.did;
+    let name = did.name_any();
+    let services = managed(&observed.services, |s: &Service| {
+        matches!(component(s), Some("serving" | "rendezvous"))
+    });
+    let mut acts = act::converge(build::services(did, kept), &services);
+    // Rank tables of the kept groups, from their pods' device allocations as observed.
+    let tables = managed(&observed.rank_tables, |t: &ConfigMap| {
+        !build::is_acceptance_rank_table(&name, t)
+    });
+    acts.extend(act::converge(
+        build::rank_tables(specs, kept, &observed.workers),
+        &tables,
+    ));
+    // Where decode groups find the ready prefill / vision leaders (rewritten in place).
+    let endpoints: Vec<ConfigMap> = build::peer_endpoints_configmap(did, kept, &observed.workers)
+        .into_iter()
+        .collect();
+    acts.extend(act::converge(endpoints, &all(&observed.peer_endpoints)));
+    if did.pod_groups {
+        let serving = managed(&observed.pod_groups, |g: &PodGroup| {
+            component(g) == Some("worker")
+        });
+        acts.extend(act::converge(
+            build::serving_pod_groups(did, specs, kept),
+            &serving,
+        ));
+    }
+    let budgets = did
+        .spec
+        .roles
+        .iter()
+        .map(|r| build::budget(did, r))
+        .collect();
+    acts.extend(act::converge(budgets, &all(&observed.budgets)));
+    acts
+}
+
+/// The label `component` of an object.
+fn component<K: kube::Resource>(o: &K) -> Option<&str> {
+    o.meta()
+        .labels
+        .as_ref()?
+        .get(labels::COMPONENT)
+        .map(String::as_str)
+}
+
+/// The cached objects of one kind that this stage manages.
+fn managed<K>(existing: &[K], ours: impl Fn(&K) -> bool) -> Vec<&K> {
+    existing.iter().filter(|o| ours(o)).collect()
+}
+
+/// Every cached object of one kind.
+fn all<K>(existing: &[K]) -> Vec<&K> {
+    existing.iter().collect()
+}
+
+/// Keeps a ControllerRevision for the target (so its groups can be rebuilt once the spec moves
+/// on) and deletes those of revisions that no longer have pods.
+fn revisions<'o>(input: &Input<'_>, observed: &'o Observed, target_kept: bool) -> Vec<Act<'o>> {
+    let mut acts = Vec::new();
+    if !target_kept {
+        let number = observed
+            .revisions
+            .iter()
+            .filter_map(|r| r.revision)
+            .max()
+            .unwrap_or(0)
+            + 1;
+        acts.push(Act::apply(
+            build::controller_revision(input.did, input.target, number),
+            None,
+        ));
+    }
+    let live = observed.revisions_with_pods();
+    acts.extend(
+        observed
+            .revisions
+            .iter()
+            .filter(|kept| {
+                kept.labels()
+                    .get(labels::REVISION)
+                    .is_some_and(|r| r != input.target && !live.contains(r))
+            })
+            .map(Act::delete),
+    );
+    acts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{AcceptanceResult, AcceptanceStatus};
+    use crate::controller::plan::fixture::{self, described};
+    use crate::controller::validate::license_gate;
+    use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
+
+    struct Case {
+        did: ValidatedDeployment,
+        target: String,
+        observed: Observed,
+        known: DeepInferDeploymentStatus,
+        licence: LicenseVerdict,
+        stop: bool,
+    }
+
+    impl Case {
+        /// The fixture with its licence accepted and its target passed.
+        fn new() -> Self {
+            let mut raw = fixture::raw();
+            raw.annotations_mut()
+                .insert(crate::api::LICENSE_ACCEPTED_ANNOTATION.into(), "mit".into());
+            let licence = license_gate(raw.annotations(), "mit", &["mit".to_string()]);
+            let did = fixture::valid(raw);
+            let target = build::revision(&did.spec);
+            let known = DeepInferDeploymentStatus {
+                judgements: vec![AcceptanceStatus {
+                    revision: target.clone(),
+                    result: AcceptanceResult::Passed,
+                    ..AcceptanceStatus::default()
+                }],
+                ..DeepInferDeploymentStatus::default()
+            };
+            Self {
+                did,
+                target,
+                observed: Observed::default(),
+                known,
+                licence,
+                stop: false,
+            }
+        }
+
+        fn plan(&self) -> Plan<'_, Found> {
+            let remembered = BTreeMap::new();
+            let input = Input {
+                did: &self.did,
+                target: &self.target,
+                known: &self.known,
+                licence: &self.licence,
+                acting: self.licence.is_accepted() || self.stop,
+                stop: self.stop,
+                needs_room: &[],
+                remembered: &remembered,
+                settings: fixture::settings(),
+                now: Timestamp::from_second(10_000).expect("time"),
+            };
+            // The remembered map only lives for the call: the plan borrows the snapshot alone.
+            workers(&input, &self.observed)
+        }
+
+        /// Every pod of group `index` of the target, ready and accepted.
+        fn serving_group(&self, index: i32) -> Vec<Pod> {
+            build::group_pods(&self.did, &self.did.spec.roles[0], index, &self.target)
+                .into_iter()
+                .map(|mut pod| {
+                    pod.status = Some(PodStatus {
+                        phase: Some("Running".into()),
+                        conditions: Some(
+                            ["Ready", crate::api::ACCEPTED_POD_CONDITION]
+                                .map(|t| PodCondition {
+                                    type_: t.into(),
+                                    status: "True".into(),
+                                    ..PodCondition::default()
+                                })
+                                .to_vec(),
+                        ),
+                        ..PodStatus::default()
+                    });
+                    pod
+                })
+                .collect()
+        }
+    }
+
+    fn pods_created(acts: &[String]) -> usize {
+        acts.iter().filter(|a| a.starts_with("apply Pod ")).count()
+    }
+
+    #[test]
+    fn a_passed_target_gets_every_group_then_the_objects_around_them() {
+        let case = Case::new();
+        let plan = case.plan();
+        let acts = described(&plan.acts);
+        assert_eq!(pods_created(&acts), 4, "two groups of two pods: {acts:?}");
+        let last_pod = acts
+            .iter()
+            .rposition(|a| a.starts_with("apply Pod "))
+            .unwrap_or(0);
+        let first_service = acts
+            .iter()
+            .position(|a| a.starts_with("apply Service "))
+            .unwrap_or(0);
+        assert!(
+            last_pod < first_service,
+            "pods before the Services that select them: {acts:?}"
+        );
+        assert!(
+            acts.iter().any(|a| a.starts_with("apply Budget ")),
+            "{acts:?}"
+        );
+        assert!(
+            acts.iter().any(|a| a.starts_with("apply Revision ")),
+            "{acts:?}"
+        );
+        assert_eq!(plan.found.roles.len(), 1);
+        assert!(
+            matches!(plan.found.gate, Gate::Progressing(..)),
+            "{:?}",
+            plan.found.gate
+        );
+    }
+
+    #[test]
+    fn an_unjudged_target_gets_no_group() {
+        let mut case = Case::new();
+        case.known.judgements.clear();
+        let acts = described(&case.plan().acts);
+        assert_eq!(pods_created(&acts), 0, "{acts:?}");
+    }
+
+    #[test]
+    fn serving_groups_of_a_passed_target_are_left_as_they_are() {
+        let mut case = Case::new();
+        case.observed.workers = [case.serving_group(0), case.serving_group(1)].concat();
+        let plan = case.plan();
+        let acts = described(&plan.acts);
+        assert_eq!(pods_created(&acts), 0, "{acts:?}");
+        assert!(!acts.iter().any(|a| a.starts_with("delete ")), "{acts:?}");
+        assert!(plan.found.gate.passed(), "{:?}", plan.found.gate);
+    }
+
+    #[test]
+    fn a_closed_licence_withholds_everything_or_with_stop_deletes_every_pod() {
+        let mut case = Case::new();
+        case.observed.workers = [case.serving_group(0), case.serving_group(1)].concat();
+        case.licence = license_gate(&Default::default(), "mit", &["mit".to_string()]);
+        assert!(case.plan().acts.is_empty(), "withheld: nothing is written");
+        case.stop = true;
+        let acts = described(&case.plan().acts);
+        let deleted = acts.iter().filter(|a| a.starts_with("delete Pod ")).count();
+        assert_eq!(deleted, 4, "{acts:?}");
+        assert_eq!(pods_created(&acts), 0, "{acts:?}");
+    }
+
+    #[test]
+    fn a_broken_group_is_replaced_whole_with_a_warning() {
+        let mut case = Case::new();
+        let mut broken = case.serving_group(1);
+        broken.pop();
+        case.observed.workers = [case.serving_group(0), broken].concat();
+        let acts = described(&case.plan().acts);
+        assert!(acts.contains(&"warn GroupReplaced".to_string()), "{acts:?}");
+        assert!(
+            acts.iter().any(|a| a.starts_with("delete Pod ")),
+            "{acts:?}"
+        );
+    }
+}

@@ -336,36 +336,7 @@ async fn run(req: &FetchRequest, report: &mut FetchReport) -> Result<(), String>
             ));
         }
     }
-    let mut entries = Vec::new();
-    for sibling in listing.siblings {
-        if !is_safe_relative(&sibling.rfilename) || is_own_file(&sibling.rfilename) {
-            report.problems.push(format!(
-                "{}: the hub lists a file named `{}`, which would land outside the destination or on a file of the fetch itself; refusing it",
-                hub.listing_url(),
-                sibling.rfilename
-            ));
-            continue;
-        }
-        let size = sibling.lfs.as_ref().and_then(|l| l.size).or(sibling.size);
-        // An LFS file's blob id is its pointer's, not its content's.
-        let digest = match sibling.lfs {
-            Some(lfs) => lfs.sha256.map(FileDigest::Sha256),
-            None => sibling.blob_id.map(FileDigest::GitBlobSha1),
-        };
-        let Some(digest) = digest else {
-            report.problems.push(format!(
-                "{}: the hub lists `{}` with no hash (neither lfs.sha256 nor blobId), so it cannot be checked; refusing it (check --endpoint serves the hub API with ?blobs=true)",
-                hub.listing_url(),
-                sibling.rfilename
-            ));
-            continue;
-        };
-        entries.push(Entry {
-            path: sibling.rfilename,
-            size,
-            digest,
-        });
-    }
+    let entries = checked_entries(&hub, listing.siblings, report);
     if !report.problems.is_empty() {
         return Ok(());
     }
@@ -416,6 +387,42 @@ async fn run(req: &FetchRequest, report: &mut FetchReport) -> Result<(), String>
         .await?;
     }
     Ok(())
+}
+
+/// The files of a listing that can be fetched and checked: each inside the destination, not one
+/// of the fetch's own files, with a content hash. Every other is a problem in `report`.
+fn checked_entries(hub: &Hub, siblings: Vec<Sibling>, report: &mut FetchReport) -> Vec<Entry> {
+    let mut entries = Vec::new();
+    for sibling in siblings {
+        if !is_safe_relative(&sibling.rfilename) || is_own_file(&sibling.rfilename) {
+            report.problems.push(format!(
+                "{}: the hub lists a file named `{}`, which would land outside the destination or on a file of the fetch itself; refusing it",
+                hub.listing_url(),
+                sibling.rfilename
+            ));
+            continue;
+        }
+        let size = sibling.lfs.as_ref().and_then(|l| l.size).or(sibling.size);
+        // An LFS file's blob id is its pointer's, not its content's.
+        let digest = match sibling.lfs {
+            Some(lfs) => lfs.sha256.map(FileDigest::Sha256),
+            None => sibling.blob_id.map(FileDigest::GitBlobSha1),
+        };
+        let Some(digest) = digest else {
+            report.problems.push(format!(
+                "{}: the hub lists `{}` with no hash (neither lfs.sha256 nor blobId), so it cannot be checked; refusing it (check --endpoint serves the hub API with ?blobs=true)",
+                hub.listing_url(),
+                sibling.rfilename
+            ));
+            continue;
+        };
+        entries.push(Entry {
+            path: sibling.rfilename,
+            size,
+            digest,
+        });
+    }
+    entries
 }
 
 async fn read_marker(dest: &Path) -> Option<FetchMarker> {

@@ -31,7 +31,7 @@ pub use context::{
 };
 pub use error::Error;
 pub use text::truncate;
-pub use watches::{run_with_context, WatchBackoff};
+pub use watches::{run_with_context, InitialLists, WatchBackoff};
 
 use kube::api::{Api, ListParams};
 use kube::Client;

@@ -297,70 +297,9 @@ pub fn compute(
         gate_condition(prev, ct::WORKERS_READY, &outcome.workers, generation, &now),
     ];
     let stalled = outcome.stalled();
-    let ready = if outcome.ready() {
-        condition(
-            prev,
-            ct::READY,
-            "True",
-            reasons::READY,
-            "accepted and every serving group is ready",
-            generation,
-            &now,
-        )
-    } else if let Some((reason, message)) = stalled.or(outcome.held()) {
-        condition(prev, ct::READY, "False", reason, message, generation, &now)
-    } else if !outcome.acceptance.passed() && outcome.checkpoint.passed() {
-        let (reason, message) = match &outcome.acceptance {
-            Gate::Progressing(r, m) => (*r, m.as_str()),
-            _ => (
-                reasons::AWAITING_ACCEPTANCE,
-                "waiting for the acceptance workload to pass",
-            ),
-        };
-        condition(prev, ct::READY, "False", reason, message, generation, &now)
-    } else {
-        let (reason, message) = outcome
-            .progressing()
-            .unwrap_or((reasons::PROGRESSING, "reconciling"));
-        condition(prev, ct::READY, "False", reason, message, generation, &now)
-    };
-    conditions.push(ready);
-    let reconciling = match (stalled, outcome.ready(), outcome.held()) {
-        (None, false, Some((reason, message))) => condition(
-            prev,
-            ct::RECONCILING,
-            "False",
-            reason,
-            message,
-            generation,
-            &now,
-        ),
-        (None, false, None) => {
-            let (reason, message) = outcome
-                .progressing()
-                .unwrap_or((reasons::PROGRESSING, "reconciling"));
-            condition(
-                prev,
-                ct::RECONCILING,
-                "True",
-                reason,
-                message,
-                generation,
-                &now,
-            )
-        }
-        _ => condition(
-            prev,
-            ct::RECONCILING,
-            "False",
-            reasons::COMPLETE,
-            "no work in progress",
-            generation,
-            &now,
-        ),
-    };
-    conditions.push(reconciling);
-    let stalled_condition = match stalled {
+    conditions.push(ready_condition(prev, outcome, generation, &now));
+    conditions.push(reconciling_condition(prev, outcome, generation, &now));
+    conditions.push(match stalled {
         Some((reason, message)) => {
             condition(prev, ct::STALLED, "True", reason, message, generation, &now)
         }
@@ -373,8 +312,7 @@ pub fn compute(
             generation,
             &now,
         ),
-    };
-    conditions.push(stalled_condition);
+    });
     DeepInferDeploymentStatus {
         observed_generation: generation,
         phase: Some(outcome.phase()),
@@ -392,6 +330,72 @@ pub fn compute(
             &now,
         ),
     }
+}
+
+/// `Ready`: True once accepted and every serving group is ready; else why not, the stall or
+/// hold first, then the acceptance run under way, then whatever is in progress.
+fn ready_condition(
+    prev: &[Condition],
+    outcome: &Outcome,
+    generation: Option<i64>,
+    now: &Time,
+) -> Condition {
+    if outcome.ready() {
+        return condition(
+            prev,
+            ct::READY,
+            "True",
+            reasons::READY,
+            "accepted and every serving group is ready",
+            generation,
+            now,
+        );
+    }
+    let (reason, message) = if let Some(found) = outcome.stalled().or(outcome.held()) {
+        found
+    } else if !outcome.acceptance.passed() && outcome.checkpoint.passed() {
+        match &outcome.acceptance {
+            Gate::Progressing(r, m) => (*r, m.as_str()),
+            _ => (
+                reasons::AWAITING_ACCEPTANCE,
+                "waiting for the acceptance workload to pass",
+            ),
+        }
+    } else {
+        outcome
+            .progressing()
+            .unwrap_or((reasons::PROGRESSING, "reconciling"))
+    };
+    condition(prev, ct::READY, "False", reason, message, generation, now)
+}
+
+/// `Reconciling`: True while work is in progress; False when done, stalled or held (the hold
+/// says why).
+fn reconciling_condition(
+    prev: &[Condition],
+    outcome: &Outcome,
+    generation: Option<i64>,
+    now: &Time,
+) -> Condition {
+    let (status, reason, message) = match (outcome.stalled(), outcome.ready(), outcome.held()) {
+        (None, false, Some((reason, message))) => ("False", reason, message),
+        (None, false, None) => {
+            let (reason, message) = outcome
+                .progressing()
+                .unwrap_or((reasons::PROGRESSING, "reconciling"));
+            ("True", reason, message)
+        }
+        _ => ("False", reasons::COMPLETE, "no work in progress"),
+    };
+    condition(
+        prev,
+        ct::RECONCILING,
+        status,
+        reason,
+        message,
+        generation,
+        now,
+    )
 }
 
 /// Characters of the revision `status.servingRevision` shows (as in pod and Service names).

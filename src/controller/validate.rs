@@ -544,7 +544,6 @@ fn validate_pod_fields(
     accelerator: &AcceleratorSpec,
     errors: &mut Vec<FieldError>,
 ) {
-    use crate::api::{ALLOWED_VOLUME_TYPES, RESERVED_MOUNT_PATHS, RESERVED_VOLUME_NAMES};
     let mut bound = |field: &str, len: usize, max: usize| {
         if len > max {
             errors.push(FieldError::new(
@@ -571,25 +570,7 @@ fn validate_pod_fields(
         8,
     );
     if let Some(selector) = &pod.node_selector {
-        let (base_key, base_value) = accelerator.kind.base_node_label();
-        let product_key = accelerator.kind.product_label_key();
-        let wanted = [
-            Some((base_key, base_value, "spec.accelerator.type")),
-            accelerator
-                .product
-                .as_deref()
-                .map(|p| (product_key, p, "spec.accelerator.product")),
-        ];
-        for (key, value, from) in wanted.into_iter().flatten() {
-            if let Some(given) = selector.get(key).filter(|given| given.as_str() != value) {
-                errors.push(FieldError::new(
-                    format!("{at}.nodeSelector"),
-                    format_args!(
-                        "sets {key}={given:?}, but {from} already selects {key}={value:?}; remove the key from {at}.nodeSelector, or change {from}"
-                    ),
-                ));
-            }
-        }
+        validate_node_selector(selector, at, accelerator, errors);
     }
     for (field, name) in [
         ("priorityClassName", &pod.priority_class_name),
@@ -602,6 +583,41 @@ fn validate_pod_fields(
             ));
         }
     }
+    validate_volumes(pod, at, errors);
+}
+
+/// `nodeSelector` keys the accelerator already selects must keep its values.
+fn validate_node_selector(
+    selector: &BTreeMap<String, String>,
+    at: &str,
+    accelerator: &AcceleratorSpec,
+    errors: &mut Vec<FieldError>,
+) {
+    let (base_key, base_value) = accelerator.kind.base_node_label();
+    let product_key = accelerator.kind.product_label_key();
+    let wanted = [
+        Some((base_key, base_value, "spec.accelerator.type")),
+        accelerator
+            .product
+            .as_deref()
+            .map(|p| (product_key, p, "spec.accelerator.product")),
+    ];
+    for (key, value, from) in wanted.into_iter().flatten() {
+        if let Some(given) = selector.get(key).filter(|given| given.as_str() != value) {
+            errors.push(FieldError::new(
+                format!("{at}.nodeSelector"),
+                format_args!(
+                    "sets {key}={given:?}, but {from} already selects {key}={value:?}; remove the key from {at}.nodeSelector, or change {from}"
+                ),
+            ));
+        }
+    }
+}
+
+/// Volumes of a type the restricted Pod Security Standard allows, none named or mounted where
+/// the operator's own are.
+fn validate_volumes(pod: &crate::api::PodSettings, at: &str, errors: &mut Vec<FieldError>) {
+    use crate::api::{ALLOWED_VOLUME_TYPES, RESERVED_MOUNT_PATHS, RESERVED_VOLUME_NAMES};
     for (j, volume) in pod.volumes.iter().flatten().enumerate() {
         let fields = serde_json::to_value(volume).unwrap_or_default();
         let set = |t: &str| fields.get(t).is_some_and(|v| !v.is_null());

@@ -59,13 +59,6 @@ pub fn group_views<'a>(
             let expected = at
                 .zip(role_spec)
                 .map(|(d, r)| build::group_pods(d, r, index, &revision));
-            let terminating = |p: &&Pod| p.metadata.deletion_timestamp.is_some();
-            let ended = |p: &&Pod| {
-                matches!(
-                    p.status.as_ref().and_then(|s| s.phase.as_deref()),
-                    Some("Failed" | "Succeeded")
-                )
-            };
             let current = expected.as_ref().is_none_or(|want| {
                 want.iter().all(|w| {
                     members.iter().any(|m| {
@@ -74,61 +67,17 @@ pub fn group_views<'a>(
                     })
                 })
             });
-            let complete = expected.as_ref().is_none_or(|want| {
-                want.iter()
-                    .all(|w| members.iter().any(|m| m.name_any() == w.name_any()))
-            });
-            let health = if members.iter().all(terminating) {
-                Health::Terminating
-            } else if members.iter().any(terminating) || members.iter().any(ended) || !complete {
-                let missing: Vec<String> = expected
-                    .iter()
-                    .flatten()
-                    .filter(|w| !members.iter().any(|m| m.name_any() == w.name_any()))
-                    .map(|w| rank_of(w).to_string())
-                    .collect();
-                let mut why: Vec<String> = members.iter().filter_map(|p| rank_trouble(p)).collect();
-                if !missing.is_empty() {
-                    why.push(format!("rank {} missing", missing.join(", ")));
-                }
-                Health::Broken(format!(
-                    "group {}-{index} of role {role} is replaced whole: {}",
-                    rollout::short(&revision),
-                    why.join("; ")
-                ))
-            } else if let Some(why) = members.iter().find_map(|p| unschedulable(p)) {
-                let need = at
-                    .zip(role_spec)
+            let need = || {
+                at.zip(role_spec)
                     .map(|(d, r)| capacity_need(&d.spec, r))
-                    .unwrap_or_else(|| "devices".into());
-                let group = format!("group {}-{index} of role {role}", rollout::short(&revision));
-                let expected_pods = expected.as_ref().map_or(members.len(), Vec::len);
-                match partial_placement(&members, expected_pods) {
-                    Some(p) if p.age(watchdog.now) >= watchdog.timeout => Health::Stranded(format!(
-                        "{group} was partly placed ({}/{} pods bound) for {} s (--partial-group-timeout {} s): deleted whole to free its devices, then placed again; it needs {need}; scheduler: {}",
-                        p.bound,
-                        p.total,
-                        p.age(watchdog.now).as_secs(),
-                        watchdog.timeout.as_secs(),
-                        p.why
-                    )),
-                    Some(p) => Health::Unschedulable(format!(
-                        "{group} is partly placed ({}/{} pods bound since {}; deleted whole once partly placed for {} s); it needs {need}; scheduler: {}",
-                        p.bound,
-                        p.total,
-                        p.since,
-                        watchdog.timeout.as_secs(),
-                        p.why
-                    )),
-                    None => Health::Unschedulable(format!(
-                        "{group} needs {need}; scheduler: {why}"
-                    )),
-                }
-            } else if members.iter().all(|p| pods::pod_ready(p)) {
-                Health::Ready
-            } else {
-                Health::Starting
+                    .unwrap_or_else(|| "devices".into())
             };
+            let place = Place {
+                role,
+                revision: &revision,
+                index,
+            };
+            let health = health(&place, &members, expected.as_deref(), need, watchdog);
             (
                 Group {
                     revision,
@@ -140,6 +89,84 @@ pub fn group_views<'a>(
             )
         })
         .collect()
+}
+
+/// Where a group is: its role, revision and index.
+struct Place<'a> {
+    role: &'a str,
+    revision: &'a str,
+    index: i32,
+}
+
+/// A group's health from its members and the pods it should have (`expected`; `None` when its
+/// revision's spec is not kept): terminating, broken (a rank being deleted, ended or missing),
+/// waiting for devices (partly placed for too long: stranded), ready, or starting.
+fn health(
+    place: &Place<'_>,
+    members: &[&Pod],
+    expected: Option<&[Pod]>,
+    need: impl Fn() -> String,
+    watchdog: Watchdog,
+) -> Health {
+    let Place {
+        role,
+        revision,
+        index,
+    } = *place;
+    let terminating = |p: &&Pod| p.metadata.deletion_timestamp.is_some();
+    let ended = |p: &&Pod| {
+        matches!(
+            p.status.as_ref().and_then(|s| s.phase.as_deref()),
+            Some("Failed" | "Succeeded")
+        )
+    };
+    let complete = expected.is_none_or(|want| {
+        want.iter()
+            .all(|w| members.iter().any(|m| m.name_any() == w.name_any()))
+    });
+    let group = format!("group {}-{index} of role {role}", rollout::short(revision));
+    if members.iter().all(terminating) {
+        Health::Terminating
+    } else if members.iter().any(terminating) || members.iter().any(ended) || !complete {
+        let missing: Vec<String> = expected
+            .iter()
+            .copied()
+            .flatten()
+            .filter(|w| !members.iter().any(|m| m.name_any() == w.name_any()))
+            .map(|w| rank_of(w).to_string())
+            .collect();
+        let mut why: Vec<String> = members.iter().filter_map(|p| rank_trouble(p)).collect();
+        if !missing.is_empty() {
+            why.push(format!("rank {} missing", missing.join(", ")));
+        }
+        Health::Broken(format!("{group} is replaced whole: {}", why.join("; ")))
+    } else if let Some(why) = members.iter().find_map(|p| unschedulable(p)) {
+        let need = need();
+        let expected_pods = expected.map_or(members.len(), <[Pod]>::len);
+        match partial_placement(members, expected_pods) {
+            Some(p) if p.age(watchdog.now) >= watchdog.timeout => Health::Stranded(format!(
+                "{group} was partly placed ({}/{} pods bound) for {} s (--partial-group-timeout {} s): deleted whole to free its devices, then placed again; it needs {need}; scheduler: {}",
+                p.bound,
+                p.total,
+                p.age(watchdog.now).as_secs(),
+                watchdog.timeout.as_secs(),
+                p.why
+            )),
+            Some(p) => Health::Unschedulable(format!(
+                "{group} is partly placed ({}/{} pods bound since {}; deleted whole once partly placed for {} s); it needs {need}; scheduler: {}",
+                p.bound,
+                p.total,
+                p.since,
+                watchdog.timeout.as_secs(),
+                p.why
+            )),
+            None => Health::Unschedulable(format!("{group} needs {need}; scheduler: {why}")),
+        }
+    } else if members.iter().all(|p| pods::pod_ready(p)) {
+        Health::Ready
+    } else {
+        Health::Starting
+    }
 }
 
 fn rank_of(pod: &Pod) -> &str {

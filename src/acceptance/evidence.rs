@@ -14,7 +14,7 @@ use kube::api::{Api, Patch, PatchParams};
 use super::checker::Verdict;
 use super::engine_io::TRUNCATION_MARKER;
 use super::manifest::{shorten, Manifest, Truncation};
-use crate::api::labels;
+use crate::api::{labels, Component};
 
 /// Evidence keys.
 pub const MANIFEST_KEY: &str = "manifest.json";
@@ -445,7 +445,7 @@ pub fn configmap(
     let labels = BTreeMap::from([
         (labels::DEPLOYMENT.to_string(), owner.0.clone()),
         (labels::REVISION.to_string(), revision.to_string()),
-        (labels::COMPONENT.to_string(), "evidence".to_string()),
+        Component::Evidence.label(),
         (labels::MANAGED_BY.to_string(), labels::MANAGER.to_string()),
     ]);
     ConfigMap {

@@ -43,12 +43,93 @@ pub mod labels {
     pub const RANK: &str = "deepinfer.io/rank";
     /// Hash of everything that changes the running bits (image, checkpoint, layout, args).
     pub const REVISION: &str = "deepinfer.io/revision";
-    /// What an object is for: worker, fetch, verify, acceptance, evidence.
+    /// What an object is for: a [`super::Component`].
     pub const COMPONENT: &str = "deepinfer.io/component";
     /// Marks objects managed by this operator.
     pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
     /// Value of [`MANAGED_BY`].
     pub const MANAGER: &str = "deepinfer-operator";
+}
+
+/// What an owned object is to the operator: the value of its [`labels::COMPONENT`] label.
+/// Passes select what they read, keep and delete by it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Component {
+    /// A serving pod, its group's PodGroup and Service, the role's PodDisruptionBudget.
+    Worker,
+    /// A role's Service, selecting its accepted, ready group leaders.
+    Serving,
+    /// A group's headless Service through which its ranks find each other.
+    Rendezvous,
+    /// An acceptance run's Jobs, PodGroups, spec ConfigMap and the judge's RBAC.
+    Acceptance,
+    /// An acceptance run's evidence ConfigMap (manifest and outputs).
+    Evidence,
+    /// The Job that fetches a hub checkpoint.
+    Fetch,
+    /// The Job that verifies the checkpoint.
+    Verify,
+    /// A group's HCCL rank table (Ascend).
+    RankTable,
+    /// Where decode groups find the ready prefill and vision leaders.
+    PeerEndpoints,
+    /// A ResourceClaimTemplate of devices (DRA).
+    Devices,
+    /// The ControllerRevision holding a revision's spec.
+    Revision,
+    /// A role's PodDisruptionBudget.
+    DisruptionBudget,
+}
+
+impl Component {
+    /// Every component.
+    pub const ALL: [Component; 12] = [
+        Component::Worker,
+        Component::Serving,
+        Component::Rendezvous,
+        Component::Acceptance,
+        Component::Evidence,
+        Component::Fetch,
+        Component::Verify,
+        Component::RankTable,
+        Component::PeerEndpoints,
+        Component::Devices,
+        Component::Revision,
+        Component::DisruptionBudget,
+    ];
+
+    /// The label's value.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Component::Worker => "worker",
+            Component::Serving => "serving",
+            Component::Rendezvous => "rendezvous",
+            Component::Acceptance => "acceptance",
+            Component::Evidence => "evidence",
+            Component::Fetch => "fetch",
+            Component::Verify => "verify",
+            Component::RankTable => "rank-table",
+            Component::PeerEndpoints => "role-endpoints",
+            Component::Devices => "devices",
+            Component::Revision => "revision",
+            Component::DisruptionBudget => "disruption-budget",
+        }
+    }
+
+    /// The component a label value names, if any.
+    pub fn parse(value: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|c| c.as_str() == value)
+    }
+
+    /// The component of an object with these labels, if it has one this release knows.
+    pub fn of(labels: &std::collections::BTreeMap<String, String>) -> Option<Self> {
+        labels.get(labels::COMPONENT).and_then(|v| Self::parse(v))
+    }
+
+    /// The label, as a map entry.
+    pub fn label(self) -> (String, String) {
+        (labels::COMPONENT.to_string(), self.as_str().to_string())
+    }
 }
 
 /// The CRD as YAML, exactly as committed under `crds/`.
@@ -61,4 +142,19 @@ pub fn crd_yaml() -> String {
 /// The resource's API description, for the dynamic (guarded) watch.
 pub fn api_resource() -> kube::core::ApiResource {
     kube::core::ApiResource::erase::<DeepInferDeployment>(&())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Component;
+
+    #[test]
+    fn every_component_reads_back_from_its_label_value_and_values_are_distinct() {
+        let mut seen = std::collections::BTreeSet::new();
+        for c in Component::ALL {
+            assert_eq!(Component::parse(c.as_str()), Some(c));
+            assert!(seen.insert(c.as_str()), "{c:?} shares its value");
+        }
+        assert_eq!(Component::parse("something-else"), None);
+    }
 }

@@ -28,7 +28,7 @@ use super::decide::entitlement::Mark;
 use super::decide::retention;
 use super::error::Error;
 use super::text::truncate;
-use crate::api::labels;
+use crate::api::{labels, Component};
 
 /// A kind of object the operator writes (see [`Object`]).
 pub trait Kind: Resource + Sized {
@@ -393,10 +393,11 @@ impl<'c> Executor<'c> {
         let metas: Api<PartialObjectMeta<ConfigMap>> =
             Api::namespaced(self.client.clone(), &self.namespace);
         let lp = ListParams::default().labels(&format!(
-            "{}={},{}=evidence",
+            "{}={},{}={}",
             labels::DEPLOYMENT,
             self.name,
-            labels::COMPONENT
+            labels::COMPONENT,
+            Component::Evidence.as_str()
         ));
         let list = metas.list(&lp).await.map_err(|e| {
             Error::api(

@@ -42,7 +42,7 @@ use super::cached::{
     JOB_NAME_LABEL,
 };
 use super::error::Error;
-use crate::api::{labels, DeepInferDeployment};
+use crate::api::{labels, Component, DeepInferDeployment};
 
 /// The owned objects of one resource, as read at the start of a pass.
 #[derive(Clone, Debug, Default)]
@@ -187,9 +187,8 @@ impl Written {
             l.get(labels::MANAGED_BY).map(String::as_str) == Some(labels::MANAGER)
                 && (kind != "ConfigMap"
                     || matches!(
-                        l.get(labels::COMPONENT).map(String::as_str),
-                        Some(crate::controller::build::RANK_TABLE_COMPONENT)
-                            | Some(crate::controller::build::PEER_ENDPOINTS_COMPONENT)
+                        Component::of(l),
+                        Some(Component::RankTable | Component::PeerEndpoints)
                     ))
         });
         if let (true, Some(progress), Some(v)) = (watched, self.0.get(kind), version(meta)) {
@@ -339,7 +338,7 @@ impl Caches {
         let mut runs = crate::controller::decide::fleet::Runs::default();
         for j in jobs
             .iter()
-            .filter(|j| j.labels().get(labels::COMPONENT).map(String::as_str) == Some("acceptance"))
+            .filter(|j| Component::of(j.labels()) == Some(Component::Acceptance))
         {
             let key = j
                 .annotations()
@@ -440,8 +439,8 @@ pub fn config_map_selector() -> String {
         "{},{} in ({},{})",
         owned_selector(),
         labels::COMPONENT,
-        crate::controller::build::RANK_TABLE_COMPONENT,
-        crate::controller::build::PEER_ENDPOINTS_COMPONENT
+        Component::RankTable.as_str(),
+        Component::PeerEndpoints.as_str()
     )
 }
 
@@ -666,14 +665,14 @@ fn owned<K: Cached>(
     ns: &str,
     deployment: &str,
     uid: &str,
-    component: Option<&str>,
+    component: Option<Component>,
 ) -> Vec<Kept<K>> {
     let mut owned: Vec<Kept<K>> = cache
         .owned_by(uid)
         .into_iter()
         .filter(|o| o.slim().namespace() == Some(ns))
         .filter(|o| o.label(labels::DEPLOYMENT) == Some(deployment))
-        .filter(|o| component.is_none_or(|c| o.label(labels::COMPONENT) == Some(c)))
+        .filter(|o| component.is_none_or(|c| o.label(labels::COMPONENT) == Some(c.as_str())))
         .collect();
     owned.sort_by(|a, b| a.slim().name().cmp(b.slim().name()));
     owned
@@ -685,7 +684,7 @@ fn owned_in<K: Cached>(
     ns: &str,
     deployment: &str,
     uid: &str,
-    component: Option<&str>,
+    component: Option<Component>,
 ) -> Vec<K::Api> {
     owned(cache, ns, deployment, uid, component)
         .iter()
@@ -783,7 +782,7 @@ pub async fn observe(
     caches.ready().await;
     caches.written.caught_up(CATCH_UP).await;
     let jobs = owned_in(&caches.jobs, &ns, &name, &uid, None);
-    let workers = owned_in(&caches.pods, &ns, &name, &uid, Some("worker"));
+    let workers = owned_in(&caches.pods, &ns, &name, &uid, Some(Component::Worker));
     // A pod owned by the resource itself is never one of its Jobs' pods.
     let mut job_pods: Vec<Pod> = Vec::new();
     for job_uid in jobs.iter().filter_map(|j| j.uid()) {
@@ -825,12 +824,12 @@ pub async fn observe(
             Vec::new()
         },
         rank_tables: {
-            let component = Some(crate::controller::build::RANK_TABLE_COMPONENT);
+            let component = Some(Component::RankTable);
             owned_in(&caches.config_maps, &ns, &name, &uid, component)
         },
         // Only a spec whose decode role has upstream roles has (or may delete) the file.
         peer_endpoints: if crate::controller::build::decode_has_upstreams(&did.spec) {
-            let component = Some(crate::controller::build::PEER_ENDPOINTS_COMPONENT);
+            let component = Some(Component::PeerEndpoints);
             owned_in(&caches.config_maps, &ns, &name, &uid, component)
         } else {
             Vec::new()
@@ -1180,7 +1179,7 @@ mod tests {
         let evidence = labelled_pod("e", Some("evidence"), "5").metadata;
         caches.written.note("ConfigMap", &evidence);
         assert!(!cms.behind());
-        let table = labelled_pod("t", Some(build::RANK_TABLE_COMPONENT), "6").metadata;
+        let table = labelled_pod("t", Some(Component::RankTable.as_str()), "6").metadata;
         caches.written.note("ConfigMap", &table);
         assert!(cms.behind());
         caches.written.note("Role", &table);

@@ -162,7 +162,7 @@ pub fn acceptance_rbac(
         .cloned()
         .chain(std::iter::once(names.evidence_configmap.clone()))
         .collect();
-    let extra = BTreeMap::from([(labels::COMPONENT.to_string(), "acceptance".to_string())]);
+    let extra = BTreeMap::from([Component::Acceptance.label()]);
     let sa = stamp(ServiceAccount {
         metadata: owned_meta(did, names.service_account.clone(), extra.clone()),
         ..ServiceAccount::default()
@@ -204,7 +204,7 @@ pub fn acceptance_spec_configmap(
     spec_yaml: String,
 ) -> ConfigMap {
     let extra = BTreeMap::from([
-        (labels::COMPONENT.to_string(), "acceptance".to_string()),
+        Component::Acceptance.label(),
         (labels::REVISION.to_string(), revision.to_string()),
     ]);
     let mut data = BTreeMap::from([(ACCEPTANCE_SPEC_KEY.to_string(), spec_yaml)]);
@@ -247,7 +247,7 @@ pub fn acceptance_evidence_configmap(
 /// Labels of a run group's objects (the Job's pods add the deployment and rank).
 pub(super) fn acceptance_labels(group: &RunGroup<'_>, revision: &str) -> BTreeMap<String, String> {
     BTreeMap::from([
-        (labels::COMPONENT.to_string(), "acceptance".to_string()),
+        Component::Acceptance.label(),
         (labels::REVISION.to_string(), revision.to_string()),
         (labels::GROUP.to_string(), group.name.clone()),
         (labels::ROLE.to_string(), group.role.name.clone()),

@@ -20,14 +20,11 @@ pub fn budget(
     let selector = BTreeMap::from([
         (labels::DEPLOYMENT.to_string(), did.name_any()),
         (labels::ROLE.to_string(), role.name.clone()),
-        (labels::COMPONENT.to_string(), "worker".to_string()),
+        Component::Worker.label(),
     ]);
     let extra = BTreeMap::from([
         (labels::ROLE.to_string(), role.name.clone()),
-        (
-            labels::COMPONENT.to_string(),
-            "disruption-budget".to_string(),
-        ),
+        Component::DisruptionBudget.label(),
     ]);
     stamp(PodDisruptionBudget {
         metadata: owned_meta(did, budget_name(&did.name_any(), &role.name), extra),

@@ -19,8 +19,6 @@ use super::*;
 pub const DEVICE_CLAIM: &str = "devices";
 /// Name of the claim a group's pods share through their PodGroup (the scale-up domain's device).
 pub const DOMAIN_CLAIM: &str = "domain";
-/// Value of the component label on the deployment's ResourceClaimTemplates.
-pub const DEVICES_COMPONENT: &str = "devices";
 
 /// Name of the ResourceClaimTemplate for the spec's device shape, `None` without a DeviceClass.
 /// The name carries a hash of class and count: a template's spec cannot change, so another
@@ -54,7 +52,7 @@ fn claim_template(
     class: String,
     count: i32,
 ) -> ResourceClaimTemplate {
-    let extra = BTreeMap::from([(labels::COMPONENT.to_string(), DEVICES_COMPONENT.to_string())]);
+    let extra = BTreeMap::from([Component::Devices.label()]);
     stamp(ResourceClaimTemplate {
         metadata: owned_meta(did, name, extra),
         spec: Some(ResourceClaimTemplateSpec {

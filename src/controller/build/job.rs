@@ -2,10 +2,10 @@
 
 use super::*;
 
-/// The fetch Job's component label and container name.
-pub const FETCH: &str = "fetch";
-/// The verify Job's component label and container name.
-pub const VERIFY: &str = "verify";
+/// The fetch Job's container name (and component label value).
+pub const FETCH: &str = Component::Fetch.as_str();
+/// The verify Job's container name (and component label value).
+pub const VERIFY: &str = Component::Verify.as_str();
 
 /// How long the fetch and verify Jobs may run, counted from the Job's start (time Pending
 /// included), so a pod that can never start ends as a failed Job naming `DeadlineExceeded`.
@@ -37,7 +37,7 @@ impl Default for JobDeadlines {
 pub fn operator_job(
     did: &ValidatedDeployment,
     name: String,
-    component: &str,
+    component: Component,
     operator_image: &str,
     args: Vec<String>,
     extra_env: Vec<EnvVar>,
@@ -45,7 +45,7 @@ pub fn operator_job(
     deadline_seconds: i64,
 ) -> Job {
     let claim = &did.claim;
-    let extra = BTreeMap::from([(labels::COMPONENT.to_string(), component.to_string())]);
+    let extra = BTreeMap::from([component.label()]);
     let mut meta = owned_meta(did, name, extra.clone());
     // The whole key the name was cut from: the Job's result is read only where it matches.
     meta.annotations = Some(BTreeMap::from([(
@@ -55,7 +55,7 @@ pub fn operator_job(
     let mut pod_labels = deployment_labels(&did.name_any());
     pod_labels.extend(extra);
     let container = Container {
-        name: component.into(),
+        name: component.as_str().into(),
         image: Some(operator_image.into()),
         command: Some(vec!["deepinfer-operator".into()]),
         args: Some(args),
@@ -185,7 +185,7 @@ pub fn fetch_job(
     Some(operator_job(
         did,
         name,
-        FETCH,
+        Component::Fetch,
         operator_image,
         args,
         env_vars,
@@ -226,7 +226,7 @@ pub fn verify_job(
     operator_job(
         did,
         name,
-        VERIFY,
+        Component::Verify,
         operator_image,
         args,
         Vec::new(),

@@ -45,7 +45,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
 use serde::Serialize;
 
-use crate::api::{labels, DeepInferDeploymentSpec, RoleSpec, ACCEPTED_POD_CONDITION};
+use crate::api::{labels, Component, DeepInferDeploymentSpec, RoleSpec, ACCEPTED_POD_CONDITION};
 pub use crate::controller::validate::ValidatedDeployment;
 
 /// Where the checkpoint volume is mounted in engine containers.

@@ -12,7 +12,6 @@ pub const PEER_ENDPOINTS_DIR: &str = "/deepinfer/peers";
 /// Key of the endpoints file in its ConfigMap.
 pub const PEER_ENDPOINTS_KEY: &str = "endpoints.json";
 /// Component label of the endpoints ConfigMap.
-pub const PEER_ENDPOINTS_COMPONENT: &str = "role-endpoints";
 /// Roles a decode group talks to, with the variable naming each one's Service.
 pub const UPSTREAM_ROLES: [(&str, &str); 2] = [
     ("prefill", crate::contract::env::PREFILL_SERVICE),
@@ -229,10 +228,7 @@ pub fn peer_endpoints_configmap(
         .map(|(revision, by_role)| (peer_endpoints_key(revision), file(by_role)))
         .collect();
     data.insert(PEER_ENDPOINTS_KEY.to_string(), file(all));
-    let extra = BTreeMap::from([(
-        labels::COMPONENT.to_string(),
-        PEER_ENDPOINTS_COMPONENT.to_string(),
-    )]);
+    let extra = BTreeMap::from([Component::PeerEndpoints.label()]);
     Some(stamp(ConfigMap {
         metadata: owned_meta(did, peer_endpoints_name(&name), extra),
         data: Some(data),

@@ -408,7 +408,7 @@ fn rank_labels(at: &RankOf<'_>) -> BTreeMap<String, String> {
         (labels::GROUP.to_string(), at.group.to_string()),
         (labels::RANK.to_string(), at.rank.to_string()),
         (labels::REVISION.to_string(), at.revision.to_string()),
-        (labels::COMPONENT.to_string(), "worker".to_string()),
+        Component::Worker.label(),
     ])
 }
 

@@ -52,7 +52,7 @@ pub fn group_pod_group(
     let did_name = did.name_any();
     let name = group_service_name(&did_name, &role.name, revision, group);
     let mut extra = group_selector(&did_name, &role.name, revision, group);
-    extra.insert(labels::COMPONENT.to_string(), "worker".to_string());
+    extra.extend([Component::Worker.label()]);
     gang(did, owned_meta(did, name, extra), role)
 }
 

@@ -237,10 +237,7 @@ fn table_configmap(
     let shape = group_shape(&did.spec, role);
     let annotation = allocation_annotation(did.spec.accelerator.device_resource());
     let (table, _) = rank_table(pods, &shape, annotation);
-    extra.insert(
-        labels::COMPONENT.to_string(),
-        RANK_TABLE_COMPONENT.to_string(),
-    );
+    extra.extend([Component::RankTable.label()]);
     stamp(ConfigMap {
         metadata: owned_meta(did, name, extra),
         data: Some(BTreeMap::from([(
@@ -250,9 +247,6 @@ fn table_configmap(
         ..ConfigMap::default()
     })
 }
-
-/// Component label of rank table ConfigMaps.
-pub const RANK_TABLE_COMPONENT: &str = "rank-table";
 
 /// Whether groups of this deployment get a rank table (Ascend).
 pub fn uses_rank_tables(spec: &DeepInferDeploymentSpec) -> bool {

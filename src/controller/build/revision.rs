@@ -16,7 +16,7 @@ pub fn controller_revision(
 ) -> k8s_openapi::api::apps::v1::ControllerRevision {
     let extra = BTreeMap::from([
         (labels::REVISION.to_string(), revision.to_string()),
-        (labels::COMPONENT.to_string(), "revision".to_string()),
+        Component::Revision.label(),
     ]);
     stamp(k8s_openapi::api::apps::v1::ControllerRevision {
         metadata: owned_meta(

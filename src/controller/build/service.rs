@@ -6,7 +6,7 @@ use super::*;
 pub fn group_service(did: &ValidatedDeployment, role: &str, revision: &str, group: i32) -> Service {
     let name = group_service_name(&did.name_any(), role, revision, group);
     let mut extra = group_selector(&did.name_any(), role, revision, group);
-    extra.insert(labels::COMPONENT.to_string(), "rendezvous".to_string());
+    extra.extend([Component::Rendezvous.label()]);
     rendezvous_service(
         owned_meta(did, name, extra),
         group_selector(&did.name_any(), role, revision, group),
@@ -44,11 +44,11 @@ pub fn role_service(did: &ValidatedDeployment, role: &str) -> Service {
         (labels::DEPLOYMENT.to_string(), did.name_any()),
         (labels::ROLE.to_string(), role.to_string()),
         (labels::RANK.to_string(), "0".to_string()),
-        (labels::COMPONENT.to_string(), "worker".to_string()),
+        Component::Worker.label(),
     ]);
     let extra = BTreeMap::from([
         (labels::ROLE.to_string(), role.to_string()),
-        (labels::COMPONENT.to_string(), "serving".to_string()),
+        Component::Serving.label(),
     ]);
     stamp(Service {
         metadata: owned_meta(did, name, extra),

@@ -23,8 +23,8 @@ use super::super::status::Gate;
 use super::super::validate::ValidatedDeployment;
 use super::{Plan, Settings};
 use crate::api::{
-    labels, pinned, reasons, AcceptanceSpec, AcceptanceStatus, DeepInferDeploymentStatus,
-    ReviewRecord, RERUN_ACCEPTANCE_ANNOTATION,
+    labels, pinned, reasons, AcceptanceSpec, AcceptanceStatus, Component,
+    DeepInferDeploymentStatus, ReviewRecord, RERUN_ACCEPTANCE_ANNOTATION,
 };
 
 /// What identifies one acceptance run of a revision: the rerun token, the prompts as resolved
@@ -580,10 +580,11 @@ fn rank_tables<'o>(
             .get(labels::GROUP)
             .cloned()
             .unwrap_or_default();
+        // A run group's Jobs carry its name as their group label, as its table does.
         let left = observed
             .jobs
             .iter()
-            .any(|j| j.name_any().starts_with(&format!("{run_group}-")));
+            .any(|j| j.labels().get(labels::GROUP) == Some(&run_group));
         if !left {
             acts.push(Act::delete(stale));
         }
@@ -632,7 +633,7 @@ fn in_flight_evidence(observed: &Observed) -> Vec<String> {
 /// This deployment's acceptance Jobs that have not finished.
 fn running_jobs(observed: &Observed) -> impl Iterator<Item = &Job> {
     observed.jobs.iter().filter(|j| {
-        j.labels().get(labels::COMPONENT).map(String::as_str) == Some("acceptance")
+        Component::of(j.labels()) == Some(Component::Acceptance)
             && matches!(
                 job_state(observed, &j.name_any(), build::JUDGE_CONTAINER),
                 JobState::Running

@@ -17,7 +17,7 @@ use super::super::status::Gate;
 use super::super::text::truncate;
 use super::super::validate::ValidatedDeployment;
 use super::{Plan, Settings};
-use crate::api::{labels, reasons, CheckpointStatus, DeepInferDeploymentStatus};
+use crate::api::{reasons, CheckpointStatus, Component, DeepInferDeploymentStatus};
 
 /// What the checkpoint stage found: its gate and, once verified, the checkpoint's facts.
 pub type Found = (Gate, Option<CheckpointStatus>);
@@ -154,7 +154,7 @@ pub fn stop_fetching(observed: &Observed) -> Vec<Act<'_>> {
         .jobs
         .iter()
         .filter(|j| {
-            j.labels().get(labels::COMPONENT).map(String::as_str) == Some(build::FETCH)
+            Component::of(j.labels()) == Some(Component::Fetch)
                 && matches!(
                     job_state(observed, &j.name_any(), build::FETCH),
                     JobState::Running

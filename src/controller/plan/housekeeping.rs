@@ -10,7 +10,7 @@ use super::super::build;
 use super::super::decide::retention;
 use super::super::observe::Observed;
 use super::super::validate::ValidatedDeployment;
-use crate::api::{labels, DeepInferDeploymentStatus};
+use crate::api::{Component, DeepInferDeploymentStatus};
 
 /// The Jobs whose verdict is not in status at the start of the pass. `judged`: the acceptance
 /// stage ran and named the run it reads (`Some(None)`: no run of its is unjudged); `None`: it
@@ -34,9 +34,7 @@ pub fn unjudged_jobs(
             observed
                 .jobs
                 .iter()
-                .filter(|j| {
-                    j.labels().get(labels::COMPONENT).map(String::as_str) == Some("acceptance")
-                })
+                .filter(|j| Component::of(j.labels()) == Some(Component::Acceptance))
                 .map(ResourceExt::name_any),
         ),
     }

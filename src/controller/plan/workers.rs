@@ -24,7 +24,7 @@ use super::super::placement::partial_placement;
 use super::super::status::Gate;
 use super::super::validate::{LicenseVerdict, ValidatedDeployment};
 use super::{Plan, Settings};
-use crate::api::{labels, DeepInferDeploymentStatus, RoleStatus};
+use crate::api::{labels, Component, DeepInferDeploymentStatus, RoleStatus};
 
 /// A role's placement retry record kept by this operator: (retries, last retry).
 pub type Retry = (i32, Timestamp);
@@ -410,7 +410,10 @@ fn around_groups<'o>(
     let did = input.did;
     let name = did.name_any();
     let services = managed(&observed.services, |s: &Service| {
-        matches!(component(s), Some("serving" | "rendezvous"))
+        matches!(
+            component(s),
+            Some(Component::Serving | Component::Rendezvous)
+        )
     });
     let mut acts = act::converge(build::services(did, kept), &services);
     // Rank tables of the kept groups, from their pods' device allocations as observed.
@@ -428,7 +431,7 @@ fn around_groups<'o>(
     acts.extend(act::converge(endpoints, &all(&observed.peer_endpoints)));
     if did.pod_groups {
         let serving = managed(&observed.pod_groups, |g: &PodGroup| {
-            component(g) == Some("worker")
+            component(g) == Some(Component::Worker)
         });
         acts.extend(act::converge(
             build::serving_pod_groups(did, specs, kept),
@@ -445,13 +448,9 @@ fn around_groups<'o>(
     acts
 }
 
-/// The label `component` of an object.
-fn component<K: kube::Resource>(o: &K) -> Option<&str> {
-    o.meta()
-        .labels
-        .as_ref()?
-        .get(labels::COMPONENT)
-        .map(String::as_str)
+/// The component of an object.
+fn component<K: kube::Resource>(o: &K) -> Option<Component> {
+    Component::of(o.meta().labels.as_ref()?)
 }
 
 /// The cached objects of one kind that this stage manages.

@@ -96,7 +96,10 @@ fn the_sheet_of_kept_evidence_is_printed_as_a_table_and_bad_evidence_is_named() 
     let identity = manifest::RunIdentity {
         deployment: Some("plan".into()),
         revision: "r1".into(),
-        layout: acceptance::parse_layout("tensor=8").unwrap(),
+        layout: deepinfer_operator::api::ParallelSpec {
+            tensor: 8,
+            ..Default::default()
+        },
         requested_tokens: spec
             .prompts
             .iter()

@@ -91,7 +91,7 @@ async fn accept(name: &str, canned: &str, mode: &str, timeout_seconds: i32) -> R
         "--checkpoint-revision",
         &"a".repeat(40),
         "--layout",
-        "tensor=4,pipeline=1,data=2,expert=8",
+        "worker=4x1x2x8",
         "--evidence-dir",
         evidence.to_str().unwrap(),
         "--work-dir",

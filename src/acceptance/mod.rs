@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context as _;
 use clap::{Args, Parser};
 
-use crate::api::{AcceptanceSpec, ParallelSpec, ReviewRecord};
+use crate::api::{AcceptanceSpec, ReviewRecord};
 pub use checker::{CompiledSpec, Verdict};
 pub use manifest::{AcceptanceResult, AcceptanceSummary};
 
@@ -110,9 +110,10 @@ pub struct IdentityArgs {
     /// The operator's pod-template version (part of the revision), recorded in the manifest.
     #[arg(long)]
     pub template_version: Option<i32>,
-    /// Parallel layout of the serving group, e.g. `tensor=8,pipeline=1,data=1,expert=8`.
-    #[arg(long, value_parser = parse_layout, default_value = "tensor=1,pipeline=1,data=1,expert=1")]
-    pub layout: ParallelSpec,
+    /// Parallel layout of the judged role's group, `<role>=<tensor>x<pipeline>x<data>x<expert>`
+    /// (as `verify-checkpoint --layout` takes each role's).
+    #[arg(long, value_name = "ROLE=TxPxDxE", value_parser = parse_role_layout, default_value_t)]
+    pub layout: crate::api::RoleLayout,
     /// Roles whose groups the run included, the judged role first, e.g. `decode,prefill`.
     #[arg(long, value_delimiter = ',')]
     pub roles: Vec<String>,
@@ -179,32 +180,8 @@ impl AcceptArgs {
     }
 }
 
-/// Parses `tensor=..,pipeline=..,data=..,expert=..`; omitted degrees are 1.
-pub fn parse_layout(text: &str) -> Result<ParallelSpec, String> {
-    let mut layout = ParallelSpec::default();
-    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let (key, value) = part
-            .split_once('=')
-            .ok_or_else(|| format!("{part:?} is not key=value"))?;
-        let value: i32 = value
-            .trim()
-            .parse()
-            .ok()
-            .filter(|v| *v >= 1)
-            .ok_or_else(|| format!("{key}: {value:?} is not a whole number of at least 1"))?;
-        match key.trim() {
-            "tensor" => layout.tensor = value,
-            "pipeline" => layout.pipeline = value,
-            "data" => layout.data = value,
-            "expert" => layout.expert = value,
-            other => {
-                return Err(format!(
-                    "unknown layout key {other:?} (expected tensor, pipeline, data, expert)"
-                ))
-            }
-        }
-    }
-    Ok(layout)
+fn parse_role_layout(s: &str) -> Result<crate::api::RoleLayout, String> {
+    s.parse()
 }
 
 /// Parses YAML holding an acceptance section: the bare `spec.acceptance` mapping, a mapping with
@@ -285,19 +262,6 @@ pub fn check_verdicts(args: &CheckArgs) -> anyhow::Result<Vec<Verdict>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn layout_parses_and_rejects_nonsense() {
-        let l = parse_layout("tensor=8, expert=4").unwrap();
-        assert_eq!((l.tensor, l.pipeline, l.data, l.expert), (8, 1, 1, 4));
-        assert!(parse_layout("tensor=0").unwrap_err().contains("at least 1"));
-        assert!(parse_layout("sequence=2")
-            .unwrap_err()
-            .contains("unknown layout key"));
-        assert!(parse_layout("tensor")
-            .unwrap_err()
-            .contains("not key=value"));
-    }
 
     #[test]
     fn spec_yaml_in_three_shapes() {

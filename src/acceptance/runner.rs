@@ -117,7 +117,7 @@ async fn execute(args: &AcceptArgs) -> (AcceptanceSummary, i32) {
         template_version: args.identity.template_version,
         checkpoint_revision: args.identity.checkpoint_revision.clone(),
         model_dir: args.model_dir.display().to_string(),
-        layout: args.identity.layout.clone(),
+        layout: (&args.identity.layout).into(),
         roles: args.identity.roles.clone(),
         role_images: args.identity.role_images.clone().unwrap_or_default(),
         model: Some(args.identity.model_name.clone()).filter(|m| !m.is_empty()),

@@ -305,7 +305,10 @@ mod tests {
             requested_tokens: [("a".to_string(), 16)].into(),
             sampling: spec.default_sampling(),
             prompt_sampling: crate::acceptance::manifest::prompt_sampling(&spec),
-            layout: crate::acceptance::parse_layout("tensor=8").unwrap(),
+            layout: crate::api::ParallelSpec {
+                tensor: 8,
+                ..Default::default()
+            },
             ..RunIdentity::default()
         };
         let facts = RunFacts {

@@ -2,10 +2,12 @@
 //! status, condition types and reasons, labels and annotations, and CRD generation.
 
 pub mod kstatus;
+mod layout;
 pub mod reference;
 mod spec;
 mod status;
 
+pub use layout::RoleLayout;
 pub use spec::*;
 pub use status::*;
 

@@ -6,7 +6,6 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
@@ -76,49 +75,7 @@ impl VerifyReport {
     }
 }
 
-/// A role's parallel layout, as `--layout <role>=<tensor>x<pipeline>x<data>x<expert>`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RoleLayout {
-    /// Role name (`worker`, `prefill`, `decode`, `vision`).
-    pub role: String,
-    /// Tensor parallel size.
-    pub tensor: u64,
-    /// Pipeline parallel size.
-    pub pipeline: u64,
-    /// Data parallel size.
-    pub data: u64,
-    /// Expert parallel size.
-    pub expert: u64,
-}
-
-impl FromStr for RoleLayout {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let usage = || {
-            format!("`{s}` is not <role>=<tensor>x<pipeline>x<data>x<expert>, e.g. worker=8x1x2x16")
-        };
-        let (role, sizes) = s.split_once('=').ok_or_else(usage)?;
-        let sizes: Vec<u64> = sizes
-            .split('x')
-            .map(|n| n.trim().parse::<u64>().ok().filter(|n| *n > 0))
-            .collect::<Option<_>>()
-            .ok_or_else(usage)?;
-        let [tensor, pipeline, data, expert] = sizes.as_slice() else {
-            return Err(usage());
-        };
-        if role.trim().is_empty() {
-            return Err(usage());
-        }
-        Ok(Self {
-            role: role.trim().to_string(),
-            tensor: *tensor,
-            pipeline: *pipeline,
-            data: *data,
-            expert: *expert,
-        })
-    }
-}
+pub use crate::api::RoleLayout;
 
 /// What the deployment expects of the checkpoint.
 #[derive(Debug, Clone, Default)]

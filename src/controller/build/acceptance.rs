@@ -448,7 +448,7 @@ fn judge_container(
 ) -> Container {
     let spec = &did.spec;
     let role = acceptance_role(spec);
-    let p = role.map(|r| r.parallel.clone()).unwrap_or_default();
+    let layout = role.map(crate::api::RoleLayout::of).unwrap_or_default();
     let image = role.map_or(spec.runtime.image.as_str(), |r| {
         spec.runtime.image_of(&r.name)
     });
@@ -508,10 +508,7 @@ fn judge_container(
                 "--checkpoint-revision".into(),
                 checkpoint_revision(spec),
                 "--layout".into(),
-                format!(
-                    "tensor={},pipeline={},data={},expert={}",
-                    p.tensor, p.pipeline, p.data, p.expert
-                ),
+                layout.to_string(),
                 "--roles".into(),
                 acceptance_roles(spec)
                     .iter()

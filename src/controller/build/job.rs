@@ -111,18 +111,15 @@ pub fn short_key(key: &str) -> &str {
     &key[..key.len().min(10)]
 }
 
-/// `<role>=<tensor>x<pipeline>x<data>x<expert>` for each role, as the verifier takes them.
+/// `--layout <role>=<tensor>x<pipeline>x<data>x<expert>` for each role, as the verifier takes
+/// them.
 pub fn layout_args(spec: &DeepInferDeploymentSpec) -> Vec<String> {
     spec.roles
         .iter()
         .flat_map(|r| {
-            let p = &r.parallel;
             [
                 "--layout".to_string(),
-                format!(
-                    "{}={}x{}x{}x{}",
-                    r.name, p.tensor, p.pipeline, p.data, p.expert
-                ),
+                crate::api::RoleLayout::of(r).to_string(),
             ]
         })
         .collect()

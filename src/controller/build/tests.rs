@@ -313,7 +313,7 @@ fn the_acceptance_leader_runs_the_injected_runner_in_the_engine_image() {
     let args = judge.args.clone().expect("args");
     assert!(args
         .windows(2)
-        .any(|w| w == ["--layout", "tensor=16,pipeline=1,data=1,expert=1"]));
+        .any(|w| w == ["--layout", "worker=16x1x1x1"]));
     assert!(args
         .windows(2)
         .any(|w| w[0] == "--evidence-configmap" && w[1] == names.evidence_configmap));
@@ -2285,4 +2285,116 @@ fn every_empty_dir_of_engine_and_acceptance_pods_has_a_size_limit() {
         .and_then(|v| v.empty_dir.clone())
         .and_then(|d| d.size_limit);
     assert_eq!(shm, Some(Quantity(DEFAULT_MEMORY_REQUEST.to_string())));
+}
+
+/// Every container of `job` that runs the operator's binary, its command line parsed by the
+/// binary's own CLI (as the container will parse it).
+fn parsed_commands(job: &Job) -> Vec<(String, crate::cli::Command)> {
+    use clap::Parser;
+    let pod = job
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .expect("a pod template");
+    pod.init_containers
+        .iter()
+        .flatten()
+        .chain(&pod.containers)
+        .filter(|c| {
+            c.command
+                .as_ref()
+                .and_then(|cmd| cmd.first())
+                .is_some_and(|bin| bin.ends_with("deepinfer-operator"))
+        })
+        .map(|c| {
+            let words: Vec<String> = c
+                .command
+                .iter()
+                .flatten()
+                .chain(c.args.iter().flatten())
+                .cloned()
+                .collect();
+            let cli = crate::cli::Cli::try_parse_from(&words)
+                .unwrap_or_else(|e| panic!("container {}: {words:?} does not parse: {e}", c.name));
+            (c.name.clone(), cli.command)
+        })
+        .collect()
+}
+
+#[test]
+fn the_checkpoint_jobs_arguments_parse_back_to_what_the_spec_says() {
+    let mut d = raw(
+        json!({"type": "NVIDIA"}),
+        json!([
+            {"name": "prefill", "replicas": 1, "parallel": {"tensor": 8}},
+            {"name": "decode", "replicas": 1, "parallel": {"tensor": 8, "pipeline": 2, "expert": 16}}
+        ]),
+    );
+    d.spec.model.source = serde_json::from_value(json!({"hub": {
+        "revision": "3f1c2a9d8e7b6c5d4e3f2a1b0c9d8e7f6a5b4c3d", "claimName": "ckpt"}}))
+    .expect("hub source");
+    let d = valid(d);
+    let deadlines = JobDeadlines::default();
+    let fetch = fetch_job(&d, "op:1", &deadlines).expect("hub source fetches");
+    let mut commands = parsed_commands(&fetch);
+    let Some((_, crate::cli::Command::FetchCheckpoint(f))) = commands.pop() else {
+        panic!("the fetch Job runs fetch-checkpoint");
+    };
+    assert!(commands.is_empty(), "one container runs the operator");
+    assert_eq!(f.repo, d.spec.model.name);
+    assert_eq!(f.revision, "3f1c2a9d8e7b6c5d4e3f2a1b0c9d8e7f6a5b4c3d");
+    let verify = verify_job(&d, "op:1", &deadlines);
+    let mut commands = parsed_commands(&verify);
+    let Some((_, crate::cli::Command::VerifyCheckpoint(v))) = commands.pop() else {
+        panic!("the verify Job runs verify-checkpoint");
+    };
+    assert!(commands.is_empty(), "one container runs the operator");
+    assert_eq!(v.license, d.spec.model.license);
+    let layouts: Vec<String> = v.layouts.iter().map(ToString::to_string).collect();
+    assert_eq!(layouts, ["prefill=8x1x1x1", "decode=8x2x1x16"]);
+}
+
+#[test]
+fn the_acceptance_leaders_arguments_parse_back_to_the_run_they_judge() {
+    let d = did(
+        json!({"type": "NVIDIA"}),
+        json!([
+            {"name": "prefill", "replicas": 1, "parallel": {"tensor": 8}},
+            {"name": "decode", "replicas": 1, "parallel": {"tensor": 8, "pipeline": 2, "expert": 16}}
+        ]),
+    );
+    let rev = revision(&d.spec);
+    let names = AcceptanceNames::new("flash", &rev, "t");
+    let groups = names.groups(&d.spec);
+    let leader = acceptance_group_job(&d, &names, &groups[0], 0, &rev, "op:1").expect("a leader");
+    let commands = parsed_commands(&leader);
+    let accept = commands
+        .iter()
+        .find_map(|(_, c)| match c {
+            crate::cli::Command::Accept(a) => Some(a),
+            _ => None,
+        })
+        .expect("the judge runs accept");
+    assert_eq!(
+        accept.evidence_configmap.as_deref(),
+        Some(names.evidence_configmap.as_str())
+    );
+    assert_eq!(accept.identity.revision, rev);
+    assert_eq!(
+        accept.identity.layout.to_string(),
+        format!("{}=8x2x1x16", groups[0].role.name)
+    );
+    assert_eq!(accept.identity.roles, ["decode", "prefill"]);
+    assert_eq!(
+        evidence_of_job(&leader),
+        Some(names.evidence_configmap.clone())
+    );
+    let engine = commands
+        .iter()
+        .find_map(|(_, c)| match c {
+            crate::cli::Command::RunEngine(r) => Some(r),
+            _ => None,
+        })
+        .expect("the judged engine runs run-engine");
+    assert_eq!(engine.serving.serving_args, serving_args(&d, "decode"));
 }

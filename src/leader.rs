@@ -188,6 +188,36 @@ fn after_attempt(
     }
 }
 
+/// Whether this instance may still write: while leading, until the renew deadline after its last
+/// renewal (counted from when that renewal was sent). Checked before every write, so a holder
+/// that was paused (SIGSTOP, a long GC, a frozen VM) past its deadline writes nothing when it
+/// wakes, even before its renewal task finds out that it lost. An instance that does not elect a
+/// leader always may.
+#[derive(Clone, Debug, Default)]
+pub struct Fence(Option<std::sync::Arc<std::sync::Mutex<Instant>>>);
+
+impl Fence {
+    /// A fence that closes at `deadline` unless extended.
+    pub fn until(deadline: Instant) -> Self {
+        Self(Some(std::sync::Arc::new(std::sync::Mutex::new(deadline))))
+    }
+
+    /// Whether a write may go out now.
+    pub fn holds(&self) -> bool {
+        self.0.as_ref().is_none_or(|deadline| {
+            let deadline = *deadline.lock().unwrap_or_else(|e| e.into_inner());
+            Instant::now() < deadline
+        })
+    }
+
+    /// Moves the deadline to `deadline` (a renewal, or `now` on loss).
+    fn set(&self, deadline: Instant) {
+        if let Some(d) = &self.0 {
+            *d.lock().unwrap_or_else(|e| e.into_inner()) = deadline;
+        }
+    }
+}
+
 /// A candidate for the Lease.
 pub struct Elector {
     api: Api<Lease>,
@@ -345,12 +375,14 @@ impl Elector {
         info!(lease = %lease, identity = %self.config.identity, "leading");
         let (stop, stopped) = oneshot::channel();
         let (lose, lost) = oneshot::channel();
-        let task = tokio::spawn(self.keep(acquired, stopped, lose));
+        let fence = Fence::until(acquired + self.config.timing.renew_deadline);
+        let task = tokio::spawn(self.keep(acquired, stopped, lose, fence.clone()));
         Leadership {
             lease,
             stop,
             lost,
             task,
+            fence,
         }
     }
 
@@ -362,6 +394,7 @@ impl Elector {
         acquired: Instant,
         mut stop: oneshot::Receiver<()>,
         lose: oneshot::Sender<String>,
+        fence: Fence,
     ) {
         let timing = self.config.timing;
         let mut renewed = acquired;
@@ -369,6 +402,7 @@ impl Elector {
         loop {
             tokio::select! {
                 _ = &mut stop => {
+                    fence.set(Instant::now());
                     self.release().await;
                     return;
                 }
@@ -394,8 +428,12 @@ impl Elector {
                 timing,
                 Instant::now(),
             ) {
-                Standing::Leading(since) => renewed = since,
+                Standing::Leading(since) => {
+                    renewed = since;
+                    fence.set(since + timing.renew_deadline);
+                }
                 Standing::Lost(reason) => {
+                    fence.set(Instant::now());
                     let _ = lose.send(reason);
                     return;
                 }
@@ -447,9 +485,15 @@ pub struct Leadership {
     stop: oneshot::Sender<()>,
     lost: oneshot::Receiver<String>,
     task: JoinHandle<()>,
+    fence: Fence,
 }
 
 impl Leadership {
+    /// The fence every write of this instance checks.
+    pub fn fence(&self) -> Fence {
+        self.fence.clone()
+    }
+
     /// `namespace/name` of the Lease.
     pub fn lease(&self) -> &str {
         &self.lease
@@ -685,6 +729,25 @@ mod tests {
         let t = Timing::default();
         assert!(t.renew_deadline < t.lease_duration);
         assert!(t.retry_period < t.renew_deadline);
+    }
+
+    #[test]
+    fn the_fence_closes_at_its_deadline_unless_moved() {
+        let step = Duration::from_millis(200);
+        let fence = Fence::until(Instant::now() + step);
+        assert!(fence.holds(), "inside the deadline");
+        // A renewal moves the deadline on.
+        fence.set(Instant::now() + 3 * step);
+        std::thread::sleep(step + step / 2);
+        assert!(fence.holds(), "renewed: still inside");
+        // No renewal for longer than the deadline (a paused holder): no write may go out.
+        std::thread::sleep(2 * step);
+        assert!(!fence.holds(), "past the deadline");
+        // A loss closes it at once.
+        let lost = Fence::until(Instant::now() + 10 * step);
+        lost.set(Instant::now());
+        assert!(!lost.holds());
+        assert!(Fence::default().holds(), "no election: always open");
     }
 
     #[test]

@@ -378,6 +378,15 @@ impl Operator {
 
     /// Starts an operator with `settings` (its namespace among them).
     pub async fn start_with_settings(settings: deepinfer_operator::controller::Settings) -> Self {
+        Self::start_fenced(settings, None).await
+    }
+
+    /// Starts an operator with `settings` whose writes go through `fence`, as a leader-elected
+    /// replica's do (`None`: no election, always open).
+    pub async fn start_fenced(
+        settings: deepinfer_operator::controller::Settings,
+        fence: Option<deepinfer_operator::leader::Fence>,
+    ) -> Self {
         use deepinfer_operator::controller as c;
         let kc = kube::config::Kubeconfig::read_from(kubeconfig()).expect("bed kubeconfig");
         let config =
@@ -388,6 +397,9 @@ impl Operator {
         let client = c::counting_client(config, &requests).expect("counting client");
         let writes = requests.write_counter();
         let ctx = c::context(client, &settings, requests);
+        if let Some(fence) = fence {
+            let _ = ctx.fence.set(fence);
+        }
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(c::run_with_context(
             ctx.clone(),

@@ -268,6 +268,7 @@ fn deletable<K: Resource>(existing: &[K], chosen: impl Fn(&str) -> bool) -> Vec<
 
 /// Carries out the acts of one deployment's pass.
 pub struct Executor<'c> {
+    ctx: &'c super::context::Context,
     client: &'c Client,
     recorder: &'c super::events::Recorder,
     namespace: String,
@@ -284,6 +285,7 @@ impl<'c> Executor<'c> {
     ) -> Self {
         let meta = deployment.meta();
         Self {
+            ctx,
             client: &ctx.client,
             recorder: &ctx.recorder,
             namespace: meta.namespace.clone().unwrap_or_default(),
@@ -294,10 +296,14 @@ impl<'c> Executor<'c> {
     }
 
     /// Runs `acts` in order; stops at the first act that fails and is not housekeeping, and
-    /// returns its error. Returns the number of acts that wrote.
+    /// returns its error. Returns the number of acts that wrote. No act goes out once this
+    /// instance may no longer write (its leadership ran out): that is [`Error::NotLeading`].
     pub async fn run(&self, acts: &[Act<'_>]) -> Result<usize, Error> {
         let mut writes = 0;
         for act in acts {
+            if !self.ctx.may_write() {
+                return Err(Error::NotLeading);
+            }
             match self.one(act).await {
                 Ok(true) => writes += 1,
                 Ok(false) => {}

@@ -163,6 +163,8 @@ pub struct Context {
     pub license_withdrawal: LicenseWithdrawal,
     /// Acceptance runs admitted and waiting under that limit.
     pub acceptance_queue: std::sync::Mutex<decide::fleet::Queue>,
+    /// Whether this instance may write (set once it leads; open without leader election).
+    pub fence: std::sync::OnceLock<crate::leader::Fence>,
     /// The watchdog's latest retry per (resource UID, role): the pass after a deletion may
     /// still read the status from before it, so the backoff is also kept here.
     pub placement_retries: std::sync::Mutex<
@@ -181,6 +183,11 @@ pub struct Context {
 }
 
 impl Context {
+    /// Whether this instance may still write (see [`crate::leader::Fence`]).
+    pub fn may_write(&self) -> bool {
+        self.fence.get().is_none_or(crate::leader::Fence::holds)
+    }
+
     /// Whether groups become PodGroups here: `--gang-scheduling` resolved once against the API
     /// server's discovery (a failed lookup is retried on the next pass).
     pub async fn pod_groups(&self) -> Result<bool, Error> {
@@ -354,6 +361,7 @@ pub fn context(
         acceptance_queue: std::sync::Mutex::default(),
         license_withdrawal: settings.license_withdrawal,
         placement_retries: std::sync::Mutex::default(),
+        fence: std::sync::OnceLock::new(),
         awaiting_api,
         awaiting_api_due: std::sync::Mutex::new(Some(due)),
         caches,

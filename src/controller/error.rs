@@ -28,6 +28,13 @@ pub enum Error {
     /// Gang scheduling could not be resolved against the API server.
     #[error("gang scheduling: {0}")]
     Placement(String),
+    /// This instance's leadership ran out (its renew deadline passed): it writes nothing more.
+    #[error("not leading: the leader Lease was not renewed within its deadline; no write is sent")]
+    NotLeading,
+    /// The resource changed since this pass read it (its status write carried the
+    /// resourceVersion it read): the pass is run again on the newer object.
+    #[error("the resource changed since this pass read it")]
+    Stale,
     /// An object the operator would create exists and is not controlled by this resource: it is
     /// neither changed nor deleted.
     #[error("{kind} {name} exists and is not controlled by this DeepInferDeployment ({owner}); it is left as it is: delete or rename it, or rename the DeepInferDeployment")]
@@ -69,6 +76,8 @@ impl Error {
             Error::NoNamespace(_) => "no_namespace",
             Error::Placement(_) => "placement",
             Error::NameConflict { .. } => "name_conflict",
+            Error::NotLeading => "not_leading",
+            Error::Stale => "stale",
         }
     }
 }

@@ -147,6 +147,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     } else {
         None
     };
+    if let Some(leadership) = &leadership {
+        let _ = ctx.fence.set(leadership.fence());
+    }
     info!(namespace = settings.namespace.as_deref().unwrap_or("<all>"), licenses = ?settings.accepted_licenses, metrics = %args.metrics_address, "starting controller");
     ctx.metrics.set_leader(true);
     let metrics = ctx.metrics.clone();

@@ -57,7 +57,15 @@ pub(crate) async fn reconcile(
     let key = phase_key(&obj.namespace().unwrap_or_default(), &obj.name_any());
     let mut timer = metrics.reconcile_started(&key);
     let written = ctx.caches.written.clone();
-    let result = observe::noting_writes(written, reconcile_pass(obj, ctx)).await;
+    let result = match observe::noting_writes(written, reconcile_pass(obj, ctx)).await {
+        // The resource changed while the pass ran (its status write was refused): run again on
+        // the newer object, which the store holds within moments.
+        Err(Error::Stale) => {
+            tracing::debug!("the resource changed during the pass; looking again");
+            Ok(Action::requeue(Duration::from_secs(1)))
+        }
+        other => other,
+    };
     if result.is_ok() {
         timer.succeeded();
     }
@@ -121,29 +129,40 @@ async fn write_status(
     if previous == Some(&next) {
         return Ok(());
     }
+    if !ctx.may_write() {
+        return Err(Error::NotLeading);
+    }
     let ar = api_resource();
     let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &ar);
     // Server-side apply under the operator's one field manager: the status is wholly the
-    // operator's, so fields it no longer sets are removed.
+    // operator's, so fields it no longer sets are removed. It carries the resourceVersion the
+    // pass read: a writer whose view is older than the resource (a former leader that woke up,
+    // a pass that raced an edit) is refused and writes nothing.
     let patch = serde_json::json!({
         "apiVersion": ar.api_version,
         "kind": ar.kind,
+        "metadata": {"resourceVersion": obj.metadata.resource_version},
         "status": next,
     });
-    api.patch_status(
-        &obj.name_any(),
-        &PatchParams::apply(apply::FIELD_MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await
-    .map_err(|e| {
-        Error::api(
-            "apply status of",
-            &ar.kind,
-            &format!("{ns}/{}", obj.name_any()),
-            e,
+    match api
+        .patch_status(
+            &obj.name_any(),
+            &PatchParams::apply(apply::FIELD_MANAGER).force(),
+            &Patch::Apply(&patch),
         )
-    })?;
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => return Err(Error::Stale),
+        Err(e) => {
+            return Err(Error::api(
+                "apply status of",
+                &ar.kind,
+                &format!("{ns}/{}", obj.name_any()),
+                e,
+            ))
+        }
+    }
     let reference = obj.object_ref(&api_resource());
     for c in status::transitions(previous, &next) {
         // Only conditions that carry news; Reconciling/Stalled flips mirror the gates.

@@ -129,6 +129,8 @@ pub struct Metrics {
     leader: Gauge,
     /// The caches' sizes, once the controller has handed them over.
     caches: CachesCollector,
+    /// Per-deployment figures, by `namespace/name`.
+    deployments: DeploymentsCollector,
 }
 
 /// Exports the client's write counter as `deepinfer_api_writes_total` at scrape time.
@@ -145,6 +147,132 @@ impl Collector for WritesCollector {
             counter.metric_type(),
         )?;
         counter.encode(metric)
+    }
+}
+
+/// What the per-deployment gauges show of one `DeepInferDeployment`, from its last status.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct Figures {
+    ready: bool,
+    /// Per role: desired, ready and updated groups.
+    roles: Vec<(String, i32, i32, i32)>,
+    /// The result of the judgement deciding the acceptance gate, if any.
+    acceptance: Option<String>,
+}
+
+impl Figures {
+    fn of(status: &crate::api::DeepInferDeploymentStatus) -> Self {
+        Self {
+            ready: status.phase == Some(Phase::Ready),
+            roles: status
+                .roles
+                .iter()
+                .map(|r| {
+                    (
+                        r.name.clone(),
+                        r.desired_groups,
+                        r.ready_groups,
+                        r.updated_groups,
+                    )
+                })
+                .collect(),
+            acceptance: status
+                .acceptance
+                .as_ref()
+                .map(|a| a.result.as_str().to_string()),
+        }
+    }
+}
+
+/// `{namespace, name}` of a deployment.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DeploymentLabels {
+    namespace: String,
+    name: String,
+}
+
+/// `{namespace, name, role, state}` of a role's group count.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct GroupLabels {
+    namespace: String,
+    name: String,
+    role: String,
+    state: &'static str,
+}
+
+/// `{namespace, name, result}` of a deployment's acceptance verdict.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VerdictLabels {
+    namespace: String,
+    name: String,
+    result: String,
+}
+
+/// Exports the per-deployment gauges at scrape time from the figures of each deployment's last
+/// status: `deepinfer_deployment_ready`, `deepinfer_deployment_groups` and
+/// `deepinfer_deployment_acceptance`. Series per deployment: 1 + 3 per role + 1.
+#[derive(Clone, Debug, Default)]
+struct DeploymentsCollector(Arc<Mutex<HashMap<String, Figures>>>);
+
+impl Collector for DeploymentsCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let figures = self.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let mut keys: Vec<&String> = figures.keys().collect();
+        keys.sort();
+        let split = |key: &'_ str| -> (String, String) {
+            let (ns, name) = key.split_once('/').unwrap_or(("", key));
+            (ns.to_string(), name.to_string())
+        };
+        let mut ready = encoder.encode_descriptor(
+            "deployment_ready",
+            "1 while the DeepInferDeployment is Ready (accepted, every group serving), else 0, by namespace and name",
+            None,
+            MetricType::Gauge,
+        )?;
+        for key in &keys {
+            let (namespace, name) = split(key);
+            let labels = DeploymentLabels { namespace, name };
+            ConstGauge::new(i64::from(figures[*key].ready))
+                .encode(ready.encode_family(&labels)?)?;
+        }
+        let mut groups = encoder.encode_descriptor(
+            "deployment_groups",
+            "Serving groups of each role of a DeepInferDeployment: desired (replicas), ready (every pod accepted and Ready) and updated (on the current revision)",
+            None,
+            MetricType::Gauge,
+        )?;
+        for key in &keys {
+            let (namespace, name) = split(key);
+            for (role, desired, ready, updated) in &figures[*key].roles {
+                for (state, n) in [("desired", desired), ("ready", ready), ("updated", updated)] {
+                    let labels = GroupLabels {
+                        namespace: namespace.clone(),
+                        name: name.clone(),
+                        role: role.clone(),
+                        state,
+                    };
+                    ConstGauge::new(i64::from(*n)).encode(groups.encode_family(&labels)?)?;
+                }
+            }
+        }
+        let mut verdict = encoder.encode_descriptor(
+            "deployment_acceptance",
+            "1 for the result (Passed, Failed) of the judgement deciding a DeepInferDeployment's acceptance gate; absent before any",
+            None,
+            MetricType::Gauge,
+        )?;
+        for key in &keys {
+            let (namespace, name) = split(key);
+            if let Some(result) = &figures[*key].acceptance {
+                let labels = VerdictLabels {
+                    namespace,
+                    name,
+                    result: result.clone(),
+                };
+                ConstGauge::new(1).encode(verdict.encode_family(&labels)?)?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -341,6 +469,8 @@ impl Metrics {
         let caches = CachesCollector::default();
         registry.register_collector(Box::new(caches.clone()));
         registry.register_collector(Box::new(HeapCollector));
+        let deployments = DeploymentsCollector::default();
+        registry.register_collector(Box::new(deployments.clone()));
         Self {
             registry,
             reconciles,
@@ -356,6 +486,7 @@ impl Metrics {
             acceptance_duration,
             leader,
             caches,
+            deployments,
         }
     }
 
@@ -425,8 +556,26 @@ impl Metrics {
         }
     }
 
+    /// Records the status of the resource `key` (`namespace/name`): its phase and the figures
+    /// of the per-deployment gauges.
+    pub fn observe_status(&self, key: &str, status: &crate::api::DeepInferDeploymentStatus) {
+        self.observe_phase(key, status.phase);
+        if status.phase.is_some() {
+            self.deployments
+                .0
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(key.to_string(), Figures::of(status));
+        }
+    }
+
     /// Drops a deleted resource from the phase gauge.
     pub fn forget(&self, key: &str) {
+        self.deployments
+            .0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(key);
         let mut phases = self.phases.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(old) = phases.remove(key) {
             self.gauge(old).dec();
@@ -441,6 +590,11 @@ impl Metrics {
             pending.retain(|key, _| live(key));
             self.queue_depth.set(gauge_value(pending.len()));
         }
+        self.deployments
+            .0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|key, _| live(key));
         let mut phases = self.phases.lock().unwrap_or_else(|e| e.into_inner());
         phases.retain(|key, phase| {
             let keep = live(key);
@@ -507,6 +661,24 @@ impl Drop for ReconcileTimer<'_> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn each_deployment_has_its_own_gauges_until_it_is_forgotten() {
+        let metrics = Metrics::new(ApiRequests::default());
+        metrics.observe_status("team/flash", &super::reference::example_status());
+        let text = metrics.encode().expect("encodes");
+        for series in [
+            r#"deepinfer_deployment_ready{namespace="team",name="flash"} 1"#,
+            r#"deepinfer_deployment_groups{namespace="team",name="flash",role="worker",state="desired"} 2"#,
+            r#"deepinfer_deployment_groups{namespace="team",name="flash",role="worker",state="ready"} 2"#,
+            r#"deepinfer_deployment_acceptance{namespace="team",name="flash",result="Passed"} 1"#,
+        ] {
+            assert!(text.contains(series), "{series} missing from:\n{text}");
+        }
+        metrics.forget("team/flash");
+        let text = metrics.encode().expect("encodes");
+        assert!(!text.contains(r#"name="flash""#), "{text}");
+    }
+
     use super::*;
 
     fn line<'a>(text: &'a str, series: &str) -> Option<&'a str> {

@@ -863,3 +863,90 @@ fn kustomize_samples_list_every_sample() {
     );
     assert_eq!(of_kind(&objs, "PersistentVolumeClaim").len(), 1);
 }
+
+/// The `deepinfer_*` series names an expression queries.
+fn series_in(expr: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = expr;
+    while let Some(at) = rest.find("deepinfer_") {
+        let name: String = rest[at..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        rest = &rest[at + name.len()..];
+        out.push(name);
+    }
+    out
+}
+
+#[test]
+fn the_dashboard_queries_only_series_the_operator_serves_and_documents() {
+    let path = root().join("charts/deepinfer-operator/files/grafana-dashboard.json");
+    let text = std::fs::read_to_string(&path).expect("the dashboard");
+    let dashboard: Value = serde_json::from_str(&text).expect("the dashboard is valid JSON");
+    // What /metrics serves, as docs/metrics.md lists it (that file is checked current).
+    let reference = deepinfer_operator::metrics::reference::metrics_reference();
+    let panels = dashboard["panels"].as_array().expect("panels");
+    assert!(panels.len() >= 8, "{} panels", panels.len());
+    let mut ids = std::collections::BTreeSet::new();
+    let mut queried = std::collections::BTreeSet::new();
+    let templating = dashboard["templating"]["list"]
+        .as_array()
+        .expect("variables");
+    let queries = panels
+        .iter()
+        .flat_map(|p| p["targets"].as_array().cloned().unwrap_or_default())
+        .map(|t| t["expr"].as_str().unwrap_or_default().to_string())
+        .chain(
+            templating
+                .iter()
+                .filter_map(|v| v["query"].as_str().map(String::from)),
+        );
+    for expr in queries {
+        for series in series_in(&expr) {
+            assert!(
+                reference.contains(&format!("`{series}`")),
+                "{series} (in {expr:?}) is not a series docs/metrics.md lists"
+            );
+            queried.insert(series);
+        }
+    }
+    for p in panels {
+        assert!(
+            ids.insert(p["id"].as_i64().expect("panel id")),
+            "panel ids are unique"
+        );
+        assert_eq!(p["datasource"]["uid"], "${datasource}", "{}", p["title"]);
+    }
+    // On-call's questions: which deployment is not Ready, and its groups and verdict.
+    for needed in [
+        "deepinfer_deployment_ready",
+        "deepinfer_deployment_groups",
+        "deepinfer_deployment_acceptance",
+    ] {
+        assert!(queried.contains(needed), "the dashboard shows {needed}");
+    }
+}
+
+#[test]
+fn the_chart_ships_the_dashboard_for_grafanas_sidecar_when_asked() {
+    assert!(
+        of_kind(&template(&[]), "ConfigMap").is_empty(),
+        "no dashboard unless asked"
+    );
+    let objs = template(&["metrics.grafanaDashboard.enabled=true"]);
+    let cm = one(&objs, "ConfigMap");
+    assert_eq!(cm["metadata"]["labels"]["grafana_dashboard"], "1");
+    let shipped = cm["data"]["deepinfer-operator.json"]
+        .as_str()
+        .expect("the dashboard key");
+    let file = std::fs::read_to_string(
+        root().join("charts/deepinfer-operator/files/grafana-dashboard.json"),
+    )
+    .expect("the dashboard");
+    assert_eq!(
+        shipped.trim(),
+        file.trim(),
+        "the ConfigMap holds the file as it is"
+    );
+}

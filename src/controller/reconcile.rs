@@ -125,7 +125,7 @@ async fn write_status(
         Time(k8s_openapi::jiff::Timestamp::now()),
     );
     ctx.metrics
-        .observe_phase(&phase_key(ns, &obj.name_any()), next.phase);
+        .observe_status(&phase_key(ns, &obj.name_any()), &next);
     if previous == Some(&next) {
         return Ok(());
     }

@@ -30,10 +30,29 @@ fn exercised() -> Metrics {
     metrics.triggered("ns/name");
     metrics.reconcile_started("ns/name").succeeded();
     metrics.reconcile_failed("kube");
-    metrics.observe_phase("ns/name", Some(Phase::Ready));
+    metrics.observe_status("ns/name", &example_status());
     metrics.acceptance_finished("Passed", 1.0);
     metrics.count_caches(Box::new(|| vec![("Pod", 0)]));
     metrics
+}
+
+/// A status with one role and a verdict, so that every per-deployment family shows.
+pub fn example_status() -> crate::api::DeepInferDeploymentStatus {
+    crate::api::DeepInferDeploymentStatus {
+        phase: Some(Phase::Ready),
+        roles: vec![crate::api::RoleStatus {
+            name: "worker".into(),
+            desired_groups: 2,
+            ready_groups: 2,
+            updated_groups: 2,
+            ..Default::default()
+        }],
+        acceptance: Some(crate::api::AcceptanceStatus {
+            result: crate::api::AcceptanceResult::Passed,
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
 }
 
 /// The metrics reference in Markdown, generated from the registry itself (every metric family,

@@ -93,11 +93,12 @@ pub async fn pods_of_job_now(client: &Client, ns: &str, job: &str) -> Result<Vec
 /// Longest a pass waits for the stores to take in the operator's own writes.
 pub const CATCH_UP: Duration = Duration::from_secs(15);
 
-/// How far one kind's store has caught up with the operator's writes of that kind: the newest
-/// `resourceVersion` written and the newest taken into the store.
+/// Owners with writes noted beyond which those whose stores hold every write are dropped.
+const OWNERS_SWEPT_AT: usize = 1024;
+
+/// How far one kind's store has caught up: the newest `resourceVersion` taken into it.
 #[derive(Debug, Default)]
 pub struct Progress {
-    written: AtomicU64,
     stored: AtomicU64,
     /// The newest version of a relist under way (the store takes the list in whole at its end).
     listing: AtomicU64,
@@ -141,8 +142,9 @@ impl Progress {
         }
     }
 
-    fn behind(&self) -> bool {
-        self.stored.load(Ordering::SeqCst) < self.written.load(Ordering::SeqCst)
+    /// Whether the store holds the write of `version` (or a newer state of the object).
+    fn has(&self, version: u64) -> bool {
+        self.stored.load(Ordering::SeqCst) >= version
     }
 
     /// Fault injection: holds this kind's watch back, as a lagging watch or a long relist does.
@@ -162,23 +164,50 @@ impl Progress {
         // The sender lives as long as `self`, so the wait cannot fail.
         let _ = held.wait_for(|h| !*h).await;
     }
-
-    /// Takes the store as current: after a wait ran out, later passes do not wait for the same
-    /// write again.
-    fn give_up(&self) {
-        self.written
-            .fetch_min(self.stored.load(Ordering::SeqCst), Ordering::SeqCst);
-    }
 }
 
-/// [`Progress`] of every cached kind, by kind name.
+/// [`Progress`] of every cached kind, by kind name, and the writes each deployment's passes made
+/// that a later pass of the same deployment must find in the stores.
 #[derive(Debug, Default)]
-pub struct Written(BTreeMap<&'static str, Arc<Progress>>);
+pub struct Written {
+    kinds: BTreeMap<&'static str, Arc<Progress>>,
+    /// Per owner (the UID of the written object's controller owner): the newest write of each
+    /// kind not yet known to be in its store.
+    owners: std::sync::Mutex<HashMap<String, BTreeMap<&'static str, u64>>>,
+}
 
 impl Written {
+    fn new(kinds: BTreeMap<&'static str, Arc<Progress>>) -> Self {
+        Self {
+            kinds,
+            owners: std::sync::Mutex::default(),
+        }
+    }
+
     /// The progress of `kind`, if it is cached.
     pub fn of(&self, kind: &str) -> Option<Arc<Progress>> {
-        self.0.get(kind).cloned()
+        self.kinds.get(kind).cloned()
+    }
+
+    /// The writes for `owner` whose stores have not taken them in yet, as (kind, version).
+    fn pending(&self, owner: &str) -> Vec<(&'static str, u64)> {
+        let owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
+        owners
+            .get(owner)
+            .into_iter()
+            .flatten()
+            .filter(|(kind, v)| self.kinds.get(*kind).is_some_and(|p| !p.has(**v)))
+            .map(|(kind, v)| (*kind, *v))
+            .collect()
+    }
+
+    /// Forgets what `owner`'s passes wrote: the stores hold it, or a wait for it ran out (later
+    /// passes do not wait for the same write again).
+    fn forget(&self, owner: &str) {
+        self.owners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(owner);
     }
 
     /// Notes an object the operator wrote, if its kind's store watches it.
@@ -191,23 +220,48 @@ impl Written {
                         Some(Component::RankTable | Component::PeerEndpoints)
                     ))
         });
-        if let (true, Some(progress), Some(v)) = (watched, self.0.get(kind), version(meta)) {
-            progress.written.fetch_max(v, Ordering::SeqCst);
+        let (Some((kind, _)), Some(v)) = (self.kinds.get_key_value(kind), version(meta)) else {
+            return;
+        };
+        if !watched {
+            return;
+        }
+        let owner = meta
+            .owner_references
+            .iter()
+            .flatten()
+            .find(|o| o.controller == Some(true))
+            .map_or_else(String::new, |o| o.uid.clone());
+        let mut owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
+        let newest = owners.entry(owner).or_default().entry(*kind).or_insert(0);
+        *newest = (*newest).max(v);
+        // The writes of a deployment whose passes stopped (it was deleted) stay until the stores
+        // hold them; then they go with the next sweep, so the map stays as large as the
+        // deployments with writes in flight.
+        if owners.len() > OWNERS_SWEPT_AT {
+            owners.retain(|_, writes| {
+                writes
+                    .iter()
+                    .any(|(kind, v)| self.kinds.get(*kind).is_some_and(|p| !p.has(*v)))
+            });
         }
     }
 
-    /// Waits until every store has taken in the newest write of its kind, at most `limit`.
-    async fn caught_up(&self, limit: Duration) {
+    /// Waits, at most `limit`, until the stores hold every write the passes of `owner` (a
+    /// deployment's UID) made: a pass never decides on a view older than its own deployment's
+    /// earlier passes, and never waits for another deployment's writes.
+    async fn caught_up(&self, owner: &str, limit: Duration) {
         let deadline = tokio::time::Instant::now() + limit;
-        while self.0.values().any(|p| p.behind()) {
+        loop {
+            let pending = self.pending(owner);
+            if pending.is_empty() {
+                return self.forget(owner);
+            }
             if tokio::time::Instant::now() >= deadline {
-                for (kind, p) in &self.0 {
-                    if p.behind() {
-                        tracing::warn!(kind, "the cache has not caught up with the operator's own writes; reading it as it is");
-                        p.give_up();
-                    }
+                for (kind, version) in pending {
+                    tracing::warn!(kind, version, "the cache has not caught up with the operator's own write; reading it as it is");
                 }
-                return;
+                return self.forget(owner);
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
@@ -305,7 +359,7 @@ impl Caches {
             config_maps,
             claims,
             ready: tokio::sync::watch::Sender::new(false),
-            written: Arc::new(Written(
+            written: Arc::new(Written::new(
                 [
                     <Pod as k8s_openapi::Resource>::KIND,
                     <Job as k8s_openapi::Resource>::KIND,
@@ -780,7 +834,7 @@ pub async fn observe(
     let uid = did.uid().unwrap_or_default();
     let caches = ctx.caches();
     caches.ready().await;
-    caches.written.caught_up(CATCH_UP).await;
+    caches.written.caught_up(&uid, CATCH_UP).await;
     let jobs = owned_in(&caches.jobs, &ns, &name, &uid, None);
     let workers = owned_in(&caches.pods, &ns, &name, &uid, Some(Component::Worker));
     // A pod owned by the resource itself is never one of its Jobs' pods.
@@ -1125,64 +1179,80 @@ mod tests {
         pod
     }
 
+    /// `pod` controlled by the deployment of UID `owner`.
+    fn owned_by(mut pod: Pod, owner: &str) -> Pod {
+        pod.metadata.owner_references = Some(vec![OwnerReference {
+            uid: owner.into(),
+            controller: Some(true),
+            ..OwnerReference::default()
+        }]);
+        pod
+    }
+
     #[tokio::test]
-    async fn a_pass_waits_until_the_store_has_the_operators_last_write_of_each_kind() {
+    async fn a_pass_waits_until_the_store_has_its_deployments_last_write_of_each_kind() {
         let (caches, _writers) = Caches::new();
         let written = caches.written.clone();
         let pods = written.of("Pod").expect("pods are cached");
+        let pod = |name, rv| owned_by(labelled_pod(name, None, rv), "u1");
         // A write outside a pass, or of an object no store watches, is not waited for.
-        note_written(&labelled_pod("a", None, "7"));
-        let mut foreign = labelled_pod("b", None, "9");
+        note_written(&pod("a", "7"));
+        let mut foreign = pod("b", "9");
         foreign.metadata.labels = None;
         noting_writes(written.clone(), async { note_written(&foreign) }).await;
-        assert!(!pods.behind());
-        noting_writes(written.clone(), async {
-            note_written(&labelled_pod("c", None, "12"));
-        })
-        .await;
-        assert!(pods.behind());
+        assert!(written.pending("u1").is_empty());
+        noting_writes(written.clone(), async { note_written(&pod("c", "12")) }).await;
+        assert_eq!(written.pending("u1"), [("Pod", 12)]);
+        // Another deployment's pass does not wait for it.
+        tokio::time::timeout(
+            Duration::from_secs(1),
+            written.caught_up("u2", Duration::from_secs(30)),
+        )
+        .await
+        .expect("no wait for another deployment's writes");
         let waiting = tokio::spawn({
             let written = written.clone();
-            async move { written.caught_up(Duration::from_secs(30)).await }
+            async move { written.caught_up("u1", Duration::from_secs(30)).await }
         });
         // A relist counts only once it is complete; an event counts at once.
         pods.stored(&watcher::Event::<Pod>::Init);
-        pods.stored(&watcher::Event::InitApply(labelled_pod("c", None, "12")));
-        assert!(pods.behind());
+        pods.stored(&watcher::Event::InitApply(pod("c", "12")));
+        assert!(!written.pending("u1").is_empty());
         pods.stored(&watcher::Event::<Pod>::InitDone);
-        assert!(!pods.behind());
+        assert!(written.pending("u1").is_empty());
         tokio::time::timeout(Duration::from_secs(5), waiting)
             .await
             .expect("the wait ends once the store has the write")
             .expect("joined");
-        noting_writes(written.clone(), async {
-            note_written(&labelled_pod("c", None, "20"));
-        })
-        .await;
-        pods.stored(&watcher::Event::Apply(labelled_pod("c", None, "19")));
-        assert!(pods.behind());
-        pods.stored(&watcher::Event::Delete(labelled_pod("c", None, "21")));
-        assert!(!pods.behind());
+        noting_writes(written.clone(), async { note_written(&pod("c", "20")) }).await;
+        pods.stored(&watcher::Event::Apply(pod("c", "19")));
+        assert!(!written.pending("u1").is_empty());
+        pods.stored(&watcher::Event::Delete(pod("c", "21")));
+        assert!(written.pending("u1").is_empty());
         // A wait that runs out reads the store as it is, and the next pass does not wait again.
-        noting_writes(written.clone(), async {
-            note_written(&labelled_pod("d", None, "30"));
-        })
-        .await;
-        written.caught_up(Duration::from_millis(20)).await;
-        assert!(!pods.behind());
+        noting_writes(written.clone(), async { note_written(&pod("d", "30")) }).await;
+        written.caught_up("u1", Duration::from_millis(20)).await;
+        assert!(written.pending("u1").is_empty());
     }
 
     #[test]
     fn only_configmaps_the_store_watches_are_waited_for() {
         let (caches, _writers) = Caches::new();
-        let cms = caches.written.of("ConfigMap").expect("cached");
-        let evidence = labelled_pod("e", Some("evidence"), "5").metadata;
+        let evidence = owned_by(labelled_pod("e", Some("evidence"), "5"), "u1").metadata;
         caches.written.note("ConfigMap", &evidence);
-        assert!(!cms.behind());
-        let table = labelled_pod("t", Some(Component::RankTable.as_str()), "6").metadata;
-        caches.written.note("ConfigMap", &table);
-        assert!(cms.behind());
-        caches.written.note("Role", &table);
+        assert!(caches.written.pending("u1").is_empty());
+        let table = owned_by(
+            labelled_pod("t", Some(Component::RankTable.as_str()), "6"),
+            "u1",
+        );
+        caches.written.note("ConfigMap", &table.metadata);
+        assert_eq!(caches.written.pending("u1"), [("ConfigMap", 6)]);
+        caches.written.note("Role", &table.metadata);
+        assert_eq!(
+            caches.written.pending("u1"),
+            [("ConfigMap", 6)],
+            "Roles are not cached"
+        );
     }
 
     #[test]

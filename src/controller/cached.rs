@@ -35,16 +35,54 @@ use crate::api::{labels, ACCEPTED_POD_CONDITION};
 /// The label the Job controller sets on its pods, naming their Job.
 pub const JOB_NAME_LABEL: &str = "job-name";
 
-/// The labels some pass reads on the operator's objects; the caches keep no other label.
+/// A label some pass reads on the operator's objects; the caches keep no other label, so a read
+/// of any other cannot be written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeptLabel {
+    /// [`labels::MANAGED_BY`].
+    ManagedBy,
+    /// [`labels::DEPLOYMENT`].
+    Deployment,
+    /// [`labels::ROLE`].
+    Role,
+    /// [`labels::GROUP`].
+    Group,
+    /// [`labels::RANK`].
+    Rank,
+    /// [`labels::REVISION`].
+    Revision,
+    /// [`labels::COMPONENT`].
+    Component,
+    /// [`JOB_NAME_LABEL`].
+    JobName,
+}
+
+impl KeptLabel {
+    /// The label's key.
+    pub const fn key(self) -> &'static str {
+        match self {
+            KeptLabel::ManagedBy => labels::MANAGED_BY,
+            KeptLabel::Deployment => labels::DEPLOYMENT,
+            KeptLabel::Role => labels::ROLE,
+            KeptLabel::Group => labels::GROUP,
+            KeptLabel::Rank => labels::RANK,
+            KeptLabel::Revision => labels::REVISION,
+            KeptLabel::Component => labels::COMPONENT,
+            KeptLabel::JobName => JOB_NAME_LABEL,
+        }
+    }
+}
+
+/// The keys of every [`KeptLabel`].
 const KEPT_LABELS: &[&str] = &[
-    labels::MANAGED_BY,
-    labels::DEPLOYMENT,
-    labels::ROLE,
-    labels::GROUP,
-    labels::RANK,
-    labels::REVISION,
-    labels::COMPONENT,
-    JOB_NAME_LABEL,
+    KeptLabel::ManagedBy.key(),
+    KeptLabel::Deployment.key(),
+    KeptLabel::Role.key(),
+    KeptLabel::Group.key(),
+    KeptLabel::Rank.key(),
+    KeptLabel::Revision.key(),
+    KeptLabel::Component.key(),
+    KeptLabel::JobName.key(),
 ];
 
 /// The annotations some pass reads on the operator's objects (the applied hash; the device
@@ -441,9 +479,9 @@ pub trait Cached: Slimmed + kube::Resource<DynamicType = ()> + Clone + 'static {
     /// The API type it stands for.
     type Api;
 
-    /// The value of the label `key` (only the labels some pass reads are kept).
-    fn label(&self, key: &str) -> Option<&str> {
-        self.slim().labels.get(key)
+    /// The value of a kept label.
+    fn label(&self, key: KeptLabel) -> Option<&str> {
+        self.slim().labels.get(key.key())
     }
 
     /// The object as a store keeps it: a copy without the decoded `ObjectMeta` the watch needs
@@ -1198,8 +1236,7 @@ mod tests {
             },
         }))
         .expect("decoded");
-        assert_eq!(pod.label(labels::DEPLOYMENT), Some("flash"));
-        assert_eq!(pod.label("team"), None);
+        assert_eq!(pod.label(KeptLabel::Deployment), Some("flash"));
         let back = pod.to_api();
         let keys = |m: &Option<BTreeMap<String, String>>| {
             m.iter()
@@ -1292,8 +1329,8 @@ mod tests {
             ("team/flash-serve-0-1", "flash-serve-0-1", Some("team"))
         );
         assert!(slim.owned_by("u-2") && !slim.owned_by("flash"));
-        assert_eq!(kept.label(labels::RANK), Some("1"));
-        assert_eq!(kept.label(labels::ROLE), None);
+        assert_eq!(kept.label(KeptLabel::Rank), Some("1"));
+        assert_eq!(kept.label(KeptLabel::Role), None);
     }
 
     #[test]
@@ -1382,7 +1419,7 @@ mod tests {
                 "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"a": "b"}}},
             }))
             .expect("decoded");
-        assert_eq!(budget.label(labels::DEPLOYMENT), Some("flash"));
+        assert_eq!(budget.label(KeptLabel::Deployment), Some("flash"));
         let back = budget.to_api();
         assert_eq!(back.spec, None);
         assert_eq!(crate::controller::build::applied_hash(&back), Some("h2"));

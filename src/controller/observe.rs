@@ -39,7 +39,7 @@ use serde::de::DeserializeOwned;
 
 use super::cached::{
     Cached, CachedClaim, CachedJob, CachedMeta, CachedPod, CachedPodGroup, CachedRevision,
-    JOB_NAME_LABEL,
+    KeptLabel, JOB_NAME_LABEL,
 };
 use super::error::Error;
 use crate::api::{labels, Component, DeepInferDeployment};
@@ -697,7 +697,7 @@ impl<K: Cached> Kept<K> {
         self.0.slim()
     }
 
-    fn label(&self, key: &str) -> Option<&str> {
+    fn label(&self, key: KeptLabel) -> Option<&str> {
         self.0.label(key)
     }
 
@@ -725,8 +725,8 @@ fn owned<K: Cached>(
         .owned_by(uid)
         .into_iter()
         .filter(|o| o.slim().namespace() == Some(ns))
-        .filter(|o| o.label(labels::DEPLOYMENT) == Some(deployment))
-        .filter(|o| component.is_none_or(|c| o.label(labels::COMPONENT) == Some(c.as_str())))
+        .filter(|o| o.label(KeptLabel::Deployment) == Some(deployment))
+        .filter(|o| component.is_none_or(|c| o.label(KeptLabel::Component) == Some(c.as_str())))
         .collect();
     owned.sort_by(|a, b| a.slim().name().cmp(b.slim().name()));
     owned

@@ -354,7 +354,7 @@ fn owner_refs(meta: &kube::core::ObjectMeta, ar: &ApiResource) -> Vec<ObjectRef<
 fn pod_owner_refs(pod: &cached::CachedPod, ar: &ApiResource) -> Vec<ObjectRef<CachedDeployment>> {
     let meta = pod.meta();
     let mut refs = owner_refs(meta, ar);
-    let deployment = pod.label(labels::DEPLOYMENT);
+    let deployment = pod.label(cached::KeptLabel::Deployment);
     if let (true, Some(name), Some(ns)) = (of_job(meta), deployment, meta.namespace.as_deref()) {
         let r = ObjectRef::new_with(name, ar.clone()).within(ns);
         if !refs.contains(&r) {

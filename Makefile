@@ -11,7 +11,7 @@ help: ## List targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
 .PHONY: provision
-provision: ## Install Debian packages, build/cache the control plane, fetch kubectl and helm
+provision: ## Install Debian packages, build/cache the control plane, kubectl and helm from Go modules
 	@e2e/bed/provision.sh
 
 .PHONY: build
@@ -34,10 +34,12 @@ run: cluster-up ## Bed + CRD + operator + a sample deployment, then show it
 bench: cluster-up ## Drive 1000 deployments to Ready, roll and restart them with a release-built operator; print figures and the floor (BENCH_ARGS="--resources N")
 	$(CARGO) build --release --bin deepinfer-operator
 	$(CARGO) build --release -p deepinfer-e2e --bin deepinfer-node-agent
+	@e2e/bed/stop-sample.sh
 	$(CARGO) run -q -p deepinfer-e2e --bin deepinfer-bench -- --operator target/release/deepinfer-operator --node-agent target/release/deepinfer-node-agent $(BENCH_ARGS)
 
 .PHONY: chaos
 chaos: cluster-up ## Fault scenarios beside the invariant monitor; prints one row per scenario (CHAOS_ARGS="--scenarios a,b --seed N")
+	@e2e/bed/stop-sample.sh
 	$(CARGO) run -q -p deepinfer-e2e --bin deepinfer-chaos -- $(CHAOS_ARGS)
 
 .PHONY: crds

@@ -22,7 +22,8 @@ fn chart() -> PathBuf {
     root().join("charts/deepinfer-operator")
 }
 
-/// A tool of the test bed: `.testbed/bin/<name>`, else the provisioned cache.
+/// A tool of the test bed: `.testbed/bin/<name>`, else the provisioned cache (each tool in a
+/// directory of its own, keyed by version).
 fn tool(name: &str) -> PathBuf {
     let bed = std::env::var_os("DEEPINFER_TESTBED")
         .map(PathBuf::from)
@@ -41,14 +42,13 @@ fn tool(name: &str) -> PathBuf {
         .into_iter()
         .flatten()
         .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with("tools-"))
         .map(|e| e.path().join(name))
         .filter(|p| p.exists())
         .collect();
     found.sort();
     found.pop().unwrap_or_else(|| {
         panic!(
-            "no `{name}` binary in {} or {}/tools-*/; run `make provision`",
+            "no `{name}` binary in {} or {}/*/; run `make provision`",
             bed.join("bin").display(),
             cache.display()
         )

@@ -7,7 +7,8 @@ source "$bed_here/versions.env"
 cache="${DEEPINFER_CACHE:-$HOME/.cache/deepinfer-operator}"
 # The cache key covers the pinned module graph, so a changed go.mod/go.sum rebuilds.
 k8s_dir="$cache/k8s-$K8S_VERSION-$(cat "$bed_here/k8s/go.mod" "$bed_here/k8s/go.sum" | sha256sum | cut -c1-8)"
-tools_dir="$cache/tools-$KUBECTL_LAYER_VERSION"
+# helm, keyed the same way by its own module graph; cluster-up links $bed/bin/helm to it.
+tools_dir="$cache/helm-$HELM_VERSION-$(cat "$bed_here/helm/go.mod" "$bed_here/helm/go.sum" | sha256sum | cut -c1-8)"
 
 # Stops the process whose PID the file $1 records (TERM, up to 5 s, then KILL) and removes the file.
 stop_recorded() {

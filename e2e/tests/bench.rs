@@ -5,7 +5,7 @@
 
 use std::process::Command;
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
 const RESOURCES: u64 = 4;
 
@@ -190,6 +190,91 @@ fn bench_drives_every_resource_to_ready_and_prints_every_figure() {
             "operator / floor for {phase}: {figures}"
         );
     }
+}
+
+/// The floor replays what the operator did. Where the operator deleted an object and created
+/// one of the same name again, the floor's create waits until the deleted object is gone — here
+/// held by a finalizer for a few seconds after the delete — instead of ending the benchmark with
+/// 409 AlreadyExists.
+#[tokio::test]
+async fn the_floor_creates_a_name_again_once_the_deleted_object_is_gone() {
+    use deepinfer_e2e::support::{self, TestNamespace};
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::{Api, Patch, PatchParams};
+    use std::time::{Duration, Instant};
+
+    const HOLD: &str = "bench.deepinfer.io/hold";
+    let client = support::client().await;
+    let ns = TestNamespace::new(&client, "bench-replay").await;
+    let config_map = |run: &str, finalizers: &[&str]| {
+        json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "spec", "finalizers": finalizers},
+            "data": {"run": run},
+        })
+    };
+    let steps = json!([
+        {"create": config_map("1", &[HOLD])},
+        {"delete": {"kind": "ConfigMap", "name": "spec"}},
+        {"create": config_map("2", &[])},
+    ]);
+    let file = std::env::temp_dir().join(format!("{}-steps.json", ns.name));
+    std::fs::write(&file, steps.to_string()).expect("writing the steps");
+    let replay = Command::new(env!("CARGO_BIN_EXE_deepinfer-bench"))
+        .args(["--timeout-seconds", "60", "--replay"])
+        .arg(&file)
+        .args(["--replay-namespace", &ns.name])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("running deepinfer-bench --replay");
+
+    // The first ConfigMap's delete is under way: hold it 3 s more, then let it finish. (On any
+    // outcome: a held object would keep the namespace from going.)
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    let start = Instant::now();
+    let mut deleting = false;
+    while !deleting && start.elapsed() < Duration::from_secs(60) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        deleting = config_maps
+            .get_opt("spec")
+            .await
+            .ok()
+            .flatten()
+            .is_some_and(|cm| cm.metadata.deletion_timestamp.is_some());
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let release = Patch::Merge(json!({"metadata": {"finalizers": null}}));
+    let released = config_maps
+        .patch("spec", &PatchParams::default(), &release)
+        .await;
+    let out = tokio::task::spawn_blocking(|| replay.wait_with_output())
+        .await
+        .expect("waiting for deepinfer-bench")
+        .expect("deepinfer-bench's output");
+    let _ = std::fs::remove_file(&file);
+    assert!(deleting, "the floor deleted the first ConfigMap");
+    assert!(
+        out.status.success(),
+        "the replay failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    released.expect("the first ConfigMap held until released");
+    let spec = config_maps
+        .get("spec")
+        .await
+        .expect("the ConfigMap created again");
+    assert!(
+        spec.metadata.deletion_timestamp.is_none(),
+        "the second ConfigMap is not being deleted: {spec:?}"
+    );
+    assert_eq!(
+        spec.data.and_then(|d| d.get("run").cloned()).as_deref(),
+        Some("2"),
+        "the ConfigMap of the second create"
+    );
 }
 
 /// A process's state and parent, from `/proc/<pid>/stat` (`pid (comm) state ppid ...`; the

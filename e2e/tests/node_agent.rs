@@ -232,3 +232,313 @@ async fn an_executed_container_starts_late_on_request() {
     assert!(started >= 3.0, "started {started:.1}s after creation");
     assert_eq!((reason.as_str(), code), ("Error", 137));
 }
+
+/// The stand-in engine serving `/health` on port 8000 of its pod (see
+/// `deepinfer-fake-engine`), with `args`.
+fn serving_engine(args: &[&str]) -> serde_json::Value {
+    let mut command = vec![
+        support::fake_engine().display().to_string(),
+        "--model_name".into(),
+        "/".into(),
+    ];
+    command.extend(args.iter().map(|a| a.to_string()));
+    json!(command)
+}
+
+/// A host path for a test to create and remove, gone when dropped.
+struct Flag(std::path::PathBuf);
+
+impl Flag {
+    fn new(name: &str) -> Self {
+        Flag(std::env::temp_dir().join(name))
+    }
+
+    fn path(&self) -> String {
+        self.0.display().to_string()
+    }
+
+    fn set(&self, on: bool) {
+        if on {
+            std::fs::write(&self.0, b"").expect("creating a flag file");
+        } else {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+}
+
+impl Drop for Flag {
+    fn drop(&mut self) {
+        self.set(false);
+    }
+}
+
+#[tokio::test]
+async fn probes_decide_when_an_executed_container_is_started_ready_and_restarted() {
+    let client = support::client().await;
+    let ns = TestNamespace::new(&client, "agent-probes").await;
+    let pods: Api<Pod> = Api::namespaced(client, &ns.name);
+    let wedged = Flag::new(&format!("deepinfer-{}-wedged", ns.name));
+    let dead = Flag::new(&format!("deepinfer-{}-dead", ns.name));
+    create(&pods, json!({
+        "metadata": {"name": "engine"},
+        "spec": {"containers": [{
+            "name": "engine", "image": "deepinfer-operator:dev",
+            "command": serving_engine(&["--load-seconds", "3", "--unresponsive-file", &wedged.path()]),
+            "ports": [{"name": "serve", "containerPort": 8000}],
+            "startupProbe": {"tcpSocket": {"port": 8000}, "periodSeconds": 1, "failureThreshold": 10},
+            "readinessProbe": {"httpGet": {"path": "/health", "port": "serve"}, "periodSeconds": 1,
+                               "failureThreshold": 1},
+            "livenessProbe": {"exec": {"command": ["sh", "-c", format!("test ! -e {}", dead.path())]},
+                              "periodSeconds": 1, "failureThreshold": 2}
+        }]}
+    }))
+    .await;
+    // Listening at once: started; answering 503 while it loads: not ready yet.
+    support::eventually(TIMEOUT, "the engine started but not ready", || async {
+        let c = first_container(&pods.get("engine").await.ok()?)?;
+        (c.started == Some(true) && !c.ready).then_some(())
+    })
+    .await;
+    let ready = || async {
+        let p = pods.get("engine").await.ok()?;
+        (condition(&p, "Ready")? == "True").then_some(p)
+    };
+    support::eventually(TIMEOUT, "the pod Ready once /health answers 200", ready).await;
+
+    wedged.set(true);
+    support::eventually(
+        TIMEOUT,
+        "the pod unready while /health is silent",
+        || async {
+            let p = pods.get("engine").await.ok()?;
+            let c = first_container(&p)?;
+            (condition(&p, "Ready")? == "False" && !c.ready && c.state?.running.is_some())
+                .then_some(())
+        },
+    )
+    .await;
+    wedged.set(false);
+    let back = support::eventually(TIMEOUT, "the pod Ready again", ready).await;
+    assert_eq!(
+        first_container(&back).map(|c| c.restart_count),
+        Some(0),
+        "readiness never restarts"
+    );
+
+    dead.set(true);
+    let restarted = support::eventually(TIMEOUT, "the liveness probe to restart it", || async {
+        let c = first_container(&pods.get("engine").await.ok()?)?;
+        let last = c.last_state?.terminated?;
+        (c.restart_count >= 1).then_some(last)
+    })
+    .await;
+    assert_ne!(restarted.exit_code, 0, "killed: {restarted:?}");
+    dead.set(false);
+    let p = support::eventually(TIMEOUT, "the restarted container Ready", ready).await;
+    let c = first_container(&p).expect("status");
+    assert!(c.started == Some(true) && c.restart_count >= 1);
+}
+
+#[tokio::test]
+async fn a_container_past_its_startup_budget_is_restarted_and_never_ready() {
+    let client = support::client().await;
+    let ns = TestNamespace::new(&client, "agent-startup").await;
+    let pods: Api<Pod> = Api::namespaced(client, &ns.name);
+    create(&pods, json!({
+        "metadata": {"name": "engine"},
+        "spec": {"containers": [{
+            "name": "engine", "image": "deepinfer-operator:dev",
+            "command": serving_engine(&["--load-seconds", "600"]),
+            "ports": [{"name": "serve", "containerPort": 8000}],
+            "startupProbe": {"httpGet": {"path": "/health", "port": "serve"}, "periodSeconds": 1,
+                             "failureThreshold": 2}
+        }]}
+    }))
+    .await;
+    let c = support::eventually(TIMEOUT, "a restart past the startup budget", || async {
+        let c = first_container(&pods.get("engine").await.ok()?)?;
+        c.last_state.as_ref()?.terminated.as_ref()?;
+        (c.restart_count >= 1).then_some(c)
+    })
+    .await;
+    let last = c.last_state.and_then(|s| s.terminated).expect("terminated");
+    assert_ne!(last.exit_code, 0, "killed: {last:?}");
+    let p = pods.get("engine").await.expect("pod");
+    assert_eq!(condition(&p, "Ready").as_deref(), Some("False"));
+    let c = first_container(&p).expect("status");
+    assert!(!c.ready && c.started != Some(true), "{c:?}");
+}
+
+/// A number no other process on the machine has on its command line: `sleep` takes it as its
+/// duration, and it identifies the processes of one test.
+fn marker(ns: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or_default();
+    format!("{}.{nanos:09}{}", 900 + ns.len(), std::process::id())
+}
+
+/// Processes whose command line holds `marker`.
+fn processes_with(marker: &str) -> usize {
+    let out = std::process::Command::new("pgrep")
+        .args(["-f", marker])
+        .output()
+        .expect("pgrep");
+    String::from_utf8_lossy(&out.stdout).lines().count()
+}
+
+/// A container that starts one process in a session of its own (as the acceptance runner
+/// starts its engine in a process group of its own), then waits: both sleep `marker` seconds.
+fn escaping_container(marker: &str) -> serde_json::Value {
+    json!({
+        "name": "c", "image": "deepinfer-operator:dev",
+        "command": ["sh", "-c", format!("setsid sleep {marker} & sleep {marker}")]
+    })
+}
+
+#[tokio::test]
+async fn a_deleted_pods_processes_all_end_even_those_outside_its_process_group() {
+    let client = support::client().await;
+    let ns = TestNamespace::new(&client, "agent-escape").await;
+    let pods: Api<Pod> = Api::namespaced(client, &ns.name);
+    let marker = marker(&ns.name);
+    create(
+        &pods,
+        json!({"metadata": {"name": "p"}, "spec": {"containers": [escaping_container(&marker)]}}),
+    )
+    .await;
+    support::eventually(TIMEOUT, "both processes to run", || async {
+        (processes_with(&marker) >= 2).then_some(())
+    })
+    .await;
+    pods.delete("p", &kube::api::DeleteParams::default())
+        .await
+        .expect("delete");
+    support::eventually(TIMEOUT, "the pod to be gone", || async {
+        pods.get_opt("p")
+            .await
+            .ok()
+            .and_then(|p| p.is_none().then_some(()))
+    })
+    .await;
+    assert_eq!(
+        processes_with(&marker),
+        0,
+        "no process of a deleted pod outlives it"
+    );
+}
+
+/// A node agent of this test's own, on one node of its own (tainted, so nothing else lands
+/// there), beside the bed's agent; killed and its node deleted when dropped.
+struct OwnAgent {
+    child: std::process::Child,
+    node: String,
+    dir: std::path::PathBuf,
+}
+
+impl OwnAgent {
+    fn start(ns: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("deepinfer-agent-{ns}"));
+        std::fs::create_dir_all(&dir).expect("agent directory");
+        let topology = dir.join("topology.yaml");
+        std::fs::write(
+            &topology,
+            format!(
+                "pools:\n- name: {ns}\n  taints: [{{key: deepinfer.io/test-dedicated, value: {ns}, effect: NoSchedule}}]\n"
+            ),
+        )
+        .expect("topology");
+        let log = std::fs::File::create(dir.join("agent.log")).expect("agent log");
+        let operator = support::repo_root().join("target/debug/deepinfer-operator");
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_deepinfer-node-agent"))
+            .arg("--kubeconfig")
+            .arg(support::kubeconfig())
+            .arg("--topology")
+            .arg(&topology)
+            .arg("--state-dir")
+            .arg(dir.join("state"))
+            .arg("--own-binary")
+            .arg(format!("deepinfer-operator={}", operator.display()))
+            .args(["--workers", "2"])
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("starting a node agent");
+        OwnAgent {
+            child,
+            node: format!("{ns}-0"),
+            dir,
+        }
+    }
+
+    /// Sends SIGTERM and waits for the agent to exit.
+    async fn terminate(&mut self) -> std::process::ExitStatus {
+        let pid = self.child.id().to_string();
+        let sent = std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("kill");
+        assert!(sent.success(), "SIGTERM to the agent");
+        let deadline = std::time::Instant::now() + TIMEOUT;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("waiting for the agent") {
+                return status;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the agent did not exit within {TIMEOUT:?} of SIGTERM"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+impl Drop for OwnAgent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        support::kubectl(&["delete", "node", &self.node, "--wait=false"]);
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[tokio::test]
+async fn a_node_agent_ends_every_process_it_started_when_it_is_stopped() {
+    let client = support::client().await;
+    let ns = TestNamespace::new(&client, "agent-stop").await;
+    let mut agent = OwnAgent::start(&ns.name);
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    support::eventually(TIMEOUT, "the agent's node to register", || async {
+        nodes.get_opt(&agent.node).await.ok().flatten()
+    })
+    .await;
+    let pods: Api<Pod> = Api::namespaced(client, &ns.name);
+    let marker = marker(&ns.name);
+    create(
+        &pods,
+        json!({"metadata": {"name": "p"},
+               "spec": {"nodeName": agent.node, "containers": [escaping_container(&marker)]}}),
+    )
+    .await;
+    support::eventually(TIMEOUT, "both processes to run", || async {
+        (processes_with(&marker) >= 2).then_some(())
+    })
+    .await;
+    let status = agent.terminate().await;
+    assert!(
+        status.success(),
+        "the agent exits cleanly on SIGTERM: {status}"
+    );
+    assert_eq!(
+        processes_with(&marker),
+        0,
+        "no process the agent started outlives it"
+    );
+    // Its pod stays behind on a node without a kubelet: removed here.
+    let force = kube::api::DeleteParams {
+        grace_period_seconds: Some(0),
+        ..Default::default()
+    };
+    let _ = pods.delete("p", &force).await;
+}

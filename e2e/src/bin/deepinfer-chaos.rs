@@ -33,7 +33,7 @@ use deepinfer_e2e::monitor::{Limits, Monitor, Violation};
 use deepinfer_e2e::operator_process::{free_address, OperatorProcess};
 use deepinfer_e2e::support::{self, TestNamespace};
 use deepinfer_operator::api::DeepInferDeployment;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::{json, Value};
@@ -344,50 +344,37 @@ fn watch_leadership(
     (seen, task)
 }
 
-/// Writes the operator replicas sent in namespace `ns` (from the bed's audit log, by the
-/// User-Agent naming each replica), other than to Leases: (replica, time, verb, object).
-fn replica_writes(
-    ns: &str,
-    since: k8s_openapi::jiff::Timestamp,
-) -> Vec<(String, k8s_openapi::jiff::Timestamp, String, String)> {
-    let log = support::bed_dir().join("logs/audit.log");
-    let text = std::fs::read_to_string(&log).unwrap_or_default();
-    let mut out = Vec::new();
-    for line in text.lines() {
-        let Ok(e) = serde_json::from_str::<Value>(line) else {
-            continue;
-        };
-        let agent = e["userAgent"].as_str().unwrap_or("");
-        let Some(replica) = agent
-            .strip_prefix("deepinfer-operator/")
-            .and_then(|rest| rest.split_once(" ("))
-            .and_then(|(_, r)| r.strip_suffix(')'))
-        else {
-            continue;
-        };
-        let object = &e["objectRef"];
-        if object["namespace"].as_str() != Some(ns) || object["resource"] == "leases" {
-            continue;
-        }
-        let Some(at) = e["requestReceivedTimestamp"]
-            .as_str()
-            .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
-            .filter(|t| *t >= since)
-        else {
-            continue;
-        };
-        out.push((
-            replica.to_string(),
-            at,
-            e["verb"].as_str().unwrap_or("").to_string(),
-            format!(
-                "{}/{}",
-                object["resource"].as_str().unwrap_or(""),
-                object["name"].as_str().unwrap_or("")
-            ),
-        ));
+/// The Lease the replicas of the leader-kill scenario elect their leader with.
+const LEADER_LEASE: &str = "deepinfer-chaos-leader";
+
+/// The operator replicas of the leader-kill scenario, each with its identity (`replica-<n>`).
+struct Replicas<'a> {
+    bed: &'a Bed,
+    ns: &'a str,
+    log: &'a std::path::Path,
+    running: Vec<(String, OperatorProcess)>,
+    started: usize,
+}
+
+impl Replicas<'_> {
+    /// Starts one more replica with leader election.
+    fn start(&mut self) {
+        let identity = format!("replica-{}", self.started);
+        let process = self.bed.operator_with(
+            self.ns,
+            self.log,
+            &[
+                "--leader-elect",
+                "--leader-election-id",
+                LEADER_LEASE,
+                "--leader-election-namespace",
+                self.ns,
+            ],
+            &[("POD_NAME", &identity)],
+        );
+        self.running.push((identity, process));
+        self.started += 1;
     }
-    out
 }
 
 /// Two replicas with leader election; the leader SIGKILLed `kills` times (a new standby started
@@ -395,33 +382,22 @@ fn replica_writes(
 /// acquireTime; the goal is lease duration + 2 s) and proves from the audit log that every write
 /// came from the replica holding the Lease at that moment.
 async fn leader_kill(bed: &Bed, rng: &mut Rng, deployments: usize, kills: usize) -> Row {
-    const LEASE_SECONDS: f64 = 15.0;
     let mut row = Row::new("leader-kill");
     let ns = TestNamespace::new(&bed.client, "chaos-leader").await;
     support::checkpoint_claim(&ns.name, "ckpt", &support::fixture_checkpoint(), "model");
     let monitor = Monitor::start(&bed.client, &ns.name, LICENSES, Limits::default());
     let log = std::env::temp_dir().join(format!("deepinfer-chaos-{}.log", ns.name));
-    let lease = "deepinfer-chaos-leader";
-    let start_replica = |n: usize| {
-        let identity = format!("replica-{n}");
-        let process = bed.operator_with(
-            &ns.name,
-            &log,
-            &[
-                "--leader-elect",
-                "--leader-election-id",
-                lease,
-                "--leader-election-namespace",
-                &ns.name,
-            ],
-            &[("POD_NAME", &identity)],
-        );
-        (identity, process)
-    };
     let since = k8s_openapi::jiff::Timestamp::now();
-    let (leadership, sampler) = watch_leadership(&bed.client, &ns.name, lease);
-    let mut replicas: Vec<(String, OperatorProcess)> = vec![start_replica(0), start_replica(1)];
-    let mut started = 2;
+    let (leadership, sampler) = watch_leadership(&bed.client, &ns.name, LEADER_LEASE);
+    let mut replicas = Replicas {
+        bed,
+        ns: &ns.name,
+        log: &log,
+        running: Vec::new(),
+        started: 0,
+    };
+    replicas.start();
+    replicas.start();
     let api: Api<DeepInferDeployment> = Api::namespaced(bed.client.clone(), &ns.name);
     let names: Vec<String> = (0..deployments).map(|i| format!("l{i:02}")).collect();
     let phases = [Phase::Create, Phase::Rollout, Phase::Scale, Phase::Delete];
@@ -430,52 +406,7 @@ async fn leader_kill(bed: &Bed, rng: &mut Rng, deployments: usize, kills: usize)
         let here = kills / phases.len() + usize::from(p < kills % phases.len());
         for _ in 0..here {
             tokio::time::sleep(Duration::from_millis(rng.below(2500))).await;
-            let Some(leader) = support::lease_holder(&bed.client, &ns.name, lease).await else {
-                row.failures.push("no leader to kill".into());
-                continue;
-            };
-            let Some(at) = replicas.iter().position(|(id, _)| *id == leader) else {
-                row.failures
-                    .push(format!("the Lease names {leader}, which is not running"));
-                continue;
-            };
-            let (_, mut process) = replicas.remove(at);
-            monitor.outage_started(Instant::now());
-            process.kill_hard();
-            let killed = k8s_openapi::jiff::Timestamp::now();
-            row.faults += 1;
-            replicas.push(start_replica(started));
-            started += 1;
-            row.restarts += 1;
-            // Take-over: the next holder's acquireTime after the kill.
-            let took = converge(Duration::from_secs(60), || async {
-                leadership
-                    .lock()
-                    .map(|l| l.iter().any(|(h, t)| *h != leader && *t > killed))
-                    .unwrap_or(false)
-            })
-            .await;
-            let acquired = leadership.lock().ok().and_then(|l| {
-                l.iter()
-                    .find(|(h, t)| *h != leader && *t > killed)
-                    .map(|(_, t)| *t)
-            });
-            // Until a successor leads, no operator can act on anything.
-            monitor.outage_ended(Instant::now());
-            match (took, acquired) {
-                (Some(_), Some(t)) => {
-                    let seconds = t.duration_since(killed).as_secs_f64();
-                    row.converge.push(seconds);
-                    if seconds > LEASE_SECONDS + 2.0 {
-                        row.failures.push(format!(
-                            "take-over after killing {leader} took {seconds:.1} s (lease {LEASE_SECONDS} s + 2 s)"
-                        ));
-                    }
-                }
-                _ => row.failures.push(format!(
-                    "no replica took over within 60 s after killing {leader}"
-                )),
-            }
+            kill_leader(&mut replicas, &leadership, &monitor, &mut row).await;
         }
         phase_converged(bed, &ns.name, &names, *phase, &mut row).await;
     }
@@ -484,15 +415,89 @@ async fn leader_kill(bed: &Bed, rng: &mut Rng, deployments: usize, kills: usize)
     sampler.abort();
     row.violations = monitor.stop().await;
     row.panics = panics_in(&log);
-    // Every write in the namespace came from the replica that held the Lease when it was sent.
     let leaders = leadership.lock().map(|l| l.clone()).unwrap_or_default();
-    let writes = replica_writes(&ns.name, since);
+    check_writes_by_leader(&ns.name, since, &leaders, &mut row);
+    row
+}
+
+/// SIGKILLs the replica holding the Lease and starts a new standby; the take-over (kill → the
+/// successor's acquireTime) may take the lease duration + 2 s.
+async fn kill_leader(
+    replicas: &mut Replicas<'_>,
+    leadership: &std::sync::Mutex<Leadership>,
+    monitor: &Monitor,
+    row: &mut Row,
+) {
+    const LEASE_SECONDS: f64 = 15.0;
+    let Some(leader) = support::lease_holder(&replicas.bed.client, replicas.ns, LEADER_LEASE).await
+    else {
+        row.failures.push("no leader to kill".into());
+        return;
+    };
+    let Some(at) = replicas.running.iter().position(|(id, _)| *id == leader) else {
+        row.failures
+            .push(format!("the Lease names {leader}, which is not running"));
+        return;
+    };
+    let (_, mut process) = replicas.running.remove(at);
+    monitor.outage_started(Instant::now());
+    process.kill_hard();
+    let killed = k8s_openapi::jiff::Timestamp::now();
+    row.faults += 1;
+    replicas.start();
+    row.restarts += 1;
+    // Take-over: the next holder's acquireTime after the kill.
+    let took = converge(Duration::from_secs(60), || async {
+        leadership
+            .lock()
+            .map(|l| l.iter().any(|(h, t)| *h != leader && *t > killed))
+            .unwrap_or(false)
+    })
+    .await;
+    let acquired = leadership.lock().ok().and_then(|l| {
+        l.iter()
+            .find(|(h, t)| *h != leader && *t > killed)
+            .map(|(_, t)| *t)
+    });
+    // Until a successor leads, no operator can act on anything.
+    monitor.outage_ended(Instant::now());
+    match (took, acquired) {
+        (Some(_), Some(t)) => {
+            let seconds = t.duration_since(killed).as_secs_f64();
+            row.converge.push(seconds);
+            if seconds > LEASE_SECONDS + 2.0 {
+                row.failures.push(format!(
+                    "take-over after killing {leader} took {seconds:.1} s (lease {LEASE_SECONDS} s + 2 s)"
+                ));
+            }
+        }
+        _ => row.failures.push(format!(
+            "no replica took over within 60 s after killing {leader}"
+        )),
+    }
+}
+
+/// Every write in namespace `ns` since `since` (the audit log) came from the replica that held
+/// the Lease when it was sent, as `leaders` sampled it.
+fn check_writes_by_leader(
+    ns: &str,
+    since: k8s_openapi::jiff::Timestamp,
+    leaders: &Leadership,
+    row: &mut Row,
+) {
+    let writes = deepinfer_e2e::audit::replica_writes(ns, since);
     if writes.is_empty() {
         row.failures
             .push("the audit log shows no write by any replica".into());
     }
     let mut by_non_leader = 0;
-    for (replica, at, verb, object) in &writes {
+    for deepinfer_e2e::audit::ReplicaWrite {
+        replica,
+        at,
+        verb,
+        object,
+    } in &writes
+    {
         let holder = leaders
             .iter()
             .rev()
@@ -513,15 +518,12 @@ async fn leader_kill(bed: &Bed, rng: &mut Rng, deployments: usize, kills: usize)
         writes.len(),
         leaders.len()
     );
-    row
 }
 
 /// A node lost while serving: the node of one group stops its heartbeats (NotReady), then its
 /// Node object is deleted. The group is recreated whole on other capacity, the other group keeps
 /// its pod, and the bed's node agent is restarted afterwards to bring the node back.
 async fn node_loss(bed: &Bed) -> Row {
-    use deepinfer_e2e::faults;
-    use k8s_openapi::api::core::v1::Node;
     let mut row = Row::new("node-loss");
     let ns = TestNamespace::new(&bed.client, "chaos-node").await;
     support::checkpoint_claim(&ns.name, "ckpt", &support::fixture_checkpoint(), "model");
@@ -529,67 +531,23 @@ async fn node_loss(bed: &Bed) -> Row {
     let log = std::env::temp_dir().join(format!("deepinfer-chaos-{}.log", ns.name));
     let operator = bed.operator(&ns.name, &log);
     let api: Api<DeepInferDeployment> = Api::namespaced(bed.client.clone(), &ns.name);
-    // Two groups of one 8-GPU pod: one node each.
-    let mut did = deployment("lost", "0123456789abcdef0123456789abcdef01234567", 2);
-    did["spec"]["accelerator"]["devicesPerPod"] = json!(8);
-    did["spec"]["roles"] = json!([{"name": "worker", "replicas": 2, "parallel": {"tensor": 8}}]);
-    let did: DeepInferDeployment = serde_json::from_value(did).expect("valid deployment");
-    api.create(&PostParams::default(), &did)
-        .await
-        .expect("create");
     let names = vec!["lost".to_string()];
-    if converge(Duration::from_secs(180), || {
-        reached(&bed.client, &ns.name, &names, Phase::Create)
-    })
-    .await
-    .is_none()
-    {
+    if !two_groups_of_one_node_ready(bed, &api, &ns.name, &names).await {
         row.failures.push("not Ready before the node loss".into());
         return row;
     }
     let pods: Api<Pod> = Api::namespaced(bed.client.clone(), &ns.name);
-    let before = pods
-        .list(&ListParams::default().labels("deepinfer.io/component=worker"))
-        .await
-        .map(|l| l.items)
-        .unwrap_or_default();
-    let node_of = |p: &Pod| p.spec.as_ref().and_then(|s| s.node_name.clone());
+    let before = worker_pods(&pods).await;
     let (Some(victim), Some(survivor)) = (before.first(), before.get(1)) else {
         row.failures
             .push(format!("{} worker pods, not 2", before.len()));
         return row;
     };
     let (lost_node, survivor_uid) = (node_of(victim).unwrap_or_default(), survivor.uid());
-    let nodes: Api<Node> = Api::all(bed.client.clone());
-    let annotate = json!({"metadata": {"annotations": {faults::NODE_NOT_READY: "true"}}});
-    let _ = nodes
-        .patch(&lost_node, &PatchParams::default(), &Patch::Merge(annotate))
-        .await;
-    row.faults += 1;
-    let lost_at = Instant::now();
-    let not_ready = converge(Duration::from_secs(120), || async {
-        nodes.get(&lost_node).await.ok().is_some_and(|n| {
-            n.status
-                .and_then(|s| s.conditions)
-                .unwrap_or_default()
-                .iter()
-                .any(|c| c.type_ == "Ready" && c.status != "True")
-        })
-    })
-    .await;
-    if not_ready.is_none() {
-        row.failures
-            .push(format!("{lost_node} never went NotReady"));
-    }
-    let _ = nodes.delete(&lost_node, &DeleteParams::default()).await;
-    row.faults += 1;
+    let lost_at = lose_node(bed, &lost_node, &mut row).await;
     // The group is back whole on another node, the other group untouched.
     let recovered = converge(Duration::from_secs(240), || async {
-        let now = pods
-            .list(&ListParams::default().labels("deepinfer.io/component=worker"))
-            .await
-            .map(|l| l.items)
-            .unwrap_or_default();
+        let now = worker_pods(&pods).await;
         let live: Vec<&Pod> = now
             .iter()
             .filter(|p| p.metadata.deletion_timestamp.is_none())
@@ -609,12 +567,11 @@ async fn node_loss(bed: &Bed) -> Row {
         )),
     }
     // The other group kept its pod all along.
-    let still = pods
-        .list(&ListParams::default().labels("deepinfer.io/component=worker"))
+    if !worker_pods(&pods)
         .await
-        .map(|l| l.items)
-        .unwrap_or_default();
-    if !still.iter().any(|p| p.uid() == survivor_uid) {
+        .iter()
+        .any(|p| p.uid() == survivor_uid)
+    {
         row.failures
             .push("the group on a healthy node was replaced too".into());
     }
@@ -623,18 +580,87 @@ async fn node_loss(bed: &Bed) -> Row {
     drop(operator);
     row.violations = monitor.stop().await;
     row.panics = panics_in(&log);
-    // Bring the node back: the agent registers its nodes again when it starts.
+    bring_node_back(bed, &lost_node, &mut row).await;
+    row
+}
+
+/// Creates deployment `lost` of two groups of one 8-GPU pod (one node each); whether it is
+/// Ready within 180 s.
+async fn two_groups_of_one_node_ready(
+    bed: &Bed,
+    api: &Api<DeepInferDeployment>,
+    ns: &str,
+    names: &[String],
+) -> bool {
+    let mut did = deployment("lost", "0123456789abcdef0123456789abcdef01234567", 2);
+    did["spec"]["accelerator"]["devicesPerPod"] = json!(8);
+    did["spec"]["roles"] = json!([{"name": "worker", "replicas": 2, "parallel": {"tensor": 8}}]);
+    let did: DeepInferDeployment = serde_json::from_value(did).expect("valid deployment");
+    api.create(&PostParams::default(), &did)
+        .await
+        .expect("create");
+    converge(Duration::from_secs(180), || {
+        reached(&bed.client, ns, names, Phase::Create)
+    })
+    .await
+    .is_some()
+}
+
+/// The worker pods in the namespace of `pods` (none if the list fails).
+async fn worker_pods(pods: &Api<Pod>) -> Vec<Pod> {
+    pods.list(&ListParams::default().labels("deepinfer.io/component=worker"))
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+}
+
+fn node_of(p: &Pod) -> Option<String> {
+    p.spec.as_ref().and_then(|s| s.node_name.clone())
+}
+
+/// Whether node `name` reports a Ready condition that is `True` (`ready`) or not (`!ready`).
+async fn node_ready_is(nodes: &Api<Node>, name: &str, ready: bool) -> bool {
+    nodes.get(name).await.ok().is_some_and(|n| {
+        n.status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == "Ready" && (c.status == "True") == ready)
+    })
+}
+
+/// Stops the heartbeats of node `lost_node` until it is NotReady, then deletes its Node object;
+/// returns when the loss began.
+async fn lose_node(bed: &Bed, lost_node: &str, row: &mut Row) -> Instant {
+    use deepinfer_e2e::faults;
+    let nodes: Api<Node> = Api::all(bed.client.clone());
+    let annotate = json!({"metadata": {"annotations": {faults::NODE_NOT_READY: "true"}}});
+    let _ = nodes
+        .patch(lost_node, &PatchParams::default(), &Patch::Merge(annotate))
+        .await;
+    row.faults += 1;
+    let lost_at = Instant::now();
+    let not_ready = converge(Duration::from_secs(120), || {
+        node_ready_is(&nodes, lost_node, false)
+    })
+    .await;
+    if not_ready.is_none() {
+        row.failures
+            .push(format!("{lost_node} never went NotReady"));
+    }
+    let _ = nodes.delete(lost_node, &DeleteParams::default()).await;
+    row.faults += 1;
+    lost_at
+}
+
+/// Brings node `lost_node` back: the agent registers its nodes again when it starts.
+async fn bring_node_back(bed: &Bed, lost_node: &str, row: &mut Row) {
     if !bed_script("restart.sh", &["node-agent"]) {
         row.failures.push("restarting the node agent failed".into());
     }
-    let back = converge(Duration::from_secs(60), || async {
-        nodes.get(&lost_node).await.ok().is_some_and(|n| {
-            n.status
-                .and_then(|s| s.conditions)
-                .unwrap_or_default()
-                .iter()
-                .any(|c| c.type_ == "Ready" && c.status == "True")
-        })
+    let nodes: Api<Node> = Api::all(bed.client.clone());
+    let back = converge(Duration::from_secs(60), || {
+        node_ready_is(&nodes, lost_node, true)
     })
     .await;
     if back.is_none() {
@@ -642,7 +668,6 @@ async fn node_loss(bed: &Bed) -> Row {
             "{lost_node} did not come back after the agent restarted"
         ));
     }
-    row
 }
 
 /// Waits up to 180 s for every deployment to reach `phase`'s goal; a failure on `row` if not.

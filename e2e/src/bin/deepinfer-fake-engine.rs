@@ -21,6 +21,14 @@
 //!   log links to the service-account token path, hoping that whoever reads them next (and holds
 //!   a token there) copies the token into the evidence.
 //!
+//! Started without `--prompts` and `--output`, as a serving pod's engine (only the serving
+//! arguments), it serves instead: `GET /health` on the serve port answers 503 while it "loads"
+//! (`--load-seconds S`, default 0) and 200 after, and while the file named by
+//! `--unresponsive-file PATH` exists it stops answering (a request's connection is held open
+//! without a reply), which is how the test bed makes an engine stop answering its probes. It
+//! listens on the pod's address that the bed's node agent gives it (`SIM_POD_LOOPBACK_IP`),
+//! else on every address. The acceptance run gets the same serving flags and ignores these two.
+//!
 //! Inside an engine container it first checks the engine contract's environment
 //! (docs/engine-contract.md) and refuses to start when a required variable is missing or the
 //! contract version differs; given `RANK_TABLE_FILE`, it waits until that rank table says
@@ -68,19 +76,20 @@ struct Args {
     /// Model directory; must exist (as the real engine needs it), it is not read.
     #[arg(long = "model_name", alias = "model-name")]
     model_name: PathBuf,
-    /// Prompts file (JSON lines) written by the acceptance runner.
-    #[arg(long)]
-    prompts: PathBuf,
+    /// Prompts file (JSON lines) written by the acceptance runner; without it (and
+    /// `--output`) the stand-in serves instead.
+    #[arg(long, requires = "output")]
+    prompts: Option<PathBuf>,
     /// Outputs file (JSON lines) to write.
-    #[arg(long)]
-    output: PathBuf,
+    #[arg(long, requires = "prompts")]
+    output: Option<PathBuf>,
     /// Accepted for DeepInfer compatibility; the runner does the checking.
     #[arg(long = "check_structured_output", alias = "check-structured-output")]
     check_structured_output: bool,
     /// Canned outputs: a JSON-lines file, or a directory whose `*.jsonl` files are all read
     /// (a mounted ConfigMap).
     #[arg(long, env = "DEEPINFER_FAKE_CANNED")]
-    canned: PathBuf,
+    canned: Option<PathBuf>,
     /// What to do.
     #[arg(long, env = "DEEPINFER_FAKE_MODE", value_enum, default_value_t = Mode::Replay)]
     mode: Mode,
@@ -91,6 +100,14 @@ struct Args {
     /// with `finish_reason` `length`.
     #[arg(long = "max_model_len", alias = "max-model-len")]
     max_model_len: Option<usize>,
+    /// Serving flag of the stand-in: `/health` answers 503 for this many seconds after the
+    /// start, as while weights load, then 200.
+    #[arg(long, default_value_t = 0.0)]
+    load_seconds: f64,
+    /// Serving flag of the stand-in: while this file exists, `/health` gets no answer (the
+    /// connection is held open, as a wedged engine's would be).
+    #[arg(long)]
+    unresponsive_file: Option<PathBuf>,
 }
 
 /// The arguments without the serving flags this stand-in does not model, which it names on
@@ -166,8 +183,15 @@ fn run(args: &Args) -> anyhow::Result<ExitCode> {
     check_contract_env()?;
     check_peer_wiring()?;
     wait_for_rank_table()?;
-    let canned = load_canned(&args.canned)?;
-    let ids = prompt_ids(&args.prompts)?;
+    let (Some(prompts), Some(output)) = (&args.prompts, &args.output) else {
+        return serve(args);
+    };
+    let canned = load_canned(
+        args.canned
+            .as_deref()
+            .context("--canned (or DEEPINFER_FAKE_CANNED) is required with --prompts")?,
+    )?;
+    let ids = prompt_ids(prompts)?;
     println!("DEEPINFER_EVENT loaded");
     if args.mode == Mode::ProbeApi {
         probe_api(&args.probe_namespace)?;
@@ -180,10 +204,10 @@ fn run(args: &Args) -> anyhow::Result<ExitCode> {
     println!("DEEPINFER_EVENT warmup_done");
     let warm = std::time::Instant::now();
     if args.mode == Mode::LinkToken {
-        return link_token(&args.output);
+        return link_token(output);
     }
-    let mut out = std::fs::File::create(&args.output)
-        .with_context(|| format!("creating {}", args.output.display()))?;
+    let mut out =
+        std::fs::File::create(output).with_context(|| format!("creating {}", output.display()))?;
     for (n, id) in ids.iter().enumerate() {
         let Some(line) = canned.get(id) else {
             eprintln!("deepinfer-fake-engine: no canned output for prompt {id:?}; none written");
@@ -219,9 +243,72 @@ fn run(args: &Args) -> anyhow::Result<ExitCode> {
     );
     println!("DEEPINFER_EVENT generation_done");
     if args.mode == Mode::Forge {
-        forge(&args.output)?;
+        forge(output)?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The variable naming the address the stand-in serves on: the pod's address on the host's
+/// loopback, which the test bed's node agent gives executed containers and probes (pods share
+/// the host's network there). Without it the stand-in listens on every address.
+const POD_LOOPBACK_ENV: &str = "SIM_POD_LOOPBACK_IP";
+/// Longest request head the serving stand-in reads.
+const REQUEST_MAX_BYTES: usize = 8192;
+
+/// Serves the engine contract's health endpoint on `DEEPINFER_SERVE_PORT` (default 8000) until
+/// the process is ended: `GET /health` answers 503 during `--load-seconds`, then 200; while
+/// `--unresponsive-file` exists a request gets no answer; any other path is 404.
+fn serve(args: &Args) -> anyhow::Result<ExitCode> {
+    let host = std::env::var(POD_LOOPBACK_ENV).unwrap_or_else(|_| "0.0.0.0".into());
+    let port: u16 = match std::env::var(deepinfer_operator::contract::env::SERVE_PORT) {
+        Ok(port) => port
+            .parse()
+            .with_context(|| format!("serve port {port:?}"))?,
+        Err(_) => 8000,
+    };
+    let listener = std::net::TcpListener::bind((host.as_str(), port))
+        .with_context(|| format!("listening on {host}:{port}"))?;
+    println!("deepinfer-fake-engine: serving GET /health on {host}:{port}");
+    let started = std::time::Instant::now();
+    let load = Duration::from_secs_f64(args.load_seconds.max(0.0));
+    for stream in listener.incoming() {
+        let Ok(stream) = stream else { continue };
+        let loading = started.elapsed() < load;
+        let unresponsive = args.unresponsive_file.clone();
+        std::thread::spawn(move || answer(stream, loading, unresponsive.as_deref()));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Answers one connection's request (see [`serve`]).
+fn answer(mut stream: std::net::TcpStream, loading: bool, unresponsive: Option<&Path>) {
+    use std::io::Read as _;
+    let mut head = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < REQUEST_MAX_BYTES {
+        match stream.read(&mut buf) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => head.extend_from_slice(&buf[..n]),
+        }
+    }
+    if unresponsive.is_some_and(Path::exists) {
+        // Held until the client gives up.
+        while matches!(stream.read(&mut buf), Ok(n) if n > 0) {}
+        return;
+    }
+    let line = String::from_utf8_lossy(&head);
+    let mut words = line.split_whitespace();
+    let (method, path) = (words.next(), words.next());
+    let (status, body) = match (method, path) {
+        (Some("GET"), Some("/health")) if loading => ("503 Service Unavailable", "loading\n"),
+        (Some("GET"), Some("/health")) => ("200 OK", "ok\n"),
+        _ => ("404 Not Found", "not found\n"),
+    };
+    let _ = write!(
+        stream,
+        "HTTP/1.1 {status}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
 }
 
 /// Checks the engine contract's environment (docs/engine-contract.md) as an engine adapter

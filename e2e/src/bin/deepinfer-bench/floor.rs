@@ -4,9 +4,10 @@
 //! each namespace the operator worked in), waiting for what the operator waits for: a Job's
 //! completion where the operator was seen to find it complete (and in any case before a worker
 //! pod or a Job of another run), worker pods Running before their `deepinfer.io/accepted`
-//! condition is set, and, before a pod is deleted, the pods that were Ready when the operator
+//! condition is set, before a pod is deleted, the pods that were Ready when the operator
 //! deleted it (a rollout with room to spare replaces a group once its successor serves; without,
-//! it deletes first and the successor's gang can only be placed on the devices it frees).
+//! it deletes first and the successor's gang can only be placed on the devices it frees), and,
+//! before an object is created again under the name of one deleted, the deleted one gone.
 //! It uses the same kube client and request accounting as the operator, watches Jobs and Pods as
 //! the operator does, and runs one task per deployment (the operator's controller runs reconciles
 //! of different resources concurrently, without a limit). A request that failed on its connection
@@ -175,11 +176,16 @@ impl Recording {
         }
     }
 
+    /// Records a deletion. The object is forgotten: one of the same name created after it is
+    /// recorded as a creation (and, for a Job, its completion again).
     fn delete(&mut self, kind: usize, obj: &DynamicObject) {
         let name = obj.name_any();
         self.ready.remove(&name);
+        if is_kind(kind, "Job") {
+            self.completed.remove(&name);
+        }
         if let Some(deployment) = obj.labels().get(labels::DEPLOYMENT).cloned() {
-            if self.seen.contains_key(&(kind, name.clone())) {
+            if self.seen.remove(&(kind, name.clone())).is_some() {
                 let ready = if is_kind(kind, "Pod") {
                     let mut r: Vec<String> = self
                         .ready
@@ -436,7 +442,7 @@ fn tracks_updates(kind: usize, body: &Value) -> bool {
             body.pointer("/metadata/labels")
                 .and_then(|l| l.get(labels::COMPONENT))
                 .and_then(Value::as_str)
-                == Some(deepinfer_operator::controller::build::RANK_TABLE_COMPONENT)
+                == Some(deepinfer_operator::api::Component::RankTable.as_str())
         }
         _ => false,
     }
@@ -472,6 +478,8 @@ enum Move<'a> {
         name: &'a str,
         ready: &'a [String],
     },
+    /// Wait until this object, deleted before, is gone: one of the same name is created next.
+    Gone { kind: usize, name: &'a str },
 }
 
 /// The order in which the floor replays one deployment's steps of one phase. Creations go out
@@ -479,11 +487,14 @@ enum Move<'a> {
 /// acceptance run, the leader's): where the operator was seen to find it complete, and in any
 /// case before a Job of another run or a worker pod. Nothing else waits for a Job: the operator
 /// writes an acceptance run's rank table, and may delete what it replaces, while the run is
-/// under way (and the run cannot end before its table is written).
+/// under way (and the run cannot end before its table is written). An object deleted and then
+/// created again under its name is created once the deleted one is gone, as the operator's
+/// apply creates it on a later pass once its delete went through.
 fn plan<'a>(steps: &[&'a Step]) -> Vec<Move<'a>> {
     let mut moves = Vec::new();
     let mut batch: Vec<&Created> = Vec::new();
     let mut pending: Vec<&Created> = Vec::new();
+    let mut deleted: HashSet<(usize, &str)> = HashSet::new();
     let flush = |moves: &mut Vec<Move<'a>>,
                  batch: &mut Vec<&'a Created>,
                  pending: &mut Vec<&'a Created>,
@@ -504,6 +515,13 @@ fn plan<'a>(steps: &[&'a Step]) -> Vec<Move<'a>> {
                 if waits {
                     flush(&mut moves, &mut batch, &mut pending, true);
                 }
+                if deleted.remove(&(c.kind, c.name.as_str())) {
+                    flush(&mut moves, &mut batch, &mut pending, false);
+                    moves.push(Move::Gone {
+                        kind: c.kind,
+                        name: &c.name,
+                    });
+                }
                 batch.push(c);
                 if is_kind(c.kind, "Job") {
                     pending.push(c);
@@ -520,6 +538,7 @@ fn plan<'a>(steps: &[&'a Step]) -> Vec<Move<'a>> {
             }
             Action::Delete { kind, name, ready } => {
                 flush(&mut moves, &mut batch, &mut pending, false);
+                deleted.insert((*kind, name));
                 moves.push(Move::Delete {
                     kind: *kind,
                     name,
@@ -589,6 +608,9 @@ impl Floor {
     async fn replay(&self, steps: &[&Step], uid: (&str, &str)) -> anyhow::Result<()> {
         let mut live: Vec<String> = Vec::new();
         let mut serving: HashSet<String> = HashSet::new();
+        // The objects whose delete left them in place (finalizers, a pod's grace period), with
+        // their uids.
+        let mut deleting: HashMap<(usize, &str), String> = HashMap::new();
         for next in plan(steps) {
             match next {
                 Move::Create(batch) => self.create_batch(&batch, &mut live, uid).await?,
@@ -605,20 +627,45 @@ impl Floor {
                             live.iter().filter(|p| ready.contains(p)).cloned().collect();
                         self.serve(&waited, &mut serving).await?;
                     }
-                    let api = self.api(kind);
-                    let params = DeleteParams::background();
-                    match sent(Repeat::Unanswered, || api.delete(name, &params)).await {
-                        // The garbage collector may have been first (a Job's pods, a group).
-                        Err(kube::Error::Api(status)) if status.code == 404 => {}
-                        other => {
-                            other?;
-                        }
+                    if let Some(uid) = self.delete(kind, name).await? {
+                        deleting.insert((kind, name), uid);
                     }
                     live.retain(|p| p != name);
+                    serving.remove(name);
+                }
+                Move::Gone { kind, name } => {
+                    if let Some(uid) = deleting.remove(&(kind, name)) {
+                        self.gone(kind, name, &uid).await?;
+                    }
                 }
             }
         }
         self.serve(&live, &mut serving).await
+    }
+
+    /// Deletes an object; returns its uid if it is still there, being deleted.
+    async fn delete(&self, kind: usize, name: &str) -> anyhow::Result<Option<String>> {
+        let api = self.api(kind);
+        let params = DeleteParams::background();
+        match sent(Repeat::Unanswered, || api.delete(name, &params)).await {
+            Ok(either) => Ok(either.left().and_then(|o| o.metadata.uid)),
+            // The garbage collector may have been first (a Job's pods, a group).
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Waits until the object `name` with `uid` is gone (watching it).
+    async fn gone(&self, kind: usize, name: &str, uid: &str) -> anyhow::Result<()> {
+        let deleted = kube::runtime::wait::await_condition(
+            self.api(kind),
+            name,
+            kube::runtime::wait::conditions::is_deleted(uid),
+        );
+        tokio::time::timeout(self.timeout, deleted)
+            .await
+            .map_err(|_| anyhow::anyhow!("floor: {} {name} gone timed out", KINDS[kind].2))??;
+        Ok(())
     }
 
     /// Creates `batch` at once, the owner's uid `uid.0` replaced by `uid.1`; its pods join
@@ -656,9 +703,10 @@ impl Floor {
 
     /// The object for the floor's namespace and its deployment `uid.1` (was `uid.0`).
     fn rewritten(&self, c: &Created, uid: (&str, &str)) -> anyhow::Result<Value> {
-        let body = serde_json::to_string(&c.body)?
-            .replace(&self.from_namespace, &self.ns)
-            .replace(uid.0, uid.1);
+        let mut body = serde_json::to_string(&c.body)?.replace(&self.from_namespace, &self.ns);
+        if !uid.0.is_empty() {
+            body = body.replace(uid.0, uid.1);
+        }
         Ok(serde_json::from_str(&body)?)
     }
 
@@ -697,7 +745,7 @@ impl Floor {
             })
             .await?;
             self.until(&format!("pod {name} Ready"), || {
-                self.pod(name, deepinfer_operator::controller::apply::pod_ready)
+                self.pod(name, deepinfer_operator::controller::pods::pod_ready)
                     .unwrap_or(false)
             })
             .await
@@ -755,37 +803,13 @@ pub async fn run(
     agent: u32,
     timeout: Duration,
 ) -> anyhow::Result<Vec<PhaseFigures>> {
-    let kubeconfig = kube::config::Kubeconfig::read_from(deepinfer_e2e::support::kubeconfig())?;
-    let config = kube::Config::from_custom_kubeconfig(
-        kubeconfig,
-        &kube::config::KubeConfigOptions::default(),
-    )
-    .await?;
-    let requests = ApiRequests::default();
-    let client = deepinfer_operator::controller::counting_client(config, &requests)?;
-    let metrics = Arc::new(Metrics::new(requests));
+    let (client, metrics) = counting_client().await?;
     // Watched as the operator watches: its one namespace, else every namespace.
-    let scoped = |client: &Client| -> (Api<Job>, Api<Pod>) {
-        match namespaces.as_slice() {
-            [(ns, _)] => (
-                Api::namespaced(client.clone(), ns),
-                Api::namespaced(client.clone(), ns),
-            ),
-            _ => (Api::all(client.clone()), Api::all(client.clone())),
-        }
+    let scope = match namespaces.as_slice() {
+        [(ns, _)] => Some(ns.as_str()),
+        _ => None,
     };
-    let (job_api, pod_api) = scoped(&client);
-    let (jobs, jobs_writer) = reflector::store();
-    let (pods, pods_writer) = reflector::store();
-    let watch_jobs =
-        reflector::reflector(jobs_writer, watcher(job_api, watcher::Config::default()))
-            .default_backoff()
-            .for_each(|_| async {});
-    let watch_pods =
-        reflector::reflector(pods_writer, watcher(pod_api, watcher::Config::default()))
-            .default_backoff()
-            .for_each(|_| async {});
-    let watches = tokio::spawn(async move { futures::join!(watch_jobs, watch_pods) });
+    let (jobs, pods, watches) = watch_jobs_and_pods(&client, scope);
     let floors: Vec<Floor> = namespaces
         .into_iter()
         .map(|(ns, recorded)| Floor {
@@ -821,6 +845,132 @@ pub async fn run(
     }
     watches.abort();
     Ok(figures)
+}
+
+/// The floor's client: the operator's kind, counting its requests.
+async fn counting_client() -> anyhow::Result<(Client, Arc<Metrics>)> {
+    let kubeconfig = kube::config::Kubeconfig::read_from(deepinfer_e2e::support::kubeconfig())?;
+    let config = kube::Config::from_custom_kubeconfig(
+        kubeconfig,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await?;
+    let requests = ApiRequests::default();
+    let client = deepinfer_operator::controller::counting_client(config, &requests)?;
+    Ok((client, Arc::new(Metrics::new(requests))))
+}
+
+/// Caches of the Jobs and Pods of namespace `scope` (every namespace if `None`), and the task
+/// that keeps them current.
+fn watch_jobs_and_pods(
+    client: &Client,
+    scope: Option<&str>,
+) -> (Store<Job>, Store<Pod>, tokio::task::JoinHandle<((), ())>) {
+    let (job_api, pod_api): (Api<Job>, Api<Pod>) = match scope {
+        Some(ns) => (
+            Api::namespaced(client.clone(), ns),
+            Api::namespaced(client.clone(), ns),
+        ),
+        None => (Api::all(client.clone()), Api::all(client.clone())),
+    };
+    let (jobs, jobs_writer) = reflector::store();
+    let (pods, pods_writer) = reflector::store();
+    let watch_jobs =
+        reflector::reflector(jobs_writer, watcher(job_api, watcher::Config::default()))
+            .default_backoff()
+            .for_each(|_| async {});
+    let watch_pods =
+        reflector::reflector(pods_writer, watcher(pod_api, watcher::Config::default()))
+            .default_backoff()
+            .for_each(|_| async {});
+    let watches = tokio::spawn(async move { futures::join!(watch_jobs, watch_pods) });
+    (jobs, pods, watches)
+}
+
+/// Replays `steps` in the namespace `ns` as the floor replays one deployment's steps of one
+/// phase, for no deployment (`deepinfer-bench --replay`). `steps` is a JSON array of
+/// `{"create": object}`, `{"update": object}`, `{"delete": {"kind": K, "name": N}}` and
+/// `{"completed": job name}`, objects as create requests of the kinds the operator creates.
+pub async fn replay(ns: &str, steps: &Value, timeout: Duration) -> anyhow::Result<usize> {
+    let steps = steps_from_json(steps)?;
+    let (client, _) = counting_client().await?;
+    let (jobs, pods, watches) = watch_jobs_and_pods(&client, Some(ns));
+    let floor = Floor {
+        client,
+        ns: ns.to_string(),
+        jobs,
+        pods,
+        timeout,
+        steps: BTreeMap::new(),
+        accepted: HashMap::new(),
+        from_namespace: ns.to_string(),
+        from_uids: HashMap::new(),
+    };
+    let result = floor
+        .replay(&steps.iter().collect::<Vec<_>>(), ("", ""))
+        .await;
+    watches.abort();
+    result.map(|()| steps.len())
+}
+
+/// The steps of [`replay`]'s JSON form.
+fn steps_from_json(steps: &Value) -> anyhow::Result<Vec<Step>> {
+    let kind_named = |name: Option<&str>| {
+        let name = name.unwrap_or_default();
+        KINDS
+            .iter()
+            .position(|k| k.2 == name)
+            .ok_or_else(|| anyhow::anyhow!("replay: {name:?} is not a kind the operator creates"))
+    };
+    let created = |body: &Value| -> anyhow::Result<Created> {
+        let name = body.pointer("/metadata/name").and_then(Value::as_str);
+        Ok(Created {
+            kind: kind_named(body.get("kind").and_then(Value::as_str))?,
+            name: name
+                .ok_or_else(|| anyhow::anyhow!("replay: an object without a name: {body}"))?
+                .to_string(),
+            group: body
+                .pointer("/metadata/labels")
+                .and_then(|l| l.get(labels::GROUP))
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            body: body.clone(),
+        })
+    };
+    let action = |step: &Value| -> anyhow::Result<Action> {
+        if let Some(body) = step.get("create") {
+            Ok(Action::Create(created(body)?))
+        } else if let Some(body) = step.get("update") {
+            Ok(Action::Update(created(body)?))
+        } else if let Some(deleted) = step.get("delete") {
+            let text = |key: &str| deleted.get(key).and_then(Value::as_str);
+            Ok(Action::Delete {
+                kind: kind_named(text("kind"))?,
+                name: text("name")
+                    .ok_or_else(|| anyhow::anyhow!("replay: a delete without a name: {step}"))?
+                    .to_string(),
+                ready: Vec::new(),
+            })
+        } else if let Some(name) = step.get("completed").and_then(Value::as_str) {
+            Ok(Action::Completed {
+                name: name.to_string(),
+            })
+        } else {
+            anyhow::bail!("replay: not a step: {step}")
+        }
+    };
+    steps
+        .as_array()
+        .ok_or_else(|| anyhow::anyhow!("replay: the steps are a JSON array"))?
+        .iter()
+        .map(|step| {
+            Ok(Step {
+                phase: 0,
+                deployment: String::new(),
+                action: action(step)?,
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -867,6 +1017,7 @@ mod tests {
                 Move::Await(cs) => format!("await {}", names(cs)),
                 Move::Update(c) => format!("update {}", c.name),
                 Move::Delete { name, .. } => format!("delete {name}"),
+                Move::Gone { name, .. } => format!("gone {name}"),
             })
             .collect()
     }
@@ -936,6 +1087,47 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_name_created_again_after_its_delete_is_created_once_the_deleted_object_is_gone() {
+        // The operator verifies again under the same name: the first Job is deleted, and the
+        // second may not be created while the first is still being deleted (409 AlreadyExists).
+        let steps = [
+            step(Action::Create(created("Job", "verify", None))),
+            step(Action::Completed {
+                name: "verify".to_string(),
+            }),
+            step(Action::Delete {
+                kind: kind("Job"),
+                name: "verify".to_string(),
+                ready: Vec::new(),
+            }),
+            // Deleted and not created again: nothing waits for it to be gone.
+            step(Action::Delete {
+                kind: kind("ConfigMap"),
+                name: "spec".to_string(),
+                ready: Vec::new(),
+            }),
+            step(Action::Create(created("Service", "serve", None))),
+            step(Action::Create(created("Job", "verify", None))),
+            step(Action::Completed {
+                name: "verify".to_string(),
+            }),
+        ];
+        assert_eq!(
+            shown(&steps),
+            [
+                "create verify",
+                "await verify",
+                "delete verify",
+                "delete spec",
+                "create serve",
+                "gone verify",
+                "create verify",
+                "await verify"
+            ]
+        );
+    }
+
     fn job(succeeded: Option<i64>) -> DynamicObject {
         serde_json::from_value(json!({
             "apiVersion": "batch/v1",
@@ -956,21 +1148,48 @@ mod tests {
         .expect("a Job")
     }
 
+    /// The recorded actions as `create a`, `completed a`, `delete a`.
+    fn recorded(recording: &Recording) -> Vec<String> {
+        recording
+            .steps
+            .iter()
+            .map(|s| match &s.action {
+                Action::Create(c) => format!("create {}", c.name),
+                Action::Completed { name } => format!("completed {name}"),
+                Action::Delete { name, .. } => format!("delete {name}"),
+                other => format!("{other:?}"),
+            })
+            .collect()
+    }
+
     #[test]
     fn the_recorder_notes_once_when_a_job_it_saw_created_is_complete() {
         let mut recording = Recording::default();
         for succeeded in [None, Some(0), Some(1), Some(1)] {
             recording.apply(kind("Job"), &job(succeeded));
         }
-        let actions: Vec<String> = recording
-            .steps
-            .iter()
-            .map(|s| match &s.action {
-                Action::Create(c) => format!("create {}", c.name),
-                Action::Completed { name } => format!("completed {name}"),
-                other => format!("{other:?}"),
-            })
-            .collect();
-        assert_eq!(actions, ["create accept", "completed accept"]);
+        assert_eq!(recorded(&recording), ["create accept", "completed accept"]);
+    }
+
+    #[test]
+    fn the_recorder_notes_a_job_created_again_after_its_delete_and_its_completion() {
+        let mut recording = Recording::default();
+        for succeeded in [None, Some(1)] {
+            recording.apply(kind("Job"), &job(succeeded));
+        }
+        recording.delete(kind("Job"), &job(Some(1)));
+        for succeeded in [None, Some(1)] {
+            recording.apply(kind("Job"), &job(succeeded));
+        }
+        assert_eq!(
+            recorded(&recording),
+            [
+                "create accept",
+                "completed accept",
+                "delete accept",
+                "create accept",
+                "completed accept"
+            ]
+        );
     }
 }

@@ -31,7 +31,8 @@
 //!
 //! Usage: `deepinfer-bench [--resources N] [--per-namespace M] [--operator PATH]
 //! [--node-agent PATH] [--no-floor] [--skip-rollout]` against the running bed (`make bench`
-//! starts it and builds a release operator).
+//! starts it and builds a release operator). `deepinfer-bench --replay FILE --replay-namespace NS`
+//! replays the floor's steps written in FILE in the namespace NS and exits.
 
 #![forbid(unsafe_code)]
 
@@ -97,6 +98,13 @@ struct Args {
     /// namespace.
     #[arg(long, default_value_t = 100)]
     per_namespace: usize,
+    /// Instead of a run: replay the steps in this JSON file with the floor (see `floor::replay`)
+    /// in the namespace `--replay-namespace`, then exit.
+    #[arg(long, requires = "replay_namespace")]
+    replay: Option<PathBuf>,
+    /// The existing namespace `--replay` replays in.
+    #[arg(long, requires = "replay")]
+    replay_namespace: Option<String>,
 }
 
 /// Image of the first revision and of the rollout.
@@ -372,6 +380,16 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let n = args.resources;
     anyhow::ensure!(n > 0, "--resources must be at least 1");
     let timeout = Duration::from_secs(args.timeout_seconds);
+    if let (Some(file), Some(ns)) = (&args.replay, &args.replay_namespace) {
+        let steps: serde_json::Value = serde_json::from_slice(&std::fs::read(file)?)?;
+        let start = Instant::now();
+        let replayed = floor::replay(ns, &steps, timeout).await?;
+        println!(
+            "bench: replayed {replayed} steps in {ns} in {:.1} s",
+            start.elapsed().as_secs_f64()
+        );
+        return Ok(());
+    }
     let operator = args
         .operator
         .clone()
@@ -413,6 +431,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The operator's memory, resident and anonymous, in MiB.
+fn memory(op: &OperatorProcess) -> (f64, f64) {
+    (bed::rss_mib(op.id()), bed::anon_mib(op.id()))
+}
+
 async fn phases(
     args: &Args,
     client: &Client,
@@ -422,69 +445,199 @@ async fn phases(
     timeout: Duration,
 ) -> anyhow::Result<Figures> {
     let n = args.resources;
-    let mut namespaces = Vec::new();
-    for _ in 0..n.div_ceil(args.per_namespace.max(1)) {
-        namespaces.push(bench_namespace(client, "bench").await);
-    }
-    let names: Vec<String> = namespaces.iter().map(|ns| ns.name.clone()).collect();
-    // The operator watches its one namespace, else every namespace; its caches are measured so.
-    let scope = match names.as_slice() {
-        [one] => Some(one.as_str()),
-        _ => None,
-    };
+    let namespaces = open_namespaces(client, n, args.per_namespace).await;
+    let run = OperatorRun::new(client, operator, agent.id(), &namespaces, logs, timeout);
     println!(
         "bench: {} namespaces of about {} resources, the operator watching {}",
-        names.len(),
-        n.div_ceil(names.len()),
-        scope.unwrap_or("every namespace")
+        run.names.len(),
+        n.div_ceil(run.names.len()),
+        run.scope().unwrap_or("every namespace")
     );
-    let apis: Vec<Api<DeepInferDeployment>> = names
-        .iter()
-        .map(|ns| Api::namespaced(client.clone(), ns))
-        .collect();
-    let address = free_address();
-    let log = logs.join("operator.log");
-    let start = || {
-        OperatorProcess::start_binary(
-            operator,
-            scope,
-            address,
-            &[],
-            &[("RUST_LOG", "warn")],
-            Some(&log),
-        )
-    };
-    let mut op = start();
-    metrics(address, &mut op).await;
+    let mut op = run.start();
+    metrics(run.address, &mut op).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let rss_idle = bed::rss_mib(op.id());
-    let anon_idle = bed::anon_mib(op.id());
-    let mut phases = Vec::new();
+    let idle = memory(&op);
 
-    // 1. Every resource to Ready.
     let mut recorders = Vec::new();
-    for ns in &names {
+    for ns in &run.names {
         recorders.push(floor::Recorder::start(client, ns).await);
     }
-    let watched = Watched::start(&apis).await?;
-    let mut probe = Probe::start("ready", n, (op.id(), address), agent.id()).await;
-    create_all(&apis, n, args.client_concurrency).await?;
-    wait_all(&watched, n, timeout, &mut probe, Some(&mut op), converged).await?;
-    let ready_dids = floor::deployments(client, &names).await?;
-    recorders.iter().for_each(floor::Recorder::next_phase);
-    let ready = probe.finish().await.printed();
-    let heap_ready = ready
-        .operator_heap_mib
-        .map_or(f64::NAN, |[allocated, ..]| allocated);
-    phases.push(ready);
-    let rss_ready = bed::rss_mib(op.id());
-    let anon_ready = bed::anon_mib(op.id());
-    let caches = footprint::printed(footprint::measure(client, scope).await?, heap_ready);
-
-    // 2. A new revision everywhere.
-    let mut replayed = vec![("ready", ready_dids)];
+    let watched = Watched::start(&run.apis).await?;
+    let ready = run.ready(args, &watched, &mut op, &recorders).await?;
+    let mut phases = vec![ready.figures];
+    let mut replayed = vec![("ready", ready.deployments)];
     if !args.skip_rollout {
-        let current = floor::deployments(client, &names).await?;
+        let (figures, deployments) = run.rollout(args, &watched, &mut op, &recorders).await?;
+        replayed.push(("rollout", deployments));
+        phases.push(figures);
+    }
+    drop(watched);
+    phases.push(run.restart(n, op).await?);
+
+    let worker_pods = recorders.iter().map(|r| r.pods_created(0)).sum();
+    println!(
+        "bench: the operator's objects: {}",
+        floor::summary(&recorders)
+    );
+    let recorded: Vec<floor::Recorded> = recorders.into_iter().map(floor::Recorder::stop).collect();
+    delete_all(client, namespaces, timeout).await?;
+    let operator_namespaces_left = namespaces_left(client, &run.names).await?;
+    println!(
+        "bench: {operator_namespaces_left} of the operator's namespaces left after emptying them"
+    );
+    let floor_ratio = if args.no_floor {
+        BTreeMap::new()
+    } else {
+        floor_phases(
+            client,
+            recorded,
+            &replayed,
+            agent.id(),
+            timeout,
+            &mut phases,
+        )
+        .await?
+    };
+
+    let delta = (ready.memory.0 - idle.0) * 1024.0 * 1024.0;
+    let anon_delta = (ready.memory.1 - idle.1) * 1024.0 * 1024.0;
+    Ok(Figures {
+        resources: n,
+        namespaces: run.names.len(),
+        worker_pods,
+        nodes: agent.nodes,
+        operator: operator.display().to_string(),
+        nodes_ready_seconds: 0.0,
+        node_agent_register_cpu_seconds: 0.0,
+        operator_rss_idle_mib: idle.0,
+        operator_rss_ready_mib: ready.memory.0,
+        bytes_per_resource: delta / n as f64,
+        bytes_per_pod: delta / worker_pods.max(1) as f64,
+        operator_anon_idle_mib: idle.1,
+        operator_anon_ready_mib: ready.memory.1,
+        anon_bytes_per_resource: anon_delta / n as f64,
+        anon_bytes_per_pod: anon_delta / worker_pods.max(1) as f64,
+        caches: ready.caches,
+        phases,
+        floor_ratio,
+        operator_namespaces_left,
+    })
+}
+
+/// The namespaces of `n` resources, at most `per_namespace` in each.
+async fn open_namespaces(client: &Client, n: usize, per_namespace: usize) -> Vec<TestNamespace> {
+    let mut namespaces = Vec::new();
+    for _ in 0..n.div_ceil(per_namespace.max(1)) {
+        namespaces.push(bench_namespace(client, "bench").await);
+    }
+    namespaces
+}
+
+/// The operator's side of the run: its namespaces, and how its process is started.
+struct OperatorRun<'a> {
+    client: &'a Client,
+    operator: &'a Path,
+    agent: u32,
+    names: Vec<String>,
+    apis: Vec<Api<DeepInferDeployment>>,
+    address: SocketAddr,
+    log: PathBuf,
+    timeout: Duration,
+}
+
+/// What the `ready` phase measured beyond its figures.
+struct Ready {
+    figures: PhaseFigures,
+    /// The deployments as the operator left them, for the floor.
+    deployments: Vec<DeepInferDeployment>,
+    /// The operator's memory (resident, anonymous) with every resource Ready.
+    memory: (f64, f64),
+    caches: Vec<KindFootprint>,
+}
+
+impl<'a> OperatorRun<'a> {
+    fn new(
+        client: &'a Client,
+        operator: &'a Path,
+        agent: u32,
+        namespaces: &[TestNamespace],
+        logs: &Path,
+        timeout: Duration,
+    ) -> Self {
+        let names: Vec<String> = namespaces.iter().map(|ns| ns.name.clone()).collect();
+        Self {
+            client,
+            operator,
+            agent,
+            apis: names
+                .iter()
+                .map(|ns| Api::namespaced(client.clone(), ns))
+                .collect(),
+            names,
+            address: free_address(),
+            log: logs.join("operator.log"),
+            timeout,
+        }
+    }
+
+    /// The operator watches its one namespace, else every namespace; its caches are measured so.
+    fn scope(&self) -> Option<&str> {
+        match self.names.as_slice() {
+            [one] => Some(one.as_str()),
+            _ => None,
+        }
+    }
+
+    fn start(&self) -> OperatorProcess {
+        OperatorProcess::start_binary(
+            self.operator,
+            self.scope(),
+            self.address,
+            &[],
+            &[("RUST_LOG", "warn")],
+            Some(&self.log),
+        )
+    }
+
+    /// Phase `ready`: every resource to Ready.
+    async fn ready(
+        &self,
+        args: &Args,
+        watched: &Watched,
+        op: &mut OperatorProcess,
+        recorders: &[floor::Recorder],
+    ) -> anyhow::Result<Ready> {
+        let n = args.resources;
+        let mut probe = Probe::start("ready", n, (op.id(), self.address), self.agent).await;
+        create_all(&self.apis, n, args.client_concurrency).await?;
+        wait_all(watched, n, self.timeout, &mut probe, Some(op), converged).await?;
+        let deployments = floor::deployments(self.client, &self.names).await?;
+        recorders.iter().for_each(floor::Recorder::next_phase);
+        let figures = probe.finish().await.printed();
+        let heap = figures
+            .operator_heap_mib
+            .map_or(f64::NAN, |[allocated, ..]| allocated);
+        let memory = memory(op);
+        let caches = footprint::printed(footprint::measure(self.client, self.scope()).await?, heap);
+        Ok(Ready {
+            figures,
+            deployments,
+            memory,
+            caches,
+        })
+    }
+
+    /// Phase `rollout`: a new revision everywhere; returns the phase's figures and the
+    /// deployments as the operator left them.
+    async fn rollout(
+        &self,
+        args: &Args,
+        watched: &Watched,
+        op: &mut OperatorProcess,
+        recorders: &[floor::Recorder],
+    ) -> anyhow::Result<(PhaseFigures, Vec<DeepInferDeployment>)> {
+        let n = args.resources;
+        let current = floor::deployments(self.client, &self.names).await?;
         let before: BTreeMap<String, Option<String>> = current
             .iter()
             .map(|d| {
@@ -494,103 +647,81 @@ async fn phases(
                 )
             })
             .collect();
-        let mut probe = Probe::start("rollout", n, (op.id(), address), agent.id()).await;
-        roll_all(client, &current, args.client_concurrency).await?;
-        wait_all(&watched, n, timeout, &mut probe, Some(&mut op), |d| {
+        let mut probe = Probe::start("rollout", n, (op.id(), self.address), self.agent).await;
+        roll_all(self.client, &current, args.client_concurrency).await?;
+        wait_all(watched, n, self.timeout, &mut probe, Some(op), |d| {
             let revision = d.status.as_ref().and_then(|s| s.revision.clone());
             revision.is_some() && before.get(&d.name_any()) != Some(&revision) && converged(d)
         })
         .await?;
-        replayed.push(("rollout", floor::deployments(client, &names).await?));
+        let deployments = floor::deployments(self.client, &self.names).await?;
         recorders.iter().for_each(floor::Recorder::next_phase);
-        phases.push(probe.finish().await.printed());
+        Ok((probe.finish().await.printed(), deployments))
     }
 
-    drop(watched);
-
-    // 3. A restart over the converged set: every resource is reconciled again from the list;
-    // converged once as many passes ended as there are resources.
-    let status = op.terminate(Duration::from_secs(30));
-    anyhow::ensure!(status.success(), "the operator exited with {status}");
-    let mut op = start();
-    let mut probe = Probe::start_fresh("restart", n, op.id(), address, agent.id());
-    loop {
-        probe.sample().await;
-        let text = metrics(address, &mut op).await;
-        if probe::passes_ended(&text) >= n as f64 {
-            break;
-        }
-        anyhow::ensure!(
-            probe.elapsed() < timeout,
-            "fewer than {n} reconcile passes ended after the restart within {timeout:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    // What follows the first pass over each (requeues, late events) belongs to the phase too.
-    let converged_at = probe.elapsed();
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    probe.sample().await;
-    let mut restart = probe.finish().await;
-    restart.seconds = converged_at.as_secs_f64();
-    phases.push(restart.printed());
-    op.terminate(Duration::from_secs(30));
-    let worker_pods = recorders.iter().map(|r| r.pods_created(0)).sum();
-    println!(
-        "bench: the operator's objects: {}",
-        floor::summary(&recorders)
-    );
-    let recorded: Vec<floor::Recorded> = recorders.into_iter().map(floor::Recorder::stop).collect();
-    delete_all(client, namespaces, timeout).await?;
-    let operator_namespaces_left = namespaces_left(client, &names).await?;
-    println!(
-        "bench: {operator_namespaces_left} of the operator's namespaces left after emptying them"
-    );
-
-    let mut floor_ratio = BTreeMap::new();
-    if !args.no_floor {
-        let mut floor_namespaces = Vec::new();
-        for _ in &recorded {
-            floor_namespaces.push(bench_namespace(client, "floor").await);
-        }
-        let pairs = floor_namespaces
-            .iter()
-            .map(|ns| ns.name.clone())
-            .zip(recorded)
-            .collect();
-        let floor_phases = floor::run(pairs, &replayed, agent.id(), timeout).await?;
-        for (operator_phase, floor_phase) in phases.iter().zip(&floor_phases) {
-            floor_ratio.insert(
-                operator_phase.name.clone(),
-                operator_phase.seconds / floor_phase.seconds,
+    /// Phase `restart`: the operator restarted over the converged set, every resource reconciled
+    /// again from the list; converged once as many passes ended as there are resources. Stops the
+    /// operator.
+    async fn restart(&self, n: usize, mut op: OperatorProcess) -> anyhow::Result<PhaseFigures> {
+        let status = op.terminate(Duration::from_secs(30));
+        anyhow::ensure!(status.success(), "the operator exited with {status}");
+        let mut op = self.start();
+        let mut probe = Probe::start_fresh("restart", n, op.id(), self.address, self.agent);
+        loop {
+            probe.sample().await;
+            let text = metrics(self.address, &mut op).await;
+            if probe::passes_ended(&text) >= n as f64 {
+                break;
+            }
+            anyhow::ensure!(
+                probe.elapsed() < self.timeout,
+                "fewer than {n} reconcile passes ended after the restart within {:?}",
+                self.timeout
             );
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        phases.extend(floor_phases);
-        delete_all(client, floor_namespaces, timeout).await?;
+        // What follows the first pass over each (requeues, late events) belongs to the phase too.
+        let converged_at = probe.elapsed();
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        probe.sample().await;
+        let mut restart = probe.finish().await;
+        restart.seconds = converged_at.as_secs_f64();
+        let restart = restart.printed();
+        op.terminate(Duration::from_secs(30));
+        Ok(restart)
     }
+}
 
-    let delta = (rss_ready - rss_idle) * 1024.0 * 1024.0;
-    let anon_delta = (anon_ready - anon_idle) * 1024.0 * 1024.0;
-    Ok(Figures {
-        resources: n,
-        namespaces: names.len(),
-        worker_pods,
-        nodes: agent.nodes,
-        operator: operator.display().to_string(),
-        nodes_ready_seconds: 0.0,
-        node_agent_register_cpu_seconds: 0.0,
-        operator_rss_idle_mib: rss_idle,
-        operator_rss_ready_mib: rss_ready,
-        bytes_per_resource: delta / n as f64,
-        bytes_per_pod: delta / worker_pods.max(1) as f64,
-        operator_anon_idle_mib: anon_idle,
-        operator_anon_ready_mib: anon_ready,
-        anon_bytes_per_resource: anon_delta / n as f64,
-        anon_bytes_per_pod: anon_delta / worker_pods.max(1) as f64,
-        caches,
-        phases,
-        floor_ratio,
-        operator_namespaces_left,
-    })
+/// Phases `floor-ready` and `floor-rollout`, in a fresh namespace for each of the operator's:
+/// appends them to `phases` and returns operator time ÷ floor time per phase.
+async fn floor_phases(
+    client: &Client,
+    recorded: Vec<floor::Recorded>,
+    replayed: &[(&str, Vec<DeepInferDeployment>)],
+    agent: u32,
+    timeout: Duration,
+    phases: &mut Vec<PhaseFigures>,
+) -> anyhow::Result<BTreeMap<String, f64>> {
+    let mut floor_namespaces = Vec::new();
+    for _ in &recorded {
+        floor_namespaces.push(bench_namespace(client, "floor").await);
+    }
+    let pairs = floor_namespaces
+        .iter()
+        .map(|ns| ns.name.clone())
+        .zip(recorded)
+        .collect();
+    let floor_phases = floor::run(pairs, replayed, agent, timeout).await?;
+    let mut floor_ratio = BTreeMap::new();
+    for (operator_phase, floor_phase) in phases.iter().zip(&floor_phases) {
+        floor_ratio.insert(
+            operator_phase.name.clone(),
+            operator_phase.seconds / floor_phase.seconds,
+        );
+    }
+    phases.extend(floor_phases);
+    delete_all(client, floor_namespaces, timeout).await?;
+    Ok(floor_ratio)
 }
 
 /// How many of the namespaces `names` still exist (deleted or not).

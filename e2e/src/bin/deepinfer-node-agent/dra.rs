@@ -197,6 +197,38 @@ pub async fn prepare(
     };
     let ns = pod.namespace().unwrap_or_default();
     let api: Api<ResourceClaim> = Api::namespaced(client.clone(), &ns);
+    let statuses = claim_names(client, pod, &ns).await?;
+    // Pod claim name -> variable -> device ids.
+    let mut by_claim: BTreeMap<String, BTreeMap<String, Vec<String>>> = BTreeMap::new();
+    for claim in spec.resource_claims.iter().flatten() {
+        let name = match &claim.resource_claim_name {
+            Some(name) => Some(name.clone()),
+            None => statuses
+                .iter()
+                .find(|(name, _)| *name == claim.name)
+                .and_then(|(_, claim)| claim.clone()),
+        };
+        let Some(name) = name else {
+            return Ok(None);
+        };
+        let Some(devices) = prepare_claim(&api, &ns, &name, env_by_driver).await? else {
+            return Ok(None);
+        };
+        let vars = by_claim.entry(claim.name.clone()).or_default();
+        for (var, id) in devices {
+            vars.entry(var).or_default().push(id);
+        }
+    }
+    Ok(Some(per_container(spec, &by_claim)))
+}
+
+/// The generated ResourceClaim of each of the pod's claims, by pod claim name: from the pod's
+/// status and, for claims shared through the pod's PodGroup, the PodGroup's status.
+async fn claim_names(
+    client: &Client,
+    pod: &Pod,
+    ns: &str,
+) -> Result<Vec<(String, Option<String>)>> {
     let mut statuses: Vec<(String, Option<String>)> = pod
         .status
         .as_ref()
@@ -205,14 +237,14 @@ pub async fn prepare(
         .into_iter()
         .map(|s| (s.name, s.resource_claim_name))
         .collect();
-    // Claims shared through the pod's PodGroup are named in the PodGroup's status.
-    if let Some(group) = spec
-        .scheduling_group
+    let group = pod
+        .spec
         .as_ref()
-        .and_then(|g| g.pod_group_name.clone())
-    {
+        .and_then(|s| s.scheduling_group.as_ref())
+        .and_then(|g| g.pod_group_name.clone());
+    if let Some(group) = group {
         let groups: Api<k8s_openapi::api::scheduling::v1beta1::PodGroup> =
-            Api::namespaced(client.clone(), &ns);
+            Api::namespaced(client.clone(), ns);
         if let Some(group) = groups
             .get_opt(&group)
             .await
@@ -228,68 +260,77 @@ pub async fn prepare(
             );
         }
     }
-    // Pod claim name -> variable -> device ids.
-    let mut by_claim: BTreeMap<String, BTreeMap<String, Vec<String>>> = BTreeMap::new();
-    for claim in spec.resource_claims.iter().flatten() {
-        let name = match &claim.resource_claim_name {
-            Some(name) => Some(name.clone()),
-            None => statuses
-                .iter()
-                .find(|(name, _)| *name == claim.name)
-                .and_then(|(_, claim)| claim.clone()),
-        };
-        let Some(name) = name else {
-            return Ok(None);
-        };
-        let Some(object) = api
-            .get_opt(&name)
-            .await
-            .with_context(|| format!("reading ResourceClaim {ns}/{name}"))?
-        else {
-            return Ok(None);
-        };
-        let Some(results) = object
-            .status
-            .as_ref()
-            .and_then(|s| s.allocation.as_ref())
-            .and_then(|a| a.devices.as_ref())
-            .map(|d| d.results.clone().unwrap_or_default())
-        else {
-            return Ok(None);
-        };
-        let ours: Vec<_> = results
-            .iter()
-            .filter(|r| env_by_driver.contains_key(&r.driver))
-            .collect();
-        let devices: Vec<AllocatedDeviceStatus> = ours
-            .iter()
-            .map(|r| AllocatedDeviceStatus {
-                driver: r.driver.clone(),
-                pool: r.pool.clone(),
-                device: r.device.clone(),
-                data: Some(k8s_openapi::apimachinery::pkg::runtime::RawExtension(
-                    serde_json::json!({"uuid": device_id(&r.pool, &r.device)}),
-                )),
-                ..AllocatedDeviceStatus::default()
-            })
-            .collect();
-        // Claims on devices of other drivers (e.g. a domain's channel) are not this driver's.
-        if !devices.is_empty() {
-            api.patch_status(
-                &name,
-                &PatchParams::default(),
-                &Patch::Merge(serde_json::json!({"status": {"devices": devices}})),
-            )
-            .await
-            .with_context(|| format!("recording prepared devices of ResourceClaim {ns}/{name}"))?;
-        }
-        let vars = by_claim.entry(claim.name.clone()).or_default();
-        for r in ours {
-            vars.entry(env_by_driver[&r.driver].clone())
-                .or_default()
-                .push(device_id(&r.pool, &r.device));
-        }
+    Ok(statuses)
+}
+
+/// Prepares one allocated ResourceClaim: records this driver's devices in its
+/// `status.devices` and returns them as (visible-devices variable, device id); `Ok(None)` while
+/// the claim does not exist or is not allocated.
+async fn prepare_claim(
+    api: &Api<ResourceClaim>,
+    ns: &str,
+    name: &str,
+    env_by_driver: &BTreeMap<String, String>,
+) -> Result<Option<Vec<(String, String)>>> {
+    let Some(object) = api
+        .get_opt(name)
+        .await
+        .with_context(|| format!("reading ResourceClaim {ns}/{name}"))?
+    else {
+        return Ok(None);
+    };
+    let Some(results) = object
+        .status
+        .as_ref()
+        .and_then(|s| s.allocation.as_ref())
+        .and_then(|a| a.devices.as_ref())
+        .map(|d| d.results.clone().unwrap_or_default())
+    else {
+        return Ok(None);
+    };
+    let ours: Vec<_> = results
+        .iter()
+        .filter(|r| env_by_driver.contains_key(&r.driver))
+        .collect();
+    let devices: Vec<AllocatedDeviceStatus> = ours
+        .iter()
+        .map(|r| AllocatedDeviceStatus {
+            driver: r.driver.clone(),
+            pool: r.pool.clone(),
+            device: r.device.clone(),
+            data: Some(k8s_openapi::apimachinery::pkg::runtime::RawExtension(
+                serde_json::json!({"uuid": device_id(&r.pool, &r.device)}),
+            )),
+            ..AllocatedDeviceStatus::default()
+        })
+        .collect();
+    // Claims on devices of other drivers (e.g. a domain's channel) are not this driver's.
+    if !devices.is_empty() {
+        api.patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"status": {"devices": devices}})),
+        )
+        .await
+        .with_context(|| format!("recording prepared devices of ResourceClaim {ns}/{name}"))?;
     }
+    Ok(Some(
+        ours.iter()
+            .map(|r| {
+                (
+                    env_by_driver[&r.driver].clone(),
+                    device_id(&r.pool, &r.device),
+                )
+            })
+            .collect(),
+    ))
+}
+
+/// Per container, the variables naming the devices of the claims it uses.
+fn per_container(
+    spec: &k8s_openapi::api::core::v1::PodSpec,
+    by_claim: &BTreeMap<String, BTreeMap<String, Vec<String>>>,
+) -> Prepared {
     let mut prepared = Prepared::new();
     for c in spec
         .init_containers
@@ -313,7 +354,7 @@ pub async fn prepare(
             );
         }
     }
-    Ok(Some(prepared))
+    prepared
 }
 
 #[cfg(test)]

@@ -28,6 +28,7 @@ use tracing::{info, warn};
 use crate::env::{self, Objects};
 use crate::now;
 use crate::plan::{self, Bind, ContainerPlan, FileSource, HostPathCreate, PodPlan, VolumeSource};
+use crate::probe::{self, Prober};
 use crate::status::{resumed_report, Report, State, Terminated};
 
 /// Called whenever a container's state changes, to re-sync the pod's status.
@@ -40,6 +41,9 @@ const MESSAGE_MAX_BYTES: usize = 4096;
 const LOG_TAIL_BYTES: u64 = 2048;
 const LOG_TAIL_LINES: usize = 80;
 const DEFAULT_TERMINATION_MESSAGE_PATH: &str = "/dev/termination-log";
+/// The variable giving executed containers their pod's address on the host's loopback, where
+/// they listen for probes and traffic (see [`probe::loopback_address`]).
+pub const POD_LOOPBACK_ENV: &str = "SIM_POD_LOOPBACK_IP";
 
 /// Settings shared by all executed pods.
 pub struct ExecConfig {
@@ -70,6 +74,8 @@ struct PodRun {
 pub struct Runtime {
     cfg: Arc<ExecConfig>,
     pods: Mutex<HashMap<ObjectRef<Pod>, PodRun>>,
+    /// Set once the agent shuts down: no pod starts after its processes were stopped.
+    shutting_down: std::sync::atomic::AtomicBool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -82,6 +88,7 @@ impl Runtime {
         Runtime {
             cfg: Arc::new(cfg),
             pods: Mutex::new(HashMap::new()),
+            shutting_down: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -111,7 +118,7 @@ impl Runtime {
         notify: Notify,
     ) {
         let mut pods = lock(&self.pods);
-        if pods.contains_key(key) {
+        if pods.contains_key(key) || self.shutting_down.load(std::sync::atomic::Ordering::SeqCst) {
             return;
         }
         let uid = pod.uid().unwrap_or_default();
@@ -179,9 +186,15 @@ impl Runtime {
         info!(pod = %crate::pod_name(key), "stopped pod");
     }
 
-    /// Stops every executed pod, for the agent's own shutdown.
+    /// Stops every executed pod, for the agent's own shutdown; no pod starts afterwards.
     pub async fn stop_all(&self) {
-        let keys = self.keys();
+        // Under the pods' lock, so that no pod starts between the flag and the list of keys.
+        let keys = {
+            let pods = lock(&self.pods);
+            self.shutting_down
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+            pods.keys().cloned().collect::<Vec<_>>()
+        };
         futures::future::join_all(keys.iter().map(|k| self.stop(k))).await;
     }
 }
@@ -230,7 +243,7 @@ impl PodCtx {
     async fn sleep(&self, d: Duration) -> bool {
         tokio::select! {
             _ = tokio::time::sleep(d) => !*self.stop.borrow(),
-            _ = stopped(self.stop.clone()) => false,
+            _ = stop_requested(self.stop.clone()) => false,
         }
     }
 
@@ -360,7 +373,7 @@ impl PodCtx {
             })
             .collect();
         if volumes.is_empty() {
-            let _ = stopped(self.stop.clone()).await;
+            let _ = stop_requested(self.stop.clone()).await;
             return;
         }
         while self.sleep(Duration::from_secs(1)).await {
@@ -398,16 +411,8 @@ impl PodCtx {
         let mut last: Option<Terminated> = None;
         let mut backoff = Duration::from_secs(1);
         let faults = PodFaults::of(self.pod.metadata.annotations.as_ref());
-        if let Some(delay) = faults.slow_start.filter(|_| restart_count == 0) {
-            let mut waiting = Report::waiting(
-                "ContainerCreating",
-                Some(format!("slow start ({})", faults::POD_SLOW_START_SECONDS)),
-            );
-            waiting.restart_count = restart_count;
-            self.set(name, waiting);
-            if !self.sleep(delay).await {
-                return Outcome::Stopped;
-            }
+        if restart_count == 0 && !self.slow_start(name, faults.slow_start).await {
+            return Outcome::Stopped;
         }
         loop {
             let started = match self.start(&container, argv, volumes).await {
@@ -426,6 +431,7 @@ impl PodCtx {
                 }
             };
             let started_at = now();
+            let prober = Prober::new(&container);
             self.set(
                 name,
                 Report {
@@ -434,64 +440,85 @@ impl PodCtx {
                     },
                     last: last.clone(),
                     restart_count,
-                    ready: true,
+                    started: prober.started(),
+                    ready: prober.ready(),
                 },
             );
-            let (exit_code, stopped, killed) = self.wait(started, faults.kill).await;
-            let message = self.termination_message(&container, exit_code).await;
-            let reason = match killed {
-                Some(Kill::OutOfMemory) => "OOMKilled",
-                _ => Terminated::reason_for(exit_code),
-            };
-            let terminated = Terminated {
-                exit_code,
-                reason: reason.into(),
-                message,
-                started_at: Some(started_at),
-                finished_at: now(),
-            };
-            info!(pod = %self.name, container = name, exit_code, "container exited");
-            if stopped {
+            let ended = self.wait(name, started, faults.kill, prober).await;
+            let terminated = self.terminated(&container, &ended, started_at).await;
+            info!(pod = %self.name, container = name, exit_code = ended.code, "container exited");
+            if ended.stopped {
                 return Outcome::Stopped;
             }
-            let restart = match (is_init, self.restart_policy()) {
-                (_, "Never") => false,
-                (true, _) | (false, "OnFailure") => exit_code != 0,
-                (false, _) => true,
-            };
-            if !restart {
+            if !self.restarts(is_init, ended.code) {
                 self.set(
                     name,
                     Report {
                         state: State::Terminated(terminated),
                         last,
                         restart_count,
+                        started: false,
                         ready: false,
                     },
                 );
-                return Outcome::Exited(exit_code);
+                return Outcome::Exited(ended.code);
             }
             restart_count += 1;
             last = Some(terminated);
             self.set(
                 name,
-                Report {
-                    state: State::Waiting {
-                        reason: "CrashLoopBackOff".into(),
-                        message: Some(format!(
-                            "back-off {}s restarting failed container={name}",
-                            backoff.as_secs()
-                        )),
-                    },
-                    last: last.clone(),
-                    restart_count,
-                    ready: false,
-                },
+                crash_loop_back_off(name, backoff, &last, restart_count),
             );
             if !self.sleep(backoff).await {
                 return Outcome::Stopped;
             }
             backoff = (backoff * 2).min(MAX_BACKOFF);
+        }
+    }
+
+    /// With the slow-start fault, waits in `ContainerCreating` before the container's first
+    /// start; `false` when the pod is stopped meanwhile.
+    async fn slow_start(&self, name: &str, delay: Option<Duration>) -> bool {
+        let Some(delay) = delay else {
+            return true;
+        };
+        self.set(
+            name,
+            Report::waiting(
+                "ContainerCreating",
+                Some(format!("slow start ({})", faults::POD_SLOW_START_SECONDS)),
+            ),
+        );
+        self.sleep(delay).await
+    }
+
+    /// Whether a container that ended with `exit_code` runs again under the restart policy.
+    fn restarts(&self, is_init: bool, exit_code: i32) -> bool {
+        match (is_init, self.restart_policy()) {
+            (_, "Never") => false,
+            (true, _) | (false, "OnFailure") => exit_code != 0,
+            (false, _) => true,
+        }
+    }
+
+    /// The terminated state of a container that ended.
+    async fn terminated(
+        &self,
+        container: &Container,
+        ended: &Ended,
+        started_at: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+    ) -> Terminated {
+        let message = self.termination_message(container, ended.code).await;
+        let reason = match ended.killed {
+            Some(Kill::OutOfMemory) => "OOMKilled",
+            _ => Terminated::reason_for(ended.code),
+        };
+        Terminated {
+            exit_code: ended.code,
+            reason: reason.into(),
+            message,
+            started_at: Some(started_at),
+            finished_at: now(),
         }
     }
 
@@ -514,6 +541,61 @@ impl PodCtx {
         argv: &[String],
         volumes: &BTreeMap<String, PathBuf>,
     ) -> Result<Started> {
+        let vars = self.environment(c).await?;
+        let lookup: HashMap<String, String> = vars.iter().cloned().collect();
+        let argv: Vec<String> = argv.iter().map(|a| env::expand(a, &lookup)).collect();
+        let binds = self.binds(c, volumes).await?;
+        let script = plan::mount_script(&binds, c.working_dir.as_deref());
+        let log_path = self.log_path(&c.name);
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .with_context(|| format!("opening {}", log_path.display()))?;
+        info!(pod = %self.name, container = %c.name, argv = ?argv, log = %log_path.display(), "starting container");
+        // A PID namespace per container, as under a container runtime: when its first process
+        // (the mount script's shell) ends, every process the container started ends with it,
+        // even one that left the container's process group.
+        let child = Command::new("unshare")
+            .args([
+                "--mount",
+                "--propagation",
+                "private",
+                "--pid",
+                "--fork",
+                "--kill-child=KILL",
+                "--",
+                "/bin/sh",
+                "-c",
+                &script,
+                "sh",
+            ])
+            .args(&argv)
+            .env_clear()
+            .envs(vars.iter().cloned())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .process_group(0)
+            .kill_on_drop(true)
+            .spawn()
+            .context("spawning unshare")?;
+        let pgid = child
+            .id()
+            .ok_or_else(|| anyhow!("the container process vanished at start"))?;
+        Ok(Started {
+            child,
+            spawned: Spawned {
+                pgid,
+                at: tokio::time::Instant::now(),
+                env: vars,
+            },
+        })
+    }
+
+    /// The container's environment: the agent's (PATH with the own binaries first, HOME, the
+    /// API server, the pod's loopback address, prepared devices), then the pod's, which wins.
+    async fn environment(&self, c: &Container) -> Result<Vec<(String, String)>> {
         let ns = self.pod.namespace().unwrap_or_default();
         let (cm_names, secret_names) = env::referenced_objects(c);
         let mut objects = Objects::default();
@@ -535,27 +617,33 @@ impl PodCtx {
             "{}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
             self.cfg.bin_dir.display()
         );
+        let api_port = self.cfg.api_port.to_string();
         let mut vars: Vec<(String, String)> = vec![
             ("PATH".into(), path),
             ("HOME".into(), home.display().to_string()),
             ("HOSTNAME".into(), self.pod.name_any()),
             ("KUBERNETES_SERVICE_HOST".into(), self.cfg.api_host.clone()),
+            ("KUBERNETES_SERVICE_PORT".into(), api_port.clone()),
+            ("KUBERNETES_SERVICE_PORT_HTTPS".into(), api_port),
             (
-                "KUBERNETES_SERVICE_PORT".into(),
-                self.cfg.api_port.to_string(),
-            ),
-            (
-                "KUBERNETES_SERVICE_PORT_HTTPS".into(),
-                self.cfg.api_port.to_string(),
+                POD_LOOPBACK_ENV.into(),
+                probe::loopback_address(&self.pod_ip),
             ),
         ];
         // As device plugins and CDI do: the devices prepared for this container.
         vars.extend(self.devices.get(&c.name).cloned().unwrap_or_default());
         vars.retain(|(k, _)| !pod_env.iter().any(|(p, _)| p == k));
         vars.extend(pod_env);
-        let lookup: HashMap<String, String> = vars.iter().cloned().collect();
-        let argv: Vec<String> = argv.iter().map(|a| env::expand(a, &lookup)).collect();
+        Ok(vars)
+    }
 
+    /// The container's bind mounts (its volume mounts and its termination-message file), each
+    /// with whether its source is a directory.
+    async fn binds(
+        &self,
+        c: &Container,
+        volumes: &BTreeMap<String, PathBuf>,
+    ) -> Result<Vec<(Bind, bool)>> {
         let termination_log = self.container_dir(&c.name).join("termination-log");
         tokio::fs::write(&termination_log, b"").await?;
         let mut binds = plan::plan_binds(c, volumes)?;
@@ -583,91 +671,74 @@ impl PodCtx {
             };
             typed.push((bind, is_dir));
         }
-        let script = plan::mount_script(&typed, c.working_dir.as_deref());
-
-        let log_path = self.log_path(&c.name);
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log_path)
-            .with_context(|| format!("opening {}", log_path.display()))?;
-        info!(pod = %self.name, container = %c.name, argv = ?argv, log = %log_path.display(), "starting container");
-        let child = Command::new("unshare")
-            .args([
-                "--mount",
-                "--propagation",
-                "private",
-                "--",
-                "/bin/sh",
-                "-c",
-                &script,
-                "sh",
-            ])
-            .args(&argv)
-            .env_clear()
-            .envs(vars)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .process_group(0)
-            .kill_on_drop(true)
-            .spawn()
-            .context("spawning unshare")?;
-        let pgid = child
-            .id()
-            .ok_or_else(|| anyhow!("the container process vanished at start"))?;
-        Ok(Started {
-            child,
-            pgid,
-            at: tokio::time::Instant::now(),
-        })
+        Ok(typed)
     }
 
-    /// Waits for the container's process to end, or ends it when the pod is stopped or a kill
-    /// fault fires. Returns the exit code (128 + signal when killed), whether the pod was
-    /// stopped, and the fault that killed it. A kill fault counts from the process's spawn and
-    /// wins over the process's own end once its time has come: a process the agent sees only
-    /// after that time (it was still reporting the container as running) was killed, as a
-    /// kubelet's runtime would have killed it then, and reports 137.
+    /// Runs the container's probes, publishing its `started` and `ready` as they change;
+    /// returns why the container must be killed (never, without startup or liveness probes).
+    async fn probe(&self, name: &str, spawned: &Spawned, prober: Prober) -> String {
+        let target = probe::Target {
+            address: probe::loopback_address(&self.pod_ip),
+            env: spawned.env.clone(),
+            pid: namespace_init(spawned.pgid).await,
+        };
+        probe::run(prober, &target, spawned.at, |is_started, ready| {
+            let mut reports = lock(&self.reports);
+            if let Some(report) = reports.get_mut(name) {
+                report.started = is_started;
+                report.ready = ready;
+            }
+            drop(reports);
+            (self.notify)();
+        })
+        .await
+    }
+
+    /// Waits for the container's process to end, or ends it when the pod is stopped, a kill
+    /// fault fires or a startup or liveness probe fails for good. A kill fault counts from the
+    /// process's spawn and wins over the process's own end once its time has come: a process
+    /// the agent sees only after that time (it was still reporting the container as running)
+    /// was killed, as a kubelet's runtime would have killed it then, and reports 137.
     async fn wait(
         &self,
-        mut started: Started,
+        name: &str,
+        started: Started,
         kill: Option<(Duration, Kill)>,
-    ) -> (i32, bool, Option<Kill>) {
-        let spawned = started.at;
+        prober: Prober,
+    ) -> Ended {
+        let Started { mut child, spawned } = started;
+        let pgid = spawned.pgid;
         let fault = async {
             match kill {
                 Some((after, how)) => {
-                    tokio::time::sleep_until(spawned + after).await;
+                    tokio::time::sleep_until(spawned.at + after).await;
                     how
                 }
                 None => std::future::pending().await,
             }
         };
         let mut killed = None;
-        let (status, stopped) = tokio::select! {
+        let mut stopped = false;
+        let status = tokio::select! {
             biased;
             how = fault => {
                 warn!(pod = %self.name, fault = ?how, "killing an executed container (fault)");
-                signal_group(started.pgid, "KILL").await;
+                signal_group(pgid, "KILL").await;
                 killed = Some(how);
-                (started.child.wait().await, false)
+                child.wait().await
             }
-            status = started.child.wait() => (status, false),
-            _ = stopped(self.stop.clone()) => {
-                signal_group(started.pgid, "TERM").await;
-                let status = match tokio::time::timeout(self.cfg.kill_grace, started.child.wait()).await {
-                    Ok(status) => status,
-                    Err(_) => {
-                        signal_group(started.pgid, "KILL").await;
-                        started.child.wait().await
-                    }
-                };
-                (status, true)
+            status = child.wait() => status,
+            _ = stop_requested(self.stop.clone()) => {
+                stopped = true;
+                self.terminate(&mut child, pgid).await
+            }
+            why = self.probe(name, &spawned, prober) => {
+                warn!(pod = %self.name, container = name, why = %why, "killing an executed container (probe)");
+                self.terminate(&mut child, pgid).await
             }
         };
         // Like a container's PID namespace, the group ends with its main process.
-        signal_group(started.pgid, "KILL").await;
+        signal_group(pgid, "KILL").await;
         let code = match status {
             // Killed by the fault, even where the process had ended on its own unseen.
             _ if killed.is_some() => 128 + 9,
@@ -677,7 +748,27 @@ impl PodCtx {
                 128
             }
         };
-        (code, stopped, killed)
+        Ended {
+            code,
+            stopped,
+            killed,
+        }
+    }
+
+    /// Ends a container as the kubelet does: SIGTERM, then SIGKILL after the grace period.
+    async fn terminate(
+        &self,
+        child: &mut tokio::process::Child,
+        pgid: u32,
+    ) -> std::io::Result<std::process::ExitStatus> {
+        signal_group(pgid, "TERM").await;
+        match tokio::time::timeout(self.cfg.kill_grace, child.wait()).await {
+            Ok(status) => status,
+            Err(_) => {
+                signal_group(pgid, "KILL").await;
+                child.wait().await
+            }
+        }
     }
 
     /// The termination message: the file at terminationMessagePath, or with
@@ -871,19 +962,74 @@ impl PodCtx {
 
 struct Started {
     child: tokio::process::Child,
+    spawned: Spawned,
+}
+
+/// What is known of a container's process once spawned.
+struct Spawned {
+    /// Its process group (the `unshare` process leads it).
     pgid: u32,
-    /// When the process was spawned: a kill fault's clock starts here.
+    /// When the process was spawned: a kill fault's and the probes' clocks start here.
     at: tokio::time::Instant,
+    /// The container's environment, for its exec probes.
+    env: Vec<(String, String)>,
+}
+
+/// How a container's process ended.
+struct Ended {
+    /// Exit code, 128 + signal when killed.
+    code: i32,
+    /// Ended because the pod is being stopped.
+    stopped: bool,
+    /// The fault that killed it.
+    killed: Option<Kill>,
+}
+
+/// The report of a container waiting `backoff` to be restarted after it ended as `last`.
+fn crash_loop_back_off(
+    name: &str,
+    backoff: Duration,
+    last: &Option<Terminated>,
+    restart_count: i32,
+) -> Report {
+    Report {
+        state: State::Waiting {
+            reason: "CrashLoopBackOff".into(),
+            message: Some(format!(
+                "back-off {}s restarting failed container={name}",
+                backoff.as_secs()
+            )),
+        },
+        last: last.clone(),
+        restart_count,
+        started: false,
+        ready: false,
+    }
+}
+
+/// The first process of a container's PID namespace (the child of its `unshare`), whose mount
+/// namespace exec probes enter.
+async fn namespace_init(unshare_pid: u32) -> Option<u32> {
+    let children = format!("/proc/{unshare_pid}/task/{unshare_pid}/children");
+    for _ in 0..50 {
+        if let Ok(text) = tokio::fs::read_to_string(&children).await {
+            if let Some(pid) = text.split_whitespace().next().and_then(|p| p.parse().ok()) {
+                return Some(pid);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    None
 }
 
 /// Resolves once the pod is being stopped (or its runtime entry is gone).
-async fn stopped(mut stop: watch::Receiver<bool>) {
+async fn stop_requested(mut stop: watch::Receiver<bool>) {
     // An error means the sender is gone, which also means stop.
     let _ = stop.wait_for(|s| *s).await;
 }
 
 /// Sends a signal to a process group; a group that is already gone is fine.
-async fn signal_group(pgid: u32, signal: &str) {
+pub async fn signal_group(pgid: u32, signal: &str) {
     let result = Command::new("kill")
         .args(["-s", signal, "--", &format!("-{pgid}")])
         .stdout(Stdio::null())

@@ -14,6 +14,7 @@ mod exec;
 mod nodes;
 mod plan;
 mod pods;
+mod probe;
 mod queue;
 mod status;
 mod topology;

@@ -384,7 +384,14 @@ fn quote(word: &str) -> String {
 }
 
 /// A `/bin/sh` script that performs the binds (each source is a directory or a file, as
-/// `source_is_dir` says), changes to `workdir` and then execs its positional arguments.
+/// `source_is_dir` says), changes to `workdir` and then runs its positional arguments and
+/// exits with their status.
+///
+/// The shell stays as the first process of the container's PID namespace, where no signal
+/// without a handler reaches it from outside: the container's program runs as its child, so a
+/// SIGTERM to the container's process group reaches the program as it would a container's
+/// main process under a runtime's init, and when the program ends the shell ends, which ends
+/// every other process of the container.
 ///
 /// Mount points are created on the host file system when missing (they stay empty there);
 /// the mounts themselves live only in the container's private mount namespace.
@@ -415,7 +422,7 @@ pub fn mount_script(binds: &[(Bind, bool)], workdir: Option<&str>) -> String {
     if let Some(dir) = workdir.filter(|d| !d.is_empty()) {
         script.push_str(&format!("mkdir -p {0}\ncd {0}\n", quote(dir)));
     }
-    script.push_str("exec \"$@\"\n");
+    script.push_str("\"$@\"\nexit \"$?\"\n");
     script
 }
 
@@ -622,7 +629,7 @@ mod tests {
     }
 
     #[test]
-    fn mount_script_binds_then_execs() {
+    fn mount_script_binds_then_runs_the_command() {
         let binds = vec![
             (
                 Bind {
@@ -648,7 +655,7 @@ mod tests {
              mkdir -p '/data'\nmount --bind '/s/dir' '/data'\nmount -o remount,bind,ro '/data'\n\
              mkdir -p '/dev'\n[ -e '/dev/termination-log' ] || : > '/dev/termination-log'\n\
              mount --bind '/s/it'\\''s' '/dev/termination-log'\n\
-             mkdir -p '/data'\ncd '/data'\nexec \"$@\"\n"
+             mkdir -p '/data'\ncd '/data'\n\"$@\"\nexit \"$?\"\n"
         );
     }
 }

@@ -278,20 +278,7 @@ impl PodAgent {
             Api::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default());
         if pod.metadata.deletion_timestamp.is_some() {
             self.runtime.stop(key).await;
-            // As the kubelet does once the containers are gone: remove the object for good.
-            let params = DeleteParams {
-                grace_period_seconds: Some(0),
-                preconditions: Some(Preconditions {
-                    uid: Some(uid),
-                    resource_version: None,
-                }),
-                ..Default::default()
-            };
-            match api.delete(&pod.name_any(), &params).await {
-                Ok(_) => info!(pod = %crate::pod_name(key), "pod deletion finalised"),
-                Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
-                Err(e) => return Err(e).context("finalising pod deletion"),
-            }
+            self.finalise_deletion(key, &pod, &api, uid).await?;
             return Ok(None);
         }
         let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
@@ -299,19 +286,8 @@ impl PodAgent {
         if matches!(phase, Some("Succeeded" | "Failed")) {
             return Ok(None);
         }
-        let host_network = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.host_network)
-            .unwrap_or(false);
-        let pod_ip = if host_network {
-            status::HOST_IP.to_string()
-        } else {
-            let reported = pod.status.as_ref().and_then(|s| s.pod_ip.as_deref());
-            self.ips().assign(key, &uid, reported).to_string()
-        };
-
-        let devices_pending = self.allocate_ascend_devices(&pod, &node, &api).await?;
+        let pod_ip = self.pod_ip(key, &pod, &uid);
+        let mut requeue = self.allocate_ascend_devices(&pod, &node, &api).await?;
 
         let plan = plan::plan_pod(&pod, &self.own);
         if plan.executes_any() {
@@ -322,61 +298,120 @@ impl PodAgent {
                 .ensure_started(key, &pod, &plan, &pod_ip, notify);
         }
         let now = crate::now();
-        let mut requeue: Option<Duration> = devices_pending;
-        let mut reports =
-            |containers: &[(String, ContainerPlan)], is_init: bool| -> Vec<(String, Report)> {
-                containers
-                    .iter()
-                    .map(|(name, p)| {
-                        let report = match p {
-                            ContainerPlan::Execute { .. } => self
-                                .runtime
-                                .report(key, name)
-                                .unwrap_or_else(|| Report::waiting("ContainerCreating", None)),
-                            ContainerPlan::Simulated
-                                if pod_container(&pod, name).is_some_and(plan::unpullable) =>
-                            {
-                                status::image_pull_backoff(
-                                    pod_container(&pod, name)
-                                        .and_then(|c| c.image.as_deref())
-                                        .unwrap_or_default(),
-                                )
-                            }
-                            ContainerPlan::Simulated => {
-                                let (report, after) =
-                                    status::simulated_report(&pod, name, is_init, &now);
-                                requeue = match (requeue, after) {
-                                    (Some(a), Some(b)) => Some(a.min(b)),
-                                    (a, b) => a.or(b),
-                                };
-                                report
-                            }
-                        };
-                        (name.clone(), report)
-                    })
-                    .collect()
-            };
-        let init = reports(&plan.init, true);
-        let main = reports(&plan.main, false);
+        let init = self.reports(key, &pod, &plan.init, true, &now, &mut requeue);
+        let main = self.reports(key, &pod, &plan.main, false, &now, &mut requeue);
         let desired = status::pod_status(&pod, &init, &main, &pod_ip, &now);
         if status::differs(pod.status.as_ref(), &desired) {
-            let patch = status::status_patch(pod.metadata.uid.as_deref(), &desired);
-            match api
-                .patch_status(
-                    &pod.name_any(),
-                    &PatchParams::default(),
-                    &Patch::Strategic(patch),
-                )
-                .await
-            {
-                Ok(_) => {
-                    debug!(pod = %crate::pod_name(key), phase = ?desired.phase, "pod status updated")
-                }
-                Err(kube::Error::Api(e)) if e.code == 404 => {}
-                Err(e) => return Err(e).context("updating pod status"),
-            }
+            self.write_status(key, &pod, &api, &desired).await?;
         }
         Ok(requeue)
+    }
+
+    /// As the kubelet does once a deleted pod's containers are gone: removes the object for
+    /// good (grace period 0, only this instance of the pod).
+    async fn finalise_deletion(
+        &self,
+        key: &Key,
+        pod: &Pod,
+        api: &Api<Pod>,
+        uid: String,
+    ) -> Result<()> {
+        let params = DeleteParams {
+            grace_period_seconds: Some(0),
+            preconditions: Some(Preconditions {
+                uid: Some(uid),
+                resource_version: None,
+            }),
+            ..Default::default()
+        };
+        match api.delete(&pod.name_any(), &params).await {
+            Ok(_) => info!(pod = %crate::pod_name(key), "pod deletion finalised"),
+            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
+            Err(e) => return Err(e).context("finalising pod deletion"),
+        }
+        Ok(())
+    }
+
+    /// The pod's IP: the host's for a host-network pod, else its fake pod IP.
+    fn pod_ip(&self, key: &Key, pod: &Pod, uid: &str) -> String {
+        let host_network = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.host_network)
+            .unwrap_or(false);
+        if host_network {
+            return status::HOST_IP.to_string();
+        }
+        let reported = pod.status.as_ref().and_then(|s| s.pod_ip.as_deref());
+        self.ips().assign(key, uid, reported).to_string()
+    }
+
+    /// The reports of `containers` (init or main): an executed container's from the runtime,
+    /// an unpullable image's back-off, a reported container's simulation, whose next
+    /// simulated restart moves `requeue` earlier.
+    fn reports(
+        &self,
+        key: &Key,
+        pod: &Pod,
+        containers: &[(String, ContainerPlan)],
+        is_init: bool,
+        now: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+        requeue: &mut Option<Duration>,
+    ) -> Vec<(String, Report)> {
+        containers
+            .iter()
+            .map(|(name, p)| {
+                let report = match p {
+                    ContainerPlan::Execute { .. } => self
+                        .runtime
+                        .report(key, name)
+                        .unwrap_or_else(|| Report::waiting("ContainerCreating", None)),
+                    ContainerPlan::Simulated
+                        if pod_container(pod, name).is_some_and(plan::unpullable) =>
+                    {
+                        status::image_pull_backoff(
+                            pod_container(pod, name)
+                                .and_then(|c| c.image.as_deref())
+                                .unwrap_or_default(),
+                        )
+                    }
+                    ContainerPlan::Simulated => {
+                        let (report, after) = status::simulated_report(pod, name, is_init, now);
+                        *requeue = match (*requeue, after) {
+                            (Some(a), Some(b)) => Some(a.min(b)),
+                            (a, b) => a.or(b),
+                        };
+                        report
+                    }
+                };
+                (name.clone(), report)
+            })
+            .collect()
+    }
+
+    async fn write_status(
+        &self,
+        key: &Key,
+        pod: &Pod,
+        api: &Api<Pod>,
+        desired: &k8s_openapi::api::core::v1::PodStatus,
+    ) -> Result<()> {
+        let patch = status::status_patch(pod.metadata.uid.as_deref(), desired);
+        match api
+            .patch_status(
+                &pod.name_any(),
+                &PatchParams::default(),
+                &Patch::Strategic(patch),
+            )
+            .await
+        {
+            Ok(_) => {
+                debug!(pod = %crate::pod_name(key), phase = ?desired.phase, "pod status updated")
+            }
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(e).context("updating pod status"),
+        }
+        Ok(())
     }
 }
 

@@ -57,7 +57,11 @@ pub struct Report {
     pub state: State,
     pub last: Option<Terminated>,
     pub restart_count: i32,
-    /// Whether a running container counts as ready (no readiness probes are simulated).
+    /// Whether a running container counts as started: its startup probe passed, or it has
+    /// none (reported containers: whenever running).
+    pub started: bool,
+    /// Whether a running container counts as ready: its readiness probe passes, or it has
+    /// none (reported containers: whenever running).
     pub ready: bool,
 }
 
@@ -70,6 +74,7 @@ impl Report {
             },
             last: None,
             restart_count: 0,
+            started: false,
             ready: false,
         }
     }
@@ -109,6 +114,7 @@ pub fn simulated_report(
             }),
             last: None,
             restart_count: 0,
+            started: false,
             ready: false,
         };
         return (report, None);
@@ -122,6 +128,7 @@ pub fn simulated_report(
             },
             last: existing.and_then(|s| last_terminated(s.last_state.as_ref())),
             restart_count,
+            started: true,
             ready: true,
         };
         return (report, None);
@@ -143,6 +150,7 @@ pub fn simulated_report(
             state: State::Terminated(terminated(now)),
             last: existing.and_then(|s| last_terminated(s.last_state.as_ref())),
             restart_count,
+            started: false,
             ready: false,
         };
         return (report, None);
@@ -177,6 +185,7 @@ pub fn simulated_report(
         },
         last: Some(last),
         restart_count,
+        started: false,
         ready: false,
     };
     (report, Some(wait))
@@ -207,6 +216,7 @@ pub fn resumed_report(pod: &Pod, name: &str, is_init: bool) -> Report {
             state: State::Terminated(t),
             last: existing.and_then(|s| last_terminated(s.last_state.as_ref())),
             restart_count,
+            started: false,
             ready: false,
         },
         None => Report {
@@ -321,7 +331,7 @@ fn container_status(
         image,
         container_id: Some(format!("sim://{uid}/{name}")),
         ready,
-        started: Some(running),
+        started: Some(running && report.started),
         restart_count: report.restart_count,
         state: Some(state),
         last_state: Some(last_state.unwrap_or_default()),
@@ -454,124 +464,43 @@ pub fn pod_status(
         .map(|(n, _)| n.as_str())
         .collect();
     let initialized = pending_init.is_empty();
-    // Main containers do not start before every init container completed.
-    let main: Vec<(String, Report)> = main
-        .iter()
-        .map(|(n, r)| {
-            if initialized {
-                (n.clone(), r.clone())
-            } else {
-                let mut waiting = Report::waiting("PodInitializing", None);
-                waiting.restart_count = r.restart_count;
-                (n.clone(), waiting)
-            }
-        })
-        .collect();
+    let main = waiting_for_init(main, initialized);
     let ready_of = |r: &Report| report_is_running(r) && r.ready && !not_ready_fault;
     let phase = phase(restart_policy(pod), init, &main, initialized);
-    let completed = matches!(phase, "Succeeded" | "Failed");
-
     let unready: Vec<&str> = main
         .iter()
         .filter(|(_, r)| !ready_of(r))
         .map(|(n, _)| n.as_str())
         .collect();
-    let containers_ready = unready.is_empty() && !completed;
-    let not_ready_reason = if completed {
-        "PodCompleted"
-    } else {
-        "ContainersNotReady"
-    };
-    let unready_message =
-        (!completed).then(|| format!("containers with unready status: [{}]", unready.join(" ")));
-
-    let gate_problem = pod
-        .spec
-        .iter()
-        .flat_map(|s| s.readiness_gates.iter().flatten())
-        .find_map(|gate| {
-            let found = existing
-                .and_then(|s| s.conditions.as_ref())
-                .and_then(|cs| cs.iter().find(|c| c.type_ == gate.condition_type));
-            match found {
-                None => Some(format!(
-                    "corresponding condition of pod readiness gate \"{}\" does not exist.",
-                    gate.condition_type
-                )),
-                Some(c) if c.status != "True" => Some(format!(
-                    "the status of pod readiness gate \"{}\" is not \"True\", but {}",
-                    gate.condition_type, c.status
-                )),
-                Some(_) => None,
+    let mut conditions = conditions(
+        pod,
+        &pending_init,
+        &unready,
+        matches!(phase, "Succeeded" | "Failed"),
+    );
+    stamp(&mut conditions, pod, now);
+    let statuses = |reports: &[(String, Report)], init: bool| {
+        let existing = existing.and_then(|s| {
+            if init {
+                s.init_container_statuses.as_ref()
+            } else {
+                s.container_statuses.as_ref()
             }
         });
-    let ready = if !containers_ready {
-        condition(
-            "Ready",
-            false,
-            Some(not_ready_reason),
-            unready_message.clone(),
-        )
-    } else if let Some(problem) = gate_problem {
-        condition(
-            "Ready",
-            false,
-            Some("ReadinessGatesNotReady"),
-            Some(problem),
-        )
-    } else {
-        condition("Ready", true, None, None)
+        (!reports.is_empty()).then(|| {
+            reports
+                .iter()
+                .map(|(n, r)| {
+                    let ready = if init {
+                        matches!(&r.state, State::Terminated(t) if t.exit_code == 0)
+                    } else {
+                        ready_of(r)
+                    };
+                    container_status(pod, n, r, ready, find_status(existing, n))
+                })
+                .collect()
+        })
     };
-    let mut conditions = vec![
-        condition("PodScheduled", true, None, None),
-        // As the kubelet reports it since 1.29: the sandbox exists (until a finished pod's is
-        // torn down).
-        condition("PodReadyToStartContainers", !completed, None, None),
-        condition(
-            "Initialized",
-            initialized,
-            Some("ContainersNotInitialized"),
-            Some(format!(
-                "containers with incomplete status: [{}]",
-                pending_init.join(" ")
-            )),
-        ),
-        condition(
-            "ContainersReady",
-            containers_ready,
-            Some(not_ready_reason),
-            unready_message,
-        ),
-        ready,
-    ];
-    for c in &mut conditions {
-        let previous = existing
-            .and_then(|s| s.conditions.as_ref())
-            .and_then(|cs| cs.iter().find(|e| e.type_ == c.type_));
-        c.last_transition_time = match previous {
-            Some(p) if p.status == c.status => p.last_transition_time.clone(),
-            _ => Some(now.clone()),
-        };
-        c.last_probe_time = previous.and_then(|p| p.last_probe_time.clone());
-        c.observed_generation = pod.metadata.generation;
-    }
-
-    let statuses =
-        |reports: &[(String, Report)], existing: Option<&Vec<ContainerStatus>>, init: bool| {
-            (!reports.is_empty()).then(|| {
-                reports
-                    .iter()
-                    .map(|(n, r)| {
-                        let ready = if init {
-                            matches!(&r.state, State::Terminated(t) if t.exit_code == 0)
-                        } else {
-                            ready_of(r)
-                        };
-                        container_status(pod, n, r, ready, find_status(existing, n))
-                    })
-                    .collect()
-            })
-        };
     PodStatus {
         phase: Some(phase.to_string()),
         conditions: Some(conditions),
@@ -588,17 +517,121 @@ pub fn pod_status(
         start_time: existing
             .and_then(|s| s.start_time.clone())
             .or_else(|| Some(now.clone())),
-        init_container_statuses: statuses(
-            init,
-            existing.and_then(|s| s.init_container_statuses.as_ref()),
-            true,
-        ),
-        container_statuses: statuses(
-            &main,
-            existing.and_then(|s| s.container_statuses.as_ref()),
-            false,
-        ),
+        init_container_statuses: statuses(init, true),
+        container_statuses: statuses(&main, false),
         ..Default::default()
+    }
+}
+
+/// The main containers' reports: as given once the pod is initialized, else waiting in
+/// `PodInitializing` (main containers do not start before every init container completed).
+fn waiting_for_init(main: &[(String, Report)], initialized: bool) -> Vec<(String, Report)> {
+    main.iter()
+        .map(|(n, r)| {
+            if initialized {
+                (n.clone(), r.clone())
+            } else {
+                let mut waiting = Report::waiting("PodInitializing", None);
+                waiting.restart_count = r.restart_count;
+                (n.clone(), waiting)
+            }
+        })
+        .collect()
+}
+
+/// Why the pod's readiness gates hold it unready: the first gate whose condition is missing or
+/// not True.
+fn gate_problem(pod: &Pod) -> Option<String> {
+    let conditions = pod.status.as_ref().and_then(|s| s.conditions.as_ref());
+    pod.spec
+        .iter()
+        .flat_map(|s| s.readiness_gates.iter().flatten())
+        .find_map(|gate| {
+            let found =
+                conditions.and_then(|cs| cs.iter().find(|c| c.type_ == gate.condition_type));
+            match found {
+                None => Some(format!(
+                    "corresponding condition of pod readiness gate \"{}\" does not exist.",
+                    gate.condition_type
+                )),
+                Some(c) if c.status != "True" => Some(format!(
+                    "the status of pod readiness gate \"{}\" is not \"True\", but {}",
+                    gate.condition_type, c.status
+                )),
+                Some(_) => None,
+            }
+        })
+}
+
+/// The conditions the agent owns, from the init containers still to complete, the unready
+/// main containers, whether the pod completed, and its readiness gates.
+fn conditions(
+    pod: &Pod,
+    pending_init: &[&str],
+    unready: &[&str],
+    completed: bool,
+) -> Vec<PodCondition> {
+    let containers_ready = unready.is_empty() && !completed;
+    let not_ready_reason = if completed {
+        "PodCompleted"
+    } else {
+        "ContainersNotReady"
+    };
+    let unready_message =
+        (!completed).then(|| format!("containers with unready status: [{}]", unready.join(" ")));
+    let ready = if !containers_ready {
+        condition(
+            "Ready",
+            false,
+            Some(not_ready_reason),
+            unready_message.clone(),
+        )
+    } else if let Some(problem) = gate_problem(pod) {
+        condition(
+            "Ready",
+            false,
+            Some("ReadinessGatesNotReady"),
+            Some(problem),
+        )
+    } else {
+        condition("Ready", true, None, None)
+    };
+    vec![
+        condition("PodScheduled", true, None, None),
+        // As the kubelet reports it since 1.29: the sandbox exists (until a finished pod's is
+        // torn down).
+        condition("PodReadyToStartContainers", !completed, None, None),
+        condition(
+            "Initialized",
+            pending_init.is_empty(),
+            Some("ContainersNotInitialized"),
+            Some(format!(
+                "containers with incomplete status: [{}]",
+                pending_init.join(" ")
+            )),
+        ),
+        condition(
+            "ContainersReady",
+            containers_ready,
+            Some(not_ready_reason),
+            unready_message,
+        ),
+        ready,
+    ]
+}
+
+/// Stamps each condition's transition time (kept from the pod's status while its status did
+/// not change, else now), last probe time and observed generation.
+fn stamp(conditions: &mut [PodCondition], pod: &Pod, now: &Time) {
+    let existing = pod.status.as_ref().and_then(|s| s.conditions.as_ref());
+    for c in conditions {
+        let previous = existing.and_then(|cs| cs.iter().find(|e| e.type_ == c.type_));
+        c.last_transition_time = match previous {
+            Some(p) if p.status == c.status => p.last_transition_time.clone(),
+            _ => Some(now.clone()),
+        };
+        c.last_probe_time = previous.and_then(|p| p.last_probe_time.clone());
+        c.observed_generation = pod.metadata.generation;
     }
 }
 
@@ -942,12 +975,14 @@ mod tests {
             }),
             last: None,
             restart_count: 0,
+            started: false,
             ready: false,
         };
         let running = Report {
             state: State::Running { started_at: t(1) },
             last: None,
             restart_count: 0,
+            started: true,
             ready: true,
         };
         let main = |rs: Vec<Report>| {

@@ -45,6 +45,9 @@ pub mod labels {
     pub const RANK: &str = "deepinfer.io/rank";
     /// Hash of everything that changes the running bits (image, checkpoint, layout, args).
     pub const REVISION: &str = "deepinfer.io/revision";
+    /// The group a serving pod belongs to (`<name>-<role>-<rev5>-<group>`), set on the pods of
+    /// a deployment with `spec.scheduling.exclusiveDomain`.
+    pub const GROUP_NAME: &str = "deepinfer.io/group-name";
     /// What an object is for: a [`super::Component`].
     pub const COMPONENT: &str = "deepinfer.io/component";
     /// Marks objects managed by this operator.

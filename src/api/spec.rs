@@ -186,6 +186,13 @@ pub struct SchedulingSpec {
     #[x_kube(validation = Rule::new("self.all(k, !k.startsWith('ascend.kubectl.kubernetes.io/'))")
         .message("spec.scheduling.podAnnotations: keys under ascend.kubectl.kubernetes.io/ are the Ascend device plugin's record of the devices it allocated, which the rank table is built from; remove them"))]
     pub pod_annotations: std::collections::BTreeMap<String, String>,
+    /// At most one serving group of this deployment per scale-up domain (the node label of
+    /// `spec.accelerator.scaleUpDomainKey`), as LeaderWorkerSet's exclusive topology: a group
+    /// never shares its NVLink clique or super-pod with another group of the deployment, and a
+    /// group that finds no free domain waits for one. Acceptance runs are not counted. Changing it
+    /// replaces the groups one at a time, with no new acceptance run. Default false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub exclusive_domain: bool,
 }
 
 /// Names of the volumes the operator gives engine pods (checkpoint, shared memory, rank table,

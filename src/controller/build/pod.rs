@@ -431,11 +431,46 @@ pub fn worker_pod(did: &ValidatedDeployment, at: &RankOf<'_>) -> Pod {
         engine.startup_probe = Some(startup_probe(&did.spec));
         engine.readiness_probe = Some(readiness_probe(&did.spec));
     }
+    let mut labels = rank_labels(at);
+    if exclusive_domain(&did.spec) {
+        let group = group_service_name(&did.name_any(), &at.role.name, at.revision, at.group);
+        labels.insert(labels::GROUP_NAME.to_string(), group);
+        spec.affinity
+            .get_or_insert_with(Affinity::default)
+            .pod_anti_affinity
+            .get_or_insert_with(Default::default)
+            .required_during_scheduling_ignored_during_execution
+            .get_or_insert_with(Vec::new)
+            .push(exclusive_domain_term(did));
+    }
     stamp(Pod {
-        metadata: with_scheduling_meta(&did.spec, owned_meta(did, name, rank_labels(at))),
+        metadata: with_scheduling_meta(&did.spec, owned_meta(did, name, labels)),
         spec: Some(spec),
         status: None,
     })
+}
+
+/// Whether the deployment asks for one serving group per scale-up domain.
+fn exclusive_domain(spec: &crate::api::DeepInferDeploymentSpec) -> bool {
+    spec.scheduling.as_ref().is_some_and(|s| s.exclusive_domain)
+}
+
+/// The anti-affinity that keeps a serving pod out of every scale-up domain holding a pod of
+/// another serving group of the deployment (any pod of the deployment whose group name differs
+/// from its own).
+fn exclusive_domain_term(did: &ValidatedDeployment) -> PodAffinityTerm {
+    PodAffinityTerm {
+        label_selector: Some(LabelSelector {
+            match_labels: Some(BTreeMap::from([
+                (labels::DEPLOYMENT.to_string(), did.name_any()),
+                Component::Worker.label(),
+            ])),
+            match_expressions: None,
+        }),
+        mismatch_label_keys: Some(vec![labels::GROUP_NAME.to_string()]),
+        topology_key: did.spec.accelerator.scale_up_domain_key().to_string(),
+        ..PodAffinityTerm::default()
+    }
 }
 
 /// Desired worker pods of a role's group, rank 0 first.

@@ -799,6 +799,7 @@ fn another_scheduler_and_its_queue_labels_reach_every_engine_pod() {
             "scheduling.volcano.sh/queue-name".into(),
             "team-a".into(),
         )]),
+        exclusive_domain: false,
     });
     let before = revision(&raw.spec);
     let d = valid(raw);
@@ -2397,4 +2398,57 @@ fn the_acceptance_leaders_arguments_parse_back_to_the_run_they_judge() {
         })
         .expect("the judged engine runs run-engine");
     assert_eq!(engine.serving.serving_args, serving_args(&d, "decode"));
+}
+
+#[test]
+fn an_exclusive_deployments_pods_repel_every_other_group_of_it_in_their_domain() {
+    let mut raw = raw(
+        json!({"type": "NVIDIA"}),
+        json!([{"name": "worker", "replicas": 2, "parallel": {"tensor": 16}}]),
+    );
+    let plain = valid(raw.clone());
+    raw.spec.scheduling =
+        serde_json::from_value(json!({"exclusiveDomain": true})).expect("scheduling");
+    let exclusive = valid(raw);
+    let rev = revision(&exclusive.spec);
+    assert_eq!(
+        rev,
+        revision(&plain.spec),
+        "placement alone is not a new revision"
+    );
+    let pod = &group_pods(&exclusive, &exclusive.spec.roles[0], 1, &rev)[0];
+    let group = group_service_name("flash", "worker", &rev, 1);
+    assert_eq!(pod.labels().get(labels::GROUP_NAME), Some(&group));
+    let anti = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.affinity.as_ref())
+        .and_then(|a| a.pod_anti_affinity.as_ref())
+        .and_then(|a| {
+            a.required_during_scheduling_ignored_during_execution
+                .clone()
+        })
+        .expect("an anti-affinity term");
+    assert_eq!(anti.len(), 1);
+    assert_eq!(anti[0].topology_key, "nvidia.com/gpu.clique");
+    assert_eq!(
+        anti[0].mismatch_label_keys.as_deref(),
+        Some(&[labels::GROUP_NAME.to_string()][..])
+    );
+    let selector = anti[0]
+        .label_selector
+        .clone()
+        .and_then(|s| s.match_labels)
+        .expect("labels");
+    assert_eq!(selector[labels::DEPLOYMENT], "flash");
+    assert_eq!(selector[labels::COMPONENT], "worker");
+    // Without it, neither the label nor the term.
+    let pod = &group_pods(&plain, &plain.spec.roles[0], 1, &rev)[0];
+    assert!(pod.labels().get(labels::GROUP_NAME).is_none());
+    assert!(pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.affinity.as_ref())
+        .and_then(|a| a.pod_anti_affinity.as_ref())
+        .is_none());
 }

@@ -3,7 +3,8 @@
 //! stops answering leaves its role Service and comes back when it answers again, without its
 //! group being replaced; a slow start inside the startup probe's budget goes Ready, one past it
 //! is killed, its pod fails (serving pods never restart in place) and the operator replaces the
-//! group whole (docs/runbooks.md, GroupsNotReady). Each deployment takes one GPU; tests named
+//! group whole (docs/runbooks.md, GroupsNotReady); an engine hung past its liveness budget is
+//! stopped and its group replaced the same way. Each deployment takes one GPU; tests named
 //! `gpu_*` run one at a time.
 
 use std::path::PathBuf;
@@ -272,6 +273,51 @@ async fn gpu_a_slow_start_inside_the_startup_budget_goes_ready_one_past_it_is_re
         !condition_is(&st, "Ready", "True"),
         "an engine that never starts never serves"
     );
+    op.stop().await;
+}
+
+#[tokio::test]
+async fn gpu_an_engine_hung_past_its_liveness_budget_is_stopped_and_its_group_replaced() {
+    let (client, ns, api, op) = setup("probe-hung").await;
+    let wedge = Wedge::new(&ns.name);
+    let mut did = deployment("hung", &wedge.args(), health_probe(30), health_probe(2));
+    did["spec"]["runtime"]["livenessProbe"] = health_probe(3);
+    create(&api, did).await;
+    support::current_status_where(&api, "hung", "Ready", TIMEOUT, |s| {
+        condition_is(s, "Ready", "True")
+    })
+    .await;
+    let serving = workers(&client, &ns.name, "hung").await;
+    assert_eq!(serving.len(), 1);
+    let hung_uid = serving[0].uid();
+
+    // It stops answering for good: past 3 × 1 s the engine is stopped; a serving pod never
+    // restarts in place, so it fails and the operator replaces the group whole.
+    wedge.set(true);
+    let ended = support::eventually(TIMEOUT, "the hung engine to be stopped", || async {
+        let p = workers(&client, &ns.name, "hung")
+            .await
+            .into_iter()
+            .find(|p| p.uid() == hung_uid)?;
+        let t = engine(&p)?.state?.terminated?;
+        Some(t)
+    })
+    .await;
+    assert_ne!(ended.exit_code, 0, "stopped, not completed: {ended:?}");
+    support::eventually(TIMEOUT, "a new pod in the group", || async {
+        let pods = workers(&client, &ns.name, "hung").await;
+        pods.iter().any(|p| p.uid() != hung_uid).then_some(())
+    })
+    .await;
+    // The new engine answers: the group serves again, on a pod of its own.
+    wedge.set(false);
+    support::current_status_where(&api, "hung", "Ready again", TIMEOUT, |s| {
+        condition_is(s, "Ready", "True")
+    })
+    .await;
+    let back = workers(&client, &ns.name, "hung").await;
+    assert_eq!(back.len(), 1);
+    assert_ne!(back[0].uid(), hung_uid, "a new pod serves");
     op.stop().await;
 }
 

@@ -503,6 +503,14 @@ pub struct RuntimeSpec {
     #[x_kube(validation = Rule::new(PROBE_OWN_POD_RULE)
         .message("spec.runtime.readinessProbe: a probe asks the engine's own pod; remove httpGet.host and tcpSocket.host (the kubelet would connect to that host instead)"))]
     pub readiness_probe: Option<Probe>,
+    /// Liveness probe of serving engine containers; default: HTTP GET `/health` on the serve port
+    /// every 10 s, failed after 6 misses (a minute without an answer). A serving engine that
+    /// fails it is stopped; its pod fails and its group is replaced whole, so a hung engine does
+    /// not hold its devices unready for ever. Checked only once the startup probe passed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new(PROBE_OWN_POD_RULE)
+        .message("spec.runtime.livenessProbe: a probe asks the engine's own pod; remove httpGet.host and tcpSocket.host (the kubelet would connect to that host instead)"))]
+    pub liveness_probe: Option<Probe>,
     /// CPU and memory of engine containers (devices come from `spec.accelerator`); default:
     /// requests of 4 CPUs and 16Gi memory, so engine pods are never BestEffort. Device entries
     /// given here are replaced by the accelerator's.

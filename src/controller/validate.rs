@@ -329,6 +329,7 @@ fn validate_runtime(runtime: &RuntimeSpec, errors: &mut Vec<FieldError>) {
     for (field, probe) in [
         ("spec.runtime.startupProbe", &runtime.startup_probe),
         ("spec.runtime.readinessProbe", &runtime.readiness_probe),
+        ("spec.runtime.livenessProbe", &runtime.liveness_probe),
     ] {
         let Some(probe) = probe else { continue };
         let http_host = probe.http_get.as_ref().and_then(|h| h.host.as_ref());

@@ -404,11 +404,19 @@ pub fn cases() -> Vec<Case> {
             Invalid("spec.runtime.readinessProbe")
         ),
         case!(
+            "liveness probe asking another host",
+            nvidia,
+            |s| s["runtime"]["livenessProbe"] =
+                json!({"httpGet": {"host": "169.254.169.254", "path": "/", "port": 80}}),
+            Invalid("spec.runtime.livenessProbe")
+        ),
+        case!(
             "probes of the engine's own pod",
             nvidia,
             |s| {
                 s["runtime"]["startupProbe"] = json!({"httpGet": {"path": "/health", "port": "serve"}, "failureThreshold": 270});
                 s["runtime"]["readinessProbe"] = json!({"tcpSocket": {"port": 8000}});
+                s["runtime"]["livenessProbe"] = json!({"httpGet": {"path": "/health", "port": "serve"}, "failureThreshold": 12});
             },
             Valid
         ),

@@ -76,6 +76,15 @@ pub fn readiness_probe(spec: &DeepInferDeploymentSpec) -> k8s_openapi::api::core
         .unwrap_or_else(|| health_probe(10, 3))
 }
 
+/// The serving engine's liveness probe: `spec.runtime.livenessProbe`, else HTTP GET
+/// [`HEALTH_PATH`] every 10 s, failed after 6 misses.
+pub fn liveness_probe(spec: &DeepInferDeploymentSpec) -> k8s_openapi::api::core::v1::Probe {
+    spec.runtime
+        .liveness_probe
+        .clone()
+        .unwrap_or_else(|| health_probe(10, 6))
+}
+
 /// Identity of one rank inside one group.
 #[derive(Clone, Debug)]
 pub struct RankOf<'a> {
@@ -430,6 +439,7 @@ pub fn worker_pod(did: &ValidatedDeployment, at: &RankOf<'_>) -> Pod {
     if let Some(engine) = spec.containers.first_mut() {
         engine.startup_probe = Some(startup_probe(&did.spec));
         engine.readiness_probe = Some(readiness_probe(&did.spec));
+        engine.liveness_probe = Some(liveness_probe(&did.spec));
     }
     let mut labels = rank_labels(at);
     if exclusive_domain(&did.spec) {

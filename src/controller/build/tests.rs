@@ -423,6 +423,17 @@ fn engines_are_probed_and_never_best_effort() {
         "weights get at least 30 minutes to load, not {allowed} s"
     );
     assert!(engine.readiness_probe.is_some());
+    // A hung engine is stopped after a minute without an answer, not kept unready for ever.
+    let liveness = engine.liveness_probe.as_ref().expect("liveness probe");
+    assert_eq!(
+        liveness.http_get.as_ref().and_then(|g| g.path.as_deref()),
+        Some(HEALTH_PATH)
+    );
+    let patience = liveness.period_seconds.unwrap_or(10) * liveness.failure_threshold.unwrap_or(3);
+    assert!(
+        (60..=300).contains(&patience),
+        "a minute to five without an answer, not {patience} s"
+    );
     let requests = engine
         .resources
         .as_ref()
@@ -444,6 +455,7 @@ fn runtime_probes_and_resources_override_the_defaults_but_not_the_devices() {
     d.spec.runtime = serde_json::from_value(json!({
         "image": IMAGE, "commit": "0123456",
         "readinessProbe": {"tcpSocket": {"port": 8000}, "periodSeconds": 3},
+        "livenessProbe": {"tcpSocket": {"port": 8000}, "failureThreshold": 30},
         "resources": {"limits": {"memory": "64Gi", "nvidia.com/gpu": "1"}, "requests": {"cpu": "12"}}
     }))
     .expect("runtime");
@@ -456,6 +468,13 @@ fn runtime_probes_and_resources_override_the_defaults_but_not_the_devices() {
             .as_ref()
             .and_then(|p| p.period_seconds),
         Some(3)
+    );
+    assert_eq!(
+        engine
+            .liveness_probe
+            .as_ref()
+            .and_then(|p| p.failure_threshold),
+        Some(30)
     );
     let res = engine.resources.as_ref().expect("resources");
     let requests = res.requests.clone().expect("requests");
@@ -480,6 +499,7 @@ fn the_revision_covers_the_template_version_and_resources_but_not_probes_or_roll
     );
     let mut probed = a.clone();
     probed.spec.runtime.readiness_probe = Some(health_probe(1, 1));
+    probed.spec.runtime.liveness_probe = Some(health_probe(1, 1));
     probed.spec.roles[0].rollout.max_unavailable = 1;
     assert_eq!(revision(&a.spec), revision(&probed.spec));
     let mut sized = a.clone();
@@ -501,6 +521,7 @@ fn the_template_version_moves_with_the_engine_container() {
     // Probes roll without a new judgement; everything else the engine sees is judged.
     engine.startup_probe = None;
     engine.readiness_probe = None;
+    engine.liveness_probe = None;
     let now = (TEMPLATE_VERSION, short_hash(&engine, 16));
     assert_eq!(
         (

@@ -294,21 +294,25 @@ async fn gpu_an_engine_hung_past_its_liveness_budget_is_stopped_and_its_group_re
     // It stops answering for good: past 3 × 1 s the engine is stopped; a serving pod never
     // restarts in place, so it fails and the operator replaces the group whole.
     wedge.set(true);
-    let ended = support::eventually(TIMEOUT, "the hung engine to be stopped", || async {
-        let p = workers(&client, &ns.name, "hung")
-            .await
-            .into_iter()
-            .find(|p| p.uid() == hung_uid)?;
-        let t = engine(&p)?.state?.terminated?;
-        Some(t)
-    })
-    .await;
-    assert_ne!(ended.exit_code, 0, "stopped, not completed: {ended:?}");
-    support::eventually(TIMEOUT, "a new pod in the group", || async {
+    support::eventually(TIMEOUT, "the hung pod replaced by a new one", || async {
         let pods = workers(&client, &ns.name, "hung").await;
         pods.iter().any(|p| p.uid() != hung_uid).then_some(())
     })
     .await;
+    let events = support::kubectl_ok(&[
+        "-n",
+        &ns.name,
+        "get",
+        "events",
+        "--field-selector",
+        "reason=GroupReplaced",
+        "-o",
+        "jsonpath={.items[*].message}",
+    ]);
+    assert!(
+        events.contains("is replaced whole") && events.contains("ended Failed"),
+        "the hung engine was stopped and its group replaced: {events}"
+    );
     // The new engine answers: the group serves again, on a pod of its own.
     wedge.set(false);
     support::current_status_where(&api, "hung", "Ready again", TIMEOUT, |s| {

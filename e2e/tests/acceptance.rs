@@ -17,6 +17,9 @@ use serde_json::{json, Value};
 
 const IMAGE: &str = "registry.example.com/deepinfer@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 const IMAGE2: &str = "registry.example.com/deepinfer@sha256:fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210";
+/// The runtime commit of the planner deployments, no part of `IMAGE`: the manifest shows it
+/// only by carrying `spec.runtime.commit`.
+const COMMIT: &str = "c0ffee00deadbeef00c0ffee00deadbeef00c0ff";
 const TIMEOUT: Duration = Duration::from_secs(90);
 
 /// One group of one 8-GPU pod, judged by the shot planner with `canned` outputs.
@@ -28,7 +31,7 @@ fn planner(name: &str, canned: &str, mode: &str) -> Value {
         "spec": {
             "model": {"name": "deepseek-ai/DeepSeek-V4.1-Flash-1017", "license": "mit",
                       "source": {"volume": {"claimName": "ckpt", "path": "model"}}},
-            "runtime": {"image": IMAGE, "commit": "0123456789abcdef0123456789abcdef01234567"},
+            "runtime": {"image": IMAGE, "commit": COMMIT},
             "accelerator": {"type": "NVIDIA", "devicesPerPod": 8},
             "roles": [{"name": "worker", "replicas": 1, "parallel": {"tensor": 8}}],
             "acceptance": support::shot_planner_acceptance(canned, mode)
@@ -173,10 +176,14 @@ async fn gpu_a_passing_revision_goes_ready_and_only_then_gets_workers_and_traffi
         .expect("evidence ConfigMap");
     let data = evidence.data.clone().unwrap_or_default();
     let manifest: Value = serde_json::from_str(&data["manifest.json"]).expect("manifest JSON");
-    // The fields themselves: the commit is also a prefix of the image digest, so a search of
-    // the whole manifest would find it in the image reference.
+    // The fields themselves, each compared whole: a search of the whole manifest would also
+    // find a commit that is a prefix of the image digest.
+    assert!(
+        !IMAGE.contains(COMMIT),
+        "the commit is no part of the image"
+    );
     assert_eq!(
-        manifest["runtime"]["commit"], "0123456789abcdef0123456789abcdef01234567",
+        manifest["runtime"]["commit"], COMMIT,
         "manifest records the runtime commit: {}",
         manifest["runtime"]
     );
@@ -245,7 +252,9 @@ async fn gpu_a_passing_revision_goes_ready_and_only_then_gets_workers_and_traffi
     );
     assert!(
         sheet.contains("Owners:    kvCache: platform-kv team | routing: gateway team\n")
-            && sheet.contains(&format!("Images:    worker {IMAGE} ")),
+            && sheet.contains(&format!(
+                "Images:    worker {IMAGE} (runtime commit {COMMIT})\n"
+            )),
         "{sheet}"
     );
     let rows: Vec<&str> = sheet

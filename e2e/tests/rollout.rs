@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use deepinfer_e2e::support::{self, Operator, TestNamespace};
@@ -123,13 +123,15 @@ fn groups(pods: &[Pod]) -> BTreeMap<(String, String), bool> {
 }
 
 /// Samples the ready groups (all ranks Ready) and the ready endpoints of the `worker` role's
-/// Service every 100 ms until stopped; keeps the minima and the most groups that existed at once.
+/// Service every 100 ms until stopped; keeps the minima, the most groups that existed at once
+/// and the revisions a ready group was seen on.
 struct Sampler {
     stop: Arc<AtomicBool>,
     min_ready: Arc<AtomicUsize>,
     min_endpoints: Arc<AtomicUsize>,
     max_groups: Arc<AtomicUsize>,
     samples: Arc<AtomicUsize>,
+    serving_revisions: Arc<Mutex<BTreeSet<String>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -140,20 +142,29 @@ impl Sampler {
         let min_endpoints = Arc::new(AtomicUsize::new(usize::MAX));
         let max_groups = Arc::new(AtomicUsize::new(0));
         let samples = Arc::new(AtomicUsize::new(0));
+        let serving_revisions = Arc::new(Mutex::new(BTreeSet::new()));
         let task = tokio::spawn({
             let (client, ns, did) = (client.clone(), ns.to_string(), did.to_string());
-            let (stop, min_ready, min_endpoints, max_groups, samples) = (
+            let (stop, min_ready, min_endpoints, max_groups, samples, serving) = (
                 stop.clone(),
                 min_ready.clone(),
                 min_endpoints.clone(),
                 max_groups.clone(),
                 samples.clone(),
+                serving_revisions.clone(),
             );
             async move {
                 let service = format!("{did}-worker");
                 while !stop.load(Ordering::Relaxed) {
                     let g = groups(&workers(&client, &ns, &did).await);
                     min_ready.fetch_min(g.values().filter(|r| **r).count(), Ordering::Relaxed);
+                    if let Ok(mut serving) = serving.lock() {
+                        serving.extend(
+                            g.iter()
+                                .filter(|(_, r)| **r)
+                                .map(|((rev, _), _)| rev.clone()),
+                        );
+                    }
                     max_groups.fetch_max(g.len(), Ordering::Relaxed);
                     let endpoints = ready_endpoints(&client, &ns, &service).await;
                     min_endpoints.fetch_min(endpoints, Ordering::Relaxed);
@@ -168,8 +179,17 @@ impl Sampler {
             min_endpoints,
             max_groups,
             samples,
+            serving_revisions,
             task,
         }
+    }
+
+    /// The revisions a ready group was seen on so far.
+    fn serving_revisions(&self) -> BTreeSet<String> {
+        self.serving_revisions
+            .lock()
+            .map(|s| s.clone())
+            .unwrap_or_default()
     }
 
     /// The fewest ready endpoints the role Service had so far.
@@ -230,7 +250,18 @@ async fn roll_to_new_image(
         s.revision != before.revision && is_ready(s)
     })
     .await;
+    let serving = sampler.serving_revisions();
     let (min, max) = sampler.finish(name).await;
+    // The minimum covers the rollout only if the samples span it: a ready group of the old
+    // revision before, one of the new revision after.
+    let (old, new) = (
+        before.revision.expect("the old revision"),
+        after.revision.clone().expect("the new revision"),
+    );
+    assert!(
+        serving.contains(&old) && serving.contains(&new),
+        "{name}: the samples saw ready groups on {serving:?}, not on both {old} and {new}"
+    );
     (min, max, after)
 }
 

@@ -228,7 +228,7 @@ mod tests {
 
     #[test]
     fn prompt_lines_carry_so_args_and_the_default_sampling() {
-        let spec = crate::acceptance::parse_spec(
+        let spec = crate::acceptance::spec_file::parse_spec(
             "prompts:\n- id: p\n  prompt: say yes\n  maxTokens: 8\n  structuredOutput:\n    regex: 'yes|no'\n",
         )
         .unwrap();
@@ -238,7 +238,7 @@ mod tests {
 
     #[test]
     fn prompt_lines_carry_the_section_sampling_with_each_prompts_overrides() {
-        let spec = crate::acceptance::parse_spec(
+        let spec = crate::acceptance::spec_file::parse_spec(
             "sampling: {temperature: 0.6, topP: 0.95, seed: 42}\nprompts:\n- {id: a, prompt: x, structuredOutput: {regex: a}}\n- {id: b, prompt: y, sampling: {temperature: 0, topK: 20, repetitionPenalty: 1.05}, structuredOutput: {regex: b}}\n",
         )
         .unwrap();

@@ -706,7 +706,8 @@ mod tests {
             ));
         }
         let compiled =
-            CompiledSpec::compile(&crate::acceptance::parse_spec(&spec).unwrap()).unwrap();
+            CompiledSpec::compile(&crate::acceptance::spec_file::parse_spec(&spec).unwrap())
+                .unwrap();
         let mut outputs = String::new();
         for i in 0..prompts {
             let text = if i % 2 == 0 { "bad" } else { "ok" };

@@ -379,7 +379,7 @@ async fn engine_side(args: &RunEngineArgs) -> anyhow::Result<()> {
     let heartbeat = tokio::spawn(beat(dir.join(HEARTBEAT_FILE)));
     let (report, log) = match std::fs::read_to_string(&args.spec_file)
         .with_context(|| format!("reading {}", args.spec_file.display()))
-        .and_then(|text| super::parse_spec(&text))
+        .and_then(|text| super::spec_file::parse_spec(&text))
     {
         Ok(spec) => run_engine(&spec, &args.model_dir, dir, &args.serving).await,
         Err(err) => (
@@ -865,7 +865,7 @@ mod tests {
     async fn a_template_without_the_serving_args_is_not_run() {
         let d = dir("old-template");
         std::fs::create_dir_all(d.join("model")).unwrap();
-        let spec = crate::acceptance::parse_spec(
+        let spec = crate::acceptance::spec_file::parse_spec(
             "prompts: [{id: a, prompt: x, structuredOutput: {regex: a}}]\nengine: {command: [engine, --model_name, '{model_dir}']}\n",
         )
         .unwrap();

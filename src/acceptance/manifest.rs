@@ -624,7 +624,7 @@ mod tests {
 
     #[test]
     fn the_manifest_records_the_section_sampling_and_each_prompts() {
-        let spec = crate::acceptance::parse_spec(
+        let spec = crate::acceptance::spec_file::parse_spec(
             "sampling: {temperature: 0.5, seed: 3}\nprompts:\n- {id: a, prompt: x, structuredOutput: {regex: a}}\n- {id: b, prompt: y, sampling: {topP: 0.8}, structuredOutput: {regex: b}}\n",
         )
         .unwrap();

@@ -4,6 +4,7 @@
 use std::path::Path;
 use std::time::Duration;
 
+use super::args::AcceptArgs;
 use super::checker::{failure_summary, tally, Verdict};
 use super::engine::EngineExit;
 use super::engine_io::{self, ParsedOutputs};
@@ -12,7 +13,7 @@ use super::handoff::{self, EngineReport, EngineSide, Patience};
 use super::manifest::{
     build_manifest, AcceptanceResult, AcceptanceSummary, EngineRecord, RunFacts, RunIdentity,
 };
-use super::{load_spec, AcceptArgs};
+use super::spec_file::load_spec;
 
 /// Output line errors named in a reason before the rest are counted.
 const LINE_ERRORS_IN_REASON: usize = 3;

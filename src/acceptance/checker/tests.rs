@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::acceptance::engine_io::parse_outputs;
-use crate::acceptance::parse_spec;
+use crate::acceptance::spec_file::parse_spec;
 
 const SPEC: &str = include_str!("../../../e2e/fixtures/shot-planner/acceptance.yaml");
 const VALID: &str = include_str!("../../../e2e/fixtures/shot-planner/valid-2-2-2.jsonl");

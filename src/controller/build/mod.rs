@@ -290,7 +290,7 @@ pub fn role_service_name(did: &str, role: &str) -> String {
     format!("{did}-{role}")
 }
 
-/// The short revision id in object names (5 hex characters); labels carry the full revision.
+/// The short revision id in object names (its first 5 characters); labels carry the full revision.
 pub fn short_revision(revision: &str) -> &str {
     &revision[..revision.len().min(5)]
 }

@@ -247,14 +247,14 @@ pub async fn pass(
     outcome.spec = Gate::Passed(reasons::COMPLETE, "spec is valid".into());
     let revision = build::revision(&valid.spec);
     outcome.revision = Some(revision.clone());
-    if let Some(stalled) = judged.stalled {
-        outcome.workers = stalled;
-        return Ok((outcome, Action::await_change()));
-    }
     if !open {
         return p.closed(&valid, &revision, outcome).await;
     }
     outcome.license = Gate::Passed(p.licence.reason(), licence_message(&p, &valid));
+    if let Some(stalled) = judged.stalled {
+        outcome.workers = stalled;
+        return Ok((outcome, Action::await_change()));
+    }
     let mut retry = judged.retry;
     if let Err(e) = p
         .workers(&valid, &revision, &judged.needs_room, false, &mut outcome)
@@ -366,17 +366,22 @@ impl<'c> Pass<'c> {
                 outcome.checkpoint = gate;
                 outcome.checkpoint_status = status;
             }
-            Err(e) => outcome.checkpoint = self.api_failure(&e),
+            Err(e) => {
+                outcome.checkpoint = self.api_failure(&e);
+                judged.retry = plan::retry_after(&outcome.checkpoint);
+            }
         }
-        judged.retry = plan::retry_after(&outcome.checkpoint);
         if did.spec.suspend {
             let plan = plan::acceptance::suspended(&self.observed);
             outcome.acceptance = match self.exec.run(&plan.acts).await {
                 Ok(_) => plan.found.gate,
-                Err(e) => self.api_failure(&e),
+                Err(e) => {
+                    // Only an API failure is retried soon; a held gate waits for a change.
+                    let gate = self.api_failure(&e);
+                    judged.retry = judged.retry.or(plan::retry_after(&gate));
+                    gate
+                }
             };
-            // Only an API failure is retried soon; a held gate waits for a change.
-            judged.retry = judged.retry.or(plan::retry_after(&outcome.acceptance));
         } else if outcome.checkpoint.passed() {
             let revision = build::revision(&did.spec);
             match self.acceptance(did, &revision).await {

@@ -94,7 +94,8 @@ RUNTIME_CONFIG="scheduling.k8s.io/v1beta1=true"
 launch() { # name cmd... (the command line is kept so that restart.sh can start it again)
   local name=$1; shift
   printf '%s\0' "$@" > "$bed/cmd/$name"
-  nohup "$@" >"$bed/logs/$name.log" 2>&1 &
+  # A session of its own: no signal to the caller's process group (a test run, make) reaches it.
+  nohup setsid "$@" >"$bed/logs/$name.log" 2>&1 &
   echo $! > "$bed/pids/$name"
 }
 

@@ -13,7 +13,9 @@ kill "$pid" 2>/dev/null || true
 for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
 kill -9 "$pid" 2>/dev/null || true
 mapfile -d '' argv < "$bed/cmd/$name"
-nohup "${argv[@]}" >>"$bed/logs/$name.log" 2>&1 &
+# A session of its own, as cluster-up.sh starts it: the caller's process group ending (a chaos
+# run, a test) does not take it along.
+nohup setsid "${argv[@]}" >>"$bed/logs/$name.log" 2>&1 &
 echo $! > "$bed/pids/$name"
 start=$(date +%s%N)
 for _ in $(seq 600); do

@@ -687,6 +687,8 @@ async fn phase_converged(bed: &Bed, ns: &str, names: &[String], phase: Phase, ro
 fn bed_script(script: &str, args: &[&str]) -> bool {
     Command::new(support::repo_root().join("e2e/bed").join(script))
         .args(args)
+        // The bed this run uses (DEEPINFER_TESTBED), not the checkout's default one.
+        .env("TESTBED_DIR", support::bed_dir())
         .status()
         .is_ok_and(|s| s.success())
 }

@@ -140,7 +140,7 @@ async fn gpu_a_passing_revision_goes_ready_and_only_then_gets_workers_and_traffi
             p.name_any()
         );
         assert!(
-            deepinfer_operator::controller::apply::is_accepted(p),
+            deepinfer_operator::controller::pods::is_accepted(p),
             "the accepted condition is set"
         );
     }
@@ -352,10 +352,10 @@ async fn gpu_a_failing_revision_never_goes_ready_creates_no_worker_and_keeps_its
     tokio::time::sleep(Duration::from_secs(5)).await;
     let p = pods.get("plan-worker-0-0").await.expect("impostor");
     assert!(
-        !deepinfer_operator::controller::apply::pod_ready(&p),
+        !deepinfer_operator::controller::pods::pod_ready(&p),
         "an unaccepted revision's pod is never Ready"
     );
-    assert!(!deepinfer_operator::controller::apply::is_accepted(&p));
+    assert!(!deepinfer_operator::controller::pods::is_accepted(&p));
     let real_workers = workers(&client, &ns.name, "plan").await;
     assert_eq!(
         real_workers.len(),

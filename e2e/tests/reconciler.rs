@@ -230,7 +230,7 @@ async fn gpu_nvidia_groups_land_each_inside_one_clique_and_go_ready_once_accepte
     assert!(pods_of(&client, &ns.name, "flash")
         .await
         .iter()
-        .all(deepinfer_operator::controller::apply::pod_ready));
+        .all(deepinfer_operator::controller::pods::pod_ready));
     op.stop().await;
     monitor.assert_clean().await;
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use deepinfer_e2e::support::{self, Operator, TestNamespace};
 use deepinfer_operator::api::{DeepInferDeployment, DeepInferDeploymentStatus};
-use deepinfer_operator::controller::apply::pod_ready;
+use deepinfer_operator::controller::pods::pod_ready;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::discovery::v1::EndpointSlice;

@@ -697,7 +697,7 @@ impl Floor {
             })
             .await?;
             self.until(&format!("pod {name} Ready"), || {
-                self.pod(name, deepinfer_operator::controller::apply::pod_ready)
+                self.pod(name, deepinfer_operator::controller::pods::pod_ready)
                     .unwrap_or(false)
             })
             .await

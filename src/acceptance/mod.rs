@@ -123,6 +123,10 @@ pub struct IdentityArgs {
     /// `spec.runtime.roles[].image`, else `spec.runtime.image`).
     #[arg(long, value_parser = parse_string_map)]
     pub role_images: Option<BTreeMap<String, String>>,
+    /// The group each role of the run ran, as a JSON object `{"<role>": <group>}` of
+    /// [`manifest::GroupRecord`]s: pods, devices per pod, product and layout.
+    #[arg(long, value_parser = parse_role_groups)]
+    pub role_groups: Option<BTreeMap<String, manifest::GroupRecord>>,
     /// The PersistentVolumeClaim holding the checkpoint.
     #[arg(long)]
     pub checkpoint_claim: Option<String>,
@@ -156,6 +160,11 @@ impl IdentityArgs {
         };
         (record != ReviewRecord::default()).then_some(record)
     }
+}
+
+/// Parses a JSON object of [`manifest::GroupRecord`]s by role.
+pub fn parse_role_groups(text: &str) -> Result<BTreeMap<String, manifest::GroupRecord>, String> {
+    serde_json::from_str(text).map_err(|e| format!("not a JSON object of role groups: {e}"))
 }
 
 /// Parses a JSON object of strings, e.g. `{"decode": "registry/image@sha256:…"}`.

@@ -461,6 +461,8 @@ fn judge_container(
         spec.model.name.clone(),
         "--role-images".into(),
         serde_json::to_string(&role_images).unwrap_or_default(),
+        "--role-groups".into(),
+        serde_json::to_string(&run_group_records(spec)).unwrap_or_default(),
         "--checkpoint-claim".into(),
         did.claim.clone(),
         "--checkpoint-path".into(),
@@ -543,6 +545,26 @@ fn judge_container(
         termination_message_policy: Some("File".into()),
         ..Container::default()
     }
+}
+
+/// The group each role of the run runs, by role, as the manifest records it: pods, devices per
+/// pod and product of the role's shape, and its layout.
+pub fn run_group_records(
+    spec: &DeepInferDeploymentSpec,
+) -> BTreeMap<&str, crate::acceptance::manifest::GroupRecord> {
+    acceptance_roles(spec)
+        .into_iter()
+        .map(|role| {
+            let shape = group_shape(spec, role);
+            let record = crate::acceptance::manifest::GroupRecord {
+                pods: shape.pods,
+                devices_per_pod: shape.devices_per_pod,
+                product: shape.product,
+                layout: (&role.parallel).into(),
+            };
+            (role.name.as_str(), record)
+        })
+        .collect()
 }
 
 /// CPU and memory of the judge and the runner's installer (never BestEffort).

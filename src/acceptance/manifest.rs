@@ -150,8 +150,8 @@ impl From<&ParallelSpec> for LayoutRecord {
 
 /// The group of one role in an acceptance run: its pods, the devices each requested and the
 /// product they selected (the role's device shape, `spec.roles[].accelerator` else
-/// `spec.accelerator`), and its layout. The operator hands it to the judge (`--role-groups`)
-/// as this type's JSON.
+/// `spec.accelerator`), and its layout. The operator hands them to the judge as this type's JSON
+/// (`--role-groups`, set in the judge's environment).
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct GroupRecord {

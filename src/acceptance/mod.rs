@@ -124,8 +124,10 @@ pub struct IdentityArgs {
     #[arg(long, value_parser = parse_string_map)]
     pub role_images: Option<BTreeMap<String, String>>,
     /// The group each role of the run ran, as a JSON object `{"<role>": <group>}` of
-    /// [`manifest::GroupRecord`]s: pods, devices per pod, product and layout.
-    #[arg(long, value_parser = parse_role_groups)]
+    /// [`manifest::GroupRecord`]s: pods, devices per pod, product and layout. The operator sets
+    /// it in the judge's environment ([`ROLE_GROUPS_ENV`]), which a judge of an earlier operator
+    /// version ignores where it would refuse an unknown flag.
+    #[arg(long, env = ROLE_GROUPS_ENV, value_parser = parse_role_groups)]
     pub role_groups: Option<BTreeMap<String, manifest::GroupRecord>>,
     /// The PersistentVolumeClaim holding the checkpoint.
     #[arg(long)]
@@ -161,6 +163,9 @@ impl IdentityArgs {
         (record != ReviewRecord::default()).then_some(record)
     }
 }
+
+/// The judge's environment variable holding `--role-groups`.
+pub const ROLE_GROUPS_ENV: &str = "DEEPINFER_ROLE_GROUPS";
 
 /// Parses a JSON object of [`manifest::GroupRecord`]s by role.
 pub fn parse_role_groups(text: &str) -> Result<BTreeMap<String, manifest::GroupRecord>, String> {

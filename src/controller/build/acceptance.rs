@@ -461,8 +461,6 @@ fn judge_container(
         spec.model.name.clone(),
         "--role-images".into(),
         serde_json::to_string(&role_images).unwrap_or_default(),
-        "--role-groups".into(),
-        serde_json::to_string(&run_group_records(spec)).unwrap_or_default(),
         "--checkpoint-claim".into(),
         did.claim.clone(),
         "--checkpoint-path".into(),
@@ -531,7 +529,13 @@ fn judge_container(
             .chain(record)
             .collect(),
         ),
-        env: Some(vec![env_field("POD_NAMESPACE", "metadata.namespace")]),
+        env: Some(vec![
+            env_field("POD_NAMESPACE", "metadata.namespace"),
+            env(
+                crate::acceptance::ROLE_GROUPS_ENV,
+                serde_json::to_string(&run_group_records(spec)).unwrap_or_default(),
+            ),
+        ]),
         volume_mounts: Some(vec![
             mount("acceptance-spec", ACCEPTANCE_SPEC_DIR, true),
             mount("work", ACCEPTANCE_WORK_DIR, true),

@@ -2344,7 +2344,7 @@ fn each_role_places_requests_and_is_accepted_in_its_own_device_shape() {
     };
     let prefill_pod = pod("4", "NVIDIA-H200", "1");
     let decode_pod = pod("8", "NVIDIA-B200", "2");
-    assert_eq!(serving(prefill), [prefill_pod.clone()]);
+    assert_eq!(serving(prefill), std::slice::from_ref(&prefill_pod));
     assert_eq!(serving(decode), [decode_pod.clone(), decode_pod.clone()]);
     // The acceptance run: the judged decode group of two 8-GPU pods, the prefill group of one
     // 4-GPU pod, each as it serves.
@@ -2375,12 +2375,8 @@ fn each_role_places_requests_and_is_accepted_in_its_own_device_shape() {
         .iter()
         .find(|c| c.name == JUDGE_CONTAINER)
         .expect("judge");
-    let args = judge.args.clone().unwrap_or_default();
-    let at = args
-        .iter()
-        .position(|a| a == "--role-groups")
-        .expect("--role-groups");
-    let recorded = crate::acceptance::parse_role_groups(&args[at + 1]).expect("groups");
+    let groups_env = &env_of(judge)[crate::acceptance::ROLE_GROUPS_ENV];
+    let recorded = crate::acceptance::parse_role_groups(groups_env).expect("groups");
     let summary: Vec<_> = recorded
         .iter()
         .map(|(role, g)| {

@@ -436,7 +436,7 @@ fn tracks_updates(kind: usize, body: &Value) -> bool {
             body.pointer("/metadata/labels")
                 .and_then(|l| l.get(labels::COMPONENT))
                 .and_then(Value::as_str)
-                == Some(deepinfer_operator::controller::build::RANK_TABLE_COMPONENT)
+                == Some(deepinfer_operator::api::Component::RankTable.as_str())
         }
         _ => false,
     }

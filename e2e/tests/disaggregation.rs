@@ -243,3 +243,164 @@ async fn gpu_prefill_and_decode_are_accepted_together_then_decode_follows_the_re
     assert_eq!(still.uid(), decode.uid(), "the decode pod was not replaced");
     op.stop().await;
 }
+
+/// Devices of `resource` a pod's engine container requests (requests equal limits).
+fn devices_requested(pod: &Pod, resource: &str) -> String {
+    let engine = &pod.spec.as_ref().expect("spec").containers[0];
+    let resources = engine.resources.as_ref().expect("resources");
+    let request = resources.requests.as_ref().and_then(|r| r.get(resource));
+    let limit = resources.limits.as_ref().and_then(|l| l.get(resource));
+    assert_eq!(request, limit, "{}: requests equal limits", pod.name_any());
+    limit.map(|q| q.0.clone()).unwrap_or_default()
+}
+
+#[tokio::test]
+async fn prefill_of_four_gpus_per_pod_beside_decode_of_two_eight_gpu_pods_is_ready_after_one_run() {
+    let (client, ns, api) = support::namespace_with_checkpoint("shape").await;
+    support::wait_for_free_devices(&client, "nvidia.com/gpu").await;
+    let op = Operator::start(&ns.name, &["mit"]).await;
+    // The reference shape: prefill on one 4-GPU pod, decode on two 8-GPU pods inside one NVLink
+    // clique; decode takes the deployment's devicesPerPod and names its product itself.
+    support::create_deployment(
+        &api,
+        support::licensed_deployment(
+            "shape",
+            json!({"type": "NVIDIA", "devicesPerPod": 8}),
+            json!([
+                {"name": "prefill", "replicas": 1, "parallel": {"tensor": 4},
+                 "accelerator": {"devicesPerPod": 4}},
+                {"name": "decode", "replicas": 1, "parallel": {"tensor": 16},
+                 "accelerator": {"product": "NVIDIA-H200"}}
+            ]),
+        ),
+    )
+    .await;
+    let stored = api.get("shape").await.expect("stored");
+    assert_eq!(
+        stored.spec.roles[0]
+            .accelerator
+            .as_ref()
+            .and_then(|a| a.devices_per_pod),
+        Some(4),
+        "the API server keeps spec.roles[].accelerator (is the CRD of this tree installed?)"
+    );
+    let ready = support::status_where(
+        &api,
+        "shape",
+        "Ready with both roles' groups ready",
+        Duration::from_secs(240),
+        |s| {
+            support::condition(s, "Ready").is_some_and(|c| c.status == "True")
+                && s.roles.len() == 2
+                && s.roles.iter().all(|r| r.ready_groups == 1)
+        },
+    )
+    .await;
+    let judged = ready.acceptance.clone().expect("a judgement");
+    assert_eq!(
+        judged.result,
+        deepinfer_operator::api::AcceptanceResult::Passed,
+        "{:?}",
+        judged.reason
+    );
+    assert_eq!(judged.roles, ["decode", "prefill"]);
+    // One acceptance run judged both roles: one evidence ConfigMap.
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    let evidence = cms
+        .list(&ListParams::default().labels("deepinfer.io/component=evidence"))
+        .await
+        .expect("evidence")
+        .items;
+    assert_eq!(
+        evidence.iter().map(|c| c.name_any()).collect::<Vec<_>>(),
+        [judged.evidence.clone().expect("evidence named")],
+        "one acceptance run"
+    );
+    let data = evidence[0].data.clone().expect("data");
+    let manifest: Value = serde_json::from_str(&data["manifest.json"]).expect("manifest");
+    assert_eq!(
+        manifest["groups"]["prefill"]["pods"],
+        json!(1),
+        "{manifest}"
+    );
+    assert_eq!(manifest["groups"]["prefill"]["devicesPerPod"], json!(4));
+    assert_eq!(manifest["groups"]["decode"]["pods"], json!(2));
+    assert_eq!(manifest["groups"]["decode"]["devicesPerPod"], json!(8));
+    assert_eq!(
+        manifest["groups"]["decode"]["product"],
+        json!("NVIDIA-H200")
+    );
+
+    // The serving pods: one prefill pod of 4 GPUs, two decode pods of 8 in one clique, all
+    // accepted and ready.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let workers = pods
+        .list(&ListParams::default().labels("deepinfer.io/component=worker"))
+        .await
+        .expect("workers")
+        .items;
+    let of = |role: &str| -> Vec<&Pod> {
+        workers
+            .iter()
+            .filter(|p| p.labels().get("deepinfer.io/role").map(String::as_str) == Some(role))
+            .collect()
+    };
+    let (prefill, decode) = (of("prefill"), of("decode"));
+    let requests = |pods: &[&Pod]| -> Vec<String> {
+        pods.iter()
+            .map(|p| devices_requested(p, "nvidia.com/gpu"))
+            .collect()
+    };
+    assert_eq!(requests(&prefill), ["4"]);
+    assert_eq!(requests(&decode), ["8", "8"]);
+    let ready_pod = |p: &&Pod| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| {
+                ["deepinfer.io/accepted", "Ready"]
+                    .iter()
+                    .all(|t| c.iter().any(|c| c.type_ == *t && c.status == "True"))
+            })
+    };
+    assert!(
+        workers.iter().all(|p| ready_pod(&p)),
+        "every serving pod is accepted and ready"
+    );
+    let selector = |p: &Pod| {
+        p.spec
+            .as_ref()
+            .and_then(|s| s.node_selector.clone())
+            .unwrap_or_default()
+    };
+    assert_eq!(
+        selector(decode[0])
+            .get("nvidia.com/gpu.product")
+            .map(String::as_str),
+        Some("NVIDIA-H200")
+    );
+    assert!(!selector(prefill[0]).contains_key("nvidia.com/gpu.product"));
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    let mut cliques = Vec::new();
+    for pod in &decode {
+        let node = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.clone())
+            .expect("bound");
+        let node = nodes.get(&node).await.expect("node");
+        cliques.push(node.labels()["nvidia.com/gpu.clique"].clone());
+    }
+    assert_eq!(
+        cliques[0], cliques[1],
+        "the decode group is inside one clique"
+    );
+    println!(
+        "prefill {:?} × 4 GPUs, decode {:?} × 8 GPUs in {}; judged by {}",
+        prefill.iter().map(|p| p.name_any()).collect::<Vec<_>>(),
+        decode.iter().map(|p| p.name_any()).collect::<Vec<_>>(),
+        cliques[0],
+        evidence[0].name_any()
+    );
+    op.stop().await;
+}

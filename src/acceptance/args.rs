@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser};
 
-use super::handoff;
+use super::{handoff, manifest};
 use crate::api::ReviewRecord;
 
 /// `accept` arguments: what the controller passes to the acceptance Job.
@@ -108,6 +108,12 @@ pub struct IdentityArgs {
     /// `spec.runtime.roles[].image`, else `spec.runtime.image`).
     #[arg(long, value_parser = parse_string_map)]
     pub role_images: Option<BTreeMap<String, String>>,
+    /// The group each role of the run ran, as a JSON object `{"<role>": <group>}` of
+    /// [`manifest::GroupRecord`]s: pods, devices per pod, product and layout. The operator sets
+    /// it in the judge's environment ([`ROLE_GROUPS_ENV`]), which a judge of an earlier operator
+    /// version ignores where it would refuse an unknown flag.
+    #[arg(long, env = ROLE_GROUPS_ENV, value_parser = parse_role_groups)]
+    pub role_groups: Option<BTreeMap<String, manifest::GroupRecord>>,
     /// The PersistentVolumeClaim holding the checkpoint.
     #[arg(long)]
     pub checkpoint_claim: Option<String>,
@@ -141,6 +147,14 @@ impl IdentityArgs {
         };
         (record != ReviewRecord::default()).then_some(record)
     }
+}
+
+/// The judge's environment variable holding `--role-groups`.
+pub const ROLE_GROUPS_ENV: &str = "DEEPINFER_ROLE_GROUPS";
+
+/// Parses a JSON object of [`manifest::GroupRecord`]s by role.
+pub fn parse_role_groups(text: &str) -> Result<BTreeMap<String, manifest::GroupRecord>, String> {
+    serde_json::from_str(text).map_err(|e| format!("not a JSON object of role groups: {e}"))
 }
 
 /// Parses a JSON object of strings, e.g. `{"decode": "registry/image@sha256:…"}`.

@@ -148,6 +148,24 @@ impl From<&ParallelSpec> for LayoutRecord {
     }
 }
 
+/// The group of one role in an acceptance run: its pods, the devices each requested and the
+/// product they selected (the role's device shape, `spec.roles[].accelerator` else
+/// `spec.accelerator`), and its layout. The operator hands them to the judge as this type's JSON
+/// (`--role-groups`, set in the judge's environment).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct GroupRecord {
+    /// Pods of the group.
+    pub pods: i32,
+    /// Devices each pod requested.
+    pub devices_per_pod: i32,
+    /// Value of the product node label the pods selected, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub product: Option<String>,
+    /// The group's layout; `layout.worldSize` devices in all.
+    pub layout: LayoutRecord,
+}
+
 /// The engine run.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -285,6 +303,10 @@ pub struct Manifest {
     /// they serve, wired to it); empty in manifests written before runs recorded them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub roles: Vec<String>,
+    /// The group each role of the run ran, by role: pods, devices per pod, product, layout;
+    /// empty in manifests written before runs recorded them.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub groups: BTreeMap<String, GroupRecord>,
     /// Who owns each front-end service the deployment relies on (`spec.serviceOwners`); empty
     /// when none were declared.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -339,6 +361,8 @@ pub struct RunIdentity {
     pub roles: Vec<String>,
     /// Image of each role's group.
     pub role_images: BTreeMap<String, String>,
+    /// Each role's group: pods, devices per pod, product, layout.
+    pub groups: BTreeMap<String, GroupRecord>,
     /// Model name.
     pub model: Option<String>,
     /// Checkpoint claim.
@@ -526,6 +550,7 @@ pub fn build_manifest(
         devices,
         layout: (&identity.layout).into(),
         roles: identity.roles.clone(),
+        groups: identity.groups.clone(),
         service_owners: identity.service_owners.clone(),
         review: identity.review.clone(),
         engine,

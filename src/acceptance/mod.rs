@@ -16,7 +16,9 @@ pub mod runner;
 pub mod sheet;
 pub mod spec_file;
 
-pub use args::{parse_string_map, AcceptArgs, CheckArgs, IdentityArgs};
+pub use args::{
+    parse_role_groups, parse_string_map, AcceptArgs, CheckArgs, IdentityArgs, ROLE_GROUPS_ENV,
+};
 pub use checker::{CompiledSpec, Verdict};
 pub use manifest::{AcceptanceResult, AcceptanceSummary};
 pub use spec_file::{judge_file, load_spec, parse_spec};

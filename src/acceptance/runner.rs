@@ -121,6 +121,7 @@ async fn execute(args: &AcceptArgs) -> (AcceptanceSummary, i32) {
         layout: (&args.identity.layout).into(),
         roles: args.identity.roles.clone(),
         role_images: args.identity.role_images.clone().unwrap_or_default(),
+        groups: args.identity.role_groups.clone().unwrap_or_default(),
         model: Some(args.identity.model_name.clone()).filter(|m| !m.is_empty()),
         claim: args.identity.checkpoint_claim.clone(),
         path: args.identity.checkpoint_path.clone(),

@@ -187,11 +187,53 @@ fn record_lines(m: &Manifest) -> String {
     out
 }
 
+/// The devices of the run: every role's group as its shape was (pods × devices per pod, the
+/// product, the layout), the judged role first; for a manifest that recorded no groups, the
+/// judged group's layout alone.
+fn hardware(m: &Manifest) -> String {
+    let layout = |l: &super::manifest::LayoutRecord| {
+        format!(
+            "tensor {} x pipeline {} x data {}, expert {}",
+            l.tensor, l.pipeline, l.data, l.expert
+        )
+    };
+    if m.groups.is_empty() {
+        return format!(
+            "{} devices in the group ({})",
+            m.layout.world_size,
+            layout(&m.layout)
+        );
+    }
+    let order = m
+        .roles
+        .iter()
+        .filter(|r| m.groups.contains_key(*r))
+        .chain(m.groups.keys().filter(|r| !m.roles.contains(r)));
+    let mut total = 0i64;
+    let groups: Vec<String> = order
+        .filter_map(|role| Some((role, m.groups.get(role)?)))
+        .map(|(role, g)| {
+            total = total.saturating_add(g.layout.world_size);
+            let product = g
+                .product
+                .as_deref()
+                .map_or_else(String::new, |p| format!(" of {p}"));
+            format!(
+                "{role} {} pod(s) × {} devices{product} ({} devices; {})",
+                g.pods,
+                g.devices_per_pod,
+                g.layout.world_size,
+                layout(&g.layout)
+            )
+        })
+        .collect();
+    format!("{total} devices in the run: {}", groups.join(" | "))
+}
+
 /// The sheet as text: the run, the hardware, the phases, capacity beside completion time, and
 /// one table row per prompt plus a total row.
 pub fn render(m: &Manifest) -> String {
     let t = &m.tokens;
-    let l = &m.layout;
     let mut out = String::new();
     out.push_str(&format!(
         "Measurement sheet: {} revision {} ({:?}), started {}\n",
@@ -208,12 +250,8 @@ pub fn render(m: &Manifest) -> String {
     }
     out.push_str(&record_lines(m));
     out.push_str(&format!(
-        "Hardware:  {} devices in the group (tensor {} x pipeline {} x data {}, expert {}); devices the leader's container saw: {} (inventory: {})\n",
-        l.world_size,
-        l.tensor,
-        l.pipeline,
-        l.data,
-        l.expert,
+        "Hardware:  {}; devices the leader's container saw: {} (inventory: {})\n",
+        hardware(m),
         or_not_reported(m.devices.count_seen()),
         m.devices.source
     ));
@@ -331,6 +369,40 @@ mod tests {
             },
         };
         build_manifest(&identity, facts, &ids, &parsed, &verdicts)
+    }
+
+    #[test]
+    fn the_hardware_line_counts_every_roles_group_in_its_own_shape() {
+        use crate::acceptance::manifest::GroupRecord;
+        let mut m = manifest("", None);
+        m.roles = vec!["decode".into(), "prefill".into()];
+        let group = |pods, devices_per_pod, product: Option<&str>, tensor| GroupRecord {
+            pods,
+            devices_per_pod,
+            product: product.map(str::to_string),
+            layout: crate::acceptance::manifest::LayoutRecord::from(&crate::api::ParallelSpec {
+                tensor,
+                ..Default::default()
+            }),
+        };
+        m.groups = [
+            ("prefill".to_string(), group(1, 4, None, 4)),
+            ("decode".to_string(), group(2, 8, Some("NVIDIA-H200"), 16)),
+        ]
+        .into();
+        let sheet = render(&m);
+        let line = sheet
+            .lines()
+            .find(|l| l.starts_with("Hardware:"))
+            .expect("a hardware line");
+        assert_eq!(
+            line,
+            "Hardware:  20 devices in the run: \
+             decode 2 pod(s) × 8 devices of NVIDIA-H200 (16 devices; tensor 16 x pipeline 1 x data 1, expert 1) | \
+             prefill 1 pod(s) × 4 devices (4 devices; tensor 4 x pipeline 1 x data 1, expert 1); \
+             devices the leader's container saw: not reported (inventory: )",
+            "the judged role first, each group in its own shape"
+        );
     }
 
     #[test]

@@ -35,19 +35,24 @@ pub const MAX_SERVICE_OWNER_LENGTH: usize = 256;
 /// Roles a serving group may take.
 pub const ROLE_NAMES: [&str; 4] = ["worker", "prefill", "decode", "vision"];
 
-/// CEL for the effective devices per pod (default applied), shared by the spec-level rules.
+/// CEL for the effective devices per pod of role `r` (`spec.roles[].accelerator.devicesPerPod`,
+/// else `spec.accelerator.devicesPerPod`, else the default), as
+/// [`DeepInferDeploymentSpec::device_shape`] computes it, for rules on the spec.
 macro_rules! cel_devices_per_pod {
     () => {
-        "(has(self.accelerator.devicesPerPod) ? self.accelerator.devicesPerPod : 8)"
+        "((has(r.accelerator) && has(r.accelerator.devicesPerPod)) ? r.accelerator.devicesPerPod : (has(self.accelerator.devicesPerPod) ? self.accelerator.devicesPerPod : 8))"
     };
 }
 
 /// [`cel_devices_per_pod`] for rules on the whole object.
 macro_rules! cel_root_devices_per_pod {
     () => {
-        "(has(self.spec.accelerator.devicesPerPod) ? self.spec.accelerator.devicesPerPod : 8)"
+        "((has(r.accelerator) && has(r.accelerator.devicesPerPod)) ? r.accelerator.devicesPerPod : (has(self.spec.accelerator.devicesPerPod) ? self.spec.accelerator.devicesPerPod : 8))"
     };
 }
+
+/// CEL: role `r` sets its own product (`spec.roles[].accelerator.product`).
+const CEL_ROLE_PRODUCT: &str = "(has(r.accelerator) && has(r.accelerator.product))";
 
 /// Desired state of a DeepInfer serving deployment: which checkpoint, which runtime, on which
 /// accelerators, in which parallel layout, and what it must pass before it is called Ready.
@@ -86,22 +91,26 @@ macro_rules! cel_root_devices_per_pod {
         " || (r.parallel.tensor * r.parallel.pipeline * r.parallel.data) / ", cel_root_devices_per_pod!(), " <= 1",
         " || size(self.metadata.name) + size(string((r.parallel.tensor * r.parallel.pipeline * r.parallel.data) / ", cel_root_devices_per_pod!(), " - 1)) <= 38)"
     ))
-    .message("metadata.name is too long for the pods per group of spec.roles[]: the name of the acceptance Job of a group's last rank is also its pods' job-name label, at most 63 characters, which leaves the name's length plus the digits of that rank at most 38; use a shorter name or fewer pods per group (spec.roles[].parallel or spec.accelerator.devicesPerPod)")
+    .message("metadata.name is too long for the pods per group of spec.roles[]: the name of the acceptance Job of a group's last rank is also its pods' job-name label, at most 63 characters, which leaves the name's length plus the digits of that rank at most 38; use a shorter name or fewer pods per group (spec.roles[].parallel, or more devices per pod in spec.roles[].accelerator.devicesPerPod or spec.accelerator.devicesPerPod)")
 )]
 #[serde(rename_all = "camelCase")]
 #[x_kube(
     // devicesPerPod < 1 has its own rule; guarded here so it is not also a division by zero.
     validation = Rule::new(concat!("self.roles.all(r, ", cel_devices_per_pod!(), " < 1 || (r.parallel.tensor * r.parallel.pipeline * r.parallel.data) % ", cel_devices_per_pod!(), " == 0)"))
-        .message("spec.roles[].parallel: the world size (tensor × pipeline × data) of every role must be a multiple of spec.accelerator.devicesPerPod; change the layout or devicesPerPod"),
-    validation = Rule::new(concat!(cel_devices_per_pod!(), " <= (self.accelerator.type == 'NVIDIA' ? 8 : 16)"))
+        .message("spec.roles[].parallel: the world size (tensor × pipeline × data) of every role must be a multiple of the role's devices per pod (spec.roles[].accelerator.devicesPerPod, else spec.accelerator.devicesPerPod); change the layout or devicesPerPod"),
+    validation = Rule::new("(has(self.accelerator.devicesPerPod) ? self.accelerator.devicesPerPod : 8) <= (self.accelerator.type == 'NVIDIA' ? 8 : 16)")
         .message("spec.accelerator.devicesPerPod exceeds the devices one node of this accelerator type has (NVIDIA: 8, Ascend: 16); lower it and add pods per group instead"),
+    validation = Rule::new("self.roles.all(r, !has(r.accelerator) || !has(r.accelerator.devicesPerPod) || r.accelerator.devicesPerPod <= (self.accelerator.type == 'NVIDIA' ? 8 : 16))")
+        .message("spec.roles[].accelerator.devicesPerPod exceeds the devices one node of this accelerator type has (NVIDIA: 8, Ascend: 16); lower it and add pods per group instead"),
     validation = Rule::new("!has(self.runtime.roles) || self.runtime.roles.all(o, self.roles.exists(r, r.name == o.role))")
         .message("spec.runtime.roles[].role must name a role of spec.roles; fix the name or remove the entry"),
     // Same as `controller::validate::validate_pod_settings`; the validation table checks both.
     validation = Rule::new(format!("!has(self.pod) || !has(self.pod.nodeSelector) || {}", node_selector_agrees("self.pod.nodeSelector")))
         .message("spec.pod.nodeSelector sets a node label that spec.accelerator already selects on to another value (nvidia.com/gpu.present or accelerator from spec.accelerator.type, nvidia.com/gpu.product or node.kubernetes.io/npu.chip.name from spec.accelerator.product); remove the key from spec.pod.nodeSelector, or change spec.accelerator"),
-    validation = Rule::new(format!("self.roles.all(r, !has(r.pod) || !has(r.pod.nodeSelector) || {})", node_selector_agrees("r.pod.nodeSelector")))
-        .message("spec.roles[].pod.nodeSelector sets a node label that spec.accelerator already selects on to another value (nvidia.com/gpu.present or accelerator from spec.accelerator.type, nvidia.com/gpu.product or node.kubernetes.io/npu.chip.name from spec.accelerator.product); remove the key from spec.roles[].pod.nodeSelector, or change spec.accelerator"),
+    validation = Rule::new(format!("!has(self.pod) || !has(self.pod.nodeSelector) || self.roles.all(r, (has(r.pod) && has(r.pod.nodeSelector)) || !{CEL_ROLE_PRODUCT} || {})", product_agrees("self.pod.nodeSelector", "r.accelerator.product")))
+        .message("spec.pod.nodeSelector sets the product label (nvidia.com/gpu.product or node.kubernetes.io/npu.chip.name) to another value than spec.roles[].accelerator.product of a role that takes spec.pod.nodeSelector; remove the key from spec.pod.nodeSelector, or give that role its own spec.roles[].pod.nodeSelector"),
+    validation = Rule::new(format!("self.roles.all(r, !has(r.pod) || !has(r.pod.nodeSelector) || ({}))", role_node_selector_agrees("r.pod.nodeSelector")))
+        .message("spec.roles[].pod.nodeSelector sets a node label that the role's accelerator already selects on to another value (nvidia.com/gpu.present or accelerator from spec.accelerator.type, nvidia.com/gpu.product or node.kubernetes.io/npu.chip.name from spec.roles[].accelerator.product, else spec.accelerator.product); remove the key from spec.roles[].pod.nodeSelector, or change the product"),
 )]
 pub struct DeepInferDeploymentSpec {
     /// The checkpoint to serve: hub id, licence and where its files come from.
@@ -232,14 +241,41 @@ pub const ALLOWED_VOLUME_TYPES: [&str; 8] = [
 ];
 
 /// CEL: the node selector at `selector` sets none of the labels the accelerator selects on to
-/// another value (`AcceleratorSpec::node_selector`).
+/// another value (`AcceleratorSpec::node_selector`), the product being `spec.accelerator.product`.
 fn node_selector_agrees(selector: &str) -> String {
     format!(
+        "{} \
+         && (!has(self.accelerator.product) || {})",
+        type_label_agrees(selector),
+        product_agrees(selector, "self.accelerator.product")
+    )
+}
+
+/// [`node_selector_agrees`] for role `r`, whose product is its own
+/// (`spec.roles[].accelerator.product`) when given, else `spec.accelerator.product`.
+fn role_node_selector_agrees(selector: &str) -> String {
+    format!(
+        "{} \
+         && ({CEL_ROLE_PRODUCT} ? {} : (!has(self.accelerator.product) || {}))",
+        type_label_agrees(selector),
+        product_agrees(selector, "r.accelerator.product"),
+        product_agrees(selector, "self.accelerator.product")
+    )
+}
+
+/// CEL: the node selector at `selector` keeps the accelerator type's base label.
+fn type_label_agrees(selector: &str) -> String {
+    format!(
         "(!((self.accelerator.type == 'NVIDIA' ? 'nvidia.com/gpu.present' : 'accelerator') in {selector}) \
-         || {selector}[self.accelerator.type == 'NVIDIA' ? 'nvidia.com/gpu.present' : 'accelerator'] == (self.accelerator.type == 'NVIDIA' ? 'true' : 'huawei-Ascend910')) \
-         && (!has(self.accelerator.product) \
-         || !((self.accelerator.type == 'NVIDIA' ? 'nvidia.com/gpu.product' : 'node.kubernetes.io/npu.chip.name') in {selector}) \
-         || {selector}[self.accelerator.type == 'NVIDIA' ? 'nvidia.com/gpu.product' : 'node.kubernetes.io/npu.chip.name'] == self.accelerator.product)"
+         || {selector}[self.accelerator.type == 'NVIDIA' ? 'nvidia.com/gpu.present' : 'accelerator'] == (self.accelerator.type == 'NVIDIA' ? 'true' : 'huawei-Ascend910'))"
+    )
+}
+
+/// CEL: the node selector at `selector` sets the product label to `product`, or not at all.
+fn product_agrees(selector: &str, product: &str) -> String {
+    format!(
+        "(!((self.accelerator.type == 'NVIDIA' ? 'nvidia.com/gpu.product' : 'node.kubernetes.io/npu.chip.name') in {selector}) \
+         || {selector}[self.accelerator.type == 'NVIDIA' ? 'nvidia.com/gpu.product' : 'node.kubernetes.io/npu.chip.name'] == {product})"
     )
 }
 
@@ -378,6 +414,21 @@ impl PodSettings {
 }
 
 impl DeepInferDeploymentSpec {
+    /// The device shape of `role`'s pods: each field `spec.roles[].accelerator` gives, else
+    /// `spec.accelerator`'s, defaults applied. The one place a role's shape is decided: groups,
+    /// placement, claims, rank tables, acceptance runs and validation all take it from here.
+    pub fn device_shape(&self, role: &RoleSpec) -> DeviceShape {
+        let own = role.accelerator.as_ref();
+        let own_devices = own.and_then(|a| a.devices_per_pod);
+        let own_product = own.and_then(|a| a.product.clone());
+        DeviceShape {
+            devices_per_pod: own_devices.unwrap_or_else(|| self.accelerator.devices_per_pod()),
+            own_devices_per_pod: own_devices.is_some(),
+            own_product: own_product.is_some(),
+            product: own_product.or_else(|| self.accelerator.product.clone()),
+        }
+    }
+
     /// The pod settings of `role`'s engine pods: `spec.pod`, each field `spec.roles[].pod`
     /// gives replacing the deployment's.
     pub fn pod_settings(&self, role: &RoleSpec) -> PodSettings {
@@ -693,15 +744,79 @@ impl AcceleratorSpec {
             .unwrap_or_else(|| self.kind.default_scale_up_domain_key())
     }
 
-    /// Node selector for worker pods: the type's base label, plus the product label when
-    /// `product` is set.
-    pub fn node_selector(&self) -> std::collections::BTreeMap<String, String> {
+    /// Node selector for pods of `product` (a role's, see
+    /// [`DeepInferDeploymentSpec::device_shape`]): the type's base label, plus the product label
+    /// when there is a product.
+    pub fn node_selector(
+        &self,
+        product: Option<&str>,
+    ) -> std::collections::BTreeMap<String, String> {
         let (key, value) = self.kind.base_node_label();
         let mut selector = std::collections::BTreeMap::from([(key.to_owned(), value.to_owned())]);
-        if let Some(product) = &self.product {
-            selector.insert(self.kind.product_label_key().to_owned(), product.clone());
+        if let Some(product) = product {
+            selector.insert(self.kind.product_label_key().to_owned(), product.to_owned());
         }
         selector
+    }
+}
+
+/// The device shape of one role's pods (`spec.roles[].accelerator`): each field given replaces
+/// `spec.accelerator`'s for this role, e.g. prefill pods of 4 GPUs beside decode pods of 8. The
+/// accelerator type, device resource, DeviceClasses and scale-up domain stay the deployment's.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!has(self.devicesPerPod) || self.devicesPerPod >= 1")
+    .message("spec.roles[].accelerator.devicesPerPod must be at least 1"))]
+pub struct RoleAccelerator {
+    /// Node selector value for the product label of this role's pods (`nvidia.com/gpu.product`
+    /// or `node.kubernetes.io/npu.chip.name`), e.g. `NVIDIA-B200`; default
+    /// `spec.accelerator.product`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 128))]
+    #[x_kube(validation = Rule::new("size(self) <= 63 && self.matches('^[-A-Za-z0-9_.]*$') && (size(self) == 0 || (self.matches('^[A-Za-z0-9]') && self.matches('[A-Za-z0-9]$')))")
+        .message("spec.roles[].accelerator.product must be a label value (at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit), as the node label it selects on holds, e.g. NVIDIA-H200"))]
+    pub product: Option<String>,
+    /// Devices each pod of this role requests; default `spec.accelerator.devicesPerPod`. At
+    /// most the devices of one node, and a divisor of the role's world size.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub devices_per_pod: Option<i32>,
+}
+
+/// The device shape of one role's pods with every default applied: what each pod requests and
+/// which product it selects (see [`DeepInferDeploymentSpec::device_shape`]).
+#[derive(Serialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct DeviceShape {
+    /// Devices each pod requests.
+    pub devices_per_pod: i32,
+    /// Value of the product node label the pods select, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub product: Option<String>,
+    /// Whether `devices_per_pod` is the role's own (`spec.roles[].accelerator.devicesPerPod`).
+    #[serde(skip)]
+    pub own_devices_per_pod: bool,
+    /// Whether `product` is the role's own (`spec.roles[].accelerator.product`).
+    #[serde(skip)]
+    pub own_product: bool,
+}
+
+impl DeviceShape {
+    /// Where `devicesPerPod` of role `index` is written, for messages.
+    pub fn devices_per_pod_field(&self, index: usize) -> String {
+        shape_field(self.own_devices_per_pod, index, "devicesPerPod")
+    }
+
+    /// Where `product` of role `index` is written, for messages.
+    pub fn product_field(&self, index: usize) -> String {
+        shape_field(self.own_product, index, "product")
+    }
+}
+
+fn shape_field(own: bool, index: usize, name: &str) -> String {
+    if own {
+        format!("spec.roles[{index}].accelerator.{name}")
+    } else {
+        format!("spec.accelerator.{name}")
     }
 }
 
@@ -734,6 +849,12 @@ pub struct RoleSpec {
     #[x_kube(validation = pod_rule("spec.roles[].pod", 4))]
     #[x_kube(validation = pod_rule("spec.roles[].pod", 5))]
     pub pod: Option<PodSettings>,
+    /// Device shape of this role's pods: `devicesPerPod` and `product`, each given replacing that
+    /// of `spec.accelerator` for this role, so prefill pods of 4 GPUs can stand beside decode
+    /// pods of 8. Part of the revision where it differs from `spec.accelerator`: a change is
+    /// judged again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accelerator: Option<RoleAccelerator>,
 }
 
 /// Rolling replacement of a role's groups, counted in whole groups. Each step creates a group of
@@ -1221,7 +1342,7 @@ mod tests {
         assert_eq!(nvidia.device_resource(), "nvidia.com/gpu");
         assert_eq!(nvidia.scale_up_domain_key(), "nvidia.com/gpu.clique");
         assert_eq!(
-            nvidia.node_selector(),
+            nvidia.node_selector(None),
             [("nvidia.com/gpu.present".to_owned(), "true".to_owned())].into()
         );
         let ascend = accelerator(AcceleratorType::Ascend);
@@ -1233,8 +1354,88 @@ mod tests {
         assert_eq!(superpod.device_resource(), "huawei.com/npu");
         assert_eq!(ascend.scale_up_domain_key(), "huawei.com/super-pod-id");
         assert_eq!(
-            ascend.node_selector(),
+            ascend.node_selector(None),
             [("accelerator".to_owned(), "huawei-Ascend910".to_owned())].into()
+        );
+    }
+
+    fn role(name: &str, accelerator: Option<RoleAccelerator>) -> RoleSpec {
+        RoleSpec {
+            name: name.into(),
+            replicas: 1,
+            parallel: ParallelSpec::default(),
+            rollout: RolloutSpec::default(),
+            pod: None,
+            accelerator,
+        }
+    }
+
+    #[test]
+    fn each_role_takes_its_own_device_shape_field_by_field_else_the_deployments() {
+        let spec: DeepInferDeploymentSpec = serde_json::from_value(serde_json::json!({
+            "model": {"name": "m", "license": "mit", "source": {"volume": {"claimName": "c", "path": "p"}}},
+            "runtime": {"image": "r@sha256:00", "commit": "abcdef0"},
+            "accelerator": {"type": "NVIDIA", "product": "NVIDIA-H200", "devicesPerPod": 8},
+            "roles": [],
+            "acceptance": {"prompts": []}
+        }))
+        .expect("spec");
+        let shape = |r: &RoleSpec| {
+            let s = spec.device_shape(r);
+            let fields = (s.devices_per_pod_field(1), s.product_field(1));
+            (s.devices_per_pod, s.product, fields.0, fields.1)
+        };
+        let deployment = (
+            8,
+            Some("NVIDIA-H200".to_string()),
+            "spec.accelerator.devicesPerPod".to_string(),
+            "spec.accelerator.product".to_string(),
+        );
+        assert_eq!(shape(&role("decode", None)), deployment);
+        assert_eq!(
+            shape(&role("decode", Some(RoleAccelerator::default()))),
+            deployment,
+            "an empty override is the deployment's shape"
+        );
+        assert_eq!(
+            shape(&role(
+                "prefill",
+                Some(RoleAccelerator {
+                    devices_per_pod: Some(4),
+                    product: None
+                })
+            )),
+            (
+                4,
+                Some("NVIDIA-H200".to_string()),
+                "spec.roles[1].accelerator.devicesPerPod".to_string(),
+                "spec.accelerator.product".to_string(),
+            ),
+            "devicesPerPod alone: the product stays the deployment's"
+        );
+        assert_eq!(
+            shape(&role(
+                "vision",
+                Some(RoleAccelerator {
+                    devices_per_pod: None,
+                    product: Some("NVIDIA-B200".into())
+                })
+            )),
+            (
+                8,
+                Some("NVIDIA-B200".to_string()),
+                "spec.accelerator.devicesPerPod".to_string(),
+                "spec.roles[1].accelerator.product".to_string(),
+            ),
+            "product alone: devicesPerPod stays the deployment's"
+        );
+        let mut defaults = spec.clone();
+        defaults.accelerator.devices_per_pod = None;
+        defaults.accelerator.product = None;
+        let plain = defaults.device_shape(&role("worker", None));
+        assert_eq!(
+            (plain.devices_per_pod, plain.product),
+            (DEFAULT_DEVICES_PER_POD, None)
         );
     }
 
@@ -1249,7 +1450,7 @@ mod tests {
         assert_eq!(ascend.devices_per_pod(), 16);
         assert_eq!(ascend.scale_up_domain_key(), "example.com/hccs-domain");
         assert_eq!(
-            ascend.node_selector(),
+            ascend.node_selector(ascend.product.as_deref()),
             [
                 ("accelerator".to_owned(), "huawei-Ascend910".to_owned()),
                 (

@@ -142,10 +142,11 @@ pub fn validate_acceptance_job_names(
     Err(FieldError::new(
         "metadata.name",
         format_args!(
-            "is {} characters long, and role {} has {pods} pods per group: the acceptance Job of a group's last rank would be named {last} ({} characters), but a Job's name is also its pods' job-name label, at most {MAX_JOB_NAME_LENGTH}; use a name of at most {longest} characters, or fewer pods per group (spec.roles[{index}].parallel or spec.accelerator.devicesPerPod)",
+            "is {} characters long, and role {} has {pods} pods per group: the acceptance Job of a group's last rank would be named {last} ({} characters), but a Job's name is also its pods' job-name label, at most {MAX_JOB_NAME_LENGTH}; use a name of at most {longest} characters, or fewer pods per group (spec.roles[{index}].parallel, or more devices per pod in {})",
             name.len(),
             role.name,
-            last.len()
+            last.len(),
+            spec.device_shape(role).devices_per_pod_field(index)
         ),
     ))
 }
@@ -252,14 +253,9 @@ pub fn validate_spec(
     validate_runtime(&spec.runtime, &mut errors);
     validate_role_runtimes(&spec.runtime.roles, &spec.roles, &mut errors);
     let devices_per_pod = validate_accelerator(&spec.accelerator, limits, &mut errors);
-    validate_roles(&spec.roles, devices_per_pod, &mut errors);
+    validate_roles(spec, devices_per_pod.is_some(), limits, &mut errors);
     if errors.is_empty() {
-        validate_pod_count(
-            &spec.roles,
-            spec.accelerator.devices_per_pod(),
-            limits,
-            &mut errors,
-        );
+        validate_pod_count(spec, limits, &mut errors);
     }
     validate_acceptance(&spec.acceptance, &mut errors);
     if let Some(scheduling) = &spec.scheduling {
@@ -492,17 +488,41 @@ fn validate_scheduling(scheduling: &crate::api::SchedulingSpec, errors: &mut Vec
 /// role's effective volumes (a cross-field rule the CRD leaves to the operator: the API server
 /// would refuse the pods).
 fn validate_pod_settings(spec: &DeepInferDeploymentSpec, errors: &mut Vec<FieldError>) {
+    let deployment_product = spec
+        .accelerator
+        .product
+        .as_deref()
+        .map(|p| (p, "spec.accelerator.product".to_string()));
     if let Some(pod) = &spec.pod {
-        validate_pod_fields(pod, "spec.pod", &spec.accelerator, errors);
+        validate_pod_fields(
+            pod,
+            "spec.pod",
+            &spec.accelerator,
+            deployment_product,
+            errors,
+        );
     }
     for (i, role) in spec.roles.iter().enumerate() {
+        let shape = spec.device_shape(role);
+        let product = shape
+            .product
+            .as_deref()
+            .map(|p| (p, shape.product_field(i)));
         if let Some(pod) = &role.pod {
             validate_pod_fields(
                 pod,
                 &format!("spec.roles[{i}].pod"),
                 &spec.accelerator,
+                product.clone(),
                 errors,
             );
+        }
+        // A role of its own product whose pods take spec.pod's node selector.
+        let inherits = role.pod.as_ref().is_none_or(|p| p.node_selector.is_none());
+        let selector = spec.pod.as_ref().and_then(|p| p.node_selector.as_ref());
+        if let (true, true, Some(selector)) = (shape.own_product, inherits, selector) {
+            let key = spec.accelerator.kind.product_label_key();
+            validate_selector_label(selector, "spec.pod", key, product, errors);
         }
     }
     let mut reported = std::collections::BTreeSet::new();
@@ -538,11 +558,13 @@ fn validate_pod_settings(spec: &DeepInferDeploymentSpec, errors: &mut Vec<FieldE
     }
 }
 
-/// One `PodSettings` at `at` (`spec.pod` or `spec.roles[i].pod`).
+/// One `PodSettings` at `at` (`spec.pod` or `spec.roles[i].pod`), whose pods select `product`
+/// (its value and the field that sets it).
 fn validate_pod_fields(
     pod: &crate::api::PodSettings,
     at: &str,
     accelerator: &AcceleratorSpec,
+    product: Option<(&str, String)>,
     errors: &mut Vec<FieldError>,
 ) {
     let mut bound = |field: &str, len: usize, max: usize| {
@@ -571,7 +593,7 @@ fn validate_pod_fields(
         8,
     );
     if let Some(selector) = &pod.node_selector {
-        validate_node_selector(selector, at, accelerator, errors);
+        validate_node_selector(selector, at, accelerator, product, errors);
     }
     for (field, name) in [
         ("priorityClassName", &pod.priority_class_name),
@@ -587,31 +609,41 @@ fn validate_pod_fields(
     validate_volumes(pod, at, errors);
 }
 
-/// `nodeSelector` keys the accelerator already selects must keep its values.
+/// `nodeSelector` keys the accelerator already selects must keep its values: the type's base
+/// label, and the product label of `product` (its value and the field that sets it).
 fn validate_node_selector(
     selector: &BTreeMap<String, String>,
     at: &str,
     accelerator: &AcceleratorSpec,
+    product: Option<(&str, String)>,
     errors: &mut Vec<FieldError>,
 ) {
-    let (base_key, base_value) = accelerator.kind.base_node_label();
-    let product_key = accelerator.kind.product_label_key();
-    let wanted = [
-        Some((base_key, base_value, "spec.accelerator.type")),
-        accelerator
-            .product
-            .as_deref()
-            .map(|p| (product_key, p, "spec.accelerator.product")),
-    ];
-    for (key, value, from) in wanted.into_iter().flatten() {
-        if let Some(given) = selector.get(key).filter(|given| given.as_str() != value) {
-            errors.push(FieldError::new(
-                format!("{at}.nodeSelector"),
-                format_args!(
-                    "sets {key}={given:?}, but {from} already selects {key}={value:?}; remove the key from {at}.nodeSelector, or change {from}"
-                ),
-            ));
-        }
+    let (key, value) = accelerator.kind.base_node_label();
+    let from = "spec.accelerator.type".to_string();
+    validate_selector_label(selector, at, key, Some((value, from)), errors);
+    let key = accelerator.kind.product_label_key();
+    validate_selector_label(selector, at, key, product, errors);
+}
+
+/// The node selector of the pod settings at `at` sets label `key` to `wanted`'s value (set by
+/// `wanted`'s field) or not at all.
+fn validate_selector_label(
+    selector: &BTreeMap<String, String>,
+    at: &str,
+    key: &str,
+    wanted: Option<(&str, String)>,
+    errors: &mut Vec<FieldError>,
+) {
+    let Some((value, from)) = wanted else {
+        return;
+    };
+    if let Some(given) = selector.get(key).filter(|given| given.as_str() != value) {
+        errors.push(FieldError::new(
+            format!("{at}.nodeSelector"),
+            format_args!(
+                "sets {key}={given:?}, but {from} already selects {key}={value:?}; remove the key from {at}.nodeSelector, or change {from}"
+            ),
+        ));
     }
 }
 
@@ -764,7 +796,15 @@ fn validate_accelerator(
     Some(devices)
 }
 
-fn validate_roles(roles: &[RoleSpec], devices_per_pod: Option<i32>, errors: &mut Vec<FieldError>) {
+/// Every role: name, replicas, device shape, layout and rollout. `deployment_devices_ok` says
+/// whether `spec.accelerator.devicesPerPod` passed, so a role that takes it is checked against it.
+fn validate_roles(
+    spec: &DeepInferDeploymentSpec,
+    deployment_devices_ok: bool,
+    limits: &DeviceLimits,
+    errors: &mut Vec<FieldError>,
+) {
+    let roles = &spec.roles;
     if roles.is_empty() {
         errors.push(FieldError::new(
             "spec.roles",
@@ -803,7 +843,11 @@ fn validate_roles(roles: &[RoleSpec], devices_per_pod: Option<i32>, errors: &mut
                 format_args!("is {}; it may be at most {MAX_REPLICAS}", role.replicas),
             ));
         }
-        validate_parallel(role, &at, devices_per_pod, errors);
+        let shape = spec.device_shape(role);
+        let devices = validate_role_accelerator(role, &at, spec.accelerator.kind, limits, errors)
+            .unwrap_or(deployment_devices_ok)
+            .then(|| (shape.devices_per_pod, shape.devices_per_pod_field(i)));
+        validate_parallel(role, &at, devices, errors);
         validate_rollout(role, &at, errors);
     }
     validate_worker_alone(roles, errors);
@@ -863,19 +907,57 @@ fn validate_worker_alone(roles: &[RoleSpec], errors: &mut Vec<FieldError>) {
     }
 }
 
+/// `spec.roles[i].accelerator` at `at`: the product is a label value, and `devicesPerPod`, when
+/// given, is at least 1 and at most one node's devices. Returns whether the role's own
+/// `devicesPerPod` is usable for the divisibility checks, `None` when the role gives none.
+fn validate_role_accelerator(
+    role: &RoleSpec,
+    at: &str,
+    kind: AcceleratorType,
+    limits: &DeviceLimits,
+    errors: &mut Vec<FieldError>,
+) -> Option<bool> {
+    let own = role.accelerator.as_ref()?;
+    if let Some(product) = own.product.as_deref().filter(|p| !is_label_value(p)) {
+        errors.push(FieldError::new(
+            format!("{at}.accelerator.product"),
+            format_args!("is {product:?}; it must be a label value (at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit), as the node label it selects on holds, e.g. NVIDIA-H200"),
+        ));
+    }
+    let devices = own.devices_per_pod?;
+    let field = format!("{at}.accelerator.devicesPerPod");
+    if devices < 1 {
+        errors.push(FieldError::new(
+            field,
+            format_args!("is {devices}; it must be at least 1, or left out to take spec.accelerator.devicesPerPod"),
+        ));
+        return Some(false);
+    }
+    let per_node = limits.per_node(kind);
+    if devices > per_node {
+        errors.push(FieldError::new(
+            field,
+            format_args!(
+                "is {devices}, more than the {per_node} devices one {} node has; lower it and add pods per group instead",
+                kind_name(kind)
+            ),
+        ));
+    }
+    Some(true)
+}
+
 /// The pods the resource needs at most (every group plus the surge groups of a rollout) must stay
 /// within the operator's bound; the message names the role that needs the most.
 fn validate_pod_count(
-    roles: &[RoleSpec],
-    devices_per_pod: i32,
+    spec: &DeepInferDeploymentSpec,
     limits: &DeviceLimits,
     errors: &mut Vec<FieldError>,
 ) {
-    let per_role: Vec<i64> = roles
+    let per_role: Vec<i64> = spec
+        .roles
         .iter()
         .map(|r| {
-            let pods_per_group =
-                (r.parallel.world_size() / i64::from(devices_per_pod.max(1))).max(1);
+            let pods_per_group = i64::from(crate::controller::build::group_shape(spec, r).pods);
             let groups = i64::from(r.replicas.max(0)) + i64::from(r.rollout.max_surge.max(0));
             groups.saturating_mul(pods_per_group)
         })
@@ -922,10 +1004,13 @@ fn validate_rollout(role: &RoleSpec, at: &str, errors: &mut Vec<FieldError>) {
     }
 }
 
+/// The role's layout: degrees in bounds, expert dividing the world size, and the world size a
+/// multiple of `devices_per_pod` (the role's devices per pod and the field that sets them),
+/// when that is usable.
 fn validate_parallel(
     role: &RoleSpec,
     at: &str,
-    devices_per_pod: Option<i32>,
+    devices_per_pod: Option<(i32, String)>,
     errors: &mut Vec<FieldError>,
 ) {
     let p = &role.parallel;
@@ -958,7 +1043,7 @@ fn validate_parallel(
             ),
         ));
     }
-    let Some(devices) = devices_per_pod else {
+    let Some((devices, field)) = devices_per_pod else {
         return;
     };
     let devices = i64::from(devices);
@@ -966,14 +1051,14 @@ fn validate_parallel(
         errors.push(FieldError::new(
             format!("{at}.parallel"),
             format_args!(
-                "gives a world size (tensor × pipeline × data) of {world}, smaller than spec.accelerator.devicesPerPod ({devices}); a group must fill whole pods: set devicesPerPod to {world} or enlarge the layout"
+                "gives a world size (tensor × pipeline × data) of {world}, smaller than {field} ({devices}); a group must fill whole pods: set devicesPerPod to {world} (for this role alone: {at}.accelerator.devicesPerPod) or enlarge the layout"
             ),
         ));
     } else if world % devices != 0 {
         errors.push(FieldError::new(
             format!("{at}.parallel"),
             format_args!(
-                "gives a world size (tensor × pipeline × data) of {world}, not a multiple of spec.accelerator.devicesPerPod ({devices}); change the layout or devicesPerPod"
+                "gives a world size (tensor × pipeline × data) of {world}, not a multiple of {field} ({devices}); change the layout or devicesPerPod (for this role alone: {at}.accelerator.devicesPerPod)"
             ),
         ));
     }
@@ -1423,10 +1508,14 @@ mod tests {
                 partition: 0,
             },
             pod: None,
+            accelerator: None,
         };
         let check = |r: RoleSpec| {
+            let accelerator = serde_json::json!({"type": "NVIDIA", "devicesPerPod": 1});
+            let mut spec = spec_of(accelerator, serde_json::json!([]), serde_json::json!({}));
+            spec.roles = vec![r];
             let mut errors = Vec::new();
-            validate_roles(&[r], Some(1), &mut errors);
+            validate_roles(&spec, true, &DeviceLimits::default(), &mut errors);
             errors
         };
         assert!(check(role(1, 0)).is_empty(), "the defaults are valid");
@@ -1450,7 +1539,18 @@ mod tests {
         roles: serde_json::Value,
         pod: serde_json::Value,
     ) -> Vec<FieldError> {
-        let spec: DeepInferDeploymentSpec = serde_json::from_value(serde_json::json!({
+        validate_spec(&spec_of(accelerator, roles, pod), &DeviceLimits::default())
+            .err()
+            .unwrap_or_default()
+    }
+
+    /// A spec whose accelerator, roles and `spec.pod` are given as JSON.
+    fn spec_of(
+        accelerator: serde_json::Value,
+        roles: serde_json::Value,
+        pod: serde_json::Value,
+    ) -> DeepInferDeploymentSpec {
+        serde_json::from_value(serde_json::json!({
             "model": {"name": "m", "license": "mit",
                       "source": {"volume": {"claimName": "ckpt", "path": "flash"}}},
             "runtime": {"image": format!("r.example/e@sha256:{}", "0".repeat(64)), "commit": "0123456"},
@@ -1459,10 +1559,94 @@ mod tests {
             "acceptance": {"prompts": [{"id": "p", "prompt": "x", "structuredOutput": {"regex": "a"}}]},
             "pod": pod
         }))
-        .expect("spec");
-        validate_spec(&spec, &DeviceLimits::default())
-            .err()
-            .unwrap_or_default()
+        .expect("spec")
+    }
+
+    #[test]
+    fn each_roles_device_shape_is_checked_naming_the_field_it_is_written_in() {
+        let nvidia = serde_json::json!({"type": "NVIDIA", "product": "NVIDIA-H200"});
+        let errors = |roles: serde_json::Value| {
+            pod_errors(nvidia.clone(), roles, serde_json::json!({}))
+                .into_iter()
+                .map(|e| (e.field, e.message))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            errors(serde_json::json!([
+                {"name": "prefill", "replicas": 1, "parallel": {"tensor": 4},
+                 "accelerator": {"devicesPerPod": 4}},
+                {"name": "decode", "replicas": 1, "parallel": {"tensor": 16},
+                 "accelerator": {"product": "NVIDIA-B200"}}
+            ])),
+            [],
+            "prefill of 4 GPUs per pod beside decode of 8 on another product"
+        );
+        // The same prefill layout under the deployment's 8 devices per pod is refused, naming
+        // the deployment's field; under the role's own 6, naming the role's.
+        let wide = errors(serde_json::json!([
+            {"name": "prefill", "replicas": 1, "parallel": {"tensor": 4}}
+        ]));
+        assert_eq!(wide.len(), 1, "{wide:?}");
+        assert_eq!(wide[0].0, "spec.roles[0].parallel");
+        assert!(
+            wide[0]
+                .1
+                .contains("smaller than spec.accelerator.devicesPerPod (8)")
+                && wide[0]
+                    .1
+                    .contains("spec.roles[0].accelerator.devicesPerPod"),
+            "{}",
+            wide[0].1
+        );
+        let own = errors(serde_json::json!([
+            {"name": "prefill", "replicas": 1, "parallel": {"tensor": 8},
+             "accelerator": {"devicesPerPod": 6}}
+        ]));
+        assert_eq!(own.len(), 1, "{own:?}");
+        assert!(
+            own[0]
+                .1
+                .contains("not a multiple of spec.roles[0].accelerator.devicesPerPod (6)"),
+            "{}",
+            own[0].1
+        );
+        let above = errors(serde_json::json!([
+            {"name": "decode", "replicas": 1, "parallel": {"tensor": 16},
+             "accelerator": {"devicesPerPod": 16}}
+        ]));
+        assert_eq!(above.len(), 1, "{above:?}");
+        assert_eq!(above[0].0, "spec.roles[0].accelerator.devicesPerPod");
+        assert!(
+            above[0]
+                .1
+                .contains("more than the 8 devices one NVIDIA node has"),
+            "{}",
+            above[0].1
+        );
+        let zero = errors(serde_json::json!([
+            {"name": "decode", "replicas": 1, "parallel": {"tensor": 8},
+             "accelerator": {"devicesPerPod": 0}}
+        ]));
+        assert_eq!(
+            zero.iter().map(|e| e.0.as_str()).collect::<Vec<_>>(),
+            ["spec.roles[0].accelerator.devicesPerPod"],
+            "a role's 0 is refused once, not again as a division"
+        );
+        // A role's node selector is held to the role's own product.
+        let selector = errors(serde_json::json!([
+            {"name": "decode", "replicas": 1, "parallel": {"tensor": 8},
+             "accelerator": {"product": "NVIDIA-B200"},
+             "pod": {"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H200"}}}
+        ]));
+        assert_eq!(selector.len(), 1, "{selector:?}");
+        assert_eq!(selector[0].0, "spec.roles[0].pod.nodeSelector");
+        assert!(
+            selector[0]
+                .1
+                .contains("spec.roles[0].accelerator.product already selects"),
+            "{}",
+            selector[0].1
+        );
     }
 
     #[test]

@@ -525,6 +525,64 @@ pub fn cases() -> Vec<Case> {
             Invalid("spec.accelerator.devicesPerPod")
         ),
         case!(
+            "prefill of 4 GPUs per pod beside decode of two 8-GPU pods",
+            nvidia,
+            |s| {
+                s["roles"][0]["parallel"] = json!({"tensor": 4});
+                s["roles"][0]["accelerator"] = json!({"devicesPerPod": 4});
+            },
+            Valid
+        ),
+        case!(
+            "a role of another product",
+            nvidia,
+            |s| s["roles"][1]["accelerator"] = json!({"product": "NVIDIA-B200"}),
+            Valid
+        ),
+        case!(
+            "a role's devicesPerPod above one node",
+            nvidia,
+            |s| {
+                s["roles"][0]["parallel"] = json!({"tensor": 16});
+                s["roles"][0]["accelerator"] = json!({"devicesPerPod": 16});
+            },
+            Invalid("spec.roles[0].accelerator.devicesPerPod")
+        ),
+        case!(
+            "an Ascend role's devicesPerPod above one node",
+            ascend,
+            |s| s["roles"][0]["accelerator"] = json!({"devicesPerPod": 32}),
+            Invalid("spec.roles[0].accelerator.devicesPerPod")
+        ),
+        case!(
+            "a role's devicesPerPod 0",
+            nvidia,
+            |s| s["roles"][1]["accelerator"] = json!({"devicesPerPod": 0}),
+            Invalid("spec.roles[1].accelerator.devicesPerPod")
+        ),
+        case!(
+            "a role's devicesPerPod not dividing its world size",
+            nvidia,
+            |s| s["roles"][0]["accelerator"] = json!({"devicesPerPod": 6}),
+            Invalid("spec.roles[0].parallel")
+        ),
+        case!(
+            "a role's world size smaller than its own devicesPerPod",
+            nvidia,
+            |s| {
+                s["accelerator"]["devicesPerPod"] = json!(2);
+                s["roles"][0]["parallel"] = json!({"tensor": 2});
+                s["roles"][0]["accelerator"] = json!({"devicesPerPod": 4});
+            },
+            Invalid("spec.roles[0].parallel")
+        ),
+        case!(
+            "a role's product that is not a label value",
+            nvidia,
+            |s| s["roles"][0]["accelerator"] = json!({"product": "NVIDIA B200 !!"}),
+            Invalid("spec.roles[0].accelerator.product")
+        ),
+        case!(
             "tensor degree 0",
             nvidia,
             |s| s["roles"][0]["parallel"]["tensor"] = json!(0),
@@ -725,6 +783,45 @@ pub fn cases() -> Vec<Case> {
             ascend,
             |s| s["roles"][0]["pod"] = json!({"nodeSelector": {"accelerator": "nvidia"}}),
             Invalid("spec.roles[0].pod.nodeSelector")
+        ),
+        case!(
+            "role nodeSelector selecting another product than the role's own",
+            nvidia,
+            |s| {
+                s["roles"][1]["accelerator"] = json!({"product": "NVIDIA-B200"});
+                s["roles"][1]["pod"] =
+                    json!({"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H200"}});
+            },
+            Invalid("spec.roles[1].pod.nodeSelector")
+        ),
+        case!(
+            "role nodeSelector restating the role's own product",
+            nvidia,
+            |s| {
+                s["roles"][1]["accelerator"] = json!({"product": "NVIDIA-B200"});
+                s["roles"][1]["pod"] =
+                    json!({"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-B200"}});
+            },
+            Valid
+        ),
+        case!(
+            "pod nodeSelector selecting another product than a role's own",
+            nvidia,
+            |s| {
+                s["pod"] = json!({"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H200"}});
+                s["roles"][1]["accelerator"] = json!({"product": "NVIDIA-B200"});
+            },
+            Invalid("spec.pod.nodeSelector")
+        ),
+        case!(
+            "pod nodeSelector beside a role of another product with a node selector of its own",
+            nvidia,
+            |s| {
+                s["pod"] = json!({"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H200"}});
+                s["roles"][1]["accelerator"] = json!({"product": "NVIDIA-B200"});
+                s["roles"][1]["pod"] = json!({"nodeSelector": {"example.com/pool": "serving"}});
+            },
+            Valid
         ),
         case!(
             "pod hostPath volume",

@@ -526,7 +526,13 @@ fn judge_container(
             .chain(record)
             .collect(),
         ),
-        env: Some(vec![env_field("POD_NAMESPACE", "metadata.namespace")]),
+        env: Some(vec![
+            env_field("POD_NAMESPACE", "metadata.namespace"),
+            env(
+                crate::acceptance::ROLE_GROUPS_ENV,
+                serde_json::to_string(&run_group_records(spec)).unwrap_or_default(),
+            ),
+        ]),
         volume_mounts: Some(vec![
             mount("acceptance-spec", ACCEPTANCE_SPEC_DIR, true),
             mount("work", ACCEPTANCE_WORK_DIR, true),
@@ -540,6 +546,26 @@ fn judge_container(
         termination_message_policy: Some("File".into()),
         ..Container::default()
     }
+}
+
+/// The group each role of the run runs, by role, as the manifest records it: pods, devices per
+/// pod and product of the role's shape, and its layout.
+pub fn run_group_records(
+    spec: &DeepInferDeploymentSpec,
+) -> BTreeMap<&str, crate::acceptance::manifest::GroupRecord> {
+    acceptance_roles(spec)
+        .into_iter()
+        .map(|role| {
+            let shape = group_shape(spec, role);
+            let record = crate::acceptance::manifest::GroupRecord {
+                pods: shape.pods,
+                devices_per_pod: shape.devices_per_pod,
+                product: shape.product,
+                layout: (&role.parallel).into(),
+            };
+            (role.name.as_str(), record)
+        })
+        .collect()
 }
 
 /// CPU and memory of the judge and the runner's installer (never BestEffort).

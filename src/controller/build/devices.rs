@@ -1,6 +1,7 @@
 //! Devices through Dynamic Resource Allocation: with `spec.accelerator.deviceClassName`, one
-//! ResourceClaimTemplate per deployment and device shape, from which the API server's
-//! resource-claim controller makes each engine pod its own claim of `devicesPerPod` devices,
+//! ResourceClaimTemplate per deployment and device count (a role's `devicesPerPod`, see
+//! [`crate::api::DeepInferDeploymentSpec::device_shape`]), from which the API server's
+//! resource-claim controller makes each engine pod its own claim of its role's devices,
 //! allocated by the scheduler; with `domainDeviceClassName`, one template from which each
 //! multi-pod group's PodGroup gets one claim on a domain device that all its pods share.
 
@@ -20,16 +21,16 @@ pub const DEVICE_CLAIM: &str = "devices";
 /// Name of the claim a group's pods share through their PodGroup (the scale-up domain's device).
 pub const DOMAIN_CLAIM: &str = "domain";
 
-/// Name of the ResourceClaimTemplate for the spec's device shape, `None` without a DeviceClass.
-/// The name carries a hash of class and count: a template's spec cannot change, so another
-/// shape is another template, and pods of the earlier shape keep theirs until they are gone.
-pub fn device_claim_template_name(did: &ValidatedDeployment) -> Option<String> {
-    let accelerator = &did.spec.accelerator;
-    let class = accelerator.device_class_name.as_deref()?;
+/// Name of the ResourceClaimTemplate of `devices` devices per pod, `None` without a
+/// DeviceClass. The name carries a hash of class and count: a template's spec cannot change, so
+/// another count is another template (roles of different `devicesPerPod` claim from different
+/// ones), and pods of an earlier shape keep theirs until they are gone.
+pub fn device_claim_template_name(did: &ValidatedDeployment, devices: i32) -> Option<String> {
+    let class = did.spec.accelerator.device_class_name.as_deref()?;
     Some(format!(
         "{}-devices-{}",
         did.name_any(),
-        short_hash(&(class, accelerator.devices_per_pod()), 6)
+        short_hash(&(class, devices), 6)
     ))
 }
 
@@ -76,37 +77,47 @@ fn claim_template(
     })
 }
 
-/// The ResourceClaimTemplates the deployment's pods and PodGroups claim from: `devicesPerPod`
-/// devices of `spec.accelerator.deviceClassName` per engine pod, and one device of
-/// `domainDeviceClassName` per multi-pod group.
+/// The ResourceClaimTemplates the deployment's pods and PodGroups claim from: per device count
+/// of its roles, that many devices of `spec.accelerator.deviceClassName` per engine pod, and one
+/// device of `domainDeviceClassName` per multi-pod group.
 pub fn claim_templates(did: &ValidatedDeployment) -> Vec<ResourceClaimTemplate> {
     let accelerator = &did.spec.accelerator;
-    let devices = device_claim_template_name(did)
-        .zip(accelerator.device_class_name.clone())
-        .map(|(name, class)| {
-            claim_template(
+    let counts: BTreeSet<i32> = did
+        .spec
+        .roles
+        .iter()
+        .map(|role| group_shape(&did.spec, role).devices_per_pod)
+        .collect();
+    let devices = accelerator
+        .device_class_name
+        .iter()
+        .flat_map(|class| counts.iter().map(move |count| (class, *count)))
+        .filter_map(|(class, count)| {
+            let name = device_claim_template_name(did, count)?;
+            Some(claim_template(
                 did,
                 name,
                 DEVICE_CLAIM,
-                class,
-                accelerator.devices_per_pod(),
-            )
+                class.clone(),
+                count,
+            ))
         });
     let domain = domain_claim_template_name(did)
         .zip(accelerator.domain_device_class_name.clone())
         .map(|(name, class)| claim_template(did, name, DOMAIN_CLAIM, class, 1));
-    devices.into_iter().chain(domain).collect()
+    devices.chain(domain).collect()
 }
 
-/// The claims of an engine pod (`spec.resourceClaims`): its own devices from the template, and,
-/// when `shares_domain` (a multi-pod group placed as a PodGroup), the domain device its PodGroup
-/// claims, referenced exactly as the PodGroup does.
+/// The claims of an engine pod of a group of `shape` (`spec.resourceClaims`): its own devices
+/// from the template of its count, and, when `shares_domain` (a multi-pod group placed as a
+/// PodGroup), the domain device its PodGroup claims, referenced exactly as the PodGroup does.
 pub(super) fn pod_device_claims(
     did: &ValidatedDeployment,
+    shape: &GroupShape,
     shares_domain: bool,
 ) -> Vec<PodResourceClaim> {
     let domain = domain_claim_template_name(did).filter(|_| shares_domain);
-    device_claim_template_name(did)
+    device_claim_template_name(did, shape.devices_per_pod)
         .map(|t| (DEVICE_CLAIM, t))
         .into_iter()
         .chain(domain.map(|t| (DOMAIN_CLAIM, t)))

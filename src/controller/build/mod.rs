@@ -123,7 +123,8 @@ pub fn full_hash<T: Serialize>(value: &T) -> String {
 }
 
 /// The revision: the [`full_hash`] of everything that changes the running bits — image digest,
-/// runtime commit, checkpoint source, accelerator, every role's layout, engine command, args,
+/// runtime commit, checkpoint source, accelerator, every role's layout and device shape (see
+/// [`DeepInferDeploymentSpec::device_shape`]), engine command, args,
 /// env, per-role settings and resources, each role's extra volumes, mounts, ServiceAccount and
 /// priority class (see [`EngineSettings`]), and the operator's [`TEMPLATE_VERSION`]. Replica counts, rollout
 /// settings, probes, placement-only pod settings and the acceptance prompts are not part of it;
@@ -147,6 +148,9 @@ pub fn revision(spec: &DeepInferDeploymentSpec) -> String {
         // Absent when no role has any, so a spec without them keeps its revision.
         #[serde(skip_serializing_if = "Vec::is_empty")]
         pod: Vec<(&'a str, EngineSettings)>,
+        // Absent when every role has the deployment's shape, likewise.
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        devices: Vec<(&'a str, crate::api::DeviceShape)>,
     }
     let mut layouts: Vec<_> = spec
         .roles
@@ -169,7 +173,25 @@ pub fn revision(spec: &DeepInferDeploymentSpec) -> String {
         roles: &spec.runtime.roles,
         sampling: judged_sampling(&spec.acceptance),
         pod: engine_settings(spec),
+        devices: own_device_shapes(spec),
     })
+}
+
+/// The device shape of every role whose shape differs from `spec.accelerator`'s, by role name:
+/// part of the revision, as the deployment's accelerator is.
+fn own_device_shapes(spec: &DeepInferDeploymentSpec) -> Vec<(&str, crate::api::DeviceShape)> {
+    let deployment = (
+        spec.accelerator.devices_per_pod(),
+        spec.accelerator.product.as_deref(),
+    );
+    let mut out: Vec<_> = spec
+        .roles
+        .iter()
+        .map(|role| (role.name.as_str(), spec.device_shape(role)))
+        .filter(|(_, shape)| (shape.devices_per_pod, shape.product.as_deref()) != deployment)
+        .collect();
+    out.sort_by(|a, b| a.0.cmp(b.0));
+    out
 }
 
 /// The pod settings that are part of the revision: the extra volumes and mounts (what the
@@ -265,21 +287,26 @@ pub fn join_path(base: &str, rel: &str) -> String {
 /// Shape of one serving group of a role.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GroupShape {
-    /// Devices each pod requests.
+    /// Devices each pod requests (the role's [`crate::api::DeviceShape`]).
     pub devices_per_pod: i32,
+    /// Product node label value the pods select, if any (the role's, else the deployment's).
+    pub product: Option<String>,
     /// Pods in the group: world size / devices per pod.
     pub pods: i32,
     /// Devices the group spans.
     pub world_size: i64,
 }
 
-/// Shape of a role's groups; validation guarantees the division is exact.
+/// Shape of a role's groups, from the role's device shape
+/// ([`DeepInferDeploymentSpec::device_shape`]); validation guarantees the division is exact.
 pub fn group_shape(spec: &DeepInferDeploymentSpec, role: &RoleSpec) -> GroupShape {
-    let devices_per_pod = spec.accelerator.devices_per_pod().max(1);
+    let device = spec.device_shape(role);
+    let devices_per_pod = device.devices_per_pod.max(1);
     let world_size = role.parallel.world_size();
     let pods = (world_size / i64::from(devices_per_pod)).max(1);
     GroupShape {
         devices_per_pod,
+        product: device.product,
         pods: i32::try_from(pods).unwrap_or(i32::MAX),
         world_size,
     }

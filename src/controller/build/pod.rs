@@ -241,7 +241,8 @@ pub(super) fn engine_pod_spec(
     let spec = &did.spec;
     let claim = &did.claim;
     // A multi-pod group placed as a PodGroup shares its PodGroup's domain claim.
-    let device_claims = pod_device_claims(did, rendezvous.pod_group.is_some() && shape.pods > 1);
+    let device_claims =
+        pod_device_claims(did, shape, rendezvous.pod_group.is_some() && shape.pods > 1);
     let settings = spec.pod_settings(at.role);
     let container = Container {
         name: ENGINE_CONTAINER.into(),
@@ -313,7 +314,7 @@ pub(super) fn engine_pod_spec(
                 .chain(settings.volumes.iter().flatten().cloned())
                 .collect(),
         ),
-        node_selector: Some(node_selector(spec, &settings)),
+        node_selector: Some(node_selector(spec, shape, &settings)),
         tolerations: Some(
             tolerations(spec.accelerator.device_resource())
                 .into_iter()
@@ -358,14 +359,16 @@ pub(super) fn engine_pod_spec(
     }
 }
 
-/// The accelerator's node selector with the pod settings' labels added; validation refuses a
-/// label the accelerator sets to another value, and the accelerator's wins regardless.
+/// The accelerator's node selector for the group's product with the pod settings' labels added;
+/// validation refuses a label the accelerator sets to another value, and the accelerator's wins
+/// regardless.
 fn node_selector(
     spec: &DeepInferDeploymentSpec,
+    shape: &GroupShape,
     settings: &crate::api::PodSettings,
 ) -> BTreeMap<String, String> {
     let mut selector = settings.node_selector.clone().unwrap_or_default();
-    selector.extend(spec.accelerator.node_selector());
+    selector.extend(spec.accelerator.node_selector(shape.product.as_deref()));
     selector
 }
 

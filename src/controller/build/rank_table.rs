@@ -333,6 +333,7 @@ mod tests {
 
     const SHAPE: GroupShape = GroupShape {
         devices_per_pod: 2,
+        product: None,
         pods: 2,
         world_size: 4,
     };

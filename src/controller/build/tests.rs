@@ -950,9 +950,9 @@ fn another_device_shape_is_another_template_and_without_a_class_there_is_none() 
             json!([{"name": "worker", "replicas": 1, "parallel": {"tensor": 8}}]),
         )
     };
-    let four = device_claim_template_name(&class(4));
-    assert_ne!(four, device_claim_template_name(&class(8)));
-    assert_eq!(four, device_claim_template_name(&class(4)));
+    let four = device_claim_template_name(&class(4), 4);
+    assert_ne!(four, device_claim_template_name(&class(8), 8));
+    assert_eq!(four, device_claim_template_name(&class(4), 4));
     assert_ne!(
         revision(&class(4).spec),
         revision(&class(8).spec),
@@ -2472,4 +2472,256 @@ fn an_exclusive_deployments_pods_repel_every_other_group_of_it_in_their_domain()
         .and_then(|s| s.affinity.as_ref())
         .and_then(|a| a.pod_anti_affinity.as_ref())
         .is_none());
+}
+
+/// Prefill of 4 GPUs per pod beside decode of two 8-GPU pods on another product.
+fn two_shapes(accelerator: serde_json::Value) -> ValidatedDeployment {
+    did(
+        accelerator,
+        json!([
+            {"name": "prefill", "replicas": 1, "parallel": {"tensor": 4},
+             "accelerator": {"devicesPerPod": 4}},
+            {"name": "decode", "replicas": 1, "parallel": {"tensor": 16},
+             "accelerator": {"product": "NVIDIA-B200"}}
+        ]),
+    )
+}
+
+/// Devices each container of `pod` requests as `resource`, its node selector's product, and its
+/// `DEEPINFER_DEVICES_PER_POD` / `DEEPINFER_NUM_PODS`.
+fn requested(pod: &PodSpec, resource: &str) -> (String, String, String, String) {
+    let engine = &pod.containers[0];
+    let limits = engine
+        .resources
+        .as_ref()
+        .and_then(|r| r.limits.clone())
+        .unwrap_or_default();
+    let env = env_of(engine);
+    (
+        limits
+            .get(resource)
+            .map(|q| q.0.clone())
+            .unwrap_or_default(),
+        pod.node_selector.clone().unwrap_or_default()["nvidia.com/gpu.product"].clone(),
+        env["DEEPINFER_DEVICES_PER_POD"].clone(),
+        env["DEEPINFER_NUM_PODS"].clone(),
+    )
+}
+
+#[test]
+fn each_role_places_requests_and_is_accepted_in_its_own_device_shape() {
+    let d = two_shapes(json!({"type": "NVIDIA", "product": "NVIDIA-H200", "devicesPerPod": 8}));
+    let (prefill, decode) = (&d.spec.roles[0], &d.spec.roles[1]);
+    let shape = |r: &RoleSpec| {
+        let s = group_shape(&d.spec, r);
+        (s.devices_per_pod, s.product, s.pods, s.world_size)
+    };
+    assert_eq!(shape(prefill), (4, Some("NVIDIA-H200".into()), 1, 4));
+    assert_eq!(shape(decode), (8, Some("NVIDIA-B200".into()), 2, 16));
+    let rev = revision(&d.spec);
+    let serving = |r: &RoleSpec| -> Vec<_> {
+        group_pods(&d, r, 0, &rev)
+            .iter()
+            .map(|p| requested(p.spec.as_ref().expect("spec"), "nvidia.com/gpu"))
+            .collect()
+    };
+    let pod = |devices: &str, product: &str, pods: &str| {
+        let s = str::to_string;
+        (s(devices), s(product), s(devices), s(pods))
+    };
+    let prefill_pod = pod("4", "NVIDIA-H200", "1");
+    let decode_pod = pod("8", "NVIDIA-B200", "2");
+    assert_eq!(serving(prefill), std::slice::from_ref(&prefill_pod));
+    assert_eq!(serving(decode), [decode_pod.clone(), decode_pod.clone()]);
+    // The acceptance run: the judged decode group of two 8-GPU pods, the prefill group of one
+    // 4-GPU pod, each as it serves.
+    let names = AcceptanceNames::new("flash", &rev, "t");
+    let groups = names.groups(&d.spec);
+    let run: Vec<Vec<_>> = groups
+        .iter()
+        .map(|g| {
+            (0..group_shape(&d.spec, g.role).pods)
+                .map(|rank| {
+                    let job =
+                        acceptance_group_job(&d, &names, g, rank, &rev, "operator:1").expect("job");
+                    let pod = job.spec.expect("spec").template.spec.expect("pod");
+                    requested(&pod, "nvidia.com/gpu")
+                })
+                .collect()
+        })
+        .collect();
+    assert_eq!(
+        run,
+        [vec![decode_pod.clone(), decode_pod], vec![prefill_pod]]
+    );
+    // The judge records each role's group for the manifest.
+    let leader = acceptance_group_job(&d, &names, &groups[0], 0, &rev, "operator:1").expect("job");
+    let pod = leader.spec.expect("spec").template.spec.expect("pod");
+    let judge = pod
+        .containers
+        .iter()
+        .find(|c| c.name == JUDGE_CONTAINER)
+        .expect("judge");
+    let groups_env = &env_of(judge)[crate::acceptance::ROLE_GROUPS_ENV];
+    let recorded = crate::acceptance::parse_role_groups(groups_env).expect("groups");
+    let summary: Vec<_> = recorded
+        .iter()
+        .map(|(role, g)| {
+            let product = g.product.as_deref().unwrap_or_default();
+            (
+                role.as_str(),
+                g.pods,
+                g.devices_per_pod,
+                product,
+                g.layout.world_size,
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            ("decode", 2, 8, "NVIDIA-B200", 16),
+            ("prefill", 1, 4, "NVIDIA-H200", 4)
+        ]
+    );
+    // What a group waiting for devices is told it needs.
+    use crate::controller::decide::acceptance::capacity_need;
+    assert_eq!(
+        capacity_need(&d.spec, prefill),
+        "1 pod(s) × 4 nvidia.com/gpu (4 devices) on nvidia.com/gpu.product=NVIDIA-H200 nodes"
+    );
+    assert_eq!(
+        capacity_need(&d.spec, decode),
+        "2 pod(s) × 8 nvidia.com/gpu (16 devices) inside one nvidia.com/gpu.clique domain on nvidia.com/gpu.product=NVIDIA-B200 nodes"
+    );
+}
+
+#[test]
+fn a_roles_own_device_shape_is_part_of_the_revision_only_where_it_differs() {
+    let roles = |prefill: serde_json::Value| {
+        json!([
+            {"name": "prefill", "replicas": 1, "parallel": {"tensor": 8}, "accelerator": prefill},
+            {"name": "decode", "replicas": 1, "parallel": {"tensor": 8}}
+        ])
+    };
+    let accelerator = json!({"type": "NVIDIA", "product": "NVIDIA-H200", "devicesPerPod": 8});
+    let plain = did(
+        accelerator.clone(),
+        json!([
+            {"name": "prefill", "replicas": 1, "parallel": {"tensor": 8}},
+            {"name": "decode", "replicas": 1, "parallel": {"tensor": 8}}
+        ]),
+    );
+    let with =
+        |prefill: serde_json::Value| revision(&did(accelerator.clone(), roles(prefill)).spec);
+    assert_eq!(
+        with(json!({"devicesPerPod": 8, "product": "NVIDIA-H200"})),
+        revision(&plain.spec),
+        "a role restating the deployment's shape runs the same bits"
+    );
+    assert_eq!(with(json!({})), revision(&plain.spec));
+    for changed in [
+        json!({"devicesPerPod": 4}),
+        json!({"product": "NVIDIA-B200"}),
+    ] {
+        assert_ne!(
+            with(changed.clone()),
+            revision(&plain.spec),
+            "{changed} is judged again before it serves"
+        );
+    }
+}
+
+#[test]
+fn with_a_device_class_each_device_count_has_its_template_and_each_role_claims_its_own() {
+    let d = two_shapes(json!({"type": "NVIDIA", "deviceClassName": "gpu.nvidia.com"}));
+    let counts: BTreeMap<String, i64> = claim_templates(&d)
+        .iter()
+        .map(|t| {
+            let request = &t
+                .spec
+                .as_ref()
+                .and_then(|s| s.spec.as_ref())
+                .expect("spec")
+                .devices
+                .as_ref()
+                .and_then(|c| c.requests.clone())
+                .expect("requests")[0];
+            let count = request
+                .exactly
+                .as_ref()
+                .and_then(|e| e.count)
+                .expect("count");
+            (t.name_any(), count)
+        })
+        .collect();
+    let four = device_claim_template_name(&d, 4).expect("four");
+    let eight = device_claim_template_name(&d, 8).expect("eight");
+    assert_eq!(
+        counts,
+        BTreeMap::from([(four.clone(), 4), (eight.clone(), 8)])
+    );
+    let rev = revision(&d.spec);
+    for (role, template) in [(&d.spec.roles[0], &four), (&d.spec.roles[1], &eight)] {
+        for pod in group_pods(&d, role, 0, &rev) {
+            assert_eq!(
+                templates_in_use([pod.spec.as_ref().expect("spec")]),
+                std::collections::BTreeSet::from([template.clone()]),
+                "{} claims from the template of its count",
+                role.name
+            );
+        }
+    }
+}
+
+#[test]
+fn an_ascend_rank_table_counts_the_devices_of_its_roles_shape() {
+    let d = did(
+        json!({"type": "Ascend", "devicesPerPod": 16}),
+        json!([
+            {"name": "prefill", "replicas": 1, "parallel": {"tensor": 8},
+             "accelerator": {"devicesPerPod": 8}},
+            {"name": "decode", "replicas": 1, "parallel": {"tensor": 32}}
+        ]),
+    );
+    let allocation = |n: u32| {
+        json!({"server_id": "1", "devices": (0..n).map(|i| json!({
+            "device_id": i.to_string(), "device_ip": format!("192.168.100.{i}")
+        })).collect::<Vec<_>>()})
+        .to_string()
+    };
+    let pod = |n: u32| Pod {
+        metadata: ObjectMeta {
+            name: Some("p-0".into()),
+            labels: Some(BTreeMap::from([(labels::RANK.to_string(), "0".into())])),
+            annotations: Some(BTreeMap::from([(
+                allocation_annotation("huawei.com/Ascend910").to_string(),
+                allocation(n),
+            )])),
+            ..ObjectMeta::default()
+        },
+        spec: None,
+        status: Some(k8s_openapi::api::core::v1::PodStatus {
+            pod_ip: Some("10.244.0.8".into()),
+            ..Default::default()
+        }),
+    };
+    let table = |n: u32| {
+        let cm = rank_table_configmap(&d, &d.spec.roles[0], "r", 0, &[&pod(n)]);
+        let hccl: serde_json::Value =
+            serde_json::from_str(&cm.data.expect("data")["hccl.json"]).expect("json");
+        hccl
+    };
+    let eight = table(8);
+    assert_eq!(eight["status"], "completed", "{eight}");
+    assert_eq!(
+        eight["server_list"][0]["device"].as_array().map(Vec::len),
+        Some(8)
+    );
+    assert_eq!(
+        table(16)["status"],
+        "initializing",
+        "a prefill pod of 8 NPUs is not listed with the deployment's 16"
+    );
+    assert_eq!(group_shape(&d.spec, &d.spec.roles[1]).pods, 2);
 }

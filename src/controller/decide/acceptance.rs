@@ -426,7 +426,8 @@ pub fn acceptance_message(a: &AcceptanceStatus) -> String {
     }
 }
 
-/// What one group of `role` needs, for capacity messages: pods × devices, and the domain.
+/// What one group of `role` needs, for capacity messages: pods × devices of the role's shape,
+/// the domain, and the product the pods select.
 pub fn capacity_need(spec: &DeepInferDeploymentSpec, role: &crate::api::RoleSpec) -> String {
     let shape = build::group_shape(spec, role);
     let domain = if shape.pods > 1 {
@@ -437,8 +438,14 @@ pub fn capacity_need(spec: &DeepInferDeploymentSpec, role: &crate::api::RoleSpec
     } else {
         String::new()
     };
+    let product = shape.product.as_deref().map_or_else(String::new, |p| {
+        format!(
+            " on {}={p} nodes",
+            spec.accelerator.kind.product_label_key()
+        )
+    });
     format!(
-        "{} pod(s) × {} ({} devices){domain}",
+        "{} pod(s) × {} ({} devices){domain}{product}",
         shape.pods,
         spec.accelerator.describe_devices(shape.devices_per_pod),
         shape.world_size

@@ -247,7 +247,7 @@ async fn gpu_a_passing_revision_goes_ready_and_only_then_gets_workers_and_traffi
         "{sheet}"
     );
     assert!(
-        sheet.contains("Hardware:  8 devices in the group"),
+        sheet.contains("Hardware:  8 devices in the run: worker 1 pod(s) × 8 devices (8 devices; tensor 8 x pipeline 1 x data 1, expert 1)"),
         "{sheet}"
     );
     assert!(

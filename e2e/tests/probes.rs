@@ -243,25 +243,7 @@ async fn gpu_a_slow_start_inside_the_startup_budget_goes_ready_one_past_it_is_re
     })
     .await;
     let first_uid = first.uid();
-    support::eventually(TIMEOUT, "a new pod in the group", || async {
-        let pods = workers(&client, &ns.name, "past").await;
-        pods.iter().any(|p| p.uid() != first_uid).then_some(())
-    })
-    .await;
-    let events = support::kubectl_ok(&[
-        "-n",
-        &ns.name,
-        "get",
-        "events",
-        "--field-selector",
-        "reason=GroupReplaced",
-        "-o",
-        "jsonpath={.items[*].message}",
-    ]);
-    assert!(
-        events.contains("is replaced whole") && events.contains("ended Failed"),
-        "the replacement says why: {events}"
-    );
+    replaced_whole(&client, &ns.name, "past", &first_uid).await;
     let st = api.get_status("past").await.expect("status");
     let st = st.status.expect("status");
     assert!(
@@ -289,25 +271,7 @@ async fn gpu_an_engine_hung_past_its_liveness_budget_is_stopped_and_its_group_re
     // It stops answering for good: past 3 × 1 s the engine is stopped; a serving pod never
     // restarts in place, so it fails and the operator replaces the group whole.
     wedge.set(true);
-    support::eventually(TIMEOUT, "the hung pod replaced by a new one", || async {
-        let pods = workers(&client, &ns.name, "hung").await;
-        pods.iter().any(|p| p.uid() != hung_uid).then_some(())
-    })
-    .await;
-    let events = support::kubectl_ok(&[
-        "-n",
-        &ns.name,
-        "get",
-        "events",
-        "--field-selector",
-        "reason=GroupReplaced",
-        "-o",
-        "jsonpath={.items[*].message}",
-    ]);
-    assert!(
-        events.contains("is replaced whole") && events.contains("ended Failed"),
-        "the hung engine was stopped and its group replaced: {events}"
-    );
+    replaced_whole(&client, &ns.name, "hung", &hung_uid).await;
     // The new engine answers: the group serves again, on a pod of its own.
     wedge.set(false);
     support::current_status_where(&api, "hung", "Ready again", TIMEOUT, |s| {
@@ -318,6 +282,31 @@ async fn gpu_an_engine_hung_past_its_liveness_budget_is_stopped_and_its_group_re
     assert_eq!(back.len(), 1);
     assert_ne!(back[0].uid(), hung_uid, "a new pod serves");
     op.stop().await;
+}
+
+/// Waits until a pod other than `old_uid` stands in the group of `did`, and checks that the
+/// replacement's `GroupReplaced` event says the old rank ended Failed (a failed pod is deleted at
+/// once and may never be seen Failed).
+async fn replaced_whole(client: &Client, ns: &str, did: &str, old_uid: &Option<String>) {
+    support::eventually(TIMEOUT, "a new pod in the group", || async {
+        let pods = workers(client, ns, did).await;
+        pods.iter().any(|p| p.uid() != *old_uid).then_some(())
+    })
+    .await;
+    let events = support::kubectl_ok(&[
+        "-n",
+        ns,
+        "get",
+        "events",
+        "--field-selector",
+        "reason=GroupReplaced",
+        "-o",
+        "jsonpath={.items[*].message}",
+    ]);
+    assert!(
+        events.contains("is replaced whole") && events.contains("ended Failed"),
+        "the replacement says why: {events}"
+    );
 }
 
 async fn create(api: &Api<DeepInferDeployment>, object: Value) {

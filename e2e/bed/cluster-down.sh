@@ -24,6 +24,8 @@ end_leftover_containers() {
   [ ${#groups[@]} -eq 0 ] || echo "cluster-down: ended the processes of ${#groups[@]} container(s) the node agent left"
 }
 [ -d "$bed/pids" ] || { echo "cluster-down: nothing running"; end_leftover_containers; rm -rf "$bed"; exit 0; }
+# The optional real node (real-node.sh) first: its kubelet, containers and mounts live in the bed.
+[ -d "$bed/real-node" ] && "$root/e2e/bed/real-node.sh" down
 # Reverse start order: the agent first (it kills the processes it runs), etcd last.
 for name in node-agent operator kube-scheduler kube-controller-manager kube-apiserver etcd; do
   stop_recorded "$bed/pids/$name"

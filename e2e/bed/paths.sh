@@ -22,3 +22,25 @@ stop_recorded() {
   fi
   rm -f "$1"
 }
+
+# The Go toolchain: $GO, else `go` on PATH, else the usual install location.
+go_bin() {
+  if [ -n "${GO:-}" ]; then echo "$GO"; elif command -v go >/dev/null; then command -v go;
+  elif [ -x /usr/local/go/bin/go ]; then echo /usr/local/go/bin/go;
+  else echo "no Go toolchain found (Go >= 1.26 is needed to build the bed's Kubernetes components); install it or set GO=" >&2; exit 1; fi
+}
+
+# Linker flags of a Kubernetes component build: stripped, with the release's version stamped in
+# (what `kubectl version` and a node's kubeletVersion report).
+k8s_ldflags() {
+  local v="v$K8S_VERSION" minor; minor="$(echo "$K8S_VERSION" | cut -d. -f2)"
+  echo "-s -w -X k8s.io/component-base/version.gitVersion=$v -X k8s.io/component-base/version.gitMajor=1 \
+    -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean \
+    -X k8s.io/client-go/pkg/version.gitVersion=$v -X k8s.io/client-go/pkg/version.gitMajor=1 \
+    -X k8s.io/client-go/pkg/version.gitMinor=$minor"
+}
+
+# The kubelet of the optional real node (real-node.sh), built from the same k8s.io/kubernetes
+# release pinned in a module of its own (bed/kubelet/go.mod), so that it never changes the control
+# plane's cache key; keyed by its own module graph.
+kubelet_dir="$cache/kubelet-$K8S_VERSION-$(cat "$bed_here/kubelet/go.mod" "$bed_here/kubelet/go.sum" | sha256sum | cut -c1-8)"

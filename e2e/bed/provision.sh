@@ -26,21 +26,11 @@ if [ ${#need_pkgs[@]} -gt 0 ]; then
   sudo_if_needed env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
 fi
 
-go_bin() { # the Go toolchain: $GO, else `go` on PATH, else the usual install location
-  if [ -n "${GO:-}" ]; then echo "$GO"; elif command -v go >/dev/null; then command -v go;
-  elif [ -x /usr/local/go/bin/go ]; then echo /usr/local/go/bin/go;
-  else echo "provision: no Go toolchain found (Go >= 1.26 is needed to build the control plane); install it or set GO=" >&2; exit 1; fi
-}
-
 build_k8s() {
   local go; go="$(go_bin)"
   echo "provision: building kube-apiserver, kube-controller-manager, kube-scheduler, kubectl v$K8S_VERSION and etcd v$ETCD_VERSION from Go modules with $("$go" version | cut -d' ' -f3) (cold: ~15-20 min on 2 cores)"
   local t0; t0=$(date +%s)
-  local v="v$K8S_VERSION" minor; minor="$(echo "$K8S_VERSION" | cut -d. -f2)"
-  local ld="-s -w -X k8s.io/component-base/version.gitVersion=$v -X k8s.io/component-base/version.gitMajor=1 \
-    -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean \
-    -X k8s.io/client-go/pkg/version.gitVersion=$v -X k8s.io/client-go/pkg/version.gitMajor=1 \
-    -X k8s.io/client-go/pkg/version.gitMinor=$minor"
+  local ld; ld="$(k8s_ldflags)"
   rm -rf "$k8s_dir.tmp"; mkdir -p "$k8s_dir.tmp"
   local log="$cache/build-k8s.log"
   # GOTOOLCHAIN=local: the pinned go.mod needs no newer toolchain than the machine's; never fetch one.

@@ -46,7 +46,7 @@ install_packages() {
 
 build_kubelet() {
   [ -x "$kubelet_dir/kubelet" ] && return
-  grep -qx "require k8s.io/kubernetes v$K8S_VERSION" "$here/kubelet/go.mod" \
+  grep -Eq "^(require |\s+)k8s.io/kubernetes v$K8S_VERSION( |\$)" "$here/kubelet/go.mod" \
     || { echo "real-node: e2e/bed/kubelet/go.mod does not pin k8s.io/kubernetes v$K8S_VERSION (versions.env)" >&2; exit 1; }
   local go t0 log="$cache/build-kubelet.log"; go="$(go_bin)"; t0=$(date +%s)
   echo "real-node: building kubelet v$K8S_VERSION from its Go module (cold: several minutes on 2 cores)"

@@ -111,6 +111,7 @@ state = "$state/run/containerd"
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
+        Root = "$state/run/runc"
 EOF
   mkdir -p "$state/cni"
   cat > "$state/cni/10-bed.conflist" <<EOF
@@ -261,6 +262,9 @@ down() {
     while IFS== read -r s v; do echo "$v" > "/proc/sys/$s" 2>/dev/null || true; done < "$state/sysctls.saved"
   fi
   rm -rf "$state"
+  # containerd 1.6 keeps its shims' sockets under /run/containerd/s whatever its state directory;
+  # removed when empty (no other containerd uses them).
+  rmdir /run/containerd/s /run/containerd 2>/dev/null || true
   echo "real-node: $node stopped and removed from $bed"
 }
 

@@ -11,6 +11,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::api::Reason;
+
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, Pod, Service, ServiceAccount};
@@ -179,7 +181,7 @@ pub enum Act<'a> {
     /// Housekeeping: a Warning event on the deployment.
     Warn {
         /// Event reason.
-        reason: &'static str,
+        reason: Reason,
         /// Event action.
         action: &'static str,
         /// Event note.
@@ -524,7 +526,7 @@ mod tests {
         }
         .is_housekeeping());
         assert!(Act::Warn {
-            reason: "R",
+            reason: Reason::GroupReplaced,
             action: "A",
             note: String::new()
         }

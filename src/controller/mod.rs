@@ -22,6 +22,7 @@ mod reconcile;
 pub mod status;
 pub mod text;
 pub mod validate;
+pub mod validated;
 pub mod watches;
 
 pub use crate::api::api_resource;

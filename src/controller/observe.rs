@@ -39,7 +39,7 @@ use serde::de::DeserializeOwned;
 
 use super::cached::{
     Cached, CachedClaim, CachedJob, CachedMeta, CachedPod, CachedPodGroup, CachedRevision,
-    KeptLabel, JOB_NAME_LABEL,
+    Incoming, KeptLabel, JOB_NAME_LABEL,
 };
 use super::error::Error;
 use crate::api::{labels, Component, DeepInferDeployment};
@@ -500,13 +500,13 @@ pub fn config_map_selector() -> String {
 
 /// A cache holding `objects` as a watch's first list leaves it, as the controller's watches
 /// store them. The benchmark measures with it what the operator's caches hold.
-pub fn filled<K: Cached>(objects: Vec<K>) -> Cache<K> {
+pub fn filled<K: Cached>(objects: Vec<Incoming<K>>) -> Cache<K> {
     let (cache, mut w) = CacheWriter::new();
     let events = std::iter::once(watcher::Event::Init)
         .chain(objects.into_iter().map(watcher::Event::InitApply))
         .chain(std::iter::once(watcher::Event::InitDone));
-    for mut event in events {
-        w.take(&mut event);
+    for event in events {
+        w.take(&event);
     }
     cache
 }
@@ -629,14 +629,14 @@ impl<K: Cached> CacheWriter<K> {
     /// Takes in one watch event: an object applied or deleted at once; a relist replaces the
     /// whole once its list is in (until then readers see the old view), and marks the cache
     /// filled.
-    pub fn take(&mut self, event: &mut watcher::Event<K>) {
+    pub fn take(&mut self, event: &watcher::Event<Incoming<K>>) {
         match event {
-            watcher::Event::Apply(o) => self.cache.write().put(Arc::new(o.kept())),
-            watcher::Event::Delete(o) => self.cache.write().remove(o.slim().key()),
+            watcher::Event::Apply(o) => self.cache.write().put(Arc::new(o.shape().clone())),
+            watcher::Event::Delete(o) => self.cache.write().remove(o.shape().slim().key()),
             watcher::Event::Init => self.listing = Some(Vec::new()),
             watcher::Event::InitApply(o) => {
                 if let Some(listing) = self.listing.as_mut() {
-                    listing.push(Arc::new(o.kept()));
+                    listing.push(Arc::new(o.shape().clone()));
                 }
             }
             watcher::Event::InitDone => {
@@ -977,8 +977,13 @@ mod tests {
     }
 
     /// `full` as the cache decodes it.
-    fn through_cache<C: DeserializeOwned>(full: &impl serde::Serialize) -> C {
-        serde_json::from_value(serde_json::to_value(full).expect("json")).expect("decoded")
+    fn through_cache<C>(full: &impl serde::Serialize) -> C
+    where
+        Incoming<C>: DeserializeOwned,
+    {
+        serde_json::from_value::<Incoming<C>>(serde_json::to_value(full).expect("json"))
+            .expect("decoded")
+            .into_shape()
     }
 
     /// The pod a pass reads of `full` after the cache decoded and trimmed it.
@@ -1106,10 +1111,10 @@ mod tests {
     }
 
     #[test]
-    fn a_trimmed_job_keeps_its_ttl_claims_judge_arguments_and_status() {
+    fn a_trimmed_job_keeps_its_ttl_claims_run_key_and_status() {
         let full: Job = serde_json::from_value(serde_json::json!({
             "metadata": meta_with_noise(serde_json::json!({"name": "flash-accept-0",
-                "annotations": {build::JUDGES_ANNOTATION: "key-of-the-run"}})),
+                "annotations": {build::JUDGES_ANNOTATION: build::AcceptanceNames::new("flash", "r1", "").key}})),
             "spec": {
                 "backoffLimit": 0,
                 "template": {
@@ -1127,9 +1132,10 @@ mod tests {
         assert!(trimmed.metadata.managed_fields.is_none());
         assert_eq!(trimmed.status, full.status);
         assert_eq!(
-            build::evidence_of_job(&trimmed).as_deref(),
-            Some("flash-evidence-1")
+            build::evidence_of_job("flash", &trimmed),
+            build::evidence_of_job("flash", &full)
         );
+        assert!(build::evidence_of_job("flash", &full).is_some());
         let template = |j: &Job| j.spec.as_ref().and_then(|s| s.template.spec.clone());
         assert_eq!(
             build::templates_in_use(template(&trimmed).as_ref()),
@@ -1145,8 +1151,9 @@ mod tests {
             jobs: vec![trimmed],
             ..Observed::default()
         };
+        let key = build::AcceptanceNames::new("flash", "r1", "").key;
         assert_eq!(
-            decide::jobs::foreign_job(&observed, "flash-accept-0", "key-of-the-run"),
+            decide::jobs::foreign_job(&observed, "flash-accept-0", &key),
             None
         );
         assert!(decide::jobs::foreign_job(&observed, "flash-accept-0", "another-key").is_some());
@@ -1282,7 +1289,12 @@ mod tests {
         assert!(!svc.annotations().contains_key(LAST_APPLIED));
     }
 
-    fn service(ns: &str, name: &str, deployment: &str, owner: Option<&str>) -> CachedMeta<Service> {
+    fn service(
+        ns: &str,
+        name: &str,
+        deployment: &str,
+        owner: Option<&str>,
+    ) -> Incoming<CachedMeta<Service>> {
         let mut meta = ObjectMeta {
             name: Some(name.into()),
             namespace: Some(ns.into()),
@@ -1296,18 +1308,22 @@ mod tests {
                 ..OwnerReference::default()
             }]
         });
-        through_cache(&Service {
-            metadata: meta,
-            ..Service::default()
-        })
+        serde_json::from_value(
+            serde_json::to_value(Service {
+                metadata: meta,
+                ..Service::default()
+            })
+            .expect("json"),
+        )
+        .expect("decoded")
     }
 
     /// Feeds one watch event to a cache as the controller's watch does.
     fn take(
         writer: &mut CacheWriter<CachedMeta<Service>>,
-        mut event: watcher::Event<CachedMeta<Service>>,
+        event: watcher::Event<Incoming<CachedMeta<Service>>>,
     ) {
-        writer.take(&mut event);
+        writer.take(&event);
     }
 
     fn names(

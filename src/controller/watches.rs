@@ -13,7 +13,7 @@ use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Client, Resource, ResourceExt};
 use tracing::{info, warn};
 
-use super::cached::{self, Cached, CachedDeployment};
+use super::cached::{self, Cached, CachedDeployment, Incoming};
 use super::context::Context;
 use super::error::Error;
 use super::reconcile::{error_policy, reconcile};
@@ -287,7 +287,7 @@ fn triggered(
         .watches_stream(
             noted(pods, &metrics, {
                 let ar = ar.clone();
-                move |pod: &cached::CachedPod| keys(pod_owner_refs(pod, &ar))
+                move |pod: &Incoming<cached::CachedPod>| keys(pod_owner_refs(pod, &ar))
             }),
             {
                 let ar = ar.clone();
@@ -351,10 +351,13 @@ fn owner_refs(meta: &kube::core::ObjectMeta, ar: &ApiResource) -> Vec<ObjectRef<
 /// The DeepInferDeployments a pod's watch event triggers: those its owner references name and,
 /// for a pod of a Job (labelled with the resource it runs for), that resource. Which Job pods'
 /// events reach here at all is [`JobPodNews`]'s call.
-fn pod_owner_refs(pod: &cached::CachedPod, ar: &ApiResource) -> Vec<ObjectRef<CachedDeployment>> {
+fn pod_owner_refs(
+    pod: &Incoming<cached::CachedPod>,
+    ar: &ApiResource,
+) -> Vec<ObjectRef<CachedDeployment>> {
     let meta = pod.meta();
     let mut refs = owner_refs(meta, ar);
-    let deployment = pod.label(cached::KeptLabel::Deployment);
+    let deployment = pod.shape().label(cached::KeptLabel::Deployment);
     if let (true, Some(name), Some(ns)) = (of_job(meta), deployment, meta.namespace.as_deref()) {
         let r = ObjectRef::new_with(name, ar.clone()).within(ns);
         if !refs.contains(&r) {
@@ -379,10 +382,10 @@ fn of_job(meta: &kube::core::ObjectMeta) -> bool {
 /// every retry; those rewrites are not news. Remembers the trouble of the Job pods that are in
 /// trouble now, nothing of the others.
 #[derive(Default)]
-struct JobPodNews(std::sync::Mutex<std::collections::HashMap<String, &'static str>>);
+struct JobPodNews(std::sync::Mutex<std::collections::HashMap<String, crate::api::Reason>>);
 
 impl JobPodNews {
-    fn is_news(&self, pod: &cached::CachedPod) -> bool {
+    fn is_news(&self, pod: &Incoming<cached::CachedPod>) -> bool {
         let meta = pod.meta();
         if !of_job(meta) {
             return true;
@@ -393,7 +396,7 @@ impl JobPodNews {
         );
         let trouble = match meta.deletion_timestamp {
             Some(_) => None,
-            None => decide::jobs::pod_trouble(&pod.to_api()).map(|t| t.reason),
+            None => decide::jobs::pod_trouble(&pod.shape().to_api()).map(|t| t.reason),
         };
         let mut seen = self.0.lock().unwrap_or_else(|e| e.into_inner());
         match trouble {
@@ -496,15 +499,15 @@ where
 /// it.
 fn cached<K>(
     mut cache: observe::CacheWriter<K>,
-    api: Api<K>,
+    api: Api<Incoming<K>>,
     config: watcher::Config,
     written: &observe::Written,
-) -> impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static
+) -> impl futures::Stream<Item = Result<watcher::Event<Incoming<K>>, watcher::Error>> + Send + 'static
 where
-    K: Cached + k8s_openapi::Resource + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync,
+    K: Cached + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync,
 {
     let progress = written
-        .of(<K as k8s_openapi::Resource>::KIND)
+        .of(<K::Api as k8s_openapi::Resource>::KIND)
         .unwrap_or_default();
     let lag = progress.clone();
     watcher(api, config)
@@ -515,8 +518,8 @@ where
                 event
             }
         })
-        .map_ok(move |mut event| {
-            cache.take(&mut event);
+        .map_ok(move |event| {
+            cache.take(&event);
             progress.stored(&event);
             event
         })
@@ -528,13 +531,13 @@ where
 fn triggering<K>(
     kind: &'static str,
     cache: observe::CacheWriter<K>,
-    api: Api<K>,
+    api: Api<Incoming<K>>,
     config: watcher::Config,
     written: &observe::Written,
     feeders: &mut Vec<tokio::task::JoinHandle<()>>,
-) -> impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static
+) -> impl futures::Stream<Item = Result<Incoming<K>, watcher::Error>> + Send + 'static
 where
-    K: Cached + k8s_openapi::Resource + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync,
+    K: Cached + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync,
 {
     let (changed, changes) = futures::channel::mpsc::unbounded();
     let objects = on_own_backoff(kind, cached(cache, api, config, written).touched_objects());
@@ -550,12 +553,12 @@ where
 fn feed<K>(
     kind: &'static str,
     cache: observe::CacheWriter<K>,
-    api: Api<K>,
+    api: Api<Incoming<K>>,
     config: watcher::Config,
     written: &observe::Written,
 ) -> tokio::task::JoinHandle<()>
 where
-    K: Cached + k8s_openapi::Resource + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync,
+    K: Cached + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync,
 {
     tokio::spawn(on_own_backoff(kind, cached(cache, api, config, written)).for_each(|_| async {}))
 }
@@ -759,7 +762,7 @@ mod tests {
                 if let Some(d) = deployment {
                     meta["labels"] = serde_json::json!({labels::DEPLOYMENT: d});
                 }
-                serde_json::from_value::<cached::CachedPod>(
+                serde_json::from_value::<Incoming<cached::CachedPod>>(
                     serde_json::json!({"metadata": meta, "status": status}),
                 )
                 .expect("pod")

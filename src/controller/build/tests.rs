@@ -670,7 +670,7 @@ fn the_judge_may_only_read_and_update_its_own_evidence_which_the_operator_create
         "op",
     )
     .expect("job");
-    let earlier = evidence_of_job(&job).expect("the leader's judge names its evidence");
+    let earlier = evidence_of_job("flash", &job).expect("the leader's judge names its evidence");
     assert_eq!(
         earlier,
         AcceptanceNames::new("flash", "rev0", "").evidence_configmap
@@ -2408,7 +2408,7 @@ fn the_acceptance_leaders_arguments_parse_back_to_the_run_they_judge() {
     );
     assert_eq!(accept.identity.roles, ["decode", "prefill"]);
     assert_eq!(
-        evidence_of_job(&leader),
+        evidence_of_job("flash", &leader),
         Some(names.evidence_configmap.clone())
     );
     let engine = commands
@@ -2724,4 +2724,24 @@ fn an_ascend_rank_table_counts_the_devices_of_its_roles_shape() {
         "a prefill pod of 8 NPUs is not listed with the deployment's 16"
     );
     assert_eq!(group_shape(&d.spec, &d.spec.roles[1]).pods, 2);
+}
+
+#[test]
+fn a_full_hash_gives_back_the_short_hash_of_the_same_value() {
+    for value in [("rev0", ""), ("rev1", "rerun-1"), ("a", "b")] {
+        let key = full_hash(&value);
+        assert_eq!(short_of_full_hash(&key, 64), Some(short_hash(&value, 64)));
+        assert_eq!(
+            AcceptanceNames::of_key("flash", &key),
+            Some(AcceptanceNames::new("flash", value.0, value.1))
+        );
+    }
+    assert_eq!(short_of_full_hash("not-a-hash", 16), None);
+    let mut wrong = full_hash(&("rev0", ""));
+    wrong.replace_range(0..1, "1");
+    assert_eq!(
+        short_of_full_hash(&wrong, 16),
+        None,
+        "1 is not in the alphabet"
+    );
 }

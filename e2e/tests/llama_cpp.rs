@@ -34,7 +34,8 @@ fn sample() -> Value {
 /// one CPU thread, probes every second; `acceptance` as given.
 fn on_the_bed(name: &str, acceptance: Value) -> Value {
     let mut did = sample();
-    did["metadata"] = json!({"name": name, "annotations": {"deepinfer.io/license-accepted": "mit"}});
+    did["metadata"] =
+        json!({"name": name, "annotations": {"deepinfer.io/license-accepted": "mit"}});
     did["spec"]["model"] = json!({"name": "deepinfer/tiny-random-llama", "license": "mit",
                                   "source": {"volume": {"claimName": "ckpt", "path": "model"}}});
     let runtime = &mut did["spec"]["runtime"];
@@ -103,13 +104,18 @@ fn sheet(ns: &str, evidence: &str) -> String {
     let yaml = support::kubectl_ok(&["-n", ns, "get", "configmap", evidence, "-o", "yaml"]);
     let file = std::env::temp_dir().join(format!("{ns}-evidence.yaml"));
     std::fs::write(&file, yaml).expect("saving the evidence");
-    let out = std::process::Command::new(support::repo_root().join("target/debug/deepinfer-operator"))
-        .args(["check", "--sheet"])
-        .arg(&file)
-        .output()
-        .expect("running check --sheet");
+    let out =
+        std::process::Command::new(support::repo_root().join("target/debug/deepinfer-operator"))
+            .args(["check", "--sheet"])
+            .arg(&file)
+            .output()
+            .expect("running check --sheet");
     let _ = std::fs::remove_file(&file);
-    assert!(out.status.success(), "check --sheet: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "check --sheet: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout).expect("the sheet is text")
 }
 
@@ -150,7 +156,10 @@ async fn gpu_llama_cpp_writes_valid_structure_that_fails_the_samples_semantic_ru
         by_id("timeline").reason,
         "rule \"the timeline runs from second 0 to second 6\" (`output.startsWith('0-') && output.matches('-6 [a-z]+$')`) is false"
     );
-    assert!(by_id("shot-style").passed && by_id("title-card").passed, "{verdicts:?}");
+    assert!(
+        by_id("shot-style").passed && by_id("title-card").passed,
+        "{verdicts:?}"
+    );
 
     // The evidence is the engine's real output: four records, each ended by EOS, the shot plan
     // JSON of three shots whose seconds do not total 6.
@@ -158,13 +167,19 @@ async fn gpu_llama_cpp_writes_valid_structure_that_fails_the_samples_semantic_ru
     assert_eq!(records.len(), 4, "{records:?}");
     for r in &records {
         assert_eq!(r["finish_reason"], "stop", "{r}");
-        assert!(r["completion_tokens"].as_u64().is_some_and(|n| n > 0), "{r}");
+        assert!(
+            r["completion_tokens"].as_u64().is_some_and(|n| n > 0),
+            "{r}"
+        );
     }
     let plan: Value = serde_json::from_str(records[0]["text"].as_str().expect("text"))
         .expect("the shot plan is JSON");
     let shots = plan["shots"].as_array().expect("shots");
     assert_eq!(shots.len(), 3, "{plan}");
-    let total: i64 = shots.iter().map(|s| s["seconds"].as_i64().expect("whole")).sum();
+    let total: i64 = shots
+        .iter()
+        .map(|s| s["seconds"].as_i64().expect("whole"))
+        .sum();
     assert_ne!(total, 6, "{plan}");
     let log = key(&cm, "engine.log");
     for event in ["loaded", "warmup_done", "generation_done"] {
@@ -179,7 +194,11 @@ async fn gpu_llama_cpp_writes_valid_structure_that_fails_the_samples_semantic_ru
     assert_eq!(row[1], "FAIL", "{sheet}");
     assert_eq!(row[2], records[0]["prompt_tokens"].to_string(), "{sheet}");
     assert_eq!(row[3], NOT_REPORTED, "{sheet}");
-    assert_eq!(row[5], records[0]["completion_tokens"].to_string(), "{sheet}");
+    assert_eq!(
+        row[5],
+        records[0]["completion_tokens"].to_string(),
+        "{sheet}"
+    );
     assert_eq!(row[6], NOT_REPORTED, "{sheet}");
     assert!(row[8].ends_with(" s") && row[9].ends_with(" s"), "{sheet}");
     assert!(!sheet.contains("load not reported"), "{sheet}");
@@ -221,7 +240,11 @@ fn http(address: &str, method: &str, path: &str, body: &str) -> (u16, String) {
         .nth(1)
         .and_then(|s| s.parse().ok())
         .expect("a status line");
-    let body = answer.split("\r\n\r\n").nth(1).unwrap_or_default().to_string();
+    let body = answer
+        .split("\r\n\r\n")
+        .nth(1)
+        .unwrap_or_default()
+        .to_string();
     (status, body)
 }
 
@@ -243,16 +266,28 @@ async fn gpu_llama_cpp_judged_by_structure_passes_serves_and_answers_its_probes(
     // The serving pod runs the adapter; Ready came from its startup and readiness probes.
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
     let worker = pods
-        .list(&ListParams::default().labels("deepinfer.io/deployment=llama,deepinfer.io/component=worker"))
+        .list(
+            &ListParams::default()
+                .labels("deepinfer.io/deployment=llama,deepinfer.io/component=worker"),
+        )
         .await
         .expect("pods")
         .items
         .into_iter()
         .next()
         .expect("a worker pod");
-    let engine = worker.status.as_ref().and_then(|s| s.container_statuses.as_ref()).and_then(|c| c.first().cloned()).expect("engine status");
+    let engine = worker
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|c| c.first().cloned())
+        .expect("engine status");
     assert!(engine.ready && engine.started == Some(true), "{engine:?}");
-    let ip = worker.status.as_ref().and_then(|s| s.pod_ip.clone()).expect("pod IP");
+    let ip = worker
+        .status
+        .as_ref()
+        .and_then(|s| s.pod_ip.clone())
+        .expect("pod IP");
     let address = format!("{}:8000", ip.replacen("10.", "127.", 1));
     let (status, body) = http(&address, "GET", "/health", "");
     assert_eq!((status, body.as_str()), (200, "{\"status\":\"ok\"}"));
@@ -265,8 +300,19 @@ async fn gpu_llama_cpp_judged_by_structure_passes_serves_and_answers_its_probes(
     let answer: Value = serde_json::from_str(&body).expect("a JSON answer");
     let text: Value = serde_json::from_str(answer["choices"][0]["text"].as_str().expect("text"))
         .expect("the completion is JSON");
-    assert!(["cinematic", "animated"].contains(&text["style"].as_str().unwrap_or_default()), "{answer}");
-    assert!(answer["usage"]["completion_tokens"].as_u64().is_some_and(|n| n > 0), "{answer}");
+    assert!(
+        ["cinematic", "animated"].contains(&text["style"].as_str().unwrap_or_default()),
+        "{answer}"
+    );
+    assert!(
+        answer["usage"]["completion_tokens"]
+            .as_u64()
+            .is_some_and(|n| n > 0),
+        "{answer}"
+    );
     op.stop().await;
-    println!("llama.cpp pass and serve: test {:.1} s", t0.elapsed().as_secs_f64());
+    println!(
+        "llama.cpp pass and serve: test {:.1} s",
+        t0.elapsed().as_secs_f64()
+    );
 }

@@ -179,8 +179,9 @@ function readBody(req) {
 }
 
 function reply(res, status, value) {
-  res.writeHead(status, { "content-type": "application/json" });
-  res.end(JSON.stringify(value));
+  const body = JSON.stringify(value);
+  res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(body) });
+  res.end(body);
 }
 
 async function complete(engine, body) {

@@ -220,7 +220,10 @@ async function serve(opts) {
     return reply(res, 404, { error: `no route ${req.method} ${path}` });
   });
   server.listen(port, opts.host, () => console.log(`deepinfer-llama-cpp: listening on ${opts.host}:${port}`));
-  const stop = () => server.close(() => process.exit(0));
+  const stop = () => {
+    server.close(() => process.exit(0));
+    server.closeAllConnections();
+  };
   process.on("SIGTERM", stop);
   process.on("SIGINT", stop);
   engine = await loadEngine(opts);

@@ -172,7 +172,11 @@ async fn gpu_llama_cpp_writes_valid_structure_that_fails_the_samples_semantic_ru
             "{r}"
         );
     }
-    let plan: Value = serde_json::from_str(records[0]["text"].as_str().expect("text"))
+    let shot_plan = records
+        .iter()
+        .find(|r| r["id"] == "shot-plan")
+        .expect("the shot plan's record");
+    let plan: Value = serde_json::from_str(shot_plan["text"].as_str().expect("text"))
         .expect("the shot plan is JSON");
     let shots = plan["shots"].as_array().expect("shots");
     assert_eq!(shots.len(), 3, "{plan}");
@@ -192,11 +196,11 @@ async fn gpu_llama_cpp_writes_valid_structure_that_fails_the_samples_semantic_ru
     println!("{sheet}");
     let row = sheet_row(&sheet, "shot-plan");
     assert_eq!(row[1], "FAIL", "{sheet}");
-    assert_eq!(row[2], records[0]["prompt_tokens"].to_string(), "{sheet}");
+    assert_eq!(row[2], shot_plan["prompt_tokens"].to_string(), "{sheet}");
     assert_eq!(row[3], NOT_REPORTED, "{sheet}");
     assert_eq!(
         row[5],
-        records[0]["completion_tokens"].to_string(),
+        shot_plan["completion_tokens"].to_string(),
         "{sheet}"
     );
     assert_eq!(row[6], NOT_REPORTED, "{sheet}");

@@ -89,8 +89,9 @@ pub struct RunArgs {
     /// Record each acceptance rank's scale-up domain: when it records a verdict, the operator
     /// reads the domain label (`spec.accelerator.scaleUpDomainKey`) of the nodes the run's pods
     /// ran on, one GET per node. Needs `get` on `nodes`, a cluster-scoped permission that
-    /// config/rbac and the chart do not grant (docs/acceptance.md); off, the evidence records
-    /// each rank's node and devices and says the domains were not read.
+    /// config/rbac does not grant and the chart grants only with `recordNodeDomains: true`
+    /// (docs/acceptance.md); off, the evidence records each rank's node and devices and says
+    /// the domains were not read.
     #[arg(long, env = "DEEPINFER_RECORD_NODE_DOMAINS")]
     pub record_node_domains: bool,
     /// Log as JSON lines.

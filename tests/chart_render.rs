@@ -462,6 +462,36 @@ fn cluster_wide_mode_is_an_opt_in_binding_a_cluster_role_with_exact_rules() {
     assert!(a.contains(&"--accepted-licenses=mit,apache-2.0"), "{a:?}");
 }
 
+/// Recording each acceptance rank's scale-up domain is an opt-in: the operator gets
+/// `--record-node-domains` and a ClusterRole of exactly `get` on nodes, bound to its
+/// ServiceAccount; its watch rules stay a Role in the watched namespace. By default neither.
+#[test]
+fn recording_node_domains_adds_only_get_on_nodes_cluster_wide() {
+    let objs = template(&["acceptedLicenses={mit}", "recordNodeDomains=true"]);
+    let role = one(&objs, "ClusterRole");
+    assert_eq!(role["metadata"]["name"], "rel-deepinfer-operator-nodes");
+    assert_eq!(
+        flat_rules(role),
+        [("".to_string(), "nodes".to_string(), vec!["get".to_string()])]
+    );
+    let binding = one(&objs, "ClusterRoleBinding");
+    let sa = one(&objs, "ServiceAccount");
+    assert_eq!(binding["roleRef"]["kind"], "ClusterRole");
+    assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
+    assert_eq!(
+        binding["subjects"],
+        json!([{"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": "ops"}])
+    );
+    let roles = watch_roles(&objs, "Role");
+    assert_eq!(roles.len(), 1, "one watch Role: {roles:?}");
+    assert_eq!(flat_rules(roles[0]), expected_rules());
+    let a = args(operator_container(one(&objs, "Deployment")));
+    assert!(a.contains(&"--record-node-domains"), "{a:?}");
+    let default = template(&["acceptedLicenses={mit}"]);
+    let a = args(operator_container(one(&default, "Deployment")));
+    assert!(!a.contains(&"--record-node-domains"), "{a:?}");
+}
+
 /// The default install watches the release namespace under a Role there: no ClusterRole at all.
 #[test]
 fn the_default_install_watches_the_release_namespace_under_a_role() {

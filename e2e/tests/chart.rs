@@ -267,6 +267,26 @@ fn assert_no_denials(pod: &Pod, namespace: &str, service_account: &str) {
     );
 }
 
+/// The placement the operator recorded on the evidence of `name`'s judgement.
+async fn evidence_placement(client: &Client, ns: &str, name: &str) -> Value {
+    let judged = Api::<DeepInferDeployment>::namespaced(client.clone(), ns)
+        .get(name)
+        .await
+        .expect("the deployment")
+        .status
+        .and_then(|s| s.acceptance)
+        .expect("a judgement");
+    let evidence = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), ns)
+        .get(&judged.evidence.expect("its evidence"))
+        .await
+        .expect("the evidence ConfigMap");
+    let placement = evidence
+        .annotations()
+        .get("deepinfer.io/placement")
+        .expect("the run's placement on its evidence");
+    serde_json::from_str(placement).expect("placement JSON")
+}
+
 async fn wait_gone(client: &Client, ns: &str, selector: &str) {
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     support::eventually(
@@ -293,7 +313,7 @@ async fn gpu_helm_chart_runs_the_operator_under_its_own_service_account_without_
     let chart = repo().join("charts/deepinfer-operator");
     let port = free_port();
     let sets = format!(
-        "image.repository=deepinfer-operator,image.tag=dev,watchNamespace={},acceptedLicenses={{mit}},metrics.port={port}",
+        "image.repository=deepinfer-operator,image.tag=dev,watchNamespace={},acceptedLicenses={{mit}},metrics.port={port},recordNodeDomains=true",
         work.name
     );
     // Helm's defaults, as users run it (Helm 4 applies the chart's CRD server-side). The CRD may
@@ -337,6 +357,23 @@ async fn gpu_helm_chart_runs_the_operator_under_its_own_service_account_without_
 
     take_to_ready(&client, &work.name, "flash", (&pod, &ops.name, &sa)).await;
     assert_jobs_use_operator_image(&client, &work.name, "deepinfer-operator:dev").await;
+    // recordNodeDomains: the chart's ClusterRole lets the operator read the domain label of the
+    // node the acceptance rank ran on.
+    let placement = evidence_placement(&client, &work.name, "flash").await;
+    let rank = &placement["ranks"][0];
+    let node = rank["node"].as_str().expect("the rank's node");
+    let labels = Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
+        .get(node)
+        .await
+        .expect("the node")
+        .labels()
+        .clone();
+    let clique = labels.get("nvidia.com/gpu.clique").expect("a clique node");
+    assert_eq!(
+        rank["domain"].as_str(),
+        Some(clique.as_str()),
+        "{placement}"
+    );
     assert_no_denials(&pod, &ops.name, &sa);
 
     let (ok, out) = helm(&["uninstall", &release, "--namespace", &ops.name, "--wait"]);
@@ -507,6 +544,14 @@ async fn gpu_kustomize_default_runs_the_operator_under_its_own_service_account_w
     assert_confined_to(&ops.name, &sa, &ops.name);
 
     take_to_ready(&client, &work.name, "flash", (&pod, &ops.name, &sa)).await;
+    // config/default reads no nodes: the evidence names the rank's node, not its domain.
+    let placement = evidence_placement(&client, &work.name, "flash").await;
+    assert!(placement["ranks"][0]["node"].is_string(), "{placement}");
+    assert_eq!(
+        placement["domainsNotRead"],
+        json!("the operator reads no nodes (--record-node-domains is off)"),
+        "{placement}"
+    );
     assert_jobs_use_operator_image(&client, &work.name, "deepinfer-operator:dev").await;
     assert_no_denials(&pod, &ops.name, &sa);
 

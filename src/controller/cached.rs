@@ -17,7 +17,8 @@ use k8s_openapi::api::batch::v1::{Job, JobSpec, JobStatus};
 use k8s_openapi::api::core::v1::{
     Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
     ContainerStateWaiting, ContainerStatus, PersistentVolumeClaim, PersistentVolumeClaimStatus,
-    Pod, PodCondition, PodResourceClaim, PodSpec, PodStatus, PodTemplateSpec,
+    Pod, PodCondition, PodResourceClaim, PodResourceClaimStatus, PodSpec, PodStatus,
+    PodTemplateSpec,
 };
 use k8s_openapi::api::scheduling::v1beta1::{PodGroup, PodGroupResourceClaim, PodGroupSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
@@ -672,6 +673,8 @@ struct RunState {
     conditions: Option<Box<[Condition]>>,
     init_container_statuses: Option<Box<[ContainerRun]>>,
     container_statuses: Option<Box<[ContainerRun]>>,
+    /// The ResourceClaims made for the pod's claims (Dynamic Resource Allocation only).
+    resource_claim_statuses: Option<Box<[PodResourceClaimStatus]>>,
 }
 
 impl<'de> Deserialize<'de> for RunState {
@@ -691,6 +694,7 @@ impl<'de> Deserialize<'de> for RunState {
             conditions: Option<Box<[Condition]>>,
             init_container_statuses: Option<Box<[ContainerRun]>>,
             container_statuses: Option<Box<[ContainerRun]>>,
+            resource_claim_statuses: Option<Box<[PodResourceClaimStatus]>>,
         }
         let w = Wire::deserialize(deserializer)?;
         Ok(Self {
@@ -705,6 +709,7 @@ impl<'de> Deserialize<'de> for RunState {
             conditions: w.conditions,
             init_container_statuses: w.init_container_statuses,
             container_statuses: w.container_statuses,
+            resource_claim_statuses: w.resource_claim_statuses,
         })
     }
 }
@@ -881,6 +886,7 @@ impl Cached for CachedPod {
                     .map(|cs| cs.iter().map(Condition::to_api).collect()),
                 init_container_statuses: statuses(&s.init_container_statuses),
                 container_statuses: statuses(&s.container_statuses),
+                resource_claim_statuses: s.resource_claim_statuses.as_deref().map(<[_]>::to_vec),
                 ..PodStatus::default()
             }),
         }
@@ -1309,6 +1315,7 @@ mod tests {
             "containerStatuses": [{"name": "engine", "image": "", "imageID": "",
                 "ready": true, "restartCount": 0,
                 "started": true, "state": {"running": {"startedAt": "2026-01-01T00:00:06Z"}}}],
+            "resourceClaimStatuses": [{"name": "devices", "resourceClaimName": "flash-serve-0-1-devices-x7k2q"}],
         });
         let pod: Incoming<CachedPod> = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "flash-serve-0-1", "namespace": "team"},

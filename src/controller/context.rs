@@ -86,6 +86,14 @@ pub struct RunArgs {
         default_value_t = 0
     )]
     pub max_concurrent_acceptance_runs: u16,
+    /// Record each acceptance rank's scale-up domain: when it records a verdict, the operator
+    /// reads the domain label (`spec.accelerator.scaleUpDomainKey`) of the nodes the run's pods
+    /// ran on, one GET per node. Needs `get` on `nodes`, a cluster-scoped permission that
+    /// config/rbac does not grant and the chart grants only with `recordNodeDomains: true`
+    /// (docs/acceptance.md); off, the evidence records each rank's node and devices and says
+    /// the domains were not read.
+    #[arg(long, env = "DEEPINFER_RECORD_NODE_DOMAINS")]
+    pub record_node_domains: bool,
     /// Log as JSON lines.
     #[arg(long)]
     pub json_logs: bool,
@@ -159,6 +167,8 @@ pub struct Context {
     pub max_concurrent_reconciles: u16,
     /// Most acceptance runs under way at once (`None`: no limit).
     pub max_concurrent_acceptance_runs: Option<u16>,
+    /// Whether the nodes of a judged run's pods are read for their scale-up domain.
+    pub record_node_domains: bool,
     /// What a closed licence gate does to the pods.
     pub license_withdrawal: LicenseWithdrawal,
     /// Acceptance runs admitted and waiting under that limit.
@@ -243,6 +253,8 @@ pub struct Settings {
     pub max_concurrent_reconciles: u16,
     /// Most acceptance runs under way at once (0: no limit).
     pub max_concurrent_acceptance_runs: u16,
+    /// Whether the nodes of a judged run's pods are read for their scale-up domain.
+    pub record_node_domains: bool,
     /// What a closed licence gate does to the pods.
     pub license_withdrawal: LicenseWithdrawal,
 }
@@ -280,6 +292,7 @@ impl Settings {
             partial_group_timeout: DEFAULT_PARTIAL_GROUP_TIMEOUT,
             max_concurrent_reconciles: DEFAULT_MAX_CONCURRENT_RECONCILES,
             max_concurrent_acceptance_runs: 0,
+            record_node_domains: false,
             license_withdrawal: LicenseWithdrawal::Withhold,
         }
     }
@@ -319,6 +332,7 @@ impl From<&RunArgs> for Settings {
             partial_group_timeout: a.partial_group_timeout,
             max_concurrent_reconciles: a.max_concurrent_reconciles,
             max_concurrent_acceptance_runs: a.max_concurrent_acceptance_runs,
+            record_node_domains: a.record_node_domains,
             license_withdrawal: a.license_withdrawal,
         }
     }
@@ -358,6 +372,7 @@ pub fn context(
         max_concurrent_reconciles: settings.max_concurrent_reconciles,
         max_concurrent_acceptance_runs: (settings.max_concurrent_acceptance_runs > 0)
             .then_some(settings.max_concurrent_acceptance_runs),
+        record_node_domains: settings.record_node_domains,
         acceptance_queue: std::sync::Mutex::default(),
         license_withdrawal: settings.license_withdrawal,
         placement_retries: std::sync::Mutex::default(),

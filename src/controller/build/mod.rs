@@ -13,6 +13,7 @@ mod pod;
 mod pod_group;
 mod rank_table;
 mod revision;
+mod run_placement;
 mod service;
 
 pub use acceptance::*;
@@ -24,6 +25,7 @@ pub use pod::*;
 pub use pod_group::*;
 pub use rank_table::*;
 pub use revision::*;
+pub use run_placement::*;
 pub use service::*;
 
 use std::collections::BTreeMap;

@@ -491,8 +491,20 @@ fn record<'o>(
     judgement: AcceptanceStatus,
     stop_leader: bool,
 ) -> Plan<'o, Found> {
+    // Where each rank ran, recorded before any of the run's Jobs (and so its pods) is deleted:
+    // a failure here leaves the run as it is for the next pass.
+    let placement = build::run_placement(input.did, groups, &|job| observed.pods_of_job(job));
+    let mut acts = vec![Act::RecordPlacement {
+        configmap: input.run.names.evidence_configmap.clone(),
+        placement,
+    }];
     // The followers' engines (and the other roles') have nothing left to serve.
-    let mut acts = stop(input.did, observed, groups, if stop_leader { 0 } else { 1 });
+    acts.extend(stop(
+        input.did,
+        observed,
+        groups,
+        if stop_leader { 0 } else { 1 },
+    ));
     let seconds = observed
         .job(&groups[0].job(0))
         .and_then(|j| j.status.clone())
@@ -852,19 +864,45 @@ mod tests {
         let leader = case.leader();
         let follower = format!("{}1", leader.trim_end_matches('0'));
         case.observed.jobs = vec![case.job(0, "running"), case.job(1, "running")];
-        // Its engine started long before the pass's time, past the run's deadline.
-        case.observed.job_pods = vec![case.engine_pod(&leader, 1)];
+        // Its engine started long before the pass's time, past the run's deadline; the
+        // scheduler bound it to gpu-1, and the follower's Job made no pod.
+        let mut pod = case.engine_pod(&leader, 1);
+        pod.spec = Some(k8s_openapi::api::core::v1::PodSpec {
+            node_name: Some("gpu-1".into()),
+            ..Default::default()
+        });
+        case.observed.job_pods = vec![pod];
         let plan = case.plan(Admission::Start);
         let recorded = plan.found.recorded.clone().expect("a verdict");
         assert_eq!(recorded.result, AcceptanceResult::Failed);
         let acts = described(&plan.acts);
+        let evidence = case.run().names.evidence_configmap;
         assert_eq!(
-            acts[..2],
+            acts[..3],
             [
+                format!("annotate ConfigMap {evidence} deepinfer.io/placement"),
                 format!("delete Job {leader}"),
                 format!("delete Job {follower}")
+            ],
+            "where each rank ran is recorded before the run's Jobs go"
+        );
+        let Some(Act::RecordPlacement { placement, .. }) = plan.acts.first() else {
+            unreachable!()
+        };
+        let rows: Vec<(i32, Option<&str>, Option<&str>, i32)> = placement
+            .ranks
+            .iter()
+            .map(|r| (r.rank, r.pod.as_deref(), r.node.as_deref(), r.devices.count))
+            .collect();
+        let pod_name = format!("{leader}-x");
+        assert_eq!(
+            rows,
+            [
+                (0, Some(pod_name.as_str()), Some("gpu-1"), 8),
+                (1, None, None, 8)
             ]
         );
+        assert_eq!(placement.domain_key, "nvidia.com/gpu.clique");
         assert_eq!(
             acts.last().map(String::as_str),
             Some("prune evidence beyond 3")

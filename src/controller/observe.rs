@@ -717,8 +717,9 @@ impl<K: Cached> CacheWriter<K> {
     }
 
     /// Takes in one watch event: an object applied or deleted at once; a relist replaces the
-    /// whole once its list is in (until then readers see the old view), and marks the cache
-    /// filled.
+    /// objects of this writer's namespace (of every namespace for a writer of all) once its list
+    /// is in (until then readers see the old view), and marks the cache filled once every
+    /// writer's first list is in.
     pub fn take(&mut self, event: &mut watcher::Event<K>) {
         match event {
             watcher::Event::Apply(o) => self.cache.write().put(Arc::new(o.kept())),

@@ -550,6 +550,79 @@ fn single_namespace_mode_uses_a_role_in_the_watched_namespace_only() {
     }
 }
 
+/// A list of namespaces: one Role + RoleBinding in each listed namespace, bound to the operator's
+/// ServiceAccount in the release namespace, and no ClusterRole; the operator is told the list.
+#[test]
+fn listed_namespaces_get_a_role_each_and_no_cluster_role() {
+    let objs = template(&["namespaces={team-b,team-a}", "acceptedLicenses={mit}"]);
+    assert!(of_kind(&objs, "ClusterRole").is_empty(), "no ClusterRole");
+    assert!(
+        of_kind(&objs, "ClusterRoleBinding").is_empty(),
+        "no ClusterRoleBinding"
+    );
+    let sa = &one(&objs, "ServiceAccount")["metadata"]["name"];
+    assert_leader_election_rbac(&objs, "ops", sa);
+    let roles = watch_roles(&objs, "Role");
+    let mut in_ns: Vec<&str> = roles
+        .iter()
+        .map(|r| r["metadata"]["namespace"].as_str().expect("namespaced"))
+        .collect();
+    in_ns.sort();
+    assert_eq!(
+        in_ns,
+        ["team-a", "team-b"],
+        "one watch Role per listed namespace"
+    );
+    for role in roles {
+        let ns = &role["metadata"]["namespace"];
+        assert_eq!(flat_rules(role), expected_rules(), "the rules in {ns}");
+        let bindings: Vec<_> = watch_roles(&objs, "RoleBinding")
+            .into_iter()
+            .filter(|b| &b["metadata"]["namespace"] == ns)
+            .collect();
+        assert_eq!(bindings.len(), 1, "one RoleBinding in {ns}");
+        assert_eq!(bindings[0]["roleRef"]["kind"], "Role");
+        assert_eq!(bindings[0]["roleRef"]["name"], role["metadata"]["name"]);
+        assert_eq!(
+            bindings[0]["subjects"],
+            json!([{"kind": "ServiceAccount", "name": sa, "namespace": "ops"}])
+        );
+    }
+    let a = args(operator_container(one(&objs, "Deployment")));
+    assert!(a.contains(&"--namespaces=team-b,team-a"), "{a:?}");
+    assert!(!a.iter().any(|a| a.starts_with("--namespace=")), "{a:?}");
+    for kind in ["Deployment", "ServiceAccount", "Service"] {
+        assert_eq!(one(&objs, kind)["metadata"]["namespace"], "ops", "{kind}");
+    }
+}
+
+/// The three watch modes exclude each other: two of them set is refused, naming both values.
+#[test]
+fn contradicting_watch_modes_are_refused_naming_both_values() {
+    for (sets, names) in [
+        (
+            ["namespaces={team-a}", "watchNamespace=team-b"],
+            ["namespaces", "watchNamespace"],
+        ),
+        (
+            ["namespaces={team-a}", "clusterWide=true"],
+            ["namespaces", "clusterWide"],
+        ),
+        (
+            ["watchNamespace=team-a", "clusterWide=true"],
+            ["watchNamespace", "clusterWide"],
+        ),
+    ] {
+        let err = template_err(&sets);
+        for name in names {
+            assert!(
+                err.contains(name),
+                "{sets:?}: the error names {name}: {err}"
+            );
+        }
+    }
+}
+
 #[test]
 fn operator_pod_is_restricted_bounded_and_probed_on_the_metrics_port() {
     let objs = template(&["metrics.port=9443"]);
@@ -799,6 +872,8 @@ fn values_schema_refuses_bad_values() {
         ("metrics.prometheusRule.enabled=sometimes", "enabled"),
         ("leaderElection.enabled=maybe", "enabled"),
         ("clusterWide=sometimes", "clusterWide"),
+        ("namespaces={Team_A}", "namespaces"),
+        ("namespaces={team-a\\,team-b}", "namespaces"),
         (
             "hub.allowedEndpoints={ftp://hub.example.com}",
             "allowedEndpoints",

@@ -384,10 +384,120 @@ async fn gpu_helm_chart_runs_the_operator_under_its_own_service_account_without_
     support::kubectl_ok(&["get", "crd", "deepinferdeployments.deepinfer.io"]);
 }
 
+/// One operator for a list of namespaces (`namespaces={a,b}`): the chart renders a Role and
+/// RoleBinding in each listed namespace and no ClusterRole, and the operator, running under that
+/// ServiceAccount with nothing more, reconciles the DeepInferDeployments of both namespaces (each
+/// through a verify Job of its own) and never touches one in a namespace not on the list, created
+/// before the others. Neither its log nor the audit log holds a denial.
+#[tokio::test]
+async fn helm_chart_with_a_namespace_list_reconciles_exactly_the_listed_namespaces() {
+    let client = support::client().await;
+    let ops = TestNamespace::new(&client, "list-ops").await;
+    let listed = [
+        TestNamespace::new(&client, "list-a").await,
+        TestNamespace::new(&client, "list-b").await,
+    ];
+    let other = TestNamespace::new(&client, "list-c").await;
+    support::ensure_crd();
+    let api = |ns: &TestNamespace| Api::<DeepInferDeployment>::namespaced(client.clone(), &ns.name);
+    for ns in listed.iter().chain([&other]) {
+        let host =
+            support::checkpoint_claim(&ns.name, "ckpt", &support::fixture_checkpoint(), "model");
+        // Verification fails: each resource ends with a verify Job's verdict, no GPU placed.
+        support::truncate_second_shard(&host);
+    }
+    let create = |ns: &TestNamespace| {
+        let api = api(ns);
+        async move {
+            api.create(&PostParams::default(), &deployment("flash"))
+                .await
+                .expect("creating the resource");
+        }
+    };
+    create(&other).await;
+    let release = format!("dio-{}", ops.name.rsplit('-').next().unwrap_or("x"));
+    let chart = repo().join("charts/deepinfer-operator");
+    let port = free_port();
+    let sets = format!(
+        "image.repository=deepinfer-operator,image.tag=dev,namespaces={{{},{}}},acceptedLicenses={{mit}},metrics.port={port}",
+        listed[0].name, listed[1].name
+    );
+    let (ok, out) = helm(&[
+        "install",
+        &release,
+        chart.to_str().unwrap(),
+        "--namespace",
+        &ops.name,
+        "--wait",
+        "--timeout=2m",
+        "--set",
+        &sets,
+    ]);
+    assert!(ok, "helm install failed:\n{out}");
+    support::wait_crd_established();
+    let selector = format!("app.kubernetes.io/instance={release}");
+    let pod = operator_pod(&client, &ops.name, &selector).await;
+    let sa = format!("{release}-deepinfer-operator");
+    let args = pod.spec.as_ref().expect("pod spec").containers[0]
+        .args
+        .clone()
+        .unwrap_or_default();
+    let flag = format!("--namespaces={},{}", listed[0].name, listed[1].name);
+    assert!(args.contains(&flag), "{args:?}");
+    let (ok, _, _) = support::kubectl(&["get", "clusterrole", &sa]);
+    assert!(!ok, "a namespace list needs no ClusterRole");
+    for ns in &listed {
+        support::kubectl_ok(&["-n", &ns.name, "get", "role,rolebinding", &sa]);
+    }
+    let names: Vec<&str> = listed.iter().map(|ns| ns.name.as_str()).collect();
+    assert_confined_to_each(&ops.name, &sa, &names, &other.name);
+
+    for ns in &listed {
+        create(ns).await;
+    }
+    for ns in &listed {
+        support::status_where(
+            &api(ns),
+            "flash",
+            "verification failed by the verify Job",
+            TIMEOUT,
+            |s| condition(s, "CheckpointVerified") == Some(("False", "VerificationFailed")),
+        )
+        .await;
+    }
+    let untouched = api(&other)
+        .get("flash")
+        .await
+        .expect("the unlisted resource");
+    assert_eq!(untouched.status, None, "no status written outside the list");
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &other.name);
+    let none = jobs.list(&ListParams::default()).await.expect("jobs");
+    assert!(
+        none.items.is_empty(),
+        "no Job outside the list: {:?}",
+        none.items
+    );
+    assert_no_denials(&pod, &ops.name, &sa);
+
+    let (ok, out) = helm(&["uninstall", &release, "--namespace", &ops.name, "--wait"]);
+    assert!(ok, "helm uninstall failed:\n{out}");
+    wait_gone(&client, &ops.name, &selector).await;
+    for ns in &listed {
+        let (ok, _, _) = support::kubectl(&["-n", &ns.name, "get", "role", &sa]);
+        assert!(!ok, "helm uninstall removes the Role in {}", ns.name);
+    }
+}
+
 /// Single-namespace mode is the least-privilege install: the operator's ServiceAccount may read
 /// and write what it manages in the watched namespace, and nothing of the kind anywhere else or
 /// across namespaces (asked of the API server's own authorizer).
 fn assert_confined_to(sa_namespace: &str, sa: &str, watched: &str) {
+    assert_confined_to_each(sa_namespace, sa, &[watched], "default");
+}
+
+/// The operator's ServiceAccount may read and write what it manages in each `watched`
+/// namespace, and nothing of the kind in `unwatched` or across namespaces.
+fn assert_confined_to_each(sa_namespace: &str, sa: &str, watched: &[&str], unwatched: &str) {
     let who = format!("--as=system:serviceaccount:{sa_namespace}:{sa}");
     let can = |args: &[&str]| -> bool {
         let mut full = vec!["auth", "can-i"];
@@ -407,13 +517,15 @@ fn assert_confined_to(sa_namespace: &str, sa: &str, watched: &str) {
         // The opt-in check of hub token and engine-readable Secrets: metadata only, by name.
         ("get", "secrets"),
     ] {
+        for watched in watched {
+            assert!(
+                can(&[verb, resource, "-n", watched]),
+                "{verb} {resource} in the watched namespace {watched}"
+            );
+        }
         assert!(
-            can(&[verb, resource, "-n", watched]),
-            "{verb} {resource} in the watched namespace"
-        );
-        assert!(
-            !can(&[verb, resource, "-n", "default"]),
-            "{verb} {resource} outside the watched namespace"
+            !can(&[verb, resource, "-n", unwatched]),
+            "{verb} {resource} in {unwatched}, not watched"
         );
         assert!(
             !can(&[verb, resource, "--all-namespaces"]),
@@ -426,10 +538,12 @@ fn assert_confined_to(sa_namespace: &str, sa: &str, watched: &str) {
         ("update", "configmaps"),
         ("create", "secrets"),
     ] {
-        assert!(
-            !can(&[verb, resource, "-n", watched]),
-            "{verb} {resource}: not needed, not granted"
-        );
+        for watched in watched {
+            assert!(
+                !can(&[verb, resource, "-n", watched]),
+                "{verb} {resource}: not needed, not granted"
+            );
+        }
     }
 }
 

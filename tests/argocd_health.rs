@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 use deepinfer_operator::api::kstatus::{self, Status};
-use deepinfer_operator::api::{reasons, DeepInferDeploymentStatus};
+use deepinfer_operator::api::{DeepInferDeploymentStatus, Reason};
 use deepinfer_operator::controller::status::{compute, Gate, Outcome};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use serde_json::{json, Value};
@@ -173,7 +173,7 @@ fn health_lua_gives_the_expected_status_for_every_test_case() {
     );
 }
 
-fn passed(reason: &'static str) -> Gate {
+fn passed(reason: Reason) -> Gate {
     Gate::Passed(reason, "ok".into())
 }
 
@@ -196,25 +196,25 @@ fn resource(outcome: &Outcome, observed: i64, generation: i64) -> Value {
 #[test]
 fn health_lua_agrees_with_kstatus_on_statuses_the_operator_writes() {
     let ready = Outcome {
-        spec: passed(reasons::COMPLETE),
-        license: passed(reasons::LICENSE_ACCEPTED),
-        checkpoint: passed(reasons::VERIFIED),
-        acceptance: passed(reasons::ACCEPTANCE_SUCCEEDED),
-        workers: passed(reasons::GROUPS_READY),
+        spec: passed(Reason::Complete),
+        license: passed(Reason::LicenseAccepted),
+        checkpoint: passed(Reason::Verified),
+        acceptance: passed(Reason::AcceptanceSucceeded),
+        workers: passed(Reason::GroupsReady),
         ..Outcome::default()
     };
     let accepting = Outcome {
-        acceptance: Gate::Progressing(reasons::ACCEPTANCE_RUNNING, "Job running".into()),
+        acceptance: Gate::Progressing(Reason::AcceptanceRunning, "Job running".into()),
         workers: Gate::NotReached,
         ..ready.clone()
     };
     let failed = Outcome {
-        acceptance: Gate::Failed(reasons::ACCEPTANCE_FAILED, "prompt shot-plan failed".into()),
+        acceptance: Gate::Failed(Reason::AcceptanceFailed, "prompt shot-plan failed".into()),
         workers: Gate::NotReached,
         ..ready.clone()
     };
     let invalid = Outcome {
-        spec: Gate::Failed(reasons::INVALID_SPEC, "spec.runtime.image: pin it".into()),
+        spec: Gate::Failed(Reason::InvalidSpec, "spec.runtime.image: pin it".into()),
         ..Outcome::default()
     };
     let cases = [

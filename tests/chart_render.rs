@@ -462,6 +462,36 @@ fn cluster_wide_mode_is_an_opt_in_binding_a_cluster_role_with_exact_rules() {
     assert!(a.contains(&"--accepted-licenses=mit,apache-2.0"), "{a:?}");
 }
 
+/// Recording each acceptance rank's scale-up domain is an opt-in: the operator gets
+/// `--record-node-domains` and a ClusterRole of exactly `get` on nodes, bound to its
+/// ServiceAccount; its watch rules stay a Role in the watched namespace. By default neither.
+#[test]
+fn recording_node_domains_adds_only_get_on_nodes_cluster_wide() {
+    let objs = template(&["acceptedLicenses={mit}", "recordNodeDomains=true"]);
+    let role = one(&objs, "ClusterRole");
+    assert_eq!(role["metadata"]["name"], "rel-deepinfer-operator-nodes");
+    assert_eq!(
+        flat_rules(role),
+        [("".to_string(), "nodes".to_string(), vec!["get".to_string()])]
+    );
+    let binding = one(&objs, "ClusterRoleBinding");
+    let sa = one(&objs, "ServiceAccount");
+    assert_eq!(binding["roleRef"]["kind"], "ClusterRole");
+    assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
+    assert_eq!(
+        binding["subjects"],
+        json!([{"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": "ops"}])
+    );
+    let roles = watch_roles(&objs, "Role");
+    assert_eq!(roles.len(), 1, "one watch Role: {roles:?}");
+    assert_eq!(flat_rules(roles[0]), expected_rules());
+    let a = args(operator_container(one(&objs, "Deployment")));
+    assert!(a.contains(&"--record-node-domains"), "{a:?}");
+    let default = template(&["acceptedLicenses={mit}"]);
+    let a = args(operator_container(one(&default, "Deployment")));
+    assert!(!a.contains(&"--record-node-domains"), "{a:?}");
+}
+
 /// The default install watches the release namespace under a Role there: no ClusterRole at all.
 #[test]
 fn the_default_install_watches_the_release_namespace_under_a_role() {
@@ -517,6 +547,79 @@ fn single_namespace_mode_uses_a_role_in_the_watched_namespace_only() {
     // The operator itself still lives in the release namespace.
     for kind in ["Deployment", "ServiceAccount", "Service"] {
         assert_eq!(one(&objs, kind)["metadata"]["namespace"], "ops", "{kind}");
+    }
+}
+
+/// A list of namespaces: one Role + RoleBinding in each listed namespace, bound to the operator's
+/// ServiceAccount in the release namespace, and no ClusterRole; the operator is told the list.
+#[test]
+fn listed_namespaces_get_a_role_each_and_no_cluster_role() {
+    let objs = template(&["namespaces={team-b,team-a}", "acceptedLicenses={mit}"]);
+    assert!(of_kind(&objs, "ClusterRole").is_empty(), "no ClusterRole");
+    assert!(
+        of_kind(&objs, "ClusterRoleBinding").is_empty(),
+        "no ClusterRoleBinding"
+    );
+    let sa = &one(&objs, "ServiceAccount")["metadata"]["name"];
+    assert_leader_election_rbac(&objs, "ops", sa);
+    let roles = watch_roles(&objs, "Role");
+    let mut in_ns: Vec<&str> = roles
+        .iter()
+        .map(|r| r["metadata"]["namespace"].as_str().expect("namespaced"))
+        .collect();
+    in_ns.sort();
+    assert_eq!(
+        in_ns,
+        ["team-a", "team-b"],
+        "one watch Role per listed namespace"
+    );
+    for role in roles {
+        let ns = &role["metadata"]["namespace"];
+        assert_eq!(flat_rules(role), expected_rules(), "the rules in {ns}");
+        let bindings: Vec<_> = watch_roles(&objs, "RoleBinding")
+            .into_iter()
+            .filter(|b| &b["metadata"]["namespace"] == ns)
+            .collect();
+        assert_eq!(bindings.len(), 1, "one RoleBinding in {ns}");
+        assert_eq!(bindings[0]["roleRef"]["kind"], "Role");
+        assert_eq!(bindings[0]["roleRef"]["name"], role["metadata"]["name"]);
+        assert_eq!(
+            bindings[0]["subjects"],
+            json!([{"kind": "ServiceAccount", "name": sa, "namespace": "ops"}])
+        );
+    }
+    let a = args(operator_container(one(&objs, "Deployment")));
+    assert!(a.contains(&"--namespaces=team-b,team-a"), "{a:?}");
+    assert!(!a.iter().any(|a| a.starts_with("--namespace=")), "{a:?}");
+    for kind in ["Deployment", "ServiceAccount", "Service"] {
+        assert_eq!(one(&objs, kind)["metadata"]["namespace"], "ops", "{kind}");
+    }
+}
+
+/// The three watch modes exclude each other: two of them set is refused, naming both values.
+#[test]
+fn contradicting_watch_modes_are_refused_naming_both_values() {
+    for (sets, names) in [
+        (
+            ["namespaces={team-a}", "watchNamespace=team-b"],
+            ["namespaces", "watchNamespace"],
+        ),
+        (
+            ["namespaces={team-a}", "clusterWide=true"],
+            ["namespaces", "clusterWide"],
+        ),
+        (
+            ["watchNamespace=team-a", "clusterWide=true"],
+            ["watchNamespace", "clusterWide"],
+        ),
+    ] {
+        let err = template_err(&sets);
+        for name in names {
+            assert!(
+                err.contains(name),
+                "{sets:?}: the error names {name}: {err}"
+            );
+        }
     }
 }
 
@@ -769,6 +872,8 @@ fn values_schema_refuses_bad_values() {
         ("metrics.prometheusRule.enabled=sometimes", "enabled"),
         ("leaderElection.enabled=maybe", "enabled"),
         ("clusterWide=sometimes", "clusterWide"),
+        ("namespaces={Team_A}", "namespaces"),
+        ("namespaces={team-a\\,team-b}", "namespaces"),
         (
             "hub.allowedEndpoints={ftp://hub.example.com}",
             "allowedEndpoints",

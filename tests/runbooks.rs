@@ -1,4 +1,7 @@
-//! Every condition reason has a runbook entry, so a new reason without one fails the suite.
+//! Every condition and event reason has a runbook entry, so a new reason without one fails the
+//! suite.
+
+use deepinfer_operator::api::Reason;
 
 use std::path::PathBuf;
 
@@ -7,23 +10,10 @@ fn read(rel: &str) -> String {
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-/// The values of every `pub const NAME: &str = "Value";` in `pub mod reasons { … }`, read from the
-/// source so that a constant added anywhere in the module is seen without further registration.
+/// Every condition and event reason the operator writes ([`Reason::ALL`]): a value added to the
+/// enum is seen without further registration.
 fn reasons() -> Vec<String> {
-    let source = read("src/api/status.rs");
-    let start = source
-        .find("pub mod reasons {")
-        .expect("src/api/status.rs has `pub mod reasons {`");
-    let body = &source[start..];
-    let end = body.find("\n}").expect("`mod reasons` is closed");
-    let values: Vec<String> = body[..end]
-        .lines()
-        .map(str::trim)
-        .filter(|l| l.starts_with("pub const ") && l.contains(": &str = \""))
-        .filter_map(|l| l.split('"').nth(1).map(str::to_string))
-        .collect();
-    assert!(values.len() >= 10, "found only {values:?} in mod reasons");
-    values
+    Reason::ALL.iter().map(|r| r.as_str().to_string()).collect()
 }
 
 /// The runbook entry for `reason`: from its `## <reason>` heading to the next `## `.

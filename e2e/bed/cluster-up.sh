@@ -185,13 +185,29 @@ spec:
       expression: device.driver == 'compute-domain.nvidia.com'
 DC
 
+# The llama.cpp example's image (config/samples/llama-cpp): a container of image
+# `deepinfer-llama-cpp` (any registry, tag or digest) runs the example's adapter with the
+# node-llama-cpp llama-cpp.sh installed, serving on its pod's loopback address.
+mkdir -p "$bed/llama-cpp"
+bed_abs="$(cd "$bed" && pwd)"
+ln -sfn "$root/config/samples/llama-cpp/adapter.mjs" "$bed/llama-cpp/adapter.mjs"
+ln -sfn "$llama_dir/node_modules" "$bed/llama-cpp/node_modules"
+ln -sfn "$gguf_dir/model.gguf" "$bed/llama-cpp/model.gguf"
+cat > "$bed/bin/deepinfer-llama-cpp" <<LAUNCHER
+#!/bin/sh
+# The entrypoint of the llama.cpp example's image on this bed (written by cluster-up.sh).
+exec "$llama_dir/node" --preserve-symlinks-main "$bed_abs/llama-cpp/adapter.mjs" "\$@" \${SIM_POD_LOOPBACK_IP:+--host "\$SIM_POD_LOOPBACK_IP"}
+LAUNCHER
+chmod +x "$bed/bin/deepinfer-llama-cpp"
+
 agent="${NODE_AGENT_BIN:-$root/target/debug/deepinfer-node-agent}"
 operator_bin="${OPERATOR_BIN:-$root/target/debug/deepinfer-operator}"
 if [ ! -x "$agent" ]; then
   echo "cluster-up: $agent is missing; build it first (make build)" >&2; exit 1
 fi
 launch node-agent "$agent" --kubeconfig "$bed/kubeconfig" --topology "${TOPOLOGY:-$here/topology.yaml}" \
-  --state-dir "$bed/agent" --own-binary "deepinfer-operator=$operator_bin"
+  --state-dir "$bed/agent" --own-binary "deepinfer-operator=$operator_bin" \
+  --own-binary "deepinfer-llama-cpp=$bed_abs/bin/deepinfer-llama-cpp"
 
 # Ready when the nodes are registered and the service-account controller made the default SA.
 for ((i = 0; i < 300; i++)); do

@@ -10,6 +10,15 @@ k8s_dir="$cache/k8s-$K8S_VERSION-$(cat "$bed_here/k8s/go.mod" "$bed_here/k8s/go.
 # helm, keyed the same way by its own module graph; cluster-up links $bed/bin/helm to it.
 tools_dir="$cache/helm-$HELM_VERSION-$(cat "$bed_here/helm/go.mod" "$bed_here/helm/go.sum" | sha256sum | cut -c1-8)"
 
+# The llama.cpp example's engine (e2e/bed/llama-cpp.sh): node-llama-cpp at the version of the
+# example's package.json, keyed by its package.json and package-lock.json; Node.js, when the
+# machine's is too old; the tiny GGUF model, keyed by its generator and pinned requirements.
+llama_sample="$bed_here/../../config/samples/llama-cpp"
+LLAMA_CPP_NODE_VERSION="$(sed -n 's/^ *"node-llama-cpp": "\(.*\)".*/\1/p' "$llama_sample/package.json")"
+llama_dir="$cache/llama-cpp-$LLAMA_CPP_NODE_VERSION-$(cat "$llama_sample/package.json" "$llama_sample/package-lock.json" | sha256sum | cut -c1-8)"
+llama_node_dir="$cache/node-$LLAMA_NODE_VERSION"
+gguf_dir="$cache/tiny-llama-gguf-$(cat "$bed_here/../fixtures/tiny-llama-gguf/"{make_tiny_gguf.py,requirements.txt} | sha256sum | cut -c1-8)"
+
 # Stops the process whose PID the file $1 records (TERM, up to 5 s, then KILL) and removes the file.
 stop_recorded() {
   local pid

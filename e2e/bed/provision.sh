@@ -5,7 +5,9 @@
 #     `go build` from the Go modules pinned in e2e/bed/k8s/go.mod (cached under
 #     ~/.cache/deepinfer-operator/k8s-<version>);
 #   - helm built the same way from the helm.sh/helm/v4 module pinned in e2e/bed/helm/go.mod
-#     (cached under ~/.cache/deepinfer-operator/helm-<version>-<hash of its go.mod and go.sum>).
+#     (cached under ~/.cache/deepinfer-operator/helm-<version>-<hash of its go.mod and go.sum>);
+#   - the llama.cpp example's engine (node-llama-cpp from the npm registry) and its tiny GGUF
+#     model (generated with gguf from PyPI), by llama-cpp.sh.
 # A warm run finds everything cached and returns in well under a second.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -17,7 +19,7 @@ sudo_if_needed() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
 need_pkgs=()
 # prometheus: only its promtool, which runs the shipped alert rules in the test suite.
-for p in rsync jq openssl unzip lua5.4 prometheus curl ca-certificates build-essential python3; do
+for p in rsync jq openssl unzip lua5.4 prometheus curl ca-certificates build-essential python3 python3-venv; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need_pkgs+=("$p")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then
@@ -72,4 +74,5 @@ ok=1
 for b in kube-apiserver kube-controller-manager kube-scheduler kubectl etcd; do [ -x "$k8s_dir/$b" ] || ok=0; done
 [ "$ok" = 1 ] || build_k8s
 [ -x "$tools_dir/helm" ] || build_helm
-echo "provision: ready in $(( $(date +%s) - start ))s (control plane v$K8S_VERSION and etcd v$ETCD_VERSION in $k8s_dir, helm v$HELM_VERSION in $tools_dir)"
+"$here/llama-cpp.sh"
+echo "provision: ready in $(( $(date +%s) - start ))s (control plane v$K8S_VERSION and etcd v$ETCD_VERSION in $k8s_dir, helm v$HELM_VERSION in $tools_dir, node-llama-cpp $LLAMA_CPP_NODE_VERSION in $llama_dir)"

@@ -56,6 +56,7 @@ impl OperatorProcess {
             .args(["--accepted-licenses", "mit"])
             .args(extra)
             .env_remove("DEEPINFER_NAMESPACE")
+            .env_remove("DEEPINFER_NAMESPACES")
             .env_remove("DEEPINFER_METRICS_ADDRESS")
             .env_remove("DEEPINFER_LEADER_ELECT")
             .env_remove("POD_NAME")

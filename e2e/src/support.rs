@@ -403,7 +403,7 @@ impl Operator {
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(c::run_with_context(
             ctx.clone(),
-            settings.namespace.clone(),
+            settings.namespaces.clone(),
             async move {
                 let _ = rx.await;
             },

@@ -266,6 +266,28 @@ async fn gpu_a_passing_revision_goes_ready_and_only_then_gets_workers_and_traffi
         })
         .collect();
     assert_eq!(rows.len(), 5, "four prompts and the total: {sheet}");
+    // Where the run's one rank ran, as the operator recorded it on the evidence ConfigMap; this
+    // operator reads no nodes, so the domain is not read.
+    assert!(
+        sheet.contains("Placement: 1 rank(s), as the operator recorded them; scale-up domain = node label nvidia.com/gpu.clique (not read: the operator reads no nodes (--record-node-domains is off))\n"),
+        "{sheet}"
+    );
+    let rank: Vec<&str> = sheet
+        .lines()
+        .find(|l| l.starts_with("worker "))
+        .unwrap_or_else(|| panic!("a placement row: {sheet}"))
+        .split(" | ")
+        .map(str::trim)
+        .collect();
+    assert_eq!(
+        (rank[1], rank[4], rank[5]),
+        ("0", "not read", "8 nvidia.com/gpu"),
+        "{sheet}"
+    );
+    assert!(
+        rank[2].starts_with("plan-accept-") && !["", "not bound"].contains(&rank[3]),
+        "the rank's pod and the node it was bound to: {sheet}"
+    );
     for line in rows.iter().chain(
         sheet
             .lines()

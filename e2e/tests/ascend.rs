@@ -64,6 +64,58 @@ async fn completed_table(client: &Client, ns: &str) -> (Value, BTreeMap<String, 
     .await
 }
 
+/// The operator recorded where the run's two ranks ran: on two nodes of one super-pod (the
+/// nodes' `huawei.com/super-pod-id`), each with the 16 NPU ids the device plugin allocated.
+async fn check_run_placement(client: &Client, ns: &str, evidence: &str) {
+    let cm = Api::<ConfigMap>::namespaced(client.clone(), ns)
+        .get(evidence)
+        .await
+        .expect("evidence ConfigMap");
+    let placement: Value = serde_json::from_str(
+        cm.annotations()
+            .get("deepinfer.io/placement")
+            .expect("the run's placement on its evidence"),
+    )
+    .expect("placement JSON");
+    println!("placement: {placement}");
+    assert_eq!(placement["domainKey"], "huawei.com/super-pod-id");
+    let ranks = placement["ranks"].as_array().expect("ranks");
+    assert_eq!(ranks.len(), 2, "{placement}");
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    let mut seen = Vec::new();
+    for (rank, row) in ranks.iter().enumerate() {
+        assert_eq!(
+            (row["role"].as_str(), row["rank"].as_u64()),
+            (Some("worker"), Some(rank as u64))
+        );
+        let node = row["node"].as_str().expect("a node");
+        let labels = nodes.get(node).await.expect("the node").labels().clone();
+        assert_eq!(
+            row["domain"].as_str(),
+            Some(labels["huawei.com/super-pod-id"].as_str()),
+            "{row}"
+        );
+        let devices = &row["devices"];
+        assert_eq!(
+            (devices["resource"].as_str(), devices["count"].as_u64()),
+            (Some("huawei.com/Ascend910"), Some(16))
+        );
+        let ids: Vec<u64> = devices["ids"]
+            .as_array()
+            .expect("NPU ids")
+            .iter()
+            .filter_map(|id| id.as_str()?.parse().ok())
+            .collect();
+        assert_eq!(ids.len(), 16, "{row}");
+        assert!(
+            ids.windows(2).all(|w| w[0] < w[1]),
+            "distinct, in id order: {row}"
+        );
+        seen.push(node.to_string());
+    }
+    assert_ne!(seen[0], seen[1], "a two-node group: {placement}");
+}
+
 async fn cms_data(client: &Client, ns: &str, name: &str) -> BTreeMap<String, String> {
     Api::<ConfigMap>::namespaced(client.clone(), ns)
         .get(name)
@@ -119,7 +171,7 @@ async fn gpu_an_ascend_two_node_group_gets_its_rank_table_and_keeps_rank_ids_whe
 ) {
     let (client, ns, api) = support::namespace_with_checkpoint("ascend-ranks").await;
     support::wait_for_free_devices(&client, "huawei.com/Ascend910").await;
-    let op = Operator::start(&ns.name, &["mit"]).await;
+    let op = Operator::start_with(&ns.name, &["mit"], |s| s.record_node_domains = true).await;
     support::create_deployment(
         &api,
         support::licensed_deployment(
@@ -145,13 +197,15 @@ async fn gpu_an_ascend_two_node_group_gets_its_rank_table_and_keeps_rank_ids_whe
         .status
         .and_then(|s| s.acceptance)
         .expect("judged");
-    let evidence = cms_data(&client, &ns.name, &judged.evidence.expect("evidence")).await;
+    let evidence_name = judged.evidence.expect("evidence");
+    let evidence = cms_data(&client, &ns.name, &evidence_name).await;
     assert!(
         evidence["engine.log"]
             .contains("DEEPINFER_RANK_TABLE completed (/user/serverid/devindex/config/hccl.json)"),
         "the acceptance engine waited for a completed rank table:\n{}",
         evidence["engine.log"]
     );
+    check_run_placement(&client, &ns.name, &evidence_name).await;
     let left: Vec<String> = Api::<ConfigMap>::namespaced(client.clone(), &ns.name)
         .list(&ListParams::default().labels("deepinfer.io/component=rank-table"))
         .await

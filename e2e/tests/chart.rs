@@ -267,6 +267,26 @@ fn assert_no_denials(pod: &Pod, namespace: &str, service_account: &str) {
     );
 }
 
+/// The placement the operator recorded on the evidence of `name`'s judgement.
+async fn evidence_placement(client: &Client, ns: &str, name: &str) -> Value {
+    let judged = Api::<DeepInferDeployment>::namespaced(client.clone(), ns)
+        .get(name)
+        .await
+        .expect("the deployment")
+        .status
+        .and_then(|s| s.acceptance)
+        .expect("a judgement");
+    let evidence = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), ns)
+        .get(&judged.evidence.expect("its evidence"))
+        .await
+        .expect("the evidence ConfigMap");
+    let placement = evidence
+        .annotations()
+        .get("deepinfer.io/placement")
+        .expect("the run's placement on its evidence");
+    serde_json::from_str(placement).expect("placement JSON")
+}
+
 async fn wait_gone(client: &Client, ns: &str, selector: &str) {
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     support::eventually(
@@ -293,7 +313,7 @@ async fn gpu_helm_chart_runs_the_operator_under_its_own_service_account_without_
     let chart = repo().join("charts/deepinfer-operator");
     let port = free_port();
     let sets = format!(
-        "image.repository=deepinfer-operator,image.tag=dev,watchNamespace={},acceptedLicenses={{mit}},metrics.port={port}",
+        "image.repository=deepinfer-operator,image.tag=dev,watchNamespace={},acceptedLicenses={{mit}},metrics.port={port},recordNodeDomains=true",
         work.name
     );
     // Helm's defaults, as users run it (Helm 4 applies the chart's CRD server-side). The CRD may
@@ -337,6 +357,23 @@ async fn gpu_helm_chart_runs_the_operator_under_its_own_service_account_without_
 
     take_to_ready(&client, &work.name, "flash", (&pod, &ops.name, &sa)).await;
     assert_jobs_use_operator_image(&client, &work.name, "deepinfer-operator:dev").await;
+    // recordNodeDomains: the chart's ClusterRole lets the operator read the domain label of the
+    // node the acceptance rank ran on.
+    let placement = evidence_placement(&client, &work.name, "flash").await;
+    let rank = &placement["ranks"][0];
+    let node = rank["node"].as_str().expect("the rank's node");
+    let labels = Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
+        .get(node)
+        .await
+        .expect("the node")
+        .labels()
+        .clone();
+    let clique = labels.get("nvidia.com/gpu.clique").expect("a clique node");
+    assert_eq!(
+        rank["domain"].as_str(),
+        Some(clique.as_str()),
+        "{placement}"
+    );
     assert_no_denials(&pod, &ops.name, &sa);
 
     let (ok, out) = helm(&["uninstall", &release, "--namespace", &ops.name, "--wait"]);
@@ -347,10 +384,120 @@ async fn gpu_helm_chart_runs_the_operator_under_its_own_service_account_without_
     support::kubectl_ok(&["get", "crd", "deepinferdeployments.deepinfer.io"]);
 }
 
+/// One operator for a list of namespaces (`namespaces={a,b}`): the chart renders a Role and
+/// RoleBinding in each listed namespace and no ClusterRole, and the operator, running under that
+/// ServiceAccount with nothing more, reconciles the DeepInferDeployments of both namespaces (each
+/// through a verify Job of its own) and never touches one in a namespace not on the list, created
+/// before the others. Neither its log nor the audit log holds a denial.
+#[tokio::test]
+async fn helm_chart_with_a_namespace_list_reconciles_exactly_the_listed_namespaces() {
+    let client = support::client().await;
+    let ops = TestNamespace::new(&client, "list-ops").await;
+    let listed = [
+        TestNamespace::new(&client, "list-a").await,
+        TestNamespace::new(&client, "list-b").await,
+    ];
+    let other = TestNamespace::new(&client, "list-c").await;
+    support::ensure_crd();
+    let api = |ns: &TestNamespace| Api::<DeepInferDeployment>::namespaced(client.clone(), &ns.name);
+    for ns in listed.iter().chain([&other]) {
+        let host =
+            support::checkpoint_claim(&ns.name, "ckpt", &support::fixture_checkpoint(), "model");
+        // Verification fails: each resource ends with a verify Job's verdict, no GPU placed.
+        support::truncate_second_shard(&host);
+    }
+    let create = |ns: &TestNamespace| {
+        let api = api(ns);
+        async move {
+            api.create(&PostParams::default(), &deployment("flash"))
+                .await
+                .expect("creating the resource");
+        }
+    };
+    create(&other).await;
+    let release = format!("dio-{}", ops.name.rsplit('-').next().unwrap_or("x"));
+    let chart = repo().join("charts/deepinfer-operator");
+    let port = free_port();
+    let sets = format!(
+        "image.repository=deepinfer-operator,image.tag=dev,namespaces={{{},{}}},acceptedLicenses={{mit}},metrics.port={port}",
+        listed[0].name, listed[1].name
+    );
+    let (ok, out) = helm(&[
+        "install",
+        &release,
+        chart.to_str().unwrap(),
+        "--namespace",
+        &ops.name,
+        "--wait",
+        "--timeout=2m",
+        "--set",
+        &sets,
+    ]);
+    assert!(ok, "helm install failed:\n{out}");
+    support::wait_crd_established();
+    let selector = format!("app.kubernetes.io/instance={release}");
+    let pod = operator_pod(&client, &ops.name, &selector).await;
+    let sa = format!("{release}-deepinfer-operator");
+    let args = pod.spec.as_ref().expect("pod spec").containers[0]
+        .args
+        .clone()
+        .unwrap_or_default();
+    let flag = format!("--namespaces={},{}", listed[0].name, listed[1].name);
+    assert!(args.contains(&flag), "{args:?}");
+    let (ok, _, _) = support::kubectl(&["get", "clusterrole", &sa]);
+    assert!(!ok, "a namespace list needs no ClusterRole");
+    for ns in &listed {
+        support::kubectl_ok(&["-n", &ns.name, "get", "role,rolebinding", &sa]);
+    }
+    let names: Vec<&str> = listed.iter().map(|ns| ns.name.as_str()).collect();
+    assert_confined_to_each(&ops.name, &sa, &names, &other.name);
+
+    for ns in &listed {
+        create(ns).await;
+    }
+    for ns in &listed {
+        support::status_where(
+            &api(ns),
+            "flash",
+            "verification failed by the verify Job",
+            TIMEOUT,
+            |s| condition(s, "CheckpointVerified") == Some(("False", "VerificationFailed")),
+        )
+        .await;
+    }
+    let untouched = api(&other)
+        .get("flash")
+        .await
+        .expect("the unlisted resource");
+    assert_eq!(untouched.status, None, "no status written outside the list");
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &other.name);
+    let none = jobs.list(&ListParams::default()).await.expect("jobs");
+    assert!(
+        none.items.is_empty(),
+        "no Job outside the list: {:?}",
+        none.items
+    );
+    assert_no_denials(&pod, &ops.name, &sa);
+
+    let (ok, out) = helm(&["uninstall", &release, "--namespace", &ops.name, "--wait"]);
+    assert!(ok, "helm uninstall failed:\n{out}");
+    wait_gone(&client, &ops.name, &selector).await;
+    for ns in &listed {
+        let (ok, _, _) = support::kubectl(&["-n", &ns.name, "get", "role", &sa]);
+        assert!(!ok, "helm uninstall removes the Role in {}", ns.name);
+    }
+}
+
 /// Single-namespace mode is the least-privilege install: the operator's ServiceAccount may read
 /// and write what it manages in the watched namespace, and nothing of the kind anywhere else or
 /// across namespaces (asked of the API server's own authorizer).
 fn assert_confined_to(sa_namespace: &str, sa: &str, watched: &str) {
+    assert_confined_to_each(sa_namespace, sa, &[watched], "default");
+}
+
+/// The operator's ServiceAccount may read and write what it manages in each `watched`
+/// namespace, and nothing of the kind in `unwatched` or across namespaces.
+fn assert_confined_to_each(sa_namespace: &str, sa: &str, watched: &[&str], unwatched: &str) {
     let who = format!("--as=system:serviceaccount:{sa_namespace}:{sa}");
     let can = |args: &[&str]| -> bool {
         let mut full = vec!["auth", "can-i"];
@@ -370,13 +517,15 @@ fn assert_confined_to(sa_namespace: &str, sa: &str, watched: &str) {
         // The opt-in check of hub token and engine-readable Secrets: metadata only, by name.
         ("get", "secrets"),
     ] {
+        for watched in watched {
+            assert!(
+                can(&[verb, resource, "-n", watched]),
+                "{verb} {resource} in the watched namespace {watched}"
+            );
+        }
         assert!(
-            can(&[verb, resource, "-n", watched]),
-            "{verb} {resource} in the watched namespace"
-        );
-        assert!(
-            !can(&[verb, resource, "-n", "default"]),
-            "{verb} {resource} outside the watched namespace"
+            !can(&[verb, resource, "-n", unwatched]),
+            "{verb} {resource} in {unwatched}, not watched"
         );
         assert!(
             !can(&[verb, resource, "--all-namespaces"]),
@@ -389,10 +538,12 @@ fn assert_confined_to(sa_namespace: &str, sa: &str, watched: &str) {
         ("update", "configmaps"),
         ("create", "secrets"),
     ] {
-        assert!(
-            !can(&[verb, resource, "-n", watched]),
-            "{verb} {resource}: not needed, not granted"
-        );
+        for watched in watched {
+            assert!(
+                !can(&[verb, resource, "-n", watched]),
+                "{verb} {resource}: not needed, not granted"
+            );
+        }
     }
 }
 
@@ -507,6 +658,14 @@ async fn gpu_kustomize_default_runs_the_operator_under_its_own_service_account_w
     assert_confined_to(&ops.name, &sa, &ops.name);
 
     take_to_ready(&client, &work.name, "flash", (&pod, &ops.name, &sa)).await;
+    // config/default reads no nodes: the evidence names the rank's node, not its domain.
+    let placement = evidence_placement(&client, &work.name, "flash").await;
+    assert!(placement["ranks"][0]["node"].is_string(), "{placement}");
+    assert_eq!(
+        placement["domainsNotRead"],
+        json!("the operator reads no nodes (--record-node-domains is off)"),
+        "{placement}"
+    );
     assert_jobs_use_operator_image(&client, &work.name, "deepinfer-operator:dev").await;
     assert_no_denials(&pod, &ops.name, &sa);
 

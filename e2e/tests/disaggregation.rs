@@ -258,7 +258,8 @@ fn devices_requested(pod: &Pod, resource: &str) -> String {
 async fn prefill_of_four_gpus_per_pod_beside_decode_of_two_eight_gpu_pods_is_ready_after_one_run() {
     let (client, ns, api) = support::namespace_with_checkpoint("shape").await;
     support::wait_for_free_devices(&client, "nvidia.com/gpu").await;
-    let op = Operator::start(&ns.name, &["mit"]).await;
+    let op = Operator::start_with(&ns.name, &["mit"], |s| s.record_node_domains = true).await;
+    let (bound, noting) = bound_acceptance_pods(Api::namespaced(client.clone(), &ns.name));
     // The reference shape: prefill on one 4-GPU pod, decode on two 8-GPU pods inside one NVLink
     // clique; decode takes the deployment's devicesPerPod and names its product itself.
     support::create_deployment(
@@ -330,6 +331,9 @@ async fn prefill_of_four_gpus_per_pod_beside_decode_of_two_eight_gpu_pods_is_rea
         manifest["groups"]["decode"]["product"],
         json!("NVIDIA-H200")
     );
+    noting.abort();
+    let bound = bound.lock().expect("bound pods").clone();
+    assert_placement_as_the_api_server_reports_it(&client, &evidence[0], &bound).await;
 
     // The serving pods: one prefill pod of 4 GPUs, two decode pods of 8 in one clique, all
     // accepted and ready.
@@ -403,4 +407,84 @@ async fn prefill_of_four_gpus_per_pod_beside_decode_of_two_eight_gpu_pods_is_rea
         evidence[0].name_any()
     );
     op.stop().await;
+}
+
+/// Pod name → the node it was bound to, shared with the task that notes them.
+type Bound = std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<String, String>>>;
+
+/// The node each acceptance pod of `pods`'s namespace was bound to, as the API server reported
+/// it while the run went (the run's pods are deleted once its verdict is recorded): noted until
+/// the task is aborted.
+fn bound_acceptance_pods(pods: Api<Pod>) -> (Bound, tokio::task::JoinHandle<()>) {
+    let bound = Bound::default();
+    let noted = bound.clone();
+    let task = tokio::spawn(async move {
+        let selector = ListParams::default().labels("deepinfer.io/component=acceptance");
+        loop {
+            let listed = pods.list(&selector).await.map(|l| l.items);
+            for pod in listed.unwrap_or_default() {
+                if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) {
+                    let mut seen = noted.lock().expect("bound pods");
+                    seen.entry(pod.name_any()).or_insert(node);
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    });
+    (bound, task)
+}
+
+/// The evidence names each rank's pod, the node the API server bound it to and that node's
+/// NVLink clique, and the devices it requested: decode's two ranks of 8 GPUs (judged role
+/// first), prefill's one of 4.
+async fn assert_placement_as_the_api_server_reports_it(
+    client: &kube::Client,
+    evidence: &ConfigMap,
+    bound: &std::collections::BTreeMap<String, String>,
+) {
+    let annotation = evidence
+        .annotations()
+        .get("deepinfer.io/placement")
+        .unwrap_or_else(|| panic!("no placement on the evidence: {:?}", evidence.annotations()));
+    let placement: Value = serde_json::from_str(annotation).expect("placement JSON");
+    assert_eq!(
+        placement["domainKey"],
+        json!("nvidia.com/gpu.clique"),
+        "{placement}"
+    );
+    assert_eq!(placement.get("domainsNotRead"), None, "{placement}");
+    let ranks = placement["ranks"].as_array().expect("ranks");
+    let shape: Vec<(&str, i64, i64)> = ranks
+        .iter()
+        .map(|r| {
+            (
+                r["role"].as_str().unwrap_or_default(),
+                r["rank"].as_i64().unwrap_or(-1),
+                r["devices"]["count"].as_i64().unwrap_or(-1),
+            )
+        })
+        .collect();
+    assert_eq!(
+        shape,
+        [("decode", 0, 8), ("decode", 1, 8), ("prefill", 0, 4)],
+        "{placement}"
+    );
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    for rank in ranks {
+        let pod = rank["pod"].as_str().expect("a pod per rank");
+        let node = rank["node"].as_str().expect("a node per rank");
+        assert_eq!(
+            bound.get(pod).map(String::as_str),
+            Some(node),
+            "{pod} in {bound:?}"
+        );
+        let labels = nodes.get(node).await.expect("the node").labels().clone();
+        assert_eq!(
+            rank["domain"].as_str(),
+            Some(labels["nvidia.com/gpu.clique"].as_str()),
+            "{rank}"
+        );
+        assert_eq!(rank["devices"]["resource"], json!("nvidia.com/gpu"));
+    }
+    println!("placement: {placement}");
 }

@@ -232,6 +232,37 @@ async fn gpu_a_dra_deployment_is_allocated_by_the_scheduler_and_its_devices_are_
         })
         .unwrap_or_else(|| panic!("every id on one DRA node: {ids:?}"));
     println!("acceptance leader's devices on {node}: {ids:?}");
+    // Where the run's ranks ran, as the operator recorded it: the leader on that node, each rank
+    // with 8 devices of the class and the claim the controller-manager made for its pod.
+    let annotations = cms
+        .get(&evidence)
+        .await
+        .expect("evidence")
+        .annotations()
+        .clone();
+    let placement: Value =
+        serde_json::from_str(&annotations["deepinfer.io/placement"]).expect("placement JSON");
+    println!("acceptance placement: {placement}");
+    let ranks = placement["ranks"].as_array().expect("ranks");
+    assert_eq!(ranks.len(), 2, "{placement}");
+    assert_eq!(ranks[0]["node"].as_str(), Some(*node), "{placement}");
+    for rank in ranks {
+        let devices = &rank["devices"];
+        assert_eq!(
+            (devices["resource"].as_str(), devices["count"].as_u64()),
+            (Some("class gpu.nvidia.com"), Some(8)),
+            "{rank}"
+        );
+        let pod = rank["pod"].as_str().expect("a pod");
+        let made = devices["claims"]
+            .as_array()
+            .expect("claims")
+            .iter()
+            .filter_map(Value::as_str)
+            .find_map(|c| c.strip_prefix("devices="))
+            .expect("the devices claim");
+        assert!(made.starts_with(&format!("{pod}-devices")), "{rank}");
+    }
 
     op.stop().await;
     monitor.assert_clean().await;

@@ -336,6 +336,12 @@ pub struct Manifest {
     pub outputs_encoding: String,
     /// Evidence keys cut to fit; empty when everything is whole.
     pub truncated: Vec<Truncation>,
+    /// Where each rank ran, as the operator recorded it beside the evidence (annotation
+    /// [`super::placement::PLACEMENT_ANNOTATION`] of the evidence ConfigMap), or why that
+    /// annotation cannot be read. Never part of `manifest.json` (a `placement` key there is
+    /// ignored): [`super::sheet::load_manifest`] fills it from the ConfigMap.
+    #[serde(skip)]
+    pub placement: Option<Result<super::placement::Placement, String>>,
 }
 
 /// Inputs of [`build_manifest`] that come from the command line.
@@ -566,6 +572,7 @@ pub fn build_manifest(
             .collect(),
         outputs_encoding: "utf-8".into(),
         truncated: Vec::new(),
+        placement: None,
     }
 }
 

@@ -11,6 +11,7 @@ pub mod evidence;
 pub mod grammar;
 pub mod handoff;
 pub mod manifest;
+pub mod placement;
 pub mod rules;
 pub mod runner;
 pub mod sheet;

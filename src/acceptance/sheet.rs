@@ -8,6 +8,7 @@ use std::path::Path;
 use anyhow::Context as _;
 
 use super::manifest::{Manifest, PromptRecord};
+use super::placement::{Placement, RankPlacement, PLACEMENT_ANNOTATION};
 
 /// What the sheet prints for a value the engine did not report.
 pub const NOT_REPORTED: &str = "not reported";
@@ -40,13 +41,22 @@ pub fn load_manifest(path: &Path) -> anyhow::Result<Manifest> {
         .and_then(|d| d.get(super::evidence::MANIFEST_KEY))
         .and_then(|m| m.as_str());
     match kept {
-        Some(inner) => serde_json::from_str(inner).with_context(|| {
-            format!(
-                "{}: data.{} is not an acceptance manifest",
-                file.display(),
-                super::evidence::MANIFEST_KEY
-            )
-        }),
+        Some(inner) => {
+            let mut manifest: Manifest = serde_json::from_str(inner).with_context(|| {
+                format!(
+                    "{}: data.{} is not an acceptance manifest",
+                    file.display(),
+                    super::evidence::MANIFEST_KEY
+                )
+            })?;
+            manifest.placement = value
+                .get("metadata")
+                .and_then(|m| m.get("annotations"))
+                .and_then(|a| a.get(PLACEMENT_ANNOTATION))
+                .and_then(|p| p.as_str())
+                .map(Placement::parse);
+            Ok(manifest)
+        }
         None => serde_yaml::from_value(value).with_context(|| {
             format!(
                 "{}: not an acceptance manifest (give the evidence ConfigMap, its manifest.json, or a directory holding it)",
@@ -126,12 +136,6 @@ fn sampling_lines(m: &Manifest) -> String {
 /// what around it. A value a manifest does not hold is printed as not recorded.
 fn record_lines(m: &Manifest) -> String {
     const NOT_RECORDED: &str = "not recorded";
-    // One line each: a value with a line break would read as another line of the sheet.
-    let one_line = |s: &str| -> String {
-        s.chars()
-            .map(|c| if c.is_control() { ' ' } else { c })
-            .collect()
-    };
     let c = &m.checkpoint;
     let or = |v: &Option<String>| {
         v.as_deref()
@@ -288,7 +292,23 @@ pub fn render(m: &Manifest) -> String {
         t.max_completion_seconds
             .map_or_else(|| NOT_REPORTED.to_string(), |s| format!("max {s:.3} s")),
     ]);
-    let widths: Vec<usize> = (0..COLUMNS.len())
+    out.push_str(&table(&rows));
+    if m.prompts.len() < m.prompt_ids.len() {
+        out.push_str(&format!(
+            "({} of {} prompt rows were cut from the kept manifest to fit the evidence; see manifest.truncated)\n",
+            m.prompt_ids.len() - m.prompts.len(),
+            m.prompt_ids.len()
+        ));
+    }
+    out.push('\n');
+    out.push_str(&placement_lines(m.placement.as_ref()));
+    out
+}
+
+/// `rows` as a table: the first row is the header, underlined; cells padded to their column.
+fn table<const N: usize>(rows: &[[String; N]]) -> String {
+    let mut out = String::new();
+    let widths: Vec<usize> = (0..N)
         .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
         .collect();
     for (i, row) in rows.iter().enumerate() {
@@ -305,14 +325,78 @@ pub fn render(m: &Manifest) -> String {
             out.push('\n');
         }
     }
-    if m.prompts.len() < m.prompt_ids.len() {
+    out
+}
+
+/// Columns of the placement table, left to right.
+const PLACEMENT_COLUMNS: [&str; 6] = ["role", "rank", "pod", "node", "scale-up domain", "devices"];
+
+/// The placement section: one row per rank as the operator recorded it, or why there is none.
+fn placement_lines(placement: Option<&Result<Placement, String>>) -> String {
+    let p = match placement {
+        None => return "Placement: not recorded (the operator records it on the evidence ConfigMap when it records the verdict; give the ConfigMap to read it)\n".to_string(),
+        Some(Err(why)) => return format!("Placement: unreadable: {}\n", one_line(why)),
+        Some(Ok(p)) => p,
+    };
+    let mut out = format!(
+        "Placement: {} rank(s), as the operator recorded them; scale-up domain = node label {}{}\n",
+        p.ranks.len() + p.omitted_ranks,
+        one_line(&p.domain_key),
+        p.domains_not_read
+            .as_deref()
+            .map_or_else(String::new, |why| format!(" (not read: {})", one_line(why)))
+    );
+    let mut rows: Vec<[String; 6]> = vec![PLACEMENT_COLUMNS.map(str::to_string)];
+    rows.extend(
+        p.ranks
+            .iter()
+            .map(|r| placement_row(r, p.domains_not_read.is_some())),
+    );
+    out.push_str(&table(&rows));
+    if p.omitted_ranks > 0 {
         out.push_str(&format!(
-            "({} of {} prompt rows were cut from the kept manifest to fit the evidence; see manifest.truncated)\n",
-            m.prompt_ids.len() - m.prompts.len(),
-            m.prompt_ids.len()
+            "({} more rank(s) left out of the record)\n",
+            p.omitted_ranks
         ));
     }
     out
+}
+
+fn placement_row(r: &RankPlacement, domains_not_read: bool) -> [String; 6] {
+    let or =
+        |v: &Option<String>, none: &str| v.as_deref().map_or_else(|| none.to_string(), one_line);
+    let domain = match (&r.node, &r.domain) {
+        (_, Some(domain)) => one_line(domain),
+        (None, None) => "-".to_string(),
+        (Some(_), None) if domains_not_read => "not read".to_string(),
+        (Some(_), None) => "node has no label".to_string(),
+    };
+    let d = &r.devices;
+    let mut devices = format!("{} {}", d.count, one_line(&d.resource));
+    if !d.ids.is_empty() {
+        devices.push_str(&format!(": ids {}", one_line(&d.ids.join(","))));
+    }
+    if !d.claims.is_empty() {
+        devices.push_str(&format!(" (claims {})", one_line(&d.claims.join(", "))));
+    }
+    if let Some(note) = &d.note {
+        devices.push_str(&format!(" ({})", one_line(note)));
+    }
+    [
+        one_line(&r.role),
+        r.rank.to_string(),
+        or(&r.pod, "no pod"),
+        or(&r.node, "not bound"),
+        domain,
+        devices,
+    ]
+}
+
+/// `text` on one line: a value with a line break would read as another line of the sheet.
+fn one_line(text: &str) -> String {
+    text.chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
 }
 
 #[cfg(test)]
@@ -572,6 +656,98 @@ mod tests {
         }
         let old: Manifest = serde_json::from_value(json).unwrap();
         assert!(old.service_owners.is_empty() && old.review.is_none());
+    }
+
+    #[test]
+    fn the_sheet_prints_each_ranks_pod_node_domain_and_devices() {
+        use crate::acceptance::placement::{RankDevices, PLACEMENT_ANNOTATION};
+        let m = manifest("", Some(1.0));
+        let bare = render(&m);
+        assert!(
+            bare.ends_with("Placement: not recorded (the operator records it on the evidence ConfigMap when it records the verdict; give the ConfigMap to read it)\n"),
+            "{bare}"
+        );
+        let rank =
+            |role: &str, rank, node: Option<&str>, domain: Option<&str>, devices| RankPlacement {
+                role: role.into(),
+                rank,
+                pod: node.map(|_| format!("{role}-{rank}-x")),
+                node: node.map(str::to_string),
+                domain: domain.map(str::to_string),
+                devices,
+            };
+        let gpus = |count| RankDevices {
+            resource: "nvidia.com/gpu".into(),
+            count,
+            ..RankDevices::default()
+        };
+        let record = Placement {
+            domain_key: "nvidia.com/gpu.clique".into(),
+            domains_not_read: None,
+            ranks: vec![
+                rank("decode", 0, Some("gpu-2"), Some("clique-b"), gpus(8)),
+                rank("decode", 1, Some("gpu-3"), None, gpus(8)),
+                rank(
+                    "prefill",
+                    0,
+                    None,
+                    None,
+                    RankDevices {
+                        resource: "huawei.com/Ascend910".into(),
+                        count: 2,
+                        ids: vec!["0".into(), "1".into()],
+                        claims: vec!["devices=p-devices-1".into()],
+                        note: Some("why\nnot".into()),
+                    },
+                ),
+            ],
+            omitted_ranks: 0,
+        };
+        // Read from the evidence ConfigMap as kubectl prints it: the annotation beside the data.
+        let dir = std::env::temp_dir().join(format!("sheet-placement-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let cm = serde_yaml::to_string(&serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"annotations": {PLACEMENT_ANNOTATION: record.annotation_value()}},
+            "data": {"manifest.json": serde_json::to_string(&m).unwrap()}
+        }))
+        .unwrap();
+        std::fs::write(dir.join("cm.yaml"), cm).unwrap();
+        let loaded = load_manifest(&dir.join("cm.yaml")).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(loaded.placement, Some(Ok(record.clone())));
+        let sheet = render(&loaded);
+        let section = &sheet[sheet.find("Placement:").expect("a placement section")..];
+        assert_eq!(
+            section,
+            "Placement: 3 rank(s), as the operator recorded them; scale-up domain = node label nvidia.com/gpu.clique\n\
+             role    | rank | pod        | node      | scale-up domain   | devices\n\
+             --------|------|------------|-----------|-------------------|-----------------------------------------------------------------------\n\
+             decode  | 0    | decode-0-x | gpu-2     | clique-b          | 8 nvidia.com/gpu\n\
+             decode  | 1    | decode-1-x | gpu-3     | node has no label | 8 nvidia.com/gpu\n\
+             prefill | 0    | no pod     | not bound | -                 | 2 huawei.com/Ascend910: ids 0,1 (claims devices=p-devices-1) (why not)\n"
+        );
+        let unread = Placement {
+            domains_not_read: Some("the operator does not read nodes".into()),
+            ..record
+        };
+        let sheet = render(&Manifest {
+            placement: Some(Ok(unread)),
+            ..m.clone()
+        });
+        assert!(
+            sheet.contains("scale-up domain = node label nvidia.com/gpu.clique (not read: the operator does not read nodes)\n"),
+            "{sheet}"
+        );
+        assert!(sheet.contains("| gpu-3     | not read "), "{sheet}");
+        let broken = render(&Manifest {
+            placement: Some(Placement::parse("[]")),
+            ..m
+        });
+        assert!(
+            broken.contains("Placement: unreadable: annotation deepinfer.io/placement is not a placement record"),
+            "{broken}"
+        );
     }
 
     #[test]

@@ -387,6 +387,72 @@ impl AcceptanceStatus {
     }
 }
 
+/// A closed set of names the operator writes as strings (condition and event reasons): an enum
+/// whose every value has one spelling, listed in `ALL`.
+macro_rules! string_enum {
+    ($(#[$doc:meta])* pub enum $name:ident { $($(#[$vdoc:meta])* $variant:ident = $value:literal,)* }) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum $name {
+            $($(#[$vdoc])* $variant,)*
+        }
+
+        impl $name {
+            /// Every value, in declaration order.
+            pub const ALL: &'static [$name] = &[$($name::$variant,)*];
+
+            /// The value as written into conditions and Events.
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $value,)*
+                }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl serde::Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.serialize_str(self.as_str())
+            }
+        }
+
+        impl From<$name> for String {
+            fn from(value: $name) -> String {
+                value.as_str().to_string()
+            }
+        }
+
+        impl PartialEq<str> for $name {
+            fn eq(&self, other: &str) -> bool {
+                self.as_str() == other
+            }
+        }
+
+        impl PartialEq<String> for $name {
+            fn eq(&self, other: &String) -> bool {
+                self.as_str() == other
+            }
+        }
+
+        impl PartialEq<$name> for &str {
+            fn eq(&self, other: &$name) -> bool {
+                *self == other.as_str()
+            }
+        }
+
+        impl PartialEq<$name> for String {
+            fn eq(&self, other: &$name) -> bool {
+                self == other.as_str()
+            }
+        }
+    };
+}
+
 /// Condition types.
 pub mod conditions {
     /// The licence annotation matches `spec.model.license` and the licence is allowed.
@@ -405,114 +471,125 @@ pub mod conditions {
     pub const STALLED: &str = "Stalled";
 }
 
-/// Condition reasons (CamelCase, stable; each has an entry in docs/runbooks.md).
-pub mod reasons {
+string_enum! {
+/// Why a condition is what it is, and why an Event was published: every reason the operator
+/// writes, in one place (CamelCase, stable; each has an entry in docs/runbooks.md).
+pub enum Reason {
     /// Spec violates a validation rule.
-    pub const INVALID_SPEC: &str = "InvalidSpec";
+    InvalidSpec = "InvalidSpec",
     /// The licence annotation is missing.
-    pub const LICENSE_ANNOTATION_MISSING: &str = "LicenseAnnotationMissing";
+    LicenseAnnotationMissing = "LicenseAnnotationMissing",
     /// The licence annotation differs from `spec.model.license`.
-    pub const LICENSE_MISMATCH: &str = "LicenseMismatch";
+    LicenseMismatch = "LicenseMismatch",
     /// The licence is not on the operator's allow-list.
-    pub const LICENSE_NOT_ALLOWED: &str = "LicenseNotAllowed";
+    LicenseNotAllowed = "LicenseNotAllowed",
     /// All three licence checks agree.
-    pub const LICENSE_ACCEPTED: &str = "LicenseAccepted";
+    LicenseAccepted = "LicenseAccepted",
     /// The fetch Job is running.
-    pub const FETCHING: &str = "Fetching";
+    Fetching = "Fetching",
     /// The fetch Job failed.
-    pub const FETCH_FAILED: &str = "FetchFailed";
+    FetchFailed = "FetchFailed",
     /// The verification Job is running.
-    pub const VERIFYING: &str = "Verifying";
+    Verifying = "Verifying",
     /// Verification found a problem in the checkpoint.
-    pub const VERIFICATION_FAILED: &str = "VerificationFailed";
+    VerificationFailed = "VerificationFailed",
     /// Verification passed.
-    pub const VERIFIED: &str = "Verified";
+    Verified = "Verified",
     /// The checkpoint declares a different licence than `spec.model.license`.
-    pub const CHECKPOINT_LICENSE_MISMATCH: &str = "CheckpointLicenseMismatch";
+    CheckpointLicenseMismatch = "CheckpointLicenseMismatch",
     /// A gate before this one has not passed yet.
-    pub const WAITING_FOR_GATE: &str = "WaitingForGate";
+    WaitingForGate = "WaitingForGate",
     /// The acceptance workload is running.
-    pub const ACCEPTANCE_RUNNING: &str = "AcceptanceRunning";
+    AcceptanceRunning = "AcceptanceRunning",
     /// The acceptance workload failed; evidence kept.
-    pub const ACCEPTANCE_FAILED: &str = "AcceptanceFailed";
+    AcceptanceFailed = "AcceptanceFailed",
     /// A new acceptance run needs a review decision on record first: a new rerun annotation
     /// without `deepinfer.io/rerun-reason`, or a changed `spec.acceptance` of a deployment that
     /// has passed without the change's reason and reviewer annotations. Nothing runs; the serving
     /// revision keeps serving on its pass.
-    pub const ACCEPTANCE_REVIEW_REQUIRED: &str = "AcceptanceReviewRequired";
+    AcceptanceReviewRequired = "AcceptanceReviewRequired",
     /// The acceptance workload passed.
-    pub const ACCEPTANCE_SUCCEEDED: &str = "AcceptanceSucceeded";
+    AcceptanceSucceeded = "AcceptanceSucceeded",
     /// Ready waits for the acceptance gate.
-    pub const AWAITING_ACCEPTANCE: &str = "AwaitingAcceptance";
+    AwaitingAcceptance = "AwaitingAcceptance",
     /// Some serving groups are not ready yet.
-    pub const GROUPS_NOT_READY: &str = "GroupsNotReady";
+    GroupsNotReady = "GroupsNotReady",
     /// Every serving group is ready.
-    pub const GROUPS_READY: &str = "GroupsReady";
+    GroupsReady = "GroupsReady",
     /// Accepted and every group ready.
-    pub const READY: &str = "Ready";
+    Ready = "Ready",
     /// The operator is applying the spec.
-    pub const PROGRESSING: &str = "Progressing";
+    Progressing = "Progressing",
     /// Nothing left to do.
-    pub const COMPLETE: &str = "Complete";
+    Complete = "Complete",
     /// Writing worker pods or Services failed; retried.
-    pub const APPLY_FAILED: &str = "ApplyFailed";
+    ApplyFailed = "ApplyFailed",
     /// The API server refused a child object the operator derived from the spec as invalid
     /// (HTTP 422); the message carries the server's message and the field. Not retried until
     /// the resource changes.
-    pub const CHILD_REJECTED: &str = "ChildRejected";
+    ChildRejected = "ChildRejected",
     /// A Job's pod cannot pull its image (ErrImagePull, ImagePullBackOff, InvalidImageName).
-    pub const IMAGE_PULL_FAILED: &str = "ImagePullFailed";
+    ImagePullFailed = "ImagePullFailed",
     /// A Job's pod cannot be configured (CreateContainerConfigError: a missing Secret,
     /// ConfigMap or key it refers to).
-    pub const CONTAINER_CONFIG_ERROR: &str = "ContainerConfigError";
+    ContainerConfigError = "ContainerConfigError",
     /// A Job's container cannot be created or started (CreateContainerError, RunContainerError,
     /// CrashLoopBackOff).
-    pub const CONTAINER_START_FAILED: &str = "ContainerStartFailed";
+    ContainerStartFailed = "ContainerStartFailed",
     /// The scheduler cannot place a fetch or verify Job's pod.
-    pub const POD_UNSCHEDULABLE: &str = "PodUnschedulable";
+    PodUnschedulable = "PodUnschedulable",
     /// The checkpoint's PersistentVolumeClaim exists but is not Bound.
-    pub const CLAIM_NOT_BOUND: &str = "ClaimNotBound";
+    ClaimNotBound = "ClaimNotBound",
     /// A referenced object (PVC, ConfigMap, Secret) is missing.
-    pub const MISSING_DEPENDENCY: &str = "MissingDependency";
+    MissingDependency = "MissingDependency",
     /// `spec.model.source.hub.endpoint` (or the default public hub) is not on the operator's
     /// `--allowed-hub-endpoints`: no fetch Job is created.
-    pub const HUB_ENDPOINT_NOT_ALLOWED: &str = "HubEndpointNotAllowed";
+    HubEndpointNotAllowed = "HubEndpointNotAllowed",
     /// The hub token Secret is not labelled `deepinfer.io/hub-token: "true"`, or is a
     /// ServiceAccount token Secret: it is never mounted into a fetch Job.
-    pub const TOKEN_SECRET_NOT_ALLOWED: &str = "TokenSecretNotAllowed";
+    TokenSecretNotAllowed = "TokenSecretNotAllowed",
     /// Engine containers would read a Secret or ConfigMap that is not labelled
     /// `deepinfer.io/engine-readable: "true"` (or is missing, or is a ServiceAccount token), or
     /// a projected ServiceAccount token: nothing of the spec is provisioned.
-    pub const REFERENCE_NOT_ALLOWED: &str = "ReferenceNotAllowed";
+    ReferenceNotAllowed = "ReferenceNotAllowed",
     /// Groups of a new revision (or pod template) are replacing the serving ones, group by group.
-    pub const ROLLING_OUT: &str = "RollingOut";
+    RollingOut = "RollingOut",
     /// A pod the operator runs (acceptance or a new group) waits for free devices; not a verdict.
-    pub const WAITING_FOR_CAPACITY: &str = "WaitingForCapacity";
+    WaitingForCapacity = "WaitingForCapacity",
     /// Serving pods lost their entitlement (licence or judgement) and were taken out of service.
-    pub const SERVING_WITHDRAWN: &str = "ServingWithdrawn";
+    ServingWithdrawn = "ServingWithdrawn",
     /// A Job the operator would read by name exists but was made for another configuration (its
     /// `deepinfer.io/judges` annotation differs): it is neither read nor deleted.
-    pub const NAME_CONFLICT: &str = "NameConflict";
+    NameConflict = "NameConflict",
     /// The acceptance run waits for a place under `--max-concurrent-acceptance-runs`; the
     /// message gives its place in line.
-    pub const ACCEPTANCE_QUEUED: &str = "AcceptanceQueued";
+    AcceptanceQueued = "AcceptanceQueued",
     /// `spec.paused`: no group is created, replaced or deleted.
-    pub const PAUSED: &str = "Paused";
+    Paused = "Paused",
     /// `spec.suspend`: every serving pod and a running acceptance run are deleted; the
     /// judgements, the checkpoint and the kept revisions stay.
-    pub const SUSPENDED: &str = "Suspended";
+    Suspended = "Suspended",
+    /// Event: a group was deleted whole (a pod failed, was lost or was deleted) so that it is
+    /// created again; the note says which pod and why.
+    GroupReplaced = "GroupReplaced",
+    /// Event: only part of a group was bound within the placement deadline; the group is deleted
+    /// and placed again after a backoff.
+    GroupPartlyPlaced = "GroupPartlyPlaced",
+}
 }
 
+string_enum! {
 /// Reasons of the `deepinfer.io/accepted` pod condition.
-pub mod pod_reasons {
+pub enum PodReason {
     /// The pod's revision passed acceptance and the licence is accepted: it may serve.
-    pub const ENTITLED: &str = "AcceptancePassed";
+    Entitled = "AcceptancePassed",
     /// The licence gate closed (annotation removed or changed, or licence no longer allowed).
-    pub const LICENSE_WITHDRAWN: &str = "LicenseWithdrawn";
+    LicenseWithdrawn = "LicenseWithdrawn",
     /// The newest judgement of the pod's revision is a failure.
-    pub const ACCEPTANCE_WITHDRAWN: &str = "AcceptanceWithdrawn";
+    AcceptanceWithdrawn = "AcceptanceWithdrawn",
     /// No judgement of the pod's revision is recorded.
-    pub const NOT_JUDGED: &str = "RevisionNotJudged";
+    NotJudged = "RevisionNotJudged",
+}
 }
 
 #[cfg(test)]

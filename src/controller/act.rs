@@ -11,9 +11,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::api::Reason;
+
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, Pod, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, ObjectReference, Pod, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::api::resource::v1::ResourceClaimTemplate;
@@ -28,6 +30,7 @@ use super::decide::entitlement::Mark;
 use super::decide::retention;
 use super::error::Error;
 use super::text::truncate;
+use crate::acceptance::placement::{Placement, PLACEMENT_ANNOTATION};
 use crate::api::{labels, Component};
 
 /// A kind of object the operator writes (see [`Object`]).
@@ -161,6 +164,15 @@ pub enum Act<'a> {
         /// Annotation value.
         value: String,
     },
+    /// Record where each rank of a judged run ran on its evidence ConfigMap (annotation
+    /// [`PLACEMENT_ANNOTATION`]), once: an evidence ConfigMap that has it already is left as it
+    /// is. With `--record-node-domains` the domain label of each rank's node is read first.
+    RecordPlacement {
+        /// The evidence ConfigMap.
+        configmap: String,
+        /// The record, domains not yet read.
+        placement: Placement,
+    },
     /// Housekeeping: give a finished Job its `ttlSecondsAfterFinished`.
     Expire {
         /// The Job.
@@ -179,7 +191,7 @@ pub enum Act<'a> {
     /// Housekeeping: a Warning event on the deployment.
     Warn {
         /// Event reason.
-        reason: &'static str,
+        reason: Reason,
         /// Event action.
         action: &'static str,
         /// Event note.
@@ -219,6 +231,9 @@ impl<'a> Act<'a> {
             Act::Delete(h) => format!("delete {}", h.describe()),
             Act::Mark(m) => format!("mark Pod {} accepted={}", m.pod, m.accepted),
             Act::Annotate { configmap, key, .. } => format!("annotate ConfigMap {configmap} {key}"),
+            Act::RecordPlacement { configmap, .. } => {
+                format!("annotate ConfigMap {configmap} {PLACEMENT_ANNOTATION}")
+            }
             Act::Expire { job, ttl } => format!("expire Job {job} after {ttl} s"),
             Act::PruneEvidence { keep, .. } => format!("prune evidence beyond {keep}"),
             Act::Warn { reason, .. } => format!("warn {reason}"),
@@ -335,6 +350,10 @@ impl<'c> Executor<'c> {
                 self.merge_patch::<ConfigMap>("annotate", configmap, &patch)
                     .await
             }
+            Act::RecordPlacement {
+                configmap,
+                placement,
+            } => self.record_placement(configmap, placement).await,
             Act::Expire { job, ttl } => {
                 let patch = serde_json::json!({"spec": {"ttlSecondsAfterFinished": ttl}});
                 self.merge_patch::<Job>("expire", job, &patch).await
@@ -389,6 +408,71 @@ impl<'c> Executor<'c> {
                 e,
             )),
         }
+    }
+
+    /// [`Act::RecordPlacement`]: nothing when the evidence is gone or has its placement
+    /// already; else the record, with each rank's domain when nodes are read, as the annotation.
+    async fn record_placement(
+        &self,
+        configmap: &str,
+        placement: &Placement,
+    ) -> Result<bool, Error> {
+        let configmaps: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.namespace);
+        let meta = configmaps.get_metadata_opt(configmap).await.map_err(|e| {
+            Error::api(
+                "get",
+                "ConfigMap",
+                &format!("{}/{configmap}", self.namespace),
+                e,
+            )
+        })?;
+        let recorded = meta
+            .as_ref()
+            .is_none_or(|m| m.annotations().contains_key(PLACEMENT_ANNOTATION));
+        if recorded {
+            return Ok(false);
+        }
+        let placement = if self.ctx.record_node_domains {
+            self.with_domains(placement.clone()).await?
+        } else {
+            Placement {
+                domains_not_read: Some(
+                    "the operator reads no nodes (--record-node-domains is off)".into(),
+                ),
+                ..placement.clone()
+            }
+        };
+        let patch = serde_json::json!({"metadata": {"annotations": {
+            PLACEMENT_ANNOTATION: placement.annotation_value()
+        }}});
+        self.merge_patch::<ConfigMap>("annotate", configmap, &patch)
+            .await
+    }
+
+    /// `placement` with each rank's domain: its node's value of the domain label. A node gone
+    /// meanwhile has none; when the operator may not read nodes, the record says so.
+    async fn with_domains(&self, placement: Placement) -> Result<Placement, Error> {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let mut domains = BTreeMap::new();
+        for node in placement.nodes() {
+            match nodes.get_metadata_opt(&node).await {
+                Ok(meta) => {
+                    let domain = meta.and_then(|m| m.labels().get(&placement.domain_key).cloned());
+                    domains.insert(node, domain);
+                }
+                Err(kube::Error::Api(e)) if e.code == 403 => {
+                    return Ok(Placement {
+                        domains_not_read: Some(format!(
+                            "the operator may not get nodes ({}); grant its ServiceAccount get on nodes",
+                            e.message
+                        )),
+                        ..placement
+                    });
+                }
+                Err(e) => return Err(Error::api("get", "Node", &node, e)),
+            }
+        }
+        Ok(placement.with_domains(|node| domains.get(node).cloned().flatten()))
     }
 
     /// The metadata of the deployment's evidence ConfigMaps (read as metadata only: evidence is
@@ -524,7 +608,7 @@ mod tests {
         }
         .is_housekeeping());
         assert!(Act::Warn {
-            reason: "R",
+            reason: Reason::GroupReplaced,
             action: "A",
             note: String::new()
         }

@@ -17,7 +17,8 @@ use k8s_openapi::api::batch::v1::{Job, JobSpec, JobStatus};
 use k8s_openapi::api::core::v1::{
     Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
     ContainerStateWaiting, ContainerStatus, PersistentVolumeClaim, PersistentVolumeClaimStatus,
-    Pod, PodCondition, PodResourceClaim, PodSpec, PodStatus, PodTemplateSpec,
+    Pod, PodCondition, PodResourceClaim, PodResourceClaimStatus, PodSpec, PodStatus,
+    PodTemplateSpec,
 };
 use k8s_openapi::api::scheduling::v1beta1::{PodGroup, PodGroupResourceClaim, PodGroupSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
@@ -27,8 +28,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::build::{
-    APPLIED_HASH_ANNOTATION, ASCEND_910_ANNOTATION, ASCEND_NPU_ANNOTATION, EVIDENCE_FLAG,
-    JUDGES_ANNOTATION,
+    APPLIED_HASH_ANNOTATION, ASCEND_910_ANNOTATION, ASCEND_NPU_ANNOTATION, JUDGES_ANNOTATION,
 };
 use crate::api::{labels, ACCEPTED_POD_CONDITION};
 
@@ -338,11 +338,12 @@ impl From<&OwnerReference> for Owner {
 /// references, and the kept labels and annotations ([`Marks`]). `managedFields`, finalizers,
 /// `generateName` and every other label and annotation are dropped.
 ///
-/// An object on its way through a watch also carries its decoded `ObjectMeta` (without labels
-/// and annotations), which the watcher and the trigger mappings read through `kube::Resource`;
-/// the stores drop it ([`Cached::kept`]). A stored object is read through this type only.
+/// Decoding also yields the object's `ObjectMeta` (without labels and annotations), which
+/// [`Incoming`] takes out at once for the watcher and the trigger mappings; a stored object is read
+/// through this type only.
 #[derive(Clone, Debug, Default)]
 pub struct Slim {
+    /// The decoded `ObjectMeta`, from decoding until [`Incoming`] takes it; `None` after.
     wire: Option<Box<ObjectMeta>>,
     key: Box<str>,
     uid: Box<str>,
@@ -355,12 +356,6 @@ pub struct Slim {
     annotations: Marks,
 }
 
-/// Metadata read through `kube::Resource` of an object a store holds: nothing (see [`Slim`]).
-fn no_meta() -> &'static ObjectMeta {
-    static NONE: std::sync::OnceLock<ObjectMeta> = std::sync::OnceLock::new();
-    NONE.get_or_init(ObjectMeta::default)
-}
-
 fn text(s: &Option<String>) -> Box<str> {
     s.as_deref().unwrap_or_default().into()
 }
@@ -370,14 +365,6 @@ fn some_text(s: &str) -> Option<String> {
 }
 
 impl Slim {
-    /// The decoded metadata of an object on its way through a watch; of a stored object, empty.
-    fn wire(&self) -> &ObjectMeta {
-        match &self.wire {
-            Some(meta) => meta,
-            None => no_meta(),
-        }
-    }
-
     /// `namespace/name`: the store's key.
     pub fn key(&self) -> &str {
         &self.key
@@ -474,27 +461,69 @@ pub trait Slimmed {
     fn slim_mut(&mut self) -> &mut Slim;
 }
 
-/// An object as a cache of the owned kinds keeps it, and how a pass reads it.
-pub trait Cached: Slimmed + kube::Resource<DynamicType = ()> + Clone + 'static {
+/// An object as a cache of the owned kinds keeps it, and how a pass reads it. It is not a
+/// `kube::Resource`: what a watch delivers is an [`Incoming`] of it.
+pub trait Cached: Slimmed + Clone + 'static {
     /// The API type it stands for.
-    type Api;
+    type Api: k8s_openapi::Resource;
 
     /// The value of a kept label.
     fn label(&self, key: KeptLabel) -> Option<&str> {
         self.slim().labels.get(key.key())
     }
 
-    /// The object as a store keeps it: a copy without the decoded `ObjectMeta` the watch needs
-    /// (set aside while the copy is made, so it is never copied).
-    fn kept(&mut self) -> Self {
-        let wire = self.slim_mut().wire.take();
-        let kept = self.clone();
-        self.slim_mut().wire = wire;
-        kept
-    }
-
     /// The object as the API type, with the fields the cache keeps.
     fn to_api(&self) -> Self::Api;
+}
+
+/// An object of a cached kind on its way through a watch: the shape a store keeps, and its
+/// decoded `ObjectMeta` (without labels and annotations), which the watcher and the trigger
+/// mappings read through `kube::Resource`. A store keeps the shape only.
+#[derive(Clone, Debug)]
+pub struct Incoming<K> {
+    meta: ObjectMeta,
+    shape: K,
+}
+
+impl<K> Incoming<K> {
+    /// The object as a store keeps it.
+    pub fn shape(&self) -> &K {
+        &self.shape
+    }
+
+    /// The same, taken.
+    pub fn into_shape(self) -> K {
+        self.shape
+    }
+}
+
+impl<'de, K: Slimmed + Deserialize<'de>> Deserialize<'de> for Incoming<K> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let mut shape = K::deserialize(deserializer)?;
+        let meta = shape.slim_mut().wire.take().map(|m| *m).unwrap_or_default();
+        Ok(Self { meta, shape })
+    }
+}
+
+impl<K: Cached> k8s_openapi::Resource for Incoming<K> {
+    const API_VERSION: &'static str = <K::Api as k8s_openapi::Resource>::API_VERSION;
+    const GROUP: &'static str = <K::Api as k8s_openapi::Resource>::GROUP;
+    const KIND: &'static str = <K::Api as k8s_openapi::Resource>::KIND;
+    const VERSION: &'static str = <K::Api as k8s_openapi::Resource>::VERSION;
+    const URL_PATH_SEGMENT: &'static str = <K::Api as k8s_openapi::Resource>::URL_PATH_SEGMENT;
+    type Scope = <K::Api as k8s_openapi::Resource>::Scope;
+}
+
+impl<K: Cached> k8s_openapi::Metadata for Incoming<K> {
+    type Ty = ObjectMeta;
+
+    fn metadata(&self) -> &ObjectMeta {
+        &self.meta
+    }
+
+    fn metadata_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.meta
+    }
 }
 
 /// JSON text as a cache keeps it, compressed with DEFLATE: the spec and status of a resource
@@ -644,6 +673,8 @@ struct RunState {
     conditions: Option<Box<[Condition]>>,
     init_container_statuses: Option<Box<[ContainerRun]>>,
     container_statuses: Option<Box<[ContainerRun]>>,
+    /// The ResourceClaims made for the pod's claims (Dynamic Resource Allocation only).
+    resource_claim_statuses: Option<Box<[PodResourceClaimStatus]>>,
 }
 
 impl<'de> Deserialize<'de> for RunState {
@@ -663,6 +694,7 @@ impl<'de> Deserialize<'de> for RunState {
             conditions: Option<Box<[Condition]>>,
             init_container_statuses: Option<Box<[ContainerRun]>>,
             container_statuses: Option<Box<[ContainerRun]>>,
+            resource_claim_statuses: Option<Box<[PodResourceClaimStatus]>>,
         }
         let w = Wire::deserialize(deserializer)?;
         Ok(Self {
@@ -677,6 +709,7 @@ impl<'de> Deserialize<'de> for RunState {
             conditions: w.conditions,
             init_container_statuses: w.init_container_statuses,
             container_statuses: w.container_statuses,
+            resource_claim_statuses: w.resource_claim_statuses,
         })
     }
 }
@@ -853,38 +886,16 @@ impl Cached for CachedPod {
                     .map(|cs| cs.iter().map(Condition::to_api).collect()),
                 init_container_statuses: statuses(&s.init_container_statuses),
                 container_statuses: statuses(&s.container_statuses),
+                resource_claim_statuses: s.resource_claim_statuses.as_deref().map(<[_]>::to_vec),
                 ..PodStatus::default()
             }),
         }
     }
 }
 
-/// Makes `$cached` stand for the API kind `$api` in lists and watches (same group, version,
-/// kind and path).
-macro_rules! stands_for {
-    ($cached:ty, $api:ty) => {
-        impl k8s_openapi::Resource for $cached {
-            const API_VERSION: &'static str = <$api as k8s_openapi::Resource>::API_VERSION;
-            const GROUP: &'static str = <$api as k8s_openapi::Resource>::GROUP;
-            const KIND: &'static str = <$api as k8s_openapi::Resource>::KIND;
-            const VERSION: &'static str = <$api as k8s_openapi::Resource>::VERSION;
-            const URL_PATH_SEGMENT: &'static str =
-                <$api as k8s_openapi::Resource>::URL_PATH_SEGMENT;
-            type Scope = <$api as k8s_openapi::Resource>::Scope;
-        }
-
-        impl k8s_openapi::Metadata for $cached {
-            type Ty = ObjectMeta;
-
-            fn metadata(&self) -> &ObjectMeta {
-                self.metadata.wire()
-            }
-
-            fn metadata_mut(&mut self) -> &mut ObjectMeta {
-                self.metadata.wire.get_or_insert_with(Box::default)
-            }
-        }
-
+/// The cut-down metadata of each cached shape is its `metadata` field.
+macro_rules! slimmed {
+    ($($cached:ty),*) => {$(
         impl Slimmed for $cached {
             fn slim(&self) -> &Slim {
                 &self.metadata
@@ -894,18 +905,19 @@ macro_rules! stands_for {
                 &mut self.metadata
             }
         }
-    };
+    )*};
 }
 
-stands_for!(CachedPod, Pod);
-stands_for!(CachedJob, Job);
-stands_for!(CachedRevision, ControllerRevision);
-stands_for!(CachedPodGroup, PodGroup);
-stands_for!(CachedClaim, PersistentVolumeClaim);
+slimmed!(
+    CachedPod,
+    CachedJob,
+    CachedRevision,
+    CachedPodGroup,
+    CachedClaim
+);
 
 /// A Job as the cache keeps it: its metadata, TTL, its pods' device claims and containers'
-/// names, of their arguments only the evidence ConfigMap a judge names ([`EVIDENCE_FLAG`] and
-/// its value; a judge has two dozen arguments no pass reads), and its status.
+/// names (none of their arguments: a judge has two dozen that no pass reads), and its status.
 #[derive(Clone, Debug, Default, Deserialize)]
 pub struct CachedJob {
     #[serde(default)]
@@ -937,33 +949,10 @@ struct JobPods {
     resource_claims: Option<Vec<PodResourceClaim>>,
 }
 
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, Deserialize)]
 struct Invocation {
+    #[serde(default)]
     name: Box<str>,
-    /// The value of [`EVIDENCE_FLAG`] among the arguments.
-    evidence: Option<Box<str>>,
-}
-
-impl<'de> Deserialize<'de> for Invocation {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        struct Wire {
-            #[serde(default)]
-            name: String,
-            args: Option<Vec<String>>,
-        }
-        let wire = Wire::deserialize(deserializer)?;
-        let mut args = wire.args.unwrap_or_default();
-        let evidence = args
-            .iter()
-            .position(|a| a == EVIDENCE_FLAG)
-            .and_then(|i| args.get_mut(i + 1))
-            .map(|value| std::mem::take(value).into_boxed_str());
-        Ok(Self {
-            name: wire.name.into_boxed_str(),
-            evidence,
-        })
-    }
 }
 
 impl Cached for CachedJob {
@@ -982,9 +971,6 @@ impl Cached for CachedJob {
                             .iter()
                             .map(|c| Container {
                                 name: c.name.to_string(),
-                                args: c.evidence.as_ref().map(|evidence| {
-                                    vec![EVIDENCE_FLAG.to_string(), evidence.to_string()]
-                                }),
                                 ..Container::default()
                             })
                             .collect(),
@@ -1135,30 +1121,6 @@ impl<K> Clone for CachedMeta<K> {
     }
 }
 
-impl<K: k8s_openapi::Resource> k8s_openapi::Resource for CachedMeta<K> {
-    const API_VERSION: &'static str = K::API_VERSION;
-    const GROUP: &'static str = K::GROUP;
-    const KIND: &'static str = K::KIND;
-    const VERSION: &'static str = K::VERSION;
-    const URL_PATH_SEGMENT: &'static str = K::URL_PATH_SEGMENT;
-    type Scope = K::Scope;
-}
-
-impl<K> k8s_openapi::Metadata for CachedMeta<K>
-where
-    K: k8s_openapi::Resource,
-{
-    type Ty = ObjectMeta;
-
-    fn metadata(&self) -> &ObjectMeta {
-        self.metadata.wire()
-    }
-
-    fn metadata_mut(&mut self) -> &mut ObjectMeta {
-        self.metadata.wire.get_or_insert_with(Box::default)
-    }
-}
-
 impl<K> Slimmed for CachedMeta<K> {
     fn slim(&self) -> &Slim {
         &self.metadata
@@ -1280,7 +1242,7 @@ mod tests {
              "uid": "u-1", "controller": true, "blockOwnerDeletion": true},
             {"apiVersion": "example.com/v1", "kind": "Other", "name": "x", "uid": "u-2"},
         ]);
-        let mut pod: CachedPod = serde_json::from_value(serde_json::json!({
+        let pod: Incoming<CachedPod> = serde_json::from_value(serde_json::json!({
             "metadata": {
                 "name": "flash-serve-0-1", "namespace": "team", "uid": "p-1",
                 "resourceVersion": "4711", "generation": 2,
@@ -1293,18 +1255,16 @@ mod tests {
             "spec": {"nodeName": "n-1"},
         }))
         .expect("decoded");
-        let kept = pod.kept();
-        assert_eq!(
-            kube::Resource::meta(&kept),
-            &ObjectMeta::default(),
+        let kept = pod.shape().clone();
+        assert!(
+            kept.slim().wire.is_none(),
             "a stored object holds no decoded copy"
         );
         assert_eq!(
             kube::Resource::meta(&pod).name.as_deref(),
             Some("flash-serve-0-1"),
-            "the object on the watch keeps its decoded copy"
+            "the object on the watch carries its decoded metadata"
         );
-        assert_eq!(kept.to_api(), pod.to_api());
         let meta = kept.to_api().metadata;
         assert_eq!(meta.name.as_deref(), Some("flash-serve-0-1"));
         assert_eq!(meta.namespace.as_deref(), Some("team"));
@@ -1355,14 +1315,15 @@ mod tests {
             "containerStatuses": [{"name": "engine", "image": "", "imageID": "",
                 "ready": true, "restartCount": 0,
                 "started": true, "state": {"running": {"startedAt": "2026-01-01T00:00:06Z"}}}],
+            "resourceClaimStatuses": [{"name": "devices", "resourceClaimName": "flash-serve-0-1-devices-x7k2q"}],
         });
-        let mut pod: CachedPod = serde_json::from_value(serde_json::json!({
+        let pod: Incoming<CachedPod> = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "flash-serve-0-1", "namespace": "team"},
             "spec": {"nodeName": "n-1"},
             "status": status,
         }))
         .expect("decoded");
-        let kept = pod.kept();
+        let kept = pod.shape();
         assert_eq!(
             serde_json::to_value(kept.to_api().status).expect("json"),
             status,
@@ -1371,40 +1332,40 @@ mod tests {
     }
 
     #[test]
-    fn a_stored_job_keeps_of_its_arguments_the_evidence_its_judge_names() {
-        let mut job: CachedJob = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "flash-accept-0", "namespace": "team"},
+    fn a_stored_job_keeps_its_containers_names_and_its_run_key_and_no_arguments() {
+        let names = crate::controller::build::AcceptanceNames::new("flash", "r1", "");
+        let job: Incoming<CachedJob> = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": names.job(0), "namespace": "team",
+                "annotations": {JUDGES_ANNOTATION: names.key}},
             "spec": {"template": {"spec": {"containers": [
                 {"name": "engine", "image": "e", "args": ["--serve", "--port", "8000"]},
-                {"name": "sidecar", "image": "s", "args": null},
                 {"name": crate::controller::build::JUDGE_CONTAINER, "image": "j",
-                 "args": ["judge", "--revision", "r1", EVIDENCE_FLAG, "flash-evidence-1", "--owner-name", "flash"]},
+                 "args": ["judge", "--revision", "r1", crate::controller::build::EVIDENCE_FLAG, "elsewhere", "--owner-name", "flash"]},
             ]}}},
         }))
         .expect("decoded");
-        let back = job.kept().to_api();
-        let containers = back
+        let back = job.shape().to_api();
+        let containers = &back
             .spec
-            .and_then(|s| s.template.spec)
+            .as_ref()
+            .and_then(|s| s.template.spec.as_ref())
             .expect("pods")
             .containers;
-        let args: Vec<_> = containers
+        let kept: Vec<_> = containers
             .iter()
             .map(|c| (c.name.as_str(), c.args.clone()))
             .collect();
         assert_eq!(
-            args,
+            kept,
             [
                 ("engine", None),
-                ("sidecar", None),
-                (
-                    crate::controller::build::JUDGE_CONTAINER,
-                    Some(vec![
-                        EVIDENCE_FLAG.to_string(),
-                        "flash-evidence-1".to_string()
-                    ])
-                ),
+                (crate::controller::build::JUDGE_CONTAINER, None)
             ]
+        );
+        assert_eq!(
+            crate::controller::build::evidence_of_job("flash", &back),
+            Some(names.evidence_configmap),
+            "the evidence is named by the run's key, whatever the arguments say"
         );
     }
 
@@ -1426,14 +1387,14 @@ mod tests {
         assert_eq!(back.metadata.labels.expect("labels").len(), 1);
         assert_eq!(back.metadata.annotations.expect("annotations").len(), 1);
         assert_eq!(
-            <CachedMeta<k8s_openapi::api::policy::v1::PodDisruptionBudget> as kube::Resource>::url_path(&(), Some("team")),
+            <Incoming<CachedMeta<k8s_openapi::api::policy::v1::PodDisruptionBudget>> as kube::Resource>::url_path(&(), Some("team")),
             "/apis/policy/v1/namespaces/team/poddisruptionbudgets"
         );
     }
 
     #[test]
     fn a_cached_claim_keeps_its_name_and_phase_and_none_of_its_annotations() {
-        let claim: CachedClaim = serde_json::from_value(serde_json::json!({
+        let claim: Incoming<CachedClaim> = serde_json::from_value(serde_json::json!({
             "apiVersion": "v1", "kind": "PersistentVolumeClaim",
             "metadata": {"name": "weights", "namespace": "team",
                 "annotations": {"pv.kubernetes.io/bind-completed": "yes"},
@@ -1442,10 +1403,11 @@ mod tests {
             "status": {"phase": "Bound", "capacity": {"storage": "1Ti"}},
         }))
         .expect("decoded");
-        assert_eq!(claim.phase(), Some("Bound"));
-        assert_eq!(kube::ResourceExt::name_any(&claim), "weights");
-        assert_eq!(claim.metadata.annotations, Marks::default());
         assert_eq!(kube::Resource::meta(&claim).finalizers, None);
+        let claim = claim.into_shape();
+        assert_eq!(claim.phase(), Some("Bound"));
+        assert_eq!(claim.slim().name(), "weights");
+        assert_eq!(claim.metadata.annotations, Marks::default());
         let pending: CachedClaim =
             serde_json::from_value(serde_json::json!({"metadata": {"name": "w"}}))
                 .expect("decoded");

@@ -22,9 +22,14 @@ pub struct RunArgs {
     /// Kubeconfig file; default: in-cluster config, else `$KUBECONFIG` / `~/.kube/config`.
     #[arg(long, env = "KUBECONFIG")]
     pub kubeconfig: Option<std::path::PathBuf>,
-    /// Watch only this namespace; default: all namespaces.
-    #[arg(long, env = "DEEPINFER_NAMESPACE")]
+    /// Watch and reconcile only this namespace (a Role there suffices); default, with no
+    /// `--namespaces` either: every namespace (cluster-wide RBAC).
+    #[arg(long, env = "DEEPINFER_NAMESPACE", value_parser = namespace_name)]
     pub namespace: Option<String>,
+    /// Watch and reconcile exactly these namespaces (comma-separated; a Role in each suffices),
+    /// e.g. `team-a,team-b`. Not with `--namespace`.
+    #[arg(long, env = "DEEPINFER_NAMESPACES", value_delimiter = ',', value_parser = namespace_name, conflicts_with = "namespace")]
+    pub namespaces: Vec<String>,
     /// Licence ids the cluster admin allows (comma-separated), e.g. `mit,apache-2.0`.
     #[arg(long, env = "DEEPINFER_ACCEPTED_LICENSES", value_delimiter = ',')]
     pub accepted_licenses: Vec<String>,
@@ -86,6 +91,14 @@ pub struct RunArgs {
         default_value_t = 0
     )]
     pub max_concurrent_acceptance_runs: u16,
+    /// Record each acceptance rank's scale-up domain: when it records a verdict, the operator
+    /// reads the domain label (`spec.accelerator.scaleUpDomainKey`) of the nodes the run's pods
+    /// ran on, one GET per node. Needs `get` on `nodes`, a cluster-scoped permission that
+    /// config/rbac does not grant and the chart grants only with `recordNodeDomains: true`
+    /// (docs/acceptance.md); off, the evidence records each rank's node and devices and says
+    /// the domains were not read.
+    #[arg(long, env = "DEEPINFER_RECORD_NODE_DOMAINS")]
+    pub record_node_domains: bool,
     /// Log as JSON lines.
     #[arg(long)]
     pub json_logs: bool,
@@ -105,6 +118,70 @@ pub struct RunArgs {
     /// Namespace of the leader Lease; default: `$POD_NAMESPACE`, else the client's namespace.
     #[arg(long, env = "POD_NAMESPACE")]
     pub leader_election_namespace: Option<String>,
+}
+
+/// A namespace name as the API server takes it: a DNS label (RFC 1123), at most 63 characters.
+fn namespace_name(text: &str) -> Result<String, String> {
+    let name = text.trim();
+    let valid = !name.is_empty()
+        && name.len() <= 63
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !name.starts_with('-')
+        && !name.ends_with('-');
+    if valid {
+        Ok(name.to_string())
+    } else {
+        Err(format!(
+            "{text:?} is not a namespace name: lower-case letters, digits and '-', starting and \
+             ending with a letter or digit, at most 63 characters"
+        ))
+    }
+}
+
+/// The namespaces an operator watches and reconciles.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Namespaces {
+    /// Every namespace: the operator needs cluster-wide RBAC (a ClusterRole).
+    All,
+    /// Exactly these, at least one, each once, in order: a Role in each is all the operator
+    /// needs, and it never reads or writes anything elsewhere.
+    Listed(Vec<String>),
+}
+
+impl Namespaces {
+    /// One namespace (`Some`), or every namespace.
+    pub fn one(namespace: Option<String>) -> Self {
+        Self::listed(namespace)
+    }
+
+    /// Exactly the namespaces given, each once, sorted; every namespace if none is given.
+    pub fn listed(namespaces: impl IntoIterator<Item = String>) -> Self {
+        let set: std::collections::BTreeSet<String> = namespaces.into_iter().collect();
+        if set.is_empty() {
+            Self::All
+        } else {
+            Self::Listed(set.into_iter().collect())
+        }
+    }
+
+    /// The watches of one kind: one per listed namespace, or one (`None`) over every namespace.
+    pub fn watches(&self) -> Vec<Option<&str>> {
+        match self {
+            Self::All => vec![None],
+            Self::Listed(list) => list.iter().map(|ns| Some(ns.as_str())).collect(),
+        }
+    }
+}
+
+impl std::fmt::Display for Namespaces {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::All => f.write_str("<all>"),
+            Self::Listed(list) => f.write_str(&list.join(",")),
+        }
+    }
 }
 
 /// Parses `90s`, `2m`, `1h` or plain seconds.
@@ -159,6 +236,8 @@ pub struct Context {
     pub max_concurrent_reconciles: u16,
     /// Most acceptance runs under way at once (`None`: no limit).
     pub max_concurrent_acceptance_runs: Option<u16>,
+    /// Whether the nodes of a judged run's pods are read for their scale-up domain.
+    pub record_node_domains: bool,
     /// What a closed licence gate does to the pods.
     pub license_withdrawal: LicenseWithdrawal,
     /// Acceptance runs admitted and waiting under that limit.
@@ -221,8 +300,8 @@ impl observe::Sources for Context {
 /// Settings of a controller instance, for embedding (tests) as well as `run`.
 #[derive(Clone, Debug)]
 pub struct Settings {
-    /// Namespace to watch, or all.
-    pub namespace: Option<String>,
+    /// The namespaces watched.
+    pub namespaces: Namespaces,
     /// Licence allow-list.
     pub accepted_licenses: Vec<String>,
     /// Hub endpoints a fetch Job may use.
@@ -243,6 +322,8 @@ pub struct Settings {
     pub max_concurrent_reconciles: u16,
     /// Most acceptance runs under way at once (0: no limit).
     pub max_concurrent_acceptance_runs: u16,
+    /// Whether the nodes of a judged run's pods are read for their scale-up domain.
+    pub record_node_domains: bool,
     /// What a closed licence gate does to the pods.
     pub license_withdrawal: LicenseWithdrawal,
 }
@@ -269,7 +350,7 @@ impl Settings {
     /// Settings for one namespace (or all) with the given licences, and defaults elsewhere.
     pub fn new(namespace: Option<String>, accepted_licenses: Vec<String>) -> Self {
         Self {
-            namespace,
+            namespaces: Namespaces::one(namespace),
             accepted_licenses,
             allowed_hub_endpoints: vec![super::decide::references::DEFAULT_HUB_ENDPOINT.into()],
             operator_image: concat!("deepinfer-operator:", env!("CARGO_PKG_VERSION")).into(),
@@ -280,6 +361,7 @@ impl Settings {
             partial_group_timeout: DEFAULT_PARTIAL_GROUP_TIMEOUT,
             max_concurrent_reconciles: DEFAULT_MAX_CONCURRENT_RECONCILES,
             max_concurrent_acceptance_runs: 0,
+            record_node_domains: false,
             license_withdrawal: LicenseWithdrawal::Withhold,
         }
     }
@@ -288,7 +370,8 @@ impl Settings {
 impl From<&RunArgs> for Settings {
     fn from(a: &RunArgs) -> Self {
         Self {
-            namespace: a.namespace.clone(),
+            // clap refuses `--namespace` beside `--namespaces`.
+            namespaces: Namespaces::listed(a.namespaces.iter().chain(&a.namespace).cloned()),
             accepted_licenses: a
                 .accepted_licenses
                 .iter()
@@ -319,6 +402,7 @@ impl From<&RunArgs> for Settings {
             partial_group_timeout: a.partial_group_timeout,
             max_concurrent_reconciles: a.max_concurrent_reconciles,
             max_concurrent_acceptance_runs: a.max_concurrent_acceptance_runs,
+            record_node_domains: a.record_node_domains,
             license_withdrawal: a.license_withdrawal,
         }
     }
@@ -358,6 +442,7 @@ pub fn context(
         max_concurrent_reconciles: settings.max_concurrent_reconciles,
         max_concurrent_acceptance_runs: (settings.max_concurrent_acceptance_runs > 0)
             .then_some(settings.max_concurrent_acceptance_runs),
+        record_node_domains: settings.record_node_domains,
         acceptance_queue: std::sync::Mutex::default(),
         license_withdrawal: settings.license_withdrawal,
         placement_retries: std::sync::Mutex::default(),
@@ -399,6 +484,60 @@ mod tests {
         );
         let none = Cli::try_parse_from(["op", "--allowed-hub-endpoints="]).expect("valid");
         assert!(Settings::from(&none.run).allowed_hub_endpoints.is_empty());
+    }
+
+    fn watched(args: &[&str]) -> Result<Namespaces, String> {
+        Cli::try_parse_from(std::iter::once("op").chain(args.iter().copied()))
+            .map(|cli| Settings::from(&cli.run).namespaces)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn the_operator_watches_exactly_the_namespaces_listed() {
+        let listed =
+            |names: &[&str]| Namespaces::Listed(names.iter().map(|n| n.to_string()).collect());
+        assert_eq!(watched(&[]), Ok(Namespaces::All));
+        assert_eq!(Namespaces::All.watches(), [None]);
+        assert_eq!(watched(&["--namespace=team-a"]), Ok(listed(&["team-a"])));
+        let two = watched(&["--namespaces=team-b, team-a,team-b"]);
+        assert_eq!(two, Ok(listed(&["team-a", "team-b"])), "each once");
+        assert_eq!(
+            listed(&["team-a", "team-b"]).watches(),
+            [Some("team-a"), Some("team-b")],
+            "one watch per namespace"
+        );
+        assert_eq!(listed(&["team-a", "team-b"]).to_string(), "team-a,team-b");
+        assert_eq!(
+            Settings::new(Some("team-a".into()), Vec::new()).namespaces,
+            listed(&["team-a"])
+        );
+        assert_eq!(Settings::new(None, Vec::new()).namespaces, Namespaces::All);
+    }
+
+    #[test]
+    fn contradicting_or_malformed_namespace_flags_are_refused_naming_the_flag() {
+        let err = watched(&["--namespace=team-a", "--namespaces=team-b,team-c"])
+            .expect_err("one namespace and a list contradict");
+        assert!(
+            err.contains("--namespaces <NAMESPACES>") && err.contains("--namespace <NAMESPACE>"),
+            "{err}"
+        );
+        for (args, flag) in [
+            (&["--namespaces="][..], "--namespaces"),
+            (&["--namespaces=team-a,"][..], "--namespaces"),
+            (&["--namespaces=team-a,,team-b"][..], "--namespaces"),
+            (&["--namespaces=Team_A"][..], "--namespaces"),
+            (&["--namespace=-team"][..], "--namespace"),
+            (&["--namespace="][..], "--namespace"),
+        ] {
+            let err = watched(args).expect_err("refused");
+            assert!(
+                err.contains(flag) && err.contains("is not a namespace name"),
+                "{args:?}: {err}"
+            );
+        }
+        let long = format!("--namespaces={}", "a".repeat(64));
+        assert!(watched(&[&long]).is_err(), "longer than 63");
     }
 
     #[test]

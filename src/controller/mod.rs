@@ -13,6 +13,7 @@ pub mod context;
 pub mod decide;
 pub mod error;
 pub mod events;
+mod merged;
 pub mod observe;
 mod outage;
 pub mod placement;
@@ -22,11 +23,12 @@ mod reconcile;
 pub mod status;
 pub mod text;
 pub mod validate;
+pub mod validated;
 pub mod watches;
 
 pub use crate::api::api_resource;
 pub use context::{
-    context, Context, RunArgs, Settings, DEFAULT_MAX_CONCURRENT_RECONCILES,
+    context, Context, Namespaces, RunArgs, Settings, DEFAULT_MAX_CONCURRENT_RECONCILES,
     DEFAULT_PARTIAL_GROUP_TIMEOUT,
 };
 pub use error::Error;
@@ -112,7 +114,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             let _ = server_stopped.await;
         },
     ));
-    check_crd_installed(&ctx.client, settings.namespace.as_deref()).await?;
+    check_crd_installed(&ctx.client, &settings.namespaces).await?;
     // `--gang-scheduling=native` on a cluster without PodGroups stops here, with the fix.
     ctx.pod_groups().await?;
     // A standby is ready too: it is healthy, and serves as soon as the leader goes.
@@ -150,11 +152,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     if let Some(leadership) = &leadership {
         let _ = ctx.fence.set(leadership.fence());
     }
-    info!(namespace = settings.namespace.as_deref().unwrap_or("<all>"), licenses = ?settings.accepted_licenses, metrics = %args.metrics_address, "starting controller");
+    info!(namespaces = %settings.namespaces, licenses = ?settings.accepted_licenses, metrics = %args.metrics_address, "starting controller");
     ctx.metrics.set_leader(true);
     let metrics = ctx.metrics.clone();
     let ready = endpoints.clone();
-    let controller = run_with_context(ctx, settings.namespace, async move {
+    let controller = run_with_context(ctx, settings.namespaces, async move {
         shutdown_signal().await;
         ready.set_ready(false);
     });
@@ -194,14 +196,29 @@ async fn shutdown_signal() {
     ctrl_c.await.unwrap_or(());
 }
 
-/// Fails with instructions when the CRD is not installed.
-pub async fn check_crd_installed(client: &Client, namespace: Option<&str>) -> anyhow::Result<()> {
-    let api: Api<DeepInferDeployment> = match namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    };
-    match api.list_metadata(&ListParams::default().limit(1)).await {
+/// Fails with instructions when the CRD is not installed, or naming the namespace where the
+/// operator may not list DeepInferDeployments.
+pub async fn check_crd_installed(client: &Client, namespaces: &Namespaces) -> anyhow::Result<()> {
+    for namespace in namespaces.watches() {
+        let api: Api<DeepInferDeployment> = watches::scoped(client, namespace);
+        crd_listed(
+            api.list_metadata(&ListParams::default().limit(1)).await,
+            namespace,
+        )?;
+    }
+    Ok(())
+}
+
+fn crd_listed<T>(listed: Result<T, kube::Error>, namespace: Option<&str>) -> anyhow::Result<()> {
+    match listed {
         Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 403 => anyhow::bail!(
+            "the operator may not list DeepInferDeployments {}: {}; bind its rules there (a Role \
+             and RoleBinding in each namespace of --namespace/--namespaces, a ClusterRole and \
+             ClusterRoleBinding when it watches every namespace)",
+            namespace.map_or_else(|| "across namespaces".to_string(), |ns| format!("in namespace {ns}")),
+            e.message
+        ),
         Err(kube::Error::Api(e)) if e.code == 404 => anyhow::bail!(
             "the DeepInferDeployment CRD (deepinferdeployments.deepinfer.io) is not installed; install it with \
              `deepinfer-operator crd | kubectl apply --server-side -f -` (Kubernetes >= 1.25) or \
@@ -219,7 +236,7 @@ pub async fn controller(
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let ctx = context(client, &settings, requests);
-    run_with_context(ctx, settings.namespace, shutdown).await;
+    run_with_context(ctx, settings.namespaces, shutdown).await;
 }
 
 #[cfg(test)]

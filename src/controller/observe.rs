@@ -39,7 +39,7 @@ use serde::de::DeserializeOwned;
 
 use super::cached::{
     Cached, CachedClaim, CachedJob, CachedMeta, CachedPod, CachedPodGroup, CachedRevision,
-    KeptLabel, JOB_NAME_LABEL,
+    Incoming, KeptLabel, JOB_NAME_LABEL,
 };
 use super::error::Error;
 use crate::api::{labels, Component, DeepInferDeployment};
@@ -96,14 +96,24 @@ pub const CATCH_UP: Duration = Duration::from_secs(15);
 /// Owners with writes noted beyond which those whose stores hold every write are dropped.
 const OWNERS_SWEPT_AT: usize = 1024;
 
-/// How far one kind's store has caught up: the newest `resourceVersion` taken into it.
+/// How far one kind's store has caught up with its watches: for each watch (one over every
+/// namespace, or one per watched namespace), the newest `resourceVersion` it took into the store.
+/// A `resourceVersion` orders the events of one watch only: the watch of another namespace may be
+/// ahead, so a write is looked for in the progress of the watch of its own namespace.
 #[derive(Debug, Default)]
 pub struct Progress {
+    /// By the namespace watched; `""` for a watch of every namespace.
+    watches: std::sync::RwLock<HashMap<Box<str>, Arc<WatchProgress>>>,
+    /// Whether this kind's watches are held back (see [`Progress::hold`]).
+    held: Held,
+}
+
+/// How far the events of one watch are in its kind's store.
+#[derive(Debug, Default)]
+pub struct WatchProgress {
     stored: AtomicU64,
     /// The newest version of a relist under way (the store takes the list in whole at its end).
     listing: AtomicU64,
-    /// Whether this kind's watch is held back (see [`Progress::hold`]).
-    held: Held,
 }
 
 /// A switch that holds a kind's watch back; off unless a test turns it on.
@@ -120,7 +130,7 @@ fn version(meta: &ObjectMeta) -> Option<u64> {
     meta.resource_version.as_deref()?.parse().ok()
 }
 
-impl Progress {
+impl WatchProgress {
     /// Notes a watch event the cache has taken in.
     pub fn stored<K: Resource>(&self, event: &watcher::Event<K>) {
         match event {
@@ -141,10 +151,36 @@ impl Progress {
             }
         }
     }
+}
 
-    /// Whether the store holds the write of `version` (or a newer state of the object).
-    fn has(&self, version: u64) -> bool {
-        self.stored.load(Ordering::SeqCst) >= version
+impl Progress {
+    /// The progress of the watch of `namespace` (`None`: of every namespace).
+    pub fn watch(&self, namespace: Option<&str>) -> Arc<WatchProgress> {
+        let key = namespace.unwrap_or_default();
+        if let Some(p) = self.read().get(key) {
+            return p.clone();
+        }
+        let mut watches = self.watches.write().unwrap_or_else(|e| e.into_inner());
+        watches.entry(key.into()).or_default().clone()
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<Box<str>, Arc<WatchProgress>>> {
+        self.watches.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Notes an event of the watch of every namespace (see [`WatchProgress::stored`]).
+    pub fn stored<K: Resource>(&self, event: &watcher::Event<K>) {
+        self.watch(None).stored(event);
+    }
+
+    /// Whether the store holds the write of `version` in `namespace` (or a newer state of the
+    /// object): the watch of that namespace, or of every namespace, has taken it in.
+    fn has(&self, namespace: &str, version: u64) -> bool {
+        let watches = self.read();
+        watches
+            .get(namespace)
+            .or_else(|| watches.get(""))
+            .is_some_and(|w| w.stored.load(Ordering::SeqCst) >= version)
     }
 
     /// Fault injection: holds this kind's watch back, as a lagging watch or a long relist does.
@@ -172,9 +208,12 @@ impl Progress {
 pub struct Written {
     kinds: BTreeMap<&'static str, Arc<Progress>>,
     /// Per owner (the UID of the written object's controller owner): the newest write of each
-    /// kind not yet known to be in its store.
-    owners: std::sync::Mutex<HashMap<String, BTreeMap<&'static str, u64>>>,
+    /// kind, by the namespace written in, not yet known to be in its store.
+    owners: std::sync::Mutex<HashMap<String, BTreeMap<Where, u64>>>,
 }
+
+/// A kind and the namespace of a write.
+type Where = (&'static str, Box<str>);
 
 impl Written {
     fn new(kinds: BTreeMap<&'static str, Arc<Progress>>) -> Self {
@@ -196,9 +235,16 @@ impl Written {
             .get(owner)
             .into_iter()
             .flatten()
-            .filter(|(kind, v)| self.kinds.get(*kind).is_some_and(|p| !p.has(**v)))
-            .map(|(kind, v)| (*kind, *v))
+            .filter(|(at, v)| self.unstored(at, **v))
+            .map(|((kind, _), v)| (*kind, *v))
             .collect()
+    }
+
+    /// Whether the write of `version` at `at` is not yet known to be in its kind's store.
+    fn unstored(&self, (kind, namespace): &Where, version: u64) -> bool {
+        self.kinds
+            .get(kind)
+            .is_some_and(|p| !p.has(namespace, version))
     }
 
     /// Forgets what `owner`'s passes wrote: the stores hold it, or a wait for it ran out (later
@@ -233,17 +279,14 @@ impl Written {
             .find(|o| o.controller == Some(true))
             .map_or_else(String::new, |o| o.uid.clone());
         let mut owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
-        let newest = owners.entry(owner).or_default().entry(*kind).or_insert(0);
+        let at = (*kind, meta.namespace.as_deref().unwrap_or_default().into());
+        let newest = owners.entry(owner).or_default().entry(at).or_insert(0);
         *newest = (*newest).max(v);
         // The writes of a deployment whose passes stopped (it was deleted) stay until the stores
         // hold them; then they go with the next sweep, so the map stays as large as the
         // deployments with writes in flight.
         if owners.len() > OWNERS_SWEPT_AT {
-            owners.retain(|_, writes| {
-                writes
-                    .iter()
-                    .any(|(kind, v)| self.kinds.get(*kind).is_some_and(|p| !p.has(*v)))
-            });
+            owners.retain(|_, writes| writes.iter().any(|(at, v)| self.unstored(at, *v)));
         }
     }
 
@@ -500,13 +543,13 @@ pub fn config_map_selector() -> String {
 
 /// A cache holding `objects` as a watch's first list leaves it, as the controller's watches
 /// store them. The benchmark measures with it what the operator's caches hold.
-pub fn filled<K: Cached>(objects: Vec<K>) -> Cache<K> {
+pub fn filled<K: Cached>(objects: Vec<Incoming<K>>) -> Cache<K> {
     let (cache, mut w) = CacheWriter::new();
     let events = std::iter::once(watcher::Event::Init)
         .chain(objects.into_iter().map(watcher::Event::InitApply))
         .chain(std::iter::once(watcher::Event::InitDone));
-    for mut event in events {
-        w.take(&mut event);
+    for event in events {
+        w.take(&event);
     }
     cache
 }
@@ -528,11 +571,21 @@ impl<K> Clone for Cache<K> {
     }
 }
 
-/// The writing end of a [`Cache`], fed with one watch's events.
+/// The writing end of a [`Cache`], fed with one watch's events: of every namespace, or of one
+/// namespace beside the writers of the other watched namespaces (see
+/// [`CacheWriter::per_namespace`]).
 pub struct CacheWriter<K> {
     cache: Cache<K>,
-    /// The objects of a relist under way; they replace the cache's whole once the list is in.
+    /// The namespace this writer's watch lists (`None`: every namespace); a relist replaces the
+    /// cached objects of that namespace only.
+    namespace: Option<Box<str>>,
+    /// The objects of a relist under way; they replace the cache's objects of the namespace
+    /// once the list is in.
     listing: Option<Vec<Arc<K>>>,
+    /// Whether this writer's first list is in.
+    filled: bool,
+    /// The writers of the cache whose first list is not in yet: the cache is filled at none.
+    unfilled: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 /// The objects of a [`Cache`].
@@ -575,12 +628,25 @@ impl<K: Cached> PartialEq for Entry<K> {
 impl<K: Cached> Eq for Entry<K> {}
 
 impl<K: Cached> Objects<K> {
-    fn from_list(list: Vec<Arc<K>>) -> Self {
-        let mut objects = Self::default();
-        for o in list {
-            objects.put(o);
+    /// Replaces the objects of `namespace` (`None`: every object) with `list`.
+    fn replace(&mut self, namespace: Option<&str>, list: Vec<Arc<K>>) {
+        match namespace {
+            None => *self = Self::default(),
+            Some(ns) => {
+                let gone: Vec<Arc<K>> = self
+                    .by_key
+                    .iter()
+                    .filter(|e| e.0.slim().namespace() == Some(ns))
+                    .map(|e| e.0.clone())
+                    .collect();
+                for o in gone {
+                    self.remove(o.slim().key());
+                }
+            }
         }
-        objects
+        for o in list {
+            self.put(o);
+        }
     }
 
     fn put(&mut self, o: Arc<K>) {
@@ -621,29 +687,60 @@ impl<K: Cached> CacheWriter<K> {
         };
         let writer = Self {
             cache: cache.clone(),
+            namespace: None,
             listing: None,
+            filled: false,
+            unfilled: Arc::new(1.into()),
         };
         (cache, writer)
     }
 
+    /// One writer per namespace in place of this one, each for the watch of its namespace: a
+    /// relist of one namespace leaves the others' objects as they are, and the cache is filled
+    /// once every namespace's first list is in. `None` for a watch of every namespace: this
+    /// writer alone.
+    pub fn per_namespace(self, namespaces: &[Option<&str>]) -> Vec<Self> {
+        if let [None] = namespaces {
+            return vec![self];
+        }
+        let unfilled = Arc::new(std::sync::atomic::AtomicUsize::new(namespaces.len()));
+        namespaces
+            .iter()
+            .map(|ns| Self {
+                cache: self.cache.clone(),
+                namespace: ns.map(Into::into),
+                listing: None,
+                filled: false,
+                unfilled: unfilled.clone(),
+            })
+            .collect()
+    }
+
     /// Takes in one watch event: an object applied or deleted at once; a relist replaces the
-    /// whole once its list is in (until then readers see the old view), and marks the cache
-    /// filled.
-    pub fn take(&mut self, event: &mut watcher::Event<K>) {
+    /// objects of this writer's namespace (of every namespace for a writer of all) once its list
+    /// is in (until then readers see the old view), and marks the cache filled once every
+    /// writer's first list is in.
+    pub fn take(&mut self, event: &watcher::Event<Incoming<K>>) {
         match event {
-            watcher::Event::Apply(o) => self.cache.write().put(Arc::new(o.kept())),
-            watcher::Event::Delete(o) => self.cache.write().remove(o.slim().key()),
+            watcher::Event::Apply(o) => self.cache.write().put(Arc::new(o.shape().clone())),
+            watcher::Event::Delete(o) => self.cache.write().remove(o.shape().slim().key()),
             watcher::Event::Init => self.listing = Some(Vec::new()),
             watcher::Event::InitApply(o) => {
                 if let Some(listing) = self.listing.as_mut() {
-                    listing.push(Arc::new(o.kept()));
+                    listing.push(Arc::new(o.shape().clone()));
                 }
             }
             watcher::Event::InitDone => {
                 if let Some(listed) = self.listing.take() {
-                    *self.cache.write() = Objects::from_list(listed);
+                    self.cache
+                        .write()
+                        .replace(self.namespace.as_deref(), listed);
                 }
-                self.cache.ready.send_replace(true);
+                if !std::mem::replace(&mut self.filled, true)
+                    && self.unfilled.fetch_sub(1, Ordering::SeqCst) == 1
+                {
+                    self.cache.ready.send_replace(true);
+                }
             }
         }
     }
@@ -977,8 +1074,13 @@ mod tests {
     }
 
     /// `full` as the cache decodes it.
-    fn through_cache<C: DeserializeOwned>(full: &impl serde::Serialize) -> C {
-        serde_json::from_value(serde_json::to_value(full).expect("json")).expect("decoded")
+    fn through_cache<C>(full: &impl serde::Serialize) -> C
+    where
+        Incoming<C>: DeserializeOwned,
+    {
+        serde_json::from_value::<Incoming<C>>(serde_json::to_value(full).expect("json"))
+            .expect("decoded")
+            .into_shape()
     }
 
     /// The pod a pass reads of `full` after the cache decoded and trimmed it.
@@ -1106,10 +1208,10 @@ mod tests {
     }
 
     #[test]
-    fn a_trimmed_job_keeps_its_ttl_claims_judge_arguments_and_status() {
+    fn a_trimmed_job_keeps_its_ttl_claims_run_key_and_status() {
         let full: Job = serde_json::from_value(serde_json::json!({
             "metadata": meta_with_noise(serde_json::json!({"name": "flash-accept-0",
-                "annotations": {build::JUDGES_ANNOTATION: "key-of-the-run"}})),
+                "annotations": {build::JUDGES_ANNOTATION: build::AcceptanceNames::new("flash", "r1", "").key}})),
             "spec": {
                 "backoffLimit": 0,
                 "template": {
@@ -1127,9 +1229,10 @@ mod tests {
         assert!(trimmed.metadata.managed_fields.is_none());
         assert_eq!(trimmed.status, full.status);
         assert_eq!(
-            build::evidence_of_job(&trimmed).as_deref(),
-            Some("flash-evidence-1")
+            build::evidence_of_job("flash", &trimmed),
+            build::evidence_of_job("flash", &full)
         );
+        assert!(build::evidence_of_job("flash", &full).is_some());
         let template = |j: &Job| j.spec.as_ref().and_then(|s| s.template.spec.clone());
         assert_eq!(
             build::templates_in_use(template(&trimmed).as_ref()),
@@ -1145,8 +1248,9 @@ mod tests {
             jobs: vec![trimmed],
             ..Observed::default()
         };
+        let key = build::AcceptanceNames::new("flash", "r1", "").key;
         assert_eq!(
-            decide::jobs::foreign_job(&observed, "flash-accept-0", "key-of-the-run"),
+            decide::jobs::foreign_job(&observed, "flash-accept-0", &key),
             None
         );
         assert!(decide::jobs::foreign_job(&observed, "flash-accept-0", "another-key").is_some());
@@ -1282,7 +1386,12 @@ mod tests {
         assert!(!svc.annotations().contains_key(LAST_APPLIED));
     }
 
-    fn service(ns: &str, name: &str, deployment: &str, owner: Option<&str>) -> CachedMeta<Service> {
+    fn service(
+        ns: &str,
+        name: &str,
+        deployment: &str,
+        owner: Option<&str>,
+    ) -> Incoming<CachedMeta<Service>> {
         let mut meta = ObjectMeta {
             name: Some(name.into()),
             namespace: Some(ns.into()),
@@ -1296,18 +1405,22 @@ mod tests {
                 ..OwnerReference::default()
             }]
         });
-        through_cache(&Service {
-            metadata: meta,
-            ..Service::default()
-        })
+        serde_json::from_value(
+            serde_json::to_value(Service {
+                metadata: meta,
+                ..Service::default()
+            })
+            .expect("json"),
+        )
+        .expect("decoded")
     }
 
     /// Feeds one watch event to a cache as the controller's watch does.
     fn take(
         writer: &mut CacheWriter<CachedMeta<Service>>,
-        mut event: watcher::Event<CachedMeta<Service>>,
+        event: watcher::Event<Incoming<CachedMeta<Service>>>,
     ) {
-        writer.take(&mut event);
+        writer.take(&event);
     }
 
     fn names(
@@ -1382,5 +1495,64 @@ mod tests {
             1,
             "owners with nothing left are dropped"
         );
+    }
+
+    #[tokio::test]
+    async fn a_relist_of_one_watched_namespace_leaves_the_others_in_the_cache() {
+        use watcher::Event::{Apply, Init, InitApply, InitDone};
+        let (cache, writer) = CacheWriter::<CachedMeta<Service>>::new();
+        let mut w = writer.per_namespace(&[Some("a"), Some("b")]);
+        let list = |w: &mut CacheWriter<_>, objects: Vec<Incoming<CachedMeta<Service>>>| {
+            take(w, Init);
+            for o in objects {
+                take(w, InitApply(o));
+            }
+            take(w, InitDone);
+        };
+        list(&mut w[0], vec![service("a", "a-0", "x", Some("u-a"))]);
+        let filled = || cache.ready.borrow().to_owned();
+        assert!(!filled(), "not filled before every namespace is listed");
+        list(&mut w[1], vec![service("b", "b-0", "y", Some("u-b"))]);
+        assert!(filled());
+        take(&mut w[0], Apply(service("a", "a-1", "x", Some("u-a"))));
+        // b's watch expires and lists again: a's objects stay.
+        list(&mut w[1], vec![service("b", "b-1", "y", Some("u-b"))]);
+        assert_eq!(names(&cache, "a", "x", "u-a"), ["a-0", "a-1"]);
+        assert_eq!(names(&cache, "b", "y", "u-b"), ["b-1"]);
+        list(&mut w[0], Vec::new());
+        assert!(names(&cache, "a", "x", "u-a").is_empty());
+        assert_eq!(names(&cache, "b", "y", "u-b"), ["b-1"]);
+        assert_eq!(cache.len(), 1);
+        // A watch of every namespace is the writer itself.
+        let (_, all) = CacheWriter::<CachedMeta<Service>>::new();
+        assert_eq!(all.per_namespace(&[None]).len(), 1);
+    }
+
+    #[test]
+    fn a_write_is_looked_for_in_the_watch_of_its_own_namespace() {
+        let (caches, _writers) = Caches::new();
+        let written = caches.written.clone();
+        let pods = written.of("Pod").expect("pods are cached");
+        let (a, b) = (pods.watch(Some("a")), pods.watch(Some("b")));
+        let pod = |ns: &str, name: &str, rv: &str| {
+            let mut p = owned_by(labelled_pod(name, None, rv), "u1");
+            p.metadata.namespace = Some(ns.into());
+            p
+        };
+        written.note("Pod", &pod("a", "x", "20").metadata);
+        // b's watch is further on; a's has not delivered the write yet.
+        b.stored(&watcher::Event::Apply(pod("b", "y", "30")));
+        assert_eq!(
+            written.pending("u1"),
+            [("Pod", 20)],
+            "b's progress says nothing of a"
+        );
+        a.stored(&watcher::Event::Apply(pod("a", "x", "20")));
+        assert!(written.pending("u1").is_empty());
+        // In a namespace with no watch of its own, the watch of every namespace tells.
+        written.note("Pod", &pod("c", "z", "40").metadata);
+        assert_eq!(written.pending("u1"), [("Pod", 40)]);
+        pods.stored(&watcher::Event::Apply(pod("c", "z", "41")));
+        assert!(written.pending("u1").is_empty());
     }
 }

@@ -30,11 +30,12 @@ use super::observe::{self, observe, pods_of_job_now, Observed};
 use super::plan::{self, acceptance::Run, spec::SpecFound, Settings};
 use super::status::{self, Gate, LicenceSeen, Outcome};
 use super::text::{phase_key, truncate};
-use super::validate::{license_gate, LicenseVerdict, ValidatedDeployment};
+use super::validate::{license_gate, LicenseVerdict};
+use super::validated::ValidatedDeployment;
 use super::{apply, build, outage};
 use crate::api::api_resource;
 use crate::api::{
-    reasons, record_judgement, DeepInferDeployment, DeepInferDeploymentStatus,
+    record_judgement, DeepInferDeployment, DeepInferDeploymentStatus, Reason,
     LICENSE_ACCEPTED_ANNOTATION,
 };
 
@@ -90,7 +91,7 @@ async fn reconcile_pass(obj: Arc<CachedDeployment>, ctx: Arc<Context>) -> Result
             // Dereference failed: the object does not match the API types. Stall it alone,
             // keeping the judgements it had.
             let outcome = Outcome {
-                spec: Gate::Failed(reasons::INVALID_SPEC, format!("the resource does not match the DeepInferDeployment schema: {e}; correct the field named and re-apply")),
+                spec: Gate::Failed(Reason::InvalidSpec, format!("the resource does not match the DeepInferDeployment schema: {e}; correct the field named and re-apply")),
                 judgements: previous.as_ref().map(|p| p.judgements.clone()).unwrap_or_default(),
                 acceptance_status: previous.as_ref().and_then(|p| p.acceptance.clone()),
                 ..Outcome::default()
@@ -175,7 +176,7 @@ async fn write_status(
         let failed_gate =
             c.status == "False" && matches!(outcome.stalled(), Some((r, _)) if r == c.reason);
         let stalled = c.type_ == crate::api::conditions::STALLED && c.status == "True";
-        let withdrawn = c.reason == reasons::SERVING_WITHDRAWN;
+        let withdrawn = c.reason == Reason::ServingWithdrawn;
         let type_ = if failed_gate || stalled || withdrawn {
             EventType::Warning
         } else {
@@ -244,7 +245,7 @@ pub async fn pass(
             ));
         }
     };
-    outcome.spec = Gate::Passed(reasons::COMPLETE, "spec is valid".into());
+    outcome.spec = Gate::Passed(Reason::Complete, "spec is valid".into());
     let revision = build::revision(&valid.spec);
     outcome.revision = Some(revision.clone());
     if !open {
@@ -501,7 +502,7 @@ impl<'c> Pass<'c> {
         self.workers(did, revision, &[], stop, &mut outcome).await?;
         if stop {
             outcome.workers = Gate::Progressing(
-                reasons::SERVING_WITHDRAWN,
+                Reason::ServingWithdrawn,
                 format!("licence gate closed and --license-withdrawal=stop: every serving pod deleted, {stopped_runs} running acceptance Job(s) deleted; the recorded judgements are kept, and the groups come back without a new run once the licence is accepted again"),
             );
         }
@@ -582,7 +583,7 @@ impl<'c> Pass<'c> {
         }
         tracing::warn!(error = %e, kind = e.metric_label(), "applying workers failed; retrying");
         Gate::Progressing(
-            reasons::APPLY_FAILED,
+            Reason::ApplyFailed,
             truncate(
                 &format!("applying worker pods and Services failed, retrying: {e}"),
                 1000,
@@ -606,7 +607,7 @@ impl<'c> Pass<'c> {
             ""
         };
         Gate::Progressing(
-            reasons::APPLY_FAILED,
+            Reason::ApplyFailed,
             truncate(
                 &format!("a Kubernetes API request failed, retrying: {error}{hint}"),
                 1000,

@@ -6,8 +6,8 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use crate::api::{
-    conditions as ct, reasons, AcceptanceStatus, CheckpointStatus, DeepInferDeploymentStatus,
-    LicenseRecord, Phase, RoleStatus,
+    conditions as ct, AcceptanceStatus, CheckpointStatus, DeepInferDeploymentStatus, LicenseRecord,
+    Phase, Reason, RoleStatus,
 };
 
 /// Outcome of one gate or stage.
@@ -17,14 +17,14 @@ pub enum Gate {
     #[default]
     NotReached,
     /// Work in progress (reason, message).
-    Progressing(&'static str, String),
+    Progressing(Reason, String),
     /// Needs a change by a person (reason, message): Stalled.
-    Failed(&'static str, String),
+    Failed(Reason, String),
     /// Passed (reason, message).
-    Passed(&'static str, String),
+    Passed(Reason, String),
     /// Held as the spec asks (`spec.paused`, `spec.suspend`): not passed, yet neither in progress
     /// nor stalled (reason, message).
-    Held(&'static str, String),
+    Held(Reason, String),
 }
 
 impl Gate {
@@ -75,7 +75,7 @@ pub struct LicenceSeen {
     /// Whether the gate is open.
     pub accepted: bool,
     /// The gate's reason.
-    pub reason: &'static str,
+    pub reason: Reason,
 }
 
 /// `status.license` after a pass: a new record when the gate opens, the old one closed (once)
@@ -134,7 +134,7 @@ impl Default for Outcome {
 
 impl Outcome {
     /// The first gate that failed, if any: it stalls the resource.
-    pub fn stalled(&self) -> Option<(&'static str, &str)> {
+    pub fn stalled(&self) -> Option<(Reason, &str)> {
         [
             &self.spec,
             &self.license,
@@ -150,7 +150,7 @@ impl Outcome {
     }
 
     /// The gate held as the spec asks, if any (see [`Gate::Held`]).
-    fn held(&self) -> Option<(&'static str, &str)> {
+    fn held(&self) -> Option<(Reason, &str)> {
         [&self.acceptance, &self.workers]
             .into_iter()
             .find_map(|g| match g {
@@ -160,7 +160,7 @@ impl Outcome {
     }
 
     /// The first gate still in progress, if any.
-    fn progressing(&self) -> Option<(&'static str, &str)> {
+    fn progressing(&self) -> Option<(Reason, &str)> {
         [
             &self.spec,
             &self.license,
@@ -171,7 +171,7 @@ impl Outcome {
         .into_iter()
         .find_map(|g| match g {
             Gate::Progressing(reason, message) => Some((*reason, message.as_str())),
-            Gate::NotReached => Some((reasons::WAITING_FOR_GATE, "waiting for an earlier gate")),
+            Gate::NotReached => Some((Reason::WaitingForGate, "waiting for an earlier gate")),
             _ => None,
         })
     }
@@ -193,7 +193,7 @@ impl Outcome {
             return Phase::Failed;
         }
         match self.held() {
-            Some((reason, _)) if reason == reasons::SUSPENDED => return Phase::Suspended,
+            Some((Reason::Suspended, _)) => return Phase::Suspended,
             Some(_) => return Phase::Paused,
             None => {}
         }
@@ -223,7 +223,7 @@ fn condition(
     previous: &[Condition],
     type_: &str,
     status: &str,
-    reason: &str,
+    reason: Reason,
     message: &str,
     generation: Option<i64>,
     now: &Time,
@@ -257,7 +257,7 @@ fn gate_condition(
         }
         Gate::NotReached => (
             "Unknown",
-            reasons::WAITING_FOR_GATE,
+            Reason::WaitingForGate,
             "waiting for an earlier gate to pass",
         ),
     };
@@ -307,7 +307,7 @@ pub fn compute(
             prev,
             ct::STALLED,
             "False",
-            reasons::PROGRESSING,
+            Reason::Progressing,
             "not stalled",
             generation,
             &now,
@@ -345,7 +345,7 @@ fn ready_condition(
             prev,
             ct::READY,
             "True",
-            reasons::READY,
+            Reason::Ready,
             "accepted and every serving group is ready",
             generation,
             now,
@@ -357,14 +357,14 @@ fn ready_condition(
         match &outcome.acceptance {
             Gate::Progressing(r, m) => (*r, m.as_str()),
             _ => (
-                reasons::AWAITING_ACCEPTANCE,
+                Reason::AwaitingAcceptance,
                 "waiting for the acceptance workload to pass",
             ),
         }
     } else {
         outcome
             .progressing()
-            .unwrap_or((reasons::PROGRESSING, "reconciling"))
+            .unwrap_or((Reason::Progressing, "reconciling"))
     };
     condition(prev, ct::READY, "False", reason, message, generation, now)
 }
@@ -382,10 +382,10 @@ fn reconciling_condition(
         (None, false, None) => {
             let (reason, message) = outcome
                 .progressing()
-                .unwrap_or((reasons::PROGRESSING, "reconciling"));
+                .unwrap_or((Reason::Progressing, "reconciling"));
             ("True", reason, message)
         }
-        _ => ("False", reasons::COMPLETE, "no work in progress"),
+        _ => ("False", Reason::Complete, "no work in progress"),
     };
     condition(
         prev,
@@ -457,11 +457,11 @@ mod tests {
 
     fn ready_outcome() -> Outcome {
         Outcome {
-            spec: Gate::Passed(reasons::COMPLETE, "valid".into()),
-            license: Gate::Passed(reasons::LICENSE_ACCEPTED, "ok".into()),
-            checkpoint: Gate::Passed(reasons::VERIFIED, "ok".into()),
-            acceptance: Gate::Passed(reasons::ACCEPTANCE_SUCCEEDED, "ok".into()),
-            workers: Gate::Passed(reasons::GROUPS_READY, "ok".into()),
+            spec: Gate::Passed(Reason::Complete, "valid".into()),
+            license: Gate::Passed(Reason::LicenseAccepted, "ok".into()),
+            checkpoint: Gate::Passed(Reason::Verified, "ok".into()),
+            acceptance: Gate::Passed(Reason::AcceptanceSucceeded, "ok".into()),
+            workers: Gate::Passed(Reason::GroupsReady, "ok".into()),
             ..Outcome::default()
         }
     }
@@ -547,10 +547,7 @@ mod tests {
     #[test]
     fn failed_gate_stalls_and_names_itself_in_ready() {
         let mut o = ready_outcome();
-        o.license = Gate::Failed(
-            reasons::LICENSE_MISMATCH,
-            "annotation says apache-2.0".into(),
-        );
+        o.license = Gate::Failed(Reason::LicenseMismatch, "annotation says apache-2.0".into());
         o.checkpoint = Gate::NotReached;
         o.acceptance = Gate::NotReached;
         o.workers = Gate::NotReached;
@@ -563,9 +560,9 @@ mod tests {
                 .clone()
         };
         assert_eq!(get(ct::STALLED).status, "True");
-        assert_eq!(get(ct::STALLED).reason, reasons::LICENSE_MISMATCH);
+        assert_eq!(get(ct::STALLED).reason, Reason::LicenseMismatch);
         assert_eq!(get(ct::READY).status, "False");
-        assert_eq!(get(ct::READY).reason, reasons::LICENSE_MISMATCH);
+        assert_eq!(get(ct::READY).reason, Reason::LicenseMismatch);
         assert_eq!(get(ct::RECONCILING).status, "False");
         assert_eq!(get(ct::LICENSE_ACCEPTED).status, "False");
         assert_eq!(get(ct::CHECKPOINT_VERIFIED).status, "Unknown");
@@ -575,9 +572,9 @@ mod tests {
     #[test]
     fn transition_time_moves_only_on_flip() {
         let mut o = ready_outcome();
-        o.workers = Gate::Progressing(reasons::GROUPS_NOT_READY, "0/1".into());
+        o.workers = Gate::Progressing(Reason::GroupsNotReady, "0/1".into());
         let a = compute(None, &o, Some(1), t("2026-01-01T00:00:00Z"));
-        o.workers = Gate::Progressing(reasons::GROUPS_NOT_READY, "0/2".into());
+        o.workers = Gate::Progressing(Reason::GroupsNotReady, "0/2".into());
         let b = compute(Some(&a), &o, Some(1), t("2026-01-01T00:05:00Z"));
         let ready = |s: &DeepInferDeploymentStatus| {
             s.conditions
@@ -609,7 +606,7 @@ mod tests {
     #[test]
     fn awaiting_acceptance_keeps_ready_false() {
         let mut o = ready_outcome();
-        o.acceptance = Gate::Progressing(reasons::ACCEPTANCE_RUNNING, "job running".into());
+        o.acceptance = Gate::Progressing(Reason::AcceptanceRunning, "job running".into());
         o.workers = Gate::NotReached;
         let s = compute(None, &o, Some(1), t("2026-01-01T00:00:00Z"));
         let r = s
@@ -619,12 +616,12 @@ mod tests {
             .expect("ready");
         assert_eq!(
             (r.status.as_str(), r.reason.as_str()),
-            ("False", reasons::ACCEPTANCE_RUNNING)
+            ("False", Reason::AcceptanceRunning.as_str())
         );
         assert_eq!(s.phase, Some(Phase::Accepting));
     }
 
-    fn licence(accepted: bool, annotation: Option<&str>, reason: &'static str) -> LicenceSeen {
+    fn licence(accepted: bool, annotation: Option<&str>, reason: Reason) -> LicenceSeen {
         LicenceSeen {
             license: "mit".into(),
             annotation: annotation.map(str::to_string),
@@ -636,7 +633,7 @@ mod tests {
     #[test]
     fn the_licence_record_says_when_the_gate_opened_for_what_and_when_it_closed() {
         let mut o = ready_outcome();
-        o.licence = Some(licence(true, Some("mit"), reasons::LICENSE_ACCEPTED));
+        o.licence = Some(licence(true, Some("mit"), Reason::LicenseAccepted));
         let opened = compute(None, &o, Some(1), t("2026-01-01T00:00:00Z"));
         let record = opened.license.clone().expect("recorded once open");
         assert_eq!(record.license, "mit");
@@ -647,8 +644,8 @@ mod tests {
         let again = compute(Some(&opened), &o, Some(1), t("2026-01-01T05:00:00Z"));
         assert_eq!(again, opened);
         // Closing keeps when and for what it had opened, and says when and why it closed.
-        o.licence = Some(licence(false, None, reasons::LICENSE_ANNOTATION_MISSING));
-        o.license = Gate::Failed(reasons::LICENSE_ANNOTATION_MISSING, "gone".into());
+        o.licence = Some(licence(false, None, Reason::LicenseAnnotationMissing));
+        o.license = Gate::Failed(Reason::LicenseAnnotationMissing, "gone".into());
         let closed = compute(Some(&again), &o, Some(2), t("2026-01-02T00:00:00Z"));
         let record = closed.license.clone().expect("kept once closed");
         assert_eq!(record.opened_at, t("2026-01-01T00:00:00Z"));
@@ -656,12 +653,12 @@ mod tests {
         assert_eq!(record.closed_at, Some(t("2026-01-02T00:00:00Z")));
         assert_eq!(
             record.closed_reason.as_deref(),
-            Some(reasons::LICENSE_ANNOTATION_MISSING)
+            Some(Reason::LicenseAnnotationMissing.as_str())
         );
         let still = compute(Some(&closed), &o, Some(2), t("2026-01-03T00:00:00Z"));
         assert_eq!(still.license, closed.license, "closing is recorded once");
         // Opening again starts a new record.
-        o.licence = Some(licence(true, Some("mit"), reasons::LICENSE_ACCEPTED));
+        o.licence = Some(licence(true, Some("mit"), Reason::LicenseAccepted));
         let reopened = compute(Some(&still), &o, Some(3), t("2026-01-04T00:00:00Z"));
         let record = reopened.license.expect("open");
         assert_eq!(record.opened_at, t("2026-01-04T00:00:00Z"));
@@ -672,17 +669,17 @@ mod tests {
     #[test]
     fn a_pass_that_did_not_look_at_the_licence_keeps_the_record() {
         let mut o = ready_outcome();
-        o.licence = Some(licence(true, Some("mit"), reasons::LICENSE_ACCEPTED));
+        o.licence = Some(licence(true, Some("mit"), Reason::LicenseAccepted));
         let opened = compute(None, &o, Some(1), t("2026-01-01T00:00:00Z"));
         let unread = Outcome {
-            spec: Gate::Failed(reasons::INVALID_SPEC, "does not decode".into()),
+            spec: Gate::Failed(Reason::InvalidSpec, "does not decode".into()),
             ..Outcome::default()
         };
         let after = compute(Some(&opened), &unread, Some(2), t("2026-01-02T00:00:00Z"));
         assert_eq!(after.license, opened.license);
         // Never opened: no record.
         let mut never = ready_outcome();
-        never.licence = Some(licence(false, None, reasons::LICENSE_ANNOTATION_MISSING));
+        never.licence = Some(licence(false, None, Reason::LicenseAnnotationMissing));
         assert_eq!(
             compute(None, &never, Some(1), t("2026-01-01T00:00:00Z")).license,
             None

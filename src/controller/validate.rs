@@ -5,12 +5,13 @@
 //! `tests/validation_table.rs` runs one table of cases through both this module and the
 //! CRD's CEL rules and requires them to agree.
 
+use super::validated::ValidatedDeployment;
 use std::collections::BTreeMap;
 use std::fmt;
 
 use crate::api::{
-    reasons, AcceleratorSpec, AcceleratorType, AcceptanceSpec, DeepInferDeployment,
-    DeepInferDeploymentSpec, ModelSpec, RoleSpec, RuntimeSpec, DEFAULT_MAX_DEVICES_ASCEND,
+    AcceleratorSpec, AcceleratorType, AcceptanceSpec, DeepInferDeployment, DeepInferDeploymentSpec,
+    ModelSpec, Reason, RoleSpec, RuntimeSpec, DEFAULT_MAX_DEVICES_ASCEND,
     DEFAULT_MAX_DEVICES_NVIDIA, DEFAULT_MAX_PODS_PER_DEPLOYMENT, LICENSE_ACCEPTED_ANNOTATION,
     MAX_ACCEPTANCE_TIMEOUT_SECONDS, MAX_PARALLEL_DEGREE, MAX_REPLICAS, MAX_ROLLOUT_GROUPS,
     ROLE_NAMES,
@@ -162,30 +163,7 @@ pub fn is_dns1035_label(name: &str) -> bool {
         && bytes.iter().all(inner)
 }
 
-/// A resource whose name and spec passed every rule: the only input the builders take. What
-/// validation established is kept as plain fields, so no builder re-checks an `Option`.
-#[derive(Clone, Debug)]
-pub struct ValidatedDeployment {
-    resource: DeepInferDeployment,
-    /// `metadata.namespace`.
-    pub namespace: String,
-    /// The PersistentVolumeClaim that holds (or receives) the checkpoint.
-    pub claim: String,
-    /// The checkpoint's directory inside the claim, without leading or trailing slashes.
-    pub checkpoint_dir: String,
-    /// Whether multi-pod groups are placed as PodGroups on this cluster (the operator's
-    /// `--gang-scheduling`, resolved; set by the reconciler, false from [`validate`]).
-    pub pod_groups: bool,
-}
-
-impl std::ops::Deref for ValidatedDeployment {
-    type Target = DeepInferDeployment;
-
-    fn deref(&self) -> &DeepInferDeployment {
-        &self.resource
-    }
-}
-
+/// Validation of a [`ValidatedDeployment`] under another spec.
 impl ValidatedDeployment {
     /// The same resource under the spec of an earlier revision, validated again.
     pub fn with_spec(
@@ -193,15 +171,9 @@ impl ValidatedDeployment {
         spec: DeepInferDeploymentSpec,
         limits: &DeviceLimits,
     ) -> Result<Self, Vec<FieldError>> {
-        let mut past = self.resource.clone();
+        let mut past = DeepInferDeployment::clone(self);
         past.spec = spec;
         validate(&past, limits).map(|v| v.placed_as_pod_groups(self.pod_groups))
-    }
-
-    /// The same resource, its groups placed as PodGroups or not.
-    pub fn placed_as_pod_groups(mut self, pod_groups: bool) -> Self {
-        self.pod_groups = pod_groups;
-        self
     }
 }
 
@@ -230,13 +202,12 @@ pub fn validate(
     }
     let location = crate::controller::build::checkpoint_location(&did.spec);
     match (errors.is_empty(), location) {
-        (true, Some((claim, checkpoint_dir))) => Ok(ValidatedDeployment {
-            resource: did.clone(),
+        (true, Some((claim, checkpoint_dir))) => Ok(ValidatedDeployment::new(
+            did.clone(),
             namespace,
             claim,
             checkpoint_dir,
-            pod_groups: false,
-        }),
+        )),
         // validate_model already reported the missing source.
         _ => Err(errors),
     }
@@ -1232,12 +1203,12 @@ impl LicenseVerdict {
     }
 
     /// Reason for the `LicenseAccepted` condition.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> Reason {
         match self {
-            Self::Accepted => reasons::LICENSE_ACCEPTED,
-            Self::AnnotationMissing => reasons::LICENSE_ANNOTATION_MISSING,
-            Self::Mismatch { .. } => reasons::LICENSE_MISMATCH,
-            Self::NotAllowed { .. } => reasons::LICENSE_NOT_ALLOWED,
+            Self::Accepted => Reason::LicenseAccepted,
+            Self::AnnotationMissing => Reason::LicenseAnnotationMissing,
+            Self::Mismatch { .. } => Reason::LicenseMismatch,
+            Self::NotAllowed { .. } => Reason::LicenseNotAllowed,
         }
     }
 
@@ -1367,7 +1338,7 @@ mod tests {
         let verdict = license_gate(&annotated("mit"), "mit", &allow(&["apache-2.0", "mit"]));
         assert_eq!(verdict, LicenseVerdict::Accepted);
         assert!(verdict.is_accepted());
-        assert_eq!(verdict.reason(), reasons::LICENSE_ACCEPTED);
+        assert_eq!(verdict.reason(), Reason::LicenseAccepted);
     }
 
     #[test]
@@ -1375,7 +1346,7 @@ mod tests {
         for annotations in [BTreeMap::new(), annotated(""), annotated("  ")] {
             let verdict = license_gate(&annotations, "mit", &allow(&["mit"]));
             assert_eq!(verdict, LicenseVerdict::AnnotationMissing);
-            assert_eq!(verdict.reason(), reasons::LICENSE_ANNOTATION_MISSING);
+            assert_eq!(verdict.reason(), Reason::LicenseAnnotationMissing);
             let message = verdict.message("serving", "flash", "mit");
             assert!(message.contains(LICENSE_ACCEPTED_ANNOTATION), "{message}");
             assert!(message.contains("spec.model.license"), "{message}");
@@ -1399,7 +1370,7 @@ mod tests {
             }
         );
         assert!(!verdict.is_accepted());
-        assert_eq!(verdict.reason(), reasons::LICENSE_MISMATCH);
+        assert_eq!(verdict.reason(), Reason::LicenseMismatch);
         let message = verdict.message("serving", "flash", "mit");
         for needle in [
             LICENSE_ACCEPTED_ANNOTATION,
@@ -1430,7 +1401,7 @@ mod tests {
                 allowed: allow(&["apache-2.0"])
             }
         );
-        assert_eq!(verdict.reason(), reasons::LICENSE_NOT_ALLOWED);
+        assert_eq!(verdict.reason(), Reason::LicenseNotAllowed);
         let message = verdict.message("serving", "flash", "mit");
         for needle in [
             "spec.model.license",

@@ -13,9 +13,10 @@ use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Client, Resource, ResourceExt};
 use tracing::{info, warn};
 
-use super::cached::{self, Cached, CachedDeployment};
-use super::context::Context;
+use super::cached::{self, Cached, CachedDeployment, Incoming};
+use super::context::{Context, Namespaces};
 use super::error::Error;
+use super::merged::Merged;
 use super::reconcile::{error_policy, reconcile};
 use super::text::phase_key;
 use super::{decide, observe, placement};
@@ -25,8 +26,9 @@ use crate::api::labels;
 /// What every watch of one controller loop shares, resolved once before any watch starts.
 struct Scope {
     client: Client,
-    /// The one namespace watched, if the operator is namespace-scoped.
-    namespace: Option<String>,
+    /// The namespaces watched: each kind has one watch per listed namespace, or one of every
+    /// namespace.
+    namespaces: Namespaces,
     ar: ApiResource,
     /// How every watch reads its initial state.
     lists: InitialLists,
@@ -37,9 +39,9 @@ struct Scope {
 }
 
 impl Scope {
-    async fn resolve(ctx: &Context, namespace: Option<String>) -> Self {
+    async fn resolve(ctx: &Context, namespaces: Namespaces) -> Self {
         let client = ctx.client.clone();
-        let ns = namespace.as_deref();
+        let ns = namespaces.watches().first().copied().flatten();
         let lists = InitialLists::of(
             resolved("streaming lists", || InitialLists::probe(&client, ns)).await,
         );
@@ -52,7 +54,7 @@ impl Scope {
         .await;
         Self {
             client,
-            namespace,
+            namespaces,
             ar: api_resource(),
             lists,
             pod_groups,
@@ -65,18 +67,40 @@ impl Scope {
         self.lists.config().labels(&observe::owned_selector())
     }
 
-    fn api<K>(&self) -> Api<K>
+    /// The namespace of each watch of a kind (`None`: the watch of every namespace).
+    fn watches(&self) -> Vec<Option<&str>> {
+        self.namespaces.watches()
+    }
+
+    /// Keeps the store `cache` of one kind, one watch per namespace watched, each on its own
+    /// backoff; returns their events merged.
+    fn watched<K>(
+        &self,
+        kind: &'static str,
+        cache: observe::CacheWriter<K>,
+        config: &watcher::Config,
+        written: &observe::Written,
+    ) -> impl futures::Stream<Item = Result<watcher::Event<Incoming<K>>, watcher::Error>> + Send + 'static
     where
-        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+        K: Cached + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync,
+        K::Api: k8s_openapi::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
     {
-        scoped(&self.client, self.namespace.as_deref())
+        let namespaces = self.watches();
+        let watches = cache
+            .per_namespace(&namespaces)
+            .into_iter()
+            .zip(&namespaces);
+        futures::stream::select_all(watches.map(|(cache, ns)| {
+            let api = scoped(&self.client, *ns);
+            on_own_backoff(kind, cached(cache, api, *ns, config.clone(), written)).boxed()
+        }))
     }
 }
 
 /// Runs the controller loop with a prepared context (tests read its counters).
 pub async fn run_with_context(
     ctx: Arc<Context>,
-    namespace: Option<String>,
+    namespaces: Namespaces,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let Some(writers) = ctx
@@ -88,7 +112,7 @@ pub async fn run_with_context(
         warn!("this context's controller loop already ran; not starting another");
         return;
     };
-    let scope = Scope::resolve(&ctx, namespace).await;
+    let scope = Scope::resolve(&ctx, namespaces).await;
     let (mut feeders, triggers) = read_only_feeds(&ctx, &scope, writers);
     let filled = {
         let (ctx, pod_groups, claim_templates) =
@@ -142,54 +166,41 @@ struct Triggers {
     claims: observe::CacheWriter<cached::CachedClaim>,
 }
 
-/// One watch per owned kind that passes read but that triggers nothing, its objects cut down
-/// before they enter its cache; returns them and the stores of the kinds that trigger passes.
+/// One watch per owned kind (and namespace) that passes read but that triggers nothing, its
+/// objects cut down before they enter its cache; returns them and the stores of the kinds that
+/// trigger passes.
 fn read_only_feeds(
     ctx: &Context,
     scope: &Scope,
     writers: observe::CacheWriters,
 ) -> (Vec<tokio::task::JoinHandle<()>>, Triggers) {
     let written = &ctx.caches.written;
+    let owned = scope.owned();
     let mut feeders = vec![
-        feed(
-            "PodDisruptionBudget",
-            writers.budgets,
-            scope.api(),
-            scope.owned(),
-            written,
-        ),
-        feed(
-            "ControllerRevision",
-            writers.revisions,
-            scope.api(),
-            scope.owned(),
-            written,
-        ),
-        feed(
+        feed(scope.watched("PodDisruptionBudget", writers.budgets, &owned, written)),
+        feed(scope.watched("ControllerRevision", writers.revisions, &owned, written)),
+        feed(scope.watched(
             "ConfigMap",
             writers.config_maps,
-            scope.api(),
-            scope.lists.config().labels(&observe::config_map_selector()),
+            &scope.lists.config().labels(&observe::config_map_selector()),
             written,
-        ),
+        )),
     ];
     if scope.pod_groups {
-        feeders.push(feed(
+        feeders.push(feed(scope.watched(
             "PodGroup",
             writers.pod_groups,
-            scope.api(),
-            scope.owned(),
+            &owned,
             written,
-        ));
+        )));
     }
     if scope.claim_templates {
-        feeders.push(feed(
+        feeders.push(feed(scope.watched(
             "ResourceClaimTemplate",
             writers.claim_templates,
-            scope.api(),
-            scope.owned(),
+            &owned,
             written,
-        ));
+        )));
     }
     let triggers = Triggers {
         pods: writers.pods,
@@ -201,29 +212,41 @@ fn read_only_feeds(
 }
 
 /// The controller over the DeepInferDeployments, watched as dynamic objects so one malformed
-/// resource cannot break the watch for all, on a backoff of its own.
+/// resource cannot break the watch for all: one watch per namespace watched (or one of every
+/// namespace), each on a backoff of its own, kept in one store by [`Merged`].
 fn deployments(ctx: &Context, scope: &Scope) -> Controller<CachedDeployment> {
-    let dids: Api<CachedDeployment> = match &scope.namespace {
-        Some(ns) => Api::namespaced_with(scope.client.clone(), ns, &scope.ar),
-        None => Api::all_with(scope.client.clone(), &scope.ar),
-    };
-    let writer = kube::runtime::reflector::store::Writer::new(scope.ar.clone());
-    let cache = writer.as_reader();
+    let namespaces = scope.watches();
+    let mut merged = Merged::new(
+        kube::runtime::reflector::store::Writer::new(scope.ar.clone()),
+        &namespaces,
+    );
+    let cache = merged.reader();
+    let watches = namespaces.iter().enumerate().map(|(i, ns)| {
+        let dids: Api<CachedDeployment> = match ns {
+            Some(ns) => Api::namespaced_with(scope.client.clone(), ns, &scope.ar),
+            None => Api::all_with(scope.client.clone(), &scope.ar),
+        };
+        on_own_backoff("DeepInferDeployment", watcher(dids, scope.lists.config()))
+            .map_ok(move |event| (i, event))
+            .boxed()
+    });
+    let applied = futures::stream::select_all(watches)
+        .map_ok(move |(i, event)| {
+            futures::stream::iter(
+                merged
+                    .take(i, event)
+                    .into_iter()
+                    .map(Ok::<_, watcher::Error>),
+            )
+        })
+        .try_flatten();
     Controller::for_stream_with(
-        noted(
-            on_own_backoff(
-                "DeepInferDeployment",
-                kube::runtime::reflector(writer, watcher(dids, scope.lists.config()))
-                    .applied_objects(),
-            ),
-            &ctx.metrics,
-            |did: &CachedDeployment| {
-                vec![phase_key(
-                    did.metadata.namespace.as_deref().unwrap_or_default(),
-                    did.metadata.name.as_deref().unwrap_or_default(),
-                )]
-            },
-        ),
+        noted(applied, &ctx.metrics, |did: &CachedDeployment| {
+            vec![phase_key(
+                did.metadata.namespace.as_deref().unwrap_or_default(),
+                did.metadata.name.as_deref().unwrap_or_default(),
+            )]
+        }),
         cache,
         scope.ar.clone(),
     )
@@ -236,8 +259,9 @@ fn deployments(ctx: &Context, scope: &Scope) -> Controller<CachedDeployment> {
 /// owner; the ConfigMaps named by `spec.acceptance.promptsFrom` (metadata only: an edit moves
 /// the resourceVersion) and the checkpoint claims through the resources that name them. Every
 /// event is noted for the resources it triggers, so that the pass it starts observes how long it
-/// waited (`deepinfer_watch_event_to_reconcile_seconds`). Every watch retries on its own backoff,
-/// so one kind's failing or re-listing watch never holds up the others.
+/// waited (`deepinfer_watch_event_to_reconcile_seconds`). Every watch (one per kind and
+/// namespace watched) retries on its own backoff, so one kind's failing or re-listing watch
+/// never holds up the others.
 fn triggered(
     controller: Controller<CachedDeployment>,
     ctx: &Context,
@@ -248,46 +272,37 @@ fn triggered(
     let written = &ctx.caches.written;
     let (ar, metrics) = (scope.ar.clone(), ctx.metrics.clone());
     let cache = controller.store();
+    let owned = scope.owned();
     let claims = triggering(
-        "PersistentVolumeClaim",
-        writers.claims,
-        scope.api(),
-        scope.lists.config(),
-        written,
+        scope.watched(
+            "PersistentVolumeClaim",
+            writers.claims,
+            &scope.lists.config(),
+            written,
+        ),
         feeders,
     );
     let news = JobPodNews::default();
-    let pods = triggering(
-        "Pod",
-        writers.pods,
-        scope.api(),
-        scope.owned(),
-        written,
-        feeders,
-    )
-    .filter(move |pod| std::future::ready(pod.as_ref().map_or(true, |p| news.is_news(p))));
-    let jobs = triggering(
-        "Job",
-        writers.jobs,
-        scope.api(),
-        scope.owned(),
-        written,
-        feeders,
-    );
+    let pods = triggering(scope.watched("Pod", writers.pods, &owned, written), feeders)
+        .filter(move |pod| std::future::ready(pod.as_ref().map_or(true, |p| news.is_news(p))));
+    let jobs = triggering(scope.watched("Job", writers.jobs, &owned, written), feeders);
     let services = triggering(
-        "Service",
-        writers.services,
-        scope.api(),
-        scope.owned(),
-        written,
+        scope.watched("Service", writers.services, &owned, written),
         feeders,
     );
-    let config_maps: Api<PartialObjectMeta<ConfigMap>> = scope.api();
+    let config_maps = futures::stream::select_all(scope.watches().into_iter().map(|ns| {
+        let config_maps: Api<PartialObjectMeta<ConfigMap>> = scoped(&scope.client, ns);
+        on_own_backoff(
+            "ConfigMap",
+            watcher(config_maps, scope.lists.config()).touched_objects(),
+        )
+        .boxed()
+    }));
     controller
         .watches_stream(
             noted(pods, &metrics, {
                 let ar = ar.clone();
-                move |pod: &cached::CachedPod| keys(pod_owner_refs(pod, &ar))
+                move |pod: &Incoming<cached::CachedPod>| keys(pod_owner_refs(pod, &ar))
             }),
             {
                 let ar = ar.clone();
@@ -296,20 +311,14 @@ fn triggered(
         )
         .owns_stream(noted(jobs, &metrics, owner_keys(&ar)))
         .owns_stream(noted(services, &metrics, owner_keys(&ar)))
-        .watches_stream(
-            on_own_backoff(
-                "ConfigMap",
-                watcher(config_maps, scope.lists.config()).touched_objects(),
-            ),
-            {
-                let (cache, ar, metrics) = (cache.clone(), ar.clone(), metrics.clone());
-                move |cm| {
-                    referrers_noted(&cache, &cm.metadata, &ar, &metrics, |d| {
-                        d.prompts_from.as_deref()
-                    })
-                }
-            },
-        )
+        .watches_stream(config_maps, {
+            let (cache, ar, metrics) = (cache.clone(), ar.clone(), metrics.clone());
+            move |cm| {
+                referrers_noted(&cache, &cm.metadata, &ar, &metrics, |d| {
+                    d.prompts_from.as_deref()
+                })
+            }
+        })
         .watches_stream(claims, move |claim| {
             referrers_noted(&cache, claim.meta(), &ar, &metrics, |d| {
                 d.checkpoint_claim.as_deref()
@@ -351,10 +360,13 @@ fn owner_refs(meta: &kube::core::ObjectMeta, ar: &ApiResource) -> Vec<ObjectRef<
 /// The DeepInferDeployments a pod's watch event triggers: those its owner references name and,
 /// for a pod of a Job (labelled with the resource it runs for), that resource. Which Job pods'
 /// events reach here at all is [`JobPodNews`]'s call.
-fn pod_owner_refs(pod: &cached::CachedPod, ar: &ApiResource) -> Vec<ObjectRef<CachedDeployment>> {
+fn pod_owner_refs(
+    pod: &Incoming<cached::CachedPod>,
+    ar: &ApiResource,
+) -> Vec<ObjectRef<CachedDeployment>> {
     let meta = pod.meta();
     let mut refs = owner_refs(meta, ar);
-    let deployment = pod.label(cached::KeptLabel::Deployment);
+    let deployment = pod.shape().label(cached::KeptLabel::Deployment);
     if let (true, Some(name), Some(ns)) = (of_job(meta), deployment, meta.namespace.as_deref()) {
         let r = ObjectRef::new_with(name, ar.clone()).within(ns);
         if !refs.contains(&r) {
@@ -379,10 +391,10 @@ fn of_job(meta: &kube::core::ObjectMeta) -> bool {
 /// every retry; those rewrites are not news. Remembers the trouble of the Job pods that are in
 /// trouble now, nothing of the others.
 #[derive(Default)]
-struct JobPodNews(std::sync::Mutex<std::collections::HashMap<String, &'static str>>);
+struct JobPodNews(std::sync::Mutex<std::collections::HashMap<String, crate::api::Reason>>);
 
 impl JobPodNews {
-    fn is_news(&self, pod: &cached::CachedPod) -> bool {
+    fn is_news(&self, pod: &Incoming<cached::CachedPod>) -> bool {
         let meta = pod.meta();
         if !of_job(meta) {
             return true;
@@ -393,7 +405,7 @@ impl JobPodNews {
         );
         let trouble = match meta.deletion_timestamp {
             Some(_) => None,
-            None => decide::jobs::pod_trouble(&pod.to_api()).map(|t| t.reason),
+            None => decide::jobs::pod_trouble(&pod.shape().to_api()).map(|t| t.reason),
         };
         let mut seen = self.0.lock().unwrap_or_else(|e| e.into_inner());
         match trouble {
@@ -492,21 +504,22 @@ where
     }
 }
 
-/// A watch of one owned kind feeding `cache`, each event noted in `written` once the cache has
-/// it.
+/// A watch of one owned kind in `namespace` (`None`: every namespace) feeding `cache`, each
+/// event noted in `written` once the cache has it.
 fn cached<K>(
     mut cache: observe::CacheWriter<K>,
-    api: Api<K>,
+    api: Api<Incoming<K>>,
+    namespace: Option<&str>,
     config: watcher::Config,
     written: &observe::Written,
-) -> impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static
+) -> impl futures::Stream<Item = Result<watcher::Event<Incoming<K>>, watcher::Error>> + Send + 'static
 where
-    K: Cached + k8s_openapi::Resource + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync,
+    K: Cached + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync,
 {
-    let progress = written
-        .of(<K as k8s_openapi::Resource>::KIND)
+    let lag = written
+        .of(<K::Api as k8s_openapi::Resource>::KIND)
         .unwrap_or_default();
-    let lag = progress.clone();
+    let progress = lag.watch(namespace);
     watcher(api, config)
         .then(move |event| {
             let lag = lag.clone();
@@ -515,49 +528,41 @@ where
                 event
             }
         })
-        .map_ok(move |mut event| {
-            cache.take(&mut event);
+        .map_ok(move |event| {
+            cache.take(&event);
             progress.stored(&event);
             event
         })
 }
 
-/// Keeps the store of a kind whose changes trigger their owner, on its own backoff, in a task of
-/// its own (so the store keeps up while passes run), and returns its changed objects as a
-/// stream for the controller.
+/// Keeps the store of a kind whose changes trigger their owner (its watches' `events`) in a
+/// task of its own (so the store keeps up while passes run), and returns its changed objects as
+/// a stream for the controller.
 fn triggering<K>(
-    kind: &'static str,
-    cache: observe::CacheWriter<K>,
-    api: Api<K>,
-    config: watcher::Config,
-    written: &observe::Written,
+    events: impl futures::Stream<Item = Result<watcher::Event<Incoming<K>>, watcher::Error>>
+        + Send
+        + 'static,
     feeders: &mut Vec<tokio::task::JoinHandle<()>>,
-) -> impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static
+) -> impl futures::Stream<Item = Result<Incoming<K>, watcher::Error>> + Send + 'static
 where
-    K: Cached + k8s_openapi::Resource + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync,
+    K: Cached + Send + Sync + std::fmt::Debug + 'static,
 {
     let (changed, changes) = futures::channel::mpsc::unbounded();
-    let objects = on_own_backoff(kind, cached(cache, api, config, written).touched_objects());
-    feeders.push(tokio::spawn(objects.for_each(move |object| {
-        // The controller has stopped when nobody receives.
-        let _ = changed.unbounded_send(object);
-        async {}
-    })));
+    feeders.push(tokio::spawn(events.touched_objects().for_each(
+        move |object| {
+            // The controller has stopped when nobody receives.
+            let _ = changed.unbounded_send(object);
+            async {}
+        },
+    )));
     changes
 }
 
-/// Keeps the store of a kind that passes read but that triggers nothing, on its own backoff.
-fn feed<K>(
-    kind: &'static str,
-    cache: observe::CacheWriter<K>,
-    api: Api<K>,
-    config: watcher::Config,
-    written: &observe::Written,
-) -> tokio::task::JoinHandle<()>
-where
-    K: Cached + k8s_openapi::Resource + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync,
-{
-    tokio::spawn(on_own_backoff(kind, cached(cache, api, config, written)).for_each(|_| async {}))
+/// Keeps the store of a kind that passes read but that triggers nothing (its watches' `events`).
+fn feed<K: Send + 'static>(
+    events: impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(events.for_each(|_| async {}))
 }
 
 /// The resources among `dids` whose field `named` (the ConfigMap of
@@ -682,7 +687,8 @@ async fn forget_deleted(
     }
 }
 
-fn scoped<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+/// The API of a namespaced kind in `namespace`, or across every namespace.
+pub(super) fn scoped<K>(client: &Client, namespace: Option<&str>) -> Api<K>
 where
     K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
 {
@@ -759,7 +765,7 @@ mod tests {
                 if let Some(d) = deployment {
                     meta["labels"] = serde_json::json!({labels::DEPLOYMENT: d});
                 }
-                serde_json::from_value::<cached::CachedPod>(
+                serde_json::from_value::<Incoming<cached::CachedPod>>(
                     serde_json::json!({"metadata": meta, "status": status}),
                 )
                 .expect("pod")

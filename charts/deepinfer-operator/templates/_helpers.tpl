@@ -135,3 +135,26 @@ shipped in config/rbac/role.yaml (a test keeps the two equal).
   resources: [events]
   verbs: [create, patch]
 {{- end }}
+
+{{/*
+The namespaces the operator watches and reconciles, comma-separated: the list in namespaces, else
+watchNamespace, else the release namespace; "" when clusterWide (every namespace). Fails on values
+that contradict each other, naming both.
+*/}}
+{{- define "deepinfer-operator.watchedNamespaces" -}}
+{{- if and .Values.clusterWide .Values.watchNamespace }}
+{{- fail "clusterWide=true watches every namespace: leave watchNamespace empty" }}
+{{- end }}
+{{- if and .Values.clusterWide .Values.namespaces }}
+{{- fail "clusterWide=true watches every namespace and namespaces lists some: set one of them (namespaces alone needs no ClusterRole)" }}
+{{- end }}
+{{- if and .Values.namespaces .Values.watchNamespace }}
+{{- fail "namespaces and watchNamespace both name watched namespaces: set one of them (list watchNamespace's namespace in namespaces)" }}
+{{- end }}
+{{- if .Values.clusterWide }}
+{{- else if .Values.namespaces }}
+{{- join "," .Values.namespaces }}
+{{- else }}
+{{- default .Release.Namespace .Values.watchNamespace }}
+{{- end }}
+{{- end }}

@@ -110,12 +110,25 @@ impl AcceptanceNames {
     /// Names for `did` at `revision` with rerun token `token`.
     pub fn new(did: &str, revision: &str, token: &str) -> Self {
         let hash = short_hash(&(revision, token), RUN_HASH_LENGTH);
+        Self::named(did, &hash, full_hash(&(revision, token)))
+    }
+
+    /// Names of the run of `did` whose key ([`JUDGES_ANNOTATION`] of each of its Jobs) is
+    /// `key`: every name is a function of the deployment and the key, so a Job tells its run's
+    /// objects (the evidence ConfigMap among them) without its arguments being read. `None` for a
+    /// key that is not a [`full_hash`].
+    pub fn of_key(did: &str, key: &str) -> Option<Self> {
+        let hash = short_of_full_hash(key, RUN_HASH_LENGTH)?;
+        Some(Self::named(did, &hash, key.to_string()))
+    }
+
+    fn named(did: &str, hash: &str, key: String) -> Self {
         let run = format!("{did}-accept-{hash}");
         Self {
             spec_configmap: format!("{run}-spec"),
             evidence_configmap: format!("{did}-evidence-{hash}"),
             service_account: format!("{did}-acceptance"),
-            key: full_hash(&(revision, token)),
+            key,
             run,
         }
     }
@@ -218,15 +231,14 @@ pub fn acceptance_spec_configmap(
     })
 }
 
-/// The evidence ConfigMap an acceptance leader Job's judge writes, from the Job the operator
-/// built (`None` for other Jobs).
-pub fn evidence_of_job(job: &Job) -> Option<String> {
+/// The evidence ConfigMap the judge of an acceptance leader Job of deployment `did` writes
+/// (`None` for other Jobs): named by the run's key the Job carries (see
+/// [`AcceptanceNames::of_key`]).
+pub fn evidence_of_job(did: &str, job: &Job) -> Option<String> {
     let pod = job.spec.as_ref()?.template.spec.as_ref()?;
-    let judge = pod.containers.iter().find(|c| c.name == JUDGE_CONTAINER)?;
-    let args = judge.args.as_ref()?;
-    args.windows(2)
-        .find(|w| w[0] == EVIDENCE_FLAG)
-        .map(|w| w[1].clone())
+    pod.containers.iter().find(|c| c.name == JUDGE_CONTAINER)?;
+    let key = job.annotations().get(JUDGES_ANNOTATION)?;
+    AcceptanceNames::of_key(did, key).map(|names| names.evidence_configmap)
 }
 
 /// The evidence ConfigMap, empty, created before the run so that the judge needs no right to

@@ -13,6 +13,7 @@ mod pod;
 mod pod_group;
 mod rank_table;
 mod revision;
+mod run_placement;
 mod service;
 
 pub use acceptance::*;
@@ -24,6 +25,7 @@ pub use pod::*;
 pub use pod_group::*;
 pub use rank_table::*;
 pub use revision::*;
+pub use run_placement::*;
 pub use service::*;
 
 use std::collections::BTreeMap;
@@ -46,7 +48,7 @@ use kube::{Resource, ResourceExt};
 use serde::Serialize;
 
 use crate::api::{labels, Component, DeepInferDeploymentSpec, RoleSpec, ACCEPTED_POD_CONDITION};
-pub use crate::controller::validate::ValidatedDeployment;
+pub use crate::controller::validated::ValidatedDeployment;
 
 /// Where the checkpoint volume is mounted in engine containers.
 pub const MODEL_MOUNT: &str = "/models";
@@ -120,6 +122,31 @@ pub fn full_hash<T: Serialize>(value: &T) -> String {
         out.push(char::from(ALPHABET[((buffer << (5 - bits)) & 31) as usize]));
     }
     out
+}
+
+/// The first `len` hexadecimal characters of the SHA-256 a [`full_hash`] spells: the
+/// [`short_hash`] of the same value, recovered from the full one (`None` for text that is not a
+/// full hash).
+pub fn short_of_full_hash(key: &str, len: usize) -> Option<String> {
+    if key.len() != FULL_HASH_LENGTH {
+        return None;
+    }
+    let mut hex = String::with_capacity(64);
+    let (mut buffer, mut bits) = (0u32, 0u32);
+    for c in key.bytes() {
+        let value = match c {
+            b'a'..=b'z' => c - b'a',
+            b'2'..=b'7' => c - b'2' + 26,
+            _ => return None,
+        };
+        buffer = ((buffer << 5) | u32::from(value)) & 0xffff;
+        bits += 5;
+        if bits >= 8 {
+            bits -= 8;
+            hex.push_str(&format!("{:02x}", (buffer >> bits) & 0xff));
+        }
+    }
+    Some(hex[..len.min(hex.len())].to_string())
 }
 
 /// The revision: the [`full_hash`] of everything that changes the running bits — image digest,

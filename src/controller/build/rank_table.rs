@@ -116,6 +116,14 @@ fn allocation_of(
         .as_ref()
         .and_then(|s| s.pod_ip.clone())
         .ok_or_else(|| format!("pod {name} has no IP yet"))?;
+    let allocation = allocation(pod, annotation, devices)?;
+    Ok((allocation, ip))
+}
+
+/// The device plugin's allocation on `pod` (`annotation`), its devices in device-id order, or
+/// why it cannot be read: absent, not an allocation, or not `devices` devices.
+pub fn allocation(pod: &Pod, annotation: &str, devices: i32) -> Result<Allocation, String> {
+    let name = pod.name_any();
     let raw = pod
         .annotations()
         .get(annotation)
@@ -135,7 +143,7 @@ fn allocation_of(
             d.device_id.clone(),
         )
     });
-    Ok((allocation, ip))
+    Ok(allocation)
 }
 
 /// The rank table of one group from its pods: `completed` when every rank `0..shape.pods` has a

@@ -670,7 +670,7 @@ fn the_judge_may_only_read_and_update_its_own_evidence_which_the_operator_create
         "op",
     )
     .expect("job");
-    let earlier = evidence_of_job(&job).expect("the leader's judge names its evidence");
+    let earlier = evidence_of_job("flash", &job).expect("the leader's judge names its evidence");
     assert_eq!(
         earlier,
         AcceptanceNames::new("flash", "rev0", "").evidence_configmap
@@ -2408,7 +2408,7 @@ fn the_acceptance_leaders_arguments_parse_back_to_the_run_they_judge() {
     );
     assert_eq!(accept.identity.roles, ["decode", "prefill"]);
     assert_eq!(
-        evidence_of_job(&leader),
+        evidence_of_job("flash", &leader),
         Some(names.evidence_configmap.clone())
     );
     let engine = commands
@@ -2724,4 +2724,163 @@ fn an_ascend_rank_table_counts_the_devices_of_its_roles_shape() {
         "a prefill pod of 8 NPUs is not listed with the deployment's 16"
     );
     assert_eq!(group_shape(&d.spec, &d.spec.roles[1]).pods, 2);
+}
+
+#[test]
+fn a_full_hash_gives_back_the_short_hash_of_the_same_value() {
+    for value in [("rev0", ""), ("rev1", "rerun-1"), ("a", "b")] {
+        let key = full_hash(&value);
+        assert_eq!(short_of_full_hash(&key, 64), Some(short_hash(&value, 64)));
+        assert_eq!(
+            AcceptanceNames::of_key("flash", &key),
+            Some(AcceptanceNames::new("flash", value.0, value.1))
+        );
+    }
+    assert_eq!(short_of_full_hash("not-a-hash", 16), None);
+    let mut wrong = full_hash(&("rev0", ""));
+    wrong.replace_range(0..1, "1");
+    assert_eq!(
+        short_of_full_hash(&wrong, 16),
+        None,
+        "1 is not in the alphabet"
+    );
+}
+
+/// A pod of Job `job` bound to `node` (if any), with `annotations`.
+fn run_pod(job: &str, node: Option<&str>, annotations: BTreeMap<String, String>) -> Pod {
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(format!("{job}-x")),
+            annotations: Some(annotations),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PodSpec {
+            node_name: node.map(str::to_string),
+            ..PodSpec::default()
+        }),
+        status: None,
+    }
+}
+
+#[test]
+fn the_placement_record_names_every_ranks_pod_node_and_ascend_npu_ids() {
+    let d = did(
+        json!({"type": "Ascend", "devicesPerPod": 4}),
+        json!([
+            {"name": "prefill", "replicas": 1, "parallel": {"tensor": 4}},
+            {"name": "decode", "replicas": 1, "parallel": {"tensor": 8}}
+        ]),
+    );
+    let names = AcceptanceNames::new("pangu", "r", "t");
+    let groups = names.groups(&d.spec);
+    let annotation = allocation_annotation("huawei.com/Ascend910").to_string();
+    let allocated = |ids: &[&str]| {
+        let devices: Vec<_> = ids
+            .iter()
+            .map(|i| json!({"device_id": i, "device_ip": "192.168.1.1"}))
+            .collect();
+        BTreeMap::from([(
+            annotation.clone(),
+            json!({"server_id": "s", "devices": devices}).to_string(),
+        )])
+    };
+    // decode (judged) rank 0 on npu-0 with NPUs listed out of order; rank 1 bound to npu-1 but
+    // not yet allocated; prefill rank 0 made a pod the scheduler never bound.
+    let pods = [
+        run_pod(
+            &groups[0].job(0),
+            Some("npu-0"),
+            allocated(&["3", "1", "2", "0"]),
+        ),
+        run_pod(&groups[0].job(1), Some("npu-1"), BTreeMap::new()),
+        run_pod(&groups[1].job(0), None, BTreeMap::new()),
+    ];
+    let placement = run_placement(&d, &groups, &|job| {
+        pods.iter()
+            .filter(|p| p.name_any() == format!("{job}-x"))
+            .collect()
+    });
+    assert_eq!(placement.domain_key, "huawei.com/super-pod-id");
+    let rows: Vec<(&str, i32, Option<&str>, Vec<&str>)> = placement
+        .ranks
+        .iter()
+        .map(|r| {
+            (
+                r.role.as_str(),
+                r.rank,
+                r.node.as_deref(),
+                r.devices.ids.iter().map(String::as_str).collect(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("decode", 0, Some("npu-0"), vec!["0", "1", "2", "3"]),
+            ("decode", 1, Some("npu-1"), vec![]),
+            ("prefill", 0, None, vec![]),
+        ]
+    );
+    assert!(placement
+        .ranks
+        .iter()
+        .all(|r| r.devices.resource == "huawei.com/Ascend910" && r.devices.count == 4));
+    let note = placement.ranks[1]
+        .devices
+        .note
+        .as_deref()
+        .unwrap_or_default();
+    assert!(
+        note.contains(&format!("has no {annotation} annotation")),
+        "{note}"
+    );
+    assert_eq!(
+        placement.ranks[2].pod,
+        Some(format!("{}-x", groups[1].job(0)))
+    );
+}
+
+#[test]
+fn the_placement_record_names_each_ranks_dra_claim_and_a_rank_without_a_pod() {
+    let d = did(
+        json!({"type": "NVIDIA", "devicesPerPod": 8, "deviceClassName": "gpu.nvidia.com"}),
+        json!([{"name": "worker", "replicas": 1, "parallel": {"tensor": 16}}]),
+    );
+    let names = AcceptanceNames::new("flash", "r", "t");
+    let groups = names.groups(&d.spec);
+    let mut pod = run_pod(&groups[0].job(0), Some("gpu-0"), BTreeMap::new());
+    pod.spec.as_mut().expect("spec").resource_claims =
+        Some(vec![k8s_openapi::api::core::v1::PodResourceClaim {
+            name: "devices".into(),
+            resource_claim_template_name: Some("flash-devices-abc".into()),
+            ..Default::default()
+        }]);
+    let mut waiting = pod.clone();
+    pod.status = Some(k8s_openapi::api::core::v1::PodStatus {
+        resource_claim_statuses: Some(vec![k8s_openapi::api::core::v1::PodResourceClaimStatus {
+            name: "devices".into(),
+            resource_claim_name: Some("p-devices-7xk2q".into()),
+        }]),
+        ..Default::default()
+    });
+    waiting.metadata.name = Some("waiting".into());
+    let placement = run_placement(&d, &groups, &|job| {
+        if job == groups[0].job(0) {
+            vec![&pod]
+        } else {
+            Vec::new()
+        }
+    });
+    let first = &placement.ranks[0];
+    assert_eq!(first.devices.resource, "class gpu.nvidia.com");
+    assert_eq!(first.devices.count, 8);
+    assert_eq!(first.devices.claims, ["devices=p-devices-7xk2q"]);
+    assert_eq!(first.node.as_deref(), Some("gpu-0"));
+    let second = &placement.ranks[1];
+    assert_eq!((second.rank, &second.pod, &second.node), (1, &None, &None));
+    let unmade = run_placement(&d, &groups, &|_| vec![&waiting]);
+    assert_eq!(
+        unmade.ranks[0].devices.claims,
+        ["devices=template flash-devices-abc"]
+    );
 }

@@ -8,8 +8,8 @@ use k8s_openapi::jiff::Timestamp;
 use super::jobs::{containers_ended, started_at, unschedulable, JobState};
 use crate::acceptance::AcceptanceSummary;
 use crate::api::{
-    reasons, AcceptancePrompt, AcceptanceResult, AcceptanceSpec, AcceptanceStatus,
-    DeepInferDeploymentSpec, ReviewRecord, ACCEPTANCE_CHANGE_REASON_ANNOTATION,
+    AcceptancePrompt, AcceptanceResult, AcceptanceSpec, AcceptanceStatus, DeepInferDeploymentSpec,
+    Reason, ReviewRecord, ACCEPTANCE_CHANGE_REASON_ANNOTATION,
     ACCEPTANCE_CHANGE_REVIEWER_ANNOTATION, RERUN_ACCEPTANCE_ANNOTATION, RERUN_REASON_ANNOTATION,
 };
 use crate::controller::build;
@@ -390,10 +390,10 @@ pub fn review_missing(
 pub fn judged_gate(a: &AcceptanceStatus) -> Gate {
     let message = acceptance_message(a);
     if a.passed() {
-        Gate::Passed(reasons::ACCEPTANCE_SUCCEEDED, message)
+        Gate::Passed(Reason::AcceptanceSucceeded, message)
     } else {
         Gate::Failed(
-            reasons::ACCEPTANCE_FAILED,
+            Reason::AcceptanceFailed,
             crate::controller::text::truncate(&message, 2000),
         )
     }
@@ -959,7 +959,7 @@ mod tests {
         let Gate::Failed(reason, message) = judged_gate(&a) else {
             panic!("failed gate");
         };
-        assert_eq!(reason, reasons::ACCEPTANCE_FAILED);
+        assert_eq!(reason, Reason::AcceptanceFailed);
         assert!(
             message.contains("p2") && message.contains("ConfigMap ev"),
             "{message}"

@@ -1,6 +1,6 @@
 //! The checkpoint gate's verdict from the verifier's report.
 
-use crate::api::{reasons, CheckpointStatus};
+use crate::api::{CheckpointStatus, Reason};
 use crate::checkpoint::VerifyReport;
 use crate::controller::status::Gate;
 
@@ -16,7 +16,7 @@ pub fn claim_gate(ns: &str, claim: &str, phase: Option<&str>, hub: bool) -> Opti
     };
     match phase {
         None => Some(Gate::Failed(
-            reasons::MISSING_DEPENDENCY,
+            Reason::MissingDependency,
             format!(
                 "PersistentVolumeClaim {ns}/{claim} ({field}) does not exist; create it (it must hold or receive the checkpoint) — the operator checks again every 15 s"
             ),
@@ -26,7 +26,7 @@ pub fn claim_gate(ns: &str, claim: &str, phase: Option<&str>, hub: bool) -> Opti
         Some(phase) => {
             let phase = if phase.is_empty() { "without a phase" } else { phase };
             Some(Gate::Failed(
-                reasons::CLAIM_NOT_BOUND,
+                Reason::ClaimNotBound,
                 format!(
                     "PersistentVolumeClaim {ns}/{claim} ({field}) is {phase}, not Bound, so no volume backs it{}; bind it to the volume that holds the checkpoint (kubectl describe pvc {claim} says why it waits) — the operator checks again every 15 s",
                     if hub { "" } else { " and it cannot hold the checkpoint" }
@@ -51,15 +51,15 @@ pub fn running_job_gate(
         return running;
     };
     let (claim, phase) = claim;
-    let reason = if trouble.reason == reasons::POD_UNSCHEDULABLE && phase == Some("Pending") {
-        reasons::CLAIM_NOT_BOUND
+    let reason = if trouble.reason == Reason::PodUnschedulable && phase == Some("Pending") {
+        Reason::ClaimNotBound
     } else {
         trouble.reason
     };
     let message = format!(
         "Job {job} cannot make progress: {}{}; fix it and the Job carries on{} — see the runbook entry {reason}",
         trouble.message,
-        if reason == reasons::CLAIM_NOT_BOUND {
+        if reason == Reason::ClaimNotBound {
             format!(" (PersistentVolumeClaim {claim} is Pending, not Bound)")
         } else {
             String::new()
@@ -100,7 +100,7 @@ pub fn judge_verify_job(
             );
             (
                 Gate::Failed(
-                    reasons::VERIFICATION_FAILED,
+                    Reason::VerificationFailed,
                     crate::controller::text::truncate(&msg, 2000),
                 ),
                 None,
@@ -135,15 +135,15 @@ pub fn judge_verify_report(
                 source_key: key,
             };
             (
-                Gate::Passed(reasons::VERIFIED, verified_message(&status)),
+                Gate::Passed(Reason::Verified, verified_message(&status)),
                 Some(status),
             )
         }
         Some(r) => {
             let reason = if r.only_license_mismatch() {
-                reasons::CHECKPOINT_LICENSE_MISMATCH
+                Reason::CheckpointLicenseMismatch
             } else {
-                reasons::VERIFICATION_FAILED
+                Reason::VerificationFailed
             };
             let msg = format!(
                 "Job {job} found problems in the checkpoint: {}; fix the checkpoint or the spec, then re-apply",
@@ -161,7 +161,7 @@ pub fn judge_verify_report(
             );
             (
                 Gate::Failed(
-                    reasons::VERIFICATION_FAILED,
+                    Reason::VerificationFailed,
                     crate::controller::text::truncate(&msg, 2000),
                 ),
                 None,
@@ -192,7 +192,7 @@ mod tests {
         let (gate, status) =
             judge_verify_report("v", "k1".into(), None, Some(report(true, vec![], &[])), "");
         assert!(
-            matches!(&gate, Gate::Passed(r, m) if *r == reasons::VERIFIED && m.contains("4 files, 1024 bytes, licence mit"))
+            matches!(&gate, Gate::Passed(r, m) if *r == Reason::Verified && m.contains("4 files, 1024 bytes, licence mit"))
         );
         let status = status.expect("recorded");
         assert_eq!(status.source_key, "k1");
@@ -207,7 +207,7 @@ mod tests {
             &["README.md declares licence `apache-2.0`"],
         );
         let (gate, status) = judge_verify_report("v", "k".into(), None, Some(mismatch), "");
-        assert!(matches!(&gate, Gate::Failed(r, _) if *r == reasons::CHECKPOINT_LICENSE_MISMATCH));
+        assert!(matches!(&gate, Gate::Failed(r, _) if *r == Reason::CheckpointLicenseMismatch));
         assert!(status.is_none());
         // A problem sentence that merely mentions a licence is not a licence mismatch.
         let damaged = report(
@@ -217,7 +217,7 @@ mod tests {
         );
         let (gate, _) = judge_verify_report("v", "k".into(), None, Some(damaged), "");
         assert!(
-            matches!(&gate, Gate::Failed(r, m) if *r == reasons::VERIFICATION_FAILED && m.contains("LICENSE: cannot be read"))
+            matches!(&gate, Gate::Failed(r, m) if *r == Reason::VerificationFailed && m.contains("LICENSE: cannot be read"))
         );
         let both = report(
             false,
@@ -225,7 +225,7 @@ mod tests {
             &["a", "b"],
         );
         let (gate, _) = judge_verify_report("v", "k".into(), None, Some(both), "");
-        assert!(matches!(&gate, Gate::Failed(r, _) if *r == reasons::VERIFICATION_FAILED));
+        assert!(matches!(&gate, Gate::Failed(r, _) if *r == Reason::VerificationFailed));
     }
 
     #[test]
@@ -235,13 +235,13 @@ mod tests {
             other => panic!("not failed: {other:?}"),
         };
         let (r, m) = failed(claim_gate("ns", "ckpt", None, false));
-        assert_eq!(r, reasons::MISSING_DEPENDENCY);
+        assert_eq!(r, Reason::MissingDependency);
         assert!(m.contains("ns/ckpt") && m.contains("spec.model.source.volume.claimName"));
         let (r, m) = failed(claim_gate("ns", "ckpt", Some("Pending"), false));
-        assert_eq!(r, reasons::CLAIM_NOT_BOUND);
+        assert_eq!(r, Reason::ClaimNotBound);
         assert!(m.contains("is Pending, not Bound"), "{m}");
         let (r, _) = failed(claim_gate("ns", "ckpt", Some("Lost"), true));
-        assert_eq!(r, reasons::CLAIM_NOT_BOUND);
+        assert_eq!(r, Reason::ClaimNotBound);
         assert_eq!(claim_gate("ns", "ckpt", Some("Bound"), false), None);
         assert_eq!(
             claim_gate("ns", "ckpt", Some("Pending"), true),
@@ -258,7 +258,7 @@ mod tests {
                 "reason": "Unschedulable", "message": "pod has unbound immediate PersistentVolumeClaims"}]}
         }))
         .expect("pod");
-        let running = Gate::Progressing(reasons::FETCHING, "fetching".into());
+        let running = Gate::Progressing(Reason::Fetching, "fetching".into());
         let gate = running_job_gate(
             "f",
             &[&pod],
@@ -267,11 +267,11 @@ mod tests {
             running.clone(),
         );
         assert!(
-            matches!(&gate, Gate::Failed(r, m) if *r == reasons::CLAIM_NOT_BOUND && m.contains("ckpt is Pending") && m.contains("60 s")),
+            matches!(&gate, Gate::Failed(r, m) if *r == Reason::ClaimNotBound && m.contains("ckpt is Pending") && m.contains("60 s")),
             "{gate:?}"
         );
         let gate = running_job_gate("f", &[&pod], ("ckpt", Some("Bound")), None, running.clone());
-        assert!(matches!(&gate, Gate::Failed(r, _) if *r == reasons::POD_UNSCHEDULABLE));
+        assert!(matches!(&gate, Gate::Failed(r, _) if *r == Reason::PodUnschedulable));
         assert_eq!(
             running_job_gate("f", &[], ("ckpt", Some("Bound")), None, running.clone()),
             running
@@ -287,13 +287,13 @@ mod tests {
         let (gate, status) =
             judge_verify_job("flash-verify-1", "k".into(), false, Some(&sound), ended);
         assert!(
-            matches!(&gate, Gate::Failed(r, m) if *r == reasons::VERIFICATION_FAILED
+            matches!(&gate, Gate::Failed(r, m) if *r == Reason::VerificationFailed
                 && m.contains("flash-verify-1") && m.contains("exit code 137")),
             "{gate:?}"
         );
         assert!(status.is_none());
         let (gate, status) = judge_verify_job("flash-verify-1", "k".into(), true, Some(&sound), "");
-        assert!(matches!(&gate, Gate::Passed(r, _) if *r == reasons::VERIFIED));
+        assert!(matches!(&gate, Gate::Passed(r, _) if *r == Reason::Verified));
         assert_eq!(status.expect("recorded").source_key, "k");
         // A report of problems is reported as such whether or not the Job failed.
         let damaged =
@@ -336,7 +336,7 @@ mod tests {
         );
         assert!(status.is_none(), "no verdict of verified");
         assert!(
-            matches!(&gate, Gate::Failed(r, m) if *r == reasons::VERIFICATION_FAILED
+            matches!(&gate, Gate::Failed(r, m) if *r == Reason::VerificationFailed
                 && m.contains("container verify: OOMKilled, exit code 137")),
             "{gate:?}"
         );

@@ -9,7 +9,7 @@
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
-use crate::api::{labels, pod_reasons, AcceptanceResult, DeepInferDeploymentStatus};
+use crate::api::{labels, AcceptanceResult, DeepInferDeploymentStatus, PodReason};
 use crate::controller::pods::accepted_condition;
 use crate::controller::validate::LicenseVerdict;
 
@@ -18,8 +18,8 @@ use crate::controller::validate::LicenseVerdict;
 pub struct Entitlement {
     /// May serve.
     pub entitled: bool,
-    /// Reason of the pod condition (see [`pod_reasons`]).
-    pub reason: &'static str,
+    /// Reason of the pod condition (see [`PodReason`]).
+    pub reason: PodReason,
     /// Message of the pod condition: what was granted or withdrawn, and why.
     pub message: String,
     /// Whether a verdict decides it. No known verdict (no judgement of the revision is known,
@@ -39,7 +39,7 @@ pub fn of_revision(
     if !licence.is_accepted() {
         return Entitlement {
             entitled: false,
-            reason: pod_reasons::LICENSE_WITHDRAWN,
+            reason: PodReason::LicenseWithdrawn,
             message: format!(
                 "licence gate closed ({}): taken out of service until the licence is accepted again",
                 licence.reason()
@@ -50,7 +50,7 @@ pub fn of_revision(
     match judgements.and_then(|s| s.latest_judgement(revision)) {
         Some(j) if j.passed() && !j.covers(role) => Entitlement {
             entitled: false,
-            reason: pod_reasons::NOT_JUDGED,
+            reason: PodReason::NotJudged,
             message: if j.roles.iter().any(|r| r == role) {
                 format!(
                     "the acceptance run that passed revision {revision} judged the worker's own outputs, which role {role} took no part in (worker stands alone): not in service until a run judges it"
@@ -65,13 +65,13 @@ pub fn of_revision(
         },
         Some(j) if j.passed() => Entitlement {
             entitled: true,
-            reason: pod_reasons::ENTITLED,
+            reason: PodReason::Entitled,
             message: format!("revision {revision} passed acceptance"),
             settled: true,
         },
         Some(j) if j.result == AcceptanceResult::Unknown => Entitlement {
             entitled: false,
-            reason: pod_reasons::NOT_JUDGED,
+            reason: PodReason::NotJudged,
             message: format!(
                 "the latest judgement of revision {revision} has a result this operator does not know: left as it is"
             ),
@@ -79,7 +79,7 @@ pub fn of_revision(
         },
         Some(j) => Entitlement {
             entitled: false,
-            reason: pod_reasons::ACCEPTANCE_WITHDRAWN,
+            reason: PodReason::AcceptanceWithdrawn,
             message: format!(
                 "the latest judgement of revision {revision} failed ({}/{} prompts passed): taken out of service",
                 j.passed, j.prompts
@@ -88,7 +88,7 @@ pub fn of_revision(
         },
         None => Entitlement {
             entitled: false,
-            reason: pod_reasons::NOT_JUDGED,
+            reason: PodReason::NotJudged,
             message: format!("no acceptance judgement of revision {revision} is recorded"),
             settled: false,
         },
@@ -103,7 +103,7 @@ pub struct Mark {
     /// New status: true grants, false withdraws.
     pub accepted: bool,
     /// Condition reason.
-    pub reason: &'static str,
+    pub reason: PodReason,
     /// Condition message.
     pub message: String,
 }
@@ -262,14 +262,14 @@ mod tests {
             );
             assert!(marks
                 .iter()
-                .all(|m| !m.accepted && m.reason == pod_reasons::LICENSE_WITHDRAWN));
+                .all(|m| !m.accepted && m.reason == PodReason::LicenseWithdrawn));
             let summary = withdrawn_summary(&marks).expect("summary");
             assert!(
                 summary.starts_with("2 serving pod(s) taken out of service (LicenseWithdrawn)"),
                 "{summary}"
             );
             assert!(
-                summary.contains(licence.reason()),
+                summary.contains(licence.reason().as_str()),
                 "names the closed gate: {summary}"
             );
         }
@@ -285,7 +285,7 @@ mod tests {
             [Mark {
                 pod: "p0".into(),
                 accepted: true,
-                reason: pod_reasons::ENTITLED,
+                reason: PodReason::Entitled,
                 message: "revision a passed acceptance".into(),
             }]
         );
@@ -304,7 +304,7 @@ mod tests {
         assert_eq!(marks.len(), 1);
         assert_eq!(marks[0].pod, "a0");
         assert!(!marks[0].accepted);
-        assert_eq!(marks[0].reason, pod_reasons::ACCEPTANCE_WITHDRAWN);
+        assert_eq!(marks[0].reason, PodReason::AcceptanceWithdrawn);
         assert!(
             marks[0].message.contains("1/3 prompts passed"),
             "{}",
@@ -358,7 +358,7 @@ mod tests {
         assert!(of(&status, "decode").entitled);
         let prefill = of(&status, "prefill");
         assert!(!prefill.entitled);
-        assert_eq!(prefill.reason, pod_reasons::NOT_JUDGED);
+        assert_eq!(prefill.reason, PodReason::NotJudged);
         assert!(prefill.message.contains("did not include role prefill"));
         // A judgement recorded before runs named their roles covers its revision's pods.
         status.judgements[0].roles.clear();

@@ -3,7 +3,7 @@
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 
-use crate::api::reasons;
+use crate::api::Reason;
 use crate::controller::observe::Observed;
 use crate::controller::status::Gate;
 
@@ -35,7 +35,7 @@ pub fn foreign_job(observed: &Observed, name: &str, key: &str) -> Option<Gate> {
         return None;
     }
     Some(Gate::Failed(
-        reasons::NAME_CONFLICT,
+        Reason::NameConflict,
         format!(
             "Job {name} exists but was not made for this configuration (annotation {} is {}, this configuration's is {key}); its result is not read. Delete the Job so that the operator can run its own",
             crate::controller::build::JUDGES_ANNOTATION,
@@ -112,27 +112,27 @@ fn failed_condition(job: &k8s_openapi::api::batch::v1::Job) -> Option<String> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PodTrouble {
     /// Condition reason for it.
-    pub reason: &'static str,
+    pub reason: Reason,
     /// The pod, the container, the kubelet's or scheduler's reason and message.
     pub message: String,
 }
 
 /// The condition reason for a container waiting reason, if it is one a person must act on.
-fn waiting_reason(kubelet_reason: &str) -> Option<&'static str> {
-    use crate::api::reasons;
+fn waiting_reason(kubelet_reason: &str) -> Option<Reason> {
+    use crate::api::Reason;
     Some(match kubelet_reason {
         "ErrImagePull"
         | "ImagePullBackOff"
         | "InvalidImageName"
         | "ErrImageNeverPull"
         | "RegistryUnavailable"
-        | "SignatureValidationFailed" => reasons::IMAGE_PULL_FAILED,
-        "CreateContainerConfigError" => reasons::CONTAINER_CONFIG_ERROR,
+        | "SignatureValidationFailed" => Reason::ImagePullFailed,
+        "CreateContainerConfigError" => Reason::ContainerConfigError,
         "CreateContainerError"
         | "RunContainerError"
         | "CrashLoopBackOff"
         | "PreStartHookError"
-        | "PostStartHookError" => reasons::CONTAINER_START_FAILED,
+        | "PostStartHookError" => Reason::ContainerStartFailed,
         _ => return None,
     })
 }
@@ -142,7 +142,7 @@ pub fn pod_trouble(pod: &Pod) -> Option<PodTrouble> {
     let name = pod.metadata.name.as_deref().unwrap_or("?");
     if let Some(why) = unschedulable(pod) {
         return Some(PodTrouble {
-            reason: crate::api::reasons::POD_UNSCHEDULABLE,
+            reason: Reason::PodUnschedulable,
             message: format!("pod {name} cannot be scheduled: {why}"),
         });
     }
@@ -288,7 +288,7 @@ pub(crate) fn ended_container(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::reasons;
+    use crate::api::Reason;
     use serde_json::json;
 
     fn pod(status: serde_json::Value) -> Pod {
@@ -307,16 +307,13 @@ mod tests {
     #[test]
     fn every_waiting_reason_of_a_job_pod_has_its_own_condition_reason() {
         for (waiting_reason, expected) in [
-            ("ErrImagePull", reasons::IMAGE_PULL_FAILED),
-            ("ImagePullBackOff", reasons::IMAGE_PULL_FAILED),
-            ("InvalidImageName", reasons::IMAGE_PULL_FAILED),
-            (
-                "CreateContainerConfigError",
-                reasons::CONTAINER_CONFIG_ERROR,
-            ),
-            ("CreateContainerError", reasons::CONTAINER_START_FAILED),
-            ("RunContainerError", reasons::CONTAINER_START_FAILED),
-            ("CrashLoopBackOff", reasons::CONTAINER_START_FAILED),
+            ("ErrImagePull", Reason::ImagePullFailed),
+            ("ImagePullBackOff", Reason::ImagePullFailed),
+            ("InvalidImageName", Reason::ImagePullFailed),
+            ("CreateContainerConfigError", Reason::ContainerConfigError),
+            ("CreateContainerError", Reason::ContainerStartFailed),
+            ("RunContainerError", Reason::ContainerStartFailed),
+            ("CrashLoopBackOff", Reason::ContainerStartFailed),
         ] {
             let p = waiting(waiting_reason, "secret \"hub-token\" not found");
             let trouble = pod_trouble(&p).unwrap_or_else(|| panic!("{waiting_reason} surfaces"));
@@ -342,7 +339,7 @@ mod tests {
             "message": "0/7 nodes are available: pod has unbound immediate PersistentVolumeClaims."}]}),
         );
         let trouble = pod_trouble(&p).expect("unschedulable surfaces");
-        assert_eq!(trouble.reason, reasons::POD_UNSCHEDULABLE);
+        assert_eq!(trouble.reason, Reason::PodUnschedulable);
         assert!(trouble
             .message
             .contains("unbound immediate PersistentVolumeClaims"));

@@ -21,7 +21,7 @@ use http::Uri;
 use k8s_openapi::api::core::v1::{EnvVar, Volume};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::api::{reasons, DeepInferDeploymentSpec};
+use crate::api::{DeepInferDeploymentSpec, Reason};
 use crate::controller::status::Gate;
 
 /// Label a Secret carries, with value `"true"`, to be usable as a hub token.
@@ -213,7 +213,7 @@ fn service_account_token(meta: &ObjectMeta) -> bool {
 pub fn engine_gate(ns: &str, spec: &DeepInferDeploymentSpec, seen: &Seen) -> Option<Gate> {
     if let Some(field) = token_projections(spec).into_iter().next() {
         return Some(Gate::Failed(
-            reasons::REFERENCE_NOT_ALLOWED,
+            Reason::ReferenceNotAllowed,
             format!(
                 "{field}: a projected serviceAccountToken would hand the engine image an API token of the pod's ServiceAccount; remove it (engine pods get no API token)"
             ),
@@ -248,7 +248,7 @@ pub fn engine_gate(ns: &str, spec: &DeepInferDeploymentSpec, seen: &Seen) -> Opt
         n => format!(" (and {} more)", n - 1),
     };
     Some(Gate::Failed(
-        reasons::REFERENCE_NOT_ALLOWED,
+        Reason::ReferenceNotAllowed,
         crate::controller::text::truncate(
             &format!(
                 "{first}{more}: engine containers read only Secrets and ConfigMaps that opted in; whoever may read it labels it `kubectl label -n {ns} <kind> <name> {ENGINE_READABLE_LABEL}=true`, or remove the reference — the operator checks again every 15 s"
@@ -275,7 +275,7 @@ pub fn hub_gate(
             allowed.join(", ")
         };
         return Some(Gate::Failed(
-            reasons::HUB_ENDPOINT_NOT_ALLOWED,
+            Reason::HubEndpointNotAllowed,
             crate::controller::text::truncate(
                 &format!(
                     "spec.model.source.hub.endpoint {endpoint:?} is not on the operator's allow-list of hub endpoints (--allowed-hub-endpoints: {list}); the fetch Job would download from it and send it the hub token; use an allowed endpoint, or ask the cluster admin to add it (Helm value hub.allowedEndpoints)"
@@ -291,7 +291,7 @@ pub fn hub_gate(
         .flatten();
     let Some(meta) = meta else {
         return Some(Gate::Failed(
-            reasons::MISSING_DEPENDENCY,
+            Reason::MissingDependency,
             format!(
                 "Secret {ns}/{} ({}) does not exist; create it with the token under key `token` and the label {HUB_TOKEN_LABEL}=true — the operator checks again every 15 s",
                 token.name, token.field
@@ -306,7 +306,7 @@ pub fn hub_gate(
         return None;
     };
     Some(Gate::Failed(
-        reasons::TOKEN_SECRET_NOT_ALLOWED,
+        Reason::TokenSecretNotAllowed,
         format!(
             "Secret {ns}/{} ({}) {why}: the fetch Job sends its `token` key to {endpoint}, so only a Secret made for that may be named; whoever may read it labels it `kubectl label -n {ns} secret {} {HUB_TOKEN_LABEL}=true` — the operator checks again every 15 s",
             token.name, token.field, token.name
@@ -389,7 +389,7 @@ mod tests {
         })
     }
 
-    fn reason(gate: Option<Gate>) -> Option<&'static str> {
+    fn reason(gate: Option<Gate>) -> Option<Reason> {
         match gate? {
             Gate::Failed(r, _) => Some(r),
             _ => None,
@@ -430,13 +430,13 @@ mod tests {
             "endpoint": "https://attacker.example"}}}}));
         assert_eq!(
             reason(hub_gate("team", &other, &default, &Seen::new())),
-            Some(reasons::HUB_ENDPOINT_NOT_ALLOWED)
+            Some(Reason::HubEndpointNotAllowed)
         );
         // An allow-list without the public hub refuses the default endpoint too.
         let mirror = vec!["https://mirror.internal".to_string()];
         assert_eq!(
             reason(hub_gate("team", &public, &mirror, &Seen::new())),
-            Some(reasons::HUB_ENDPOINT_NOT_ALLOWED)
+            Some(Reason::HubEndpointNotAllowed)
         );
     }
 
@@ -448,11 +448,11 @@ mod tests {
         let with = |m: Option<ObjectMeta>| Seen::from([(key.clone(), m)]);
         assert_eq!(
             reason(hub_gate("team", &s, &allowed, &with(None))),
-            Some(reasons::MISSING_DEPENDENCY)
+            Some(Reason::MissingDependency)
         );
         assert_eq!(
             reason(hub_gate("team", &s, &allowed, &with(meta(&[], &[])))),
-            Some(reasons::TOKEN_SECRET_NOT_ALLOWED)
+            Some(Reason::TokenSecretNotAllowed)
         );
         assert_eq!(
             reason(hub_gate(
@@ -461,7 +461,7 @@ mod tests {
                 &allowed,
                 &with(meta(&[(HUB_TOKEN_LABEL, "yes")], &[]))
             )),
-            Some(reasons::TOKEN_SECRET_NOT_ALLOWED)
+            Some(Reason::TokenSecretNotAllowed)
         );
         let sa = meta(
             &[(HUB_TOKEN_LABEL, "true")],
@@ -469,13 +469,13 @@ mod tests {
         );
         assert_eq!(
             reason(hub_gate("team", &s, &allowed, &with(sa))),
-            Some(reasons::TOKEN_SECRET_NOT_ALLOWED)
+            Some(Reason::TokenSecretNotAllowed)
         );
         // The engine's label is not the hub's.
         let engine = meta(&[(ENGINE_READABLE_LABEL, "true")], &[]);
         assert_eq!(
             reason(hub_gate("team", &s, &allowed, &with(engine))),
-            Some(reasons::TOKEN_SECRET_NOT_ALLOWED)
+            Some(Reason::TokenSecretNotAllowed)
         );
         let ok = meta(&[(HUB_TOKEN_LABEL, "true")], &[]);
         assert_eq!(reason(hub_gate("team", &s, &allowed, &with(ok))), None);
@@ -515,7 +515,7 @@ mod tests {
         let Some(Gate::Failed(r, message)) = engine_gate("team", &s, &seen) else {
             panic!("refused")
         };
-        assert_eq!(r, reasons::REFERENCE_NOT_ALLOWED);
+        assert_eq!(r, Reason::ReferenceNotAllowed);
         assert!(
             message.contains(
                 "ConfigMap team/c2 (spec.pod.volumes[v2].projected.sources[0].configMap)"
@@ -532,12 +532,12 @@ mod tests {
         );
         assert_eq!(
             reason(engine_gate("team", &s, &seen)),
-            Some(reasons::REFERENCE_NOT_ALLOWED)
+            Some(Reason::ReferenceNotAllowed)
         );
         seen.remove(&(Kind::Secret, "s1".to_string()));
         assert_eq!(
             reason(engine_gate("team", &s, &seen)),
-            Some(reasons::REFERENCE_NOT_ALLOWED),
+            Some(Reason::ReferenceNotAllowed),
             "a missing object is refused too"
         );
     }
@@ -553,7 +553,7 @@ mod tests {
         let plain = Seen::from([(key.clone(), meta(&[], &[]))]);
         assert_eq!(
             reason(engine_gate("team", &s, &plain)),
-            Some(reasons::REFERENCE_NOT_ALLOWED)
+            Some(Reason::ReferenceNotAllowed)
         );
         let opted = Seen::from([(key, meta(&[(ENGINE_READABLE_LABEL, "true")], &[]))]);
         assert_eq!(reason(engine_gate("team", &s, &opted)), None);
@@ -569,7 +569,7 @@ mod tests {
         let Some(Gate::Failed(r, message)) = engine_gate("team", &s, &Seen::new()) else {
             panic!("refused")
         };
-        assert_eq!(r, reasons::REFERENCE_NOT_ALLOWED);
+        assert_eq!(r, Reason::ReferenceNotAllowed);
         assert!(
             message.contains("spec.roles[0].pod.volumes[t]"),
             "{message}"

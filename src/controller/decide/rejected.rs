@@ -3,7 +3,7 @@
 //! again. The gate that wrote it stalls, naming the object, the server's message and the fields
 //! of its causes; the operator tries again when the resource changes.
 
-use crate::api::reasons;
+use crate::api::Reason;
 use crate::controller::error::Error;
 use crate::controller::status::Gate;
 
@@ -13,7 +13,7 @@ use crate::controller::status::Gate;
 pub fn rejected_gate(error: &Error) -> Option<Gate> {
     if let Error::NameConflict { .. } = error {
         return Some(Gate::Failed(
-            reasons::NAME_CONFLICT,
+            Reason::NameConflict,
             crate::controller::text::truncate(&error.to_string(), 2000),
         ));
     }
@@ -47,7 +47,7 @@ pub fn rejected_gate(error: &Error) -> Option<Gate> {
         status.message.trim()
     );
     Some(Gate::Failed(
-        reasons::CHILD_REJECTED,
+        Reason::ChildRejected,
         crate::controller::text::truncate(&message, 2000),
     ))
 }
@@ -101,7 +101,7 @@ mod tests {
         let Gate::Failed(reason, message) = gate else {
             panic!("not stalled: {gate:?}");
         };
-        assert_eq!(reason, reasons::CHILD_REJECTED);
+        assert_eq!(reason, Reason::ChildRejected);
         assert!(message.contains(&format!("(field {field})")), "{message}");
         assert!(
             message.contains("must be less than or equal to cpu limit of 4"),

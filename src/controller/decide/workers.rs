@@ -11,10 +11,10 @@ use k8s_openapi::jiff::Timestamp;
 use super::acceptance::capacity_need;
 use super::jobs::unschedulable;
 use super::rollout::{self, Group, Health, Progress};
-use crate::api::{labels, reasons, RoleStatus};
+use crate::api::{labels, Reason, RoleStatus};
 use crate::controller::placement::partial_placement;
 use crate::controller::status::Gate;
-use crate::controller::validate::ValidatedDeployment;
+use crate::controller::validated::ValidatedDeployment;
 use crate::controller::{build, pods};
 
 /// The partial-placement watchdog's clock: a group partly placed for longer than `timeout` at
@@ -296,41 +296,41 @@ pub fn workers_gate(statuses: &[RoleStatus], progress: &[Progress]) -> Gate {
         .collect::<Vec<_>>()
         .join(", ");
     // Held as the spec asks: every role is, since the switch is the deployment's.
-    let held: Vec<(&'static str, &str)> = progress
+    let held: Vec<(Reason, &str)> = progress
         .iter()
         .filter_map(|p| match p {
-            Progress::Suspended(m) => Some((reasons::SUSPENDED, m.as_str())),
-            Progress::Paused(m) => Some((reasons::PAUSED, m.as_str())),
+            Progress::Suspended(m) => Some((Reason::Suspended, m.as_str())),
+            Progress::Paused(m) => Some((Reason::Paused, m.as_str())),
             _ => None,
         })
         .collect();
     if let Some((reason, _)) = held.first() {
         let said = held.iter().map(|(_, m)| *m).collect::<Vec<_>>().join("; ");
-        return Gate::Held(reason, format!("{said}; ready serving groups: {summary}"));
+        return Gate::Held(*reason, format!("{said}; ready serving groups: {summary}"));
     }
-    let mut pending: Vec<(u8, &'static str, &str)> = Vec::new();
+    let mut pending: Vec<(u8, Reason, &str)> = Vec::new();
     for (p, s) in progress.iter().zip(statuses) {
         match p {
             Progress::Complete | Progress::Partitioned(_) => {}
             Progress::Paused(_) | Progress::Suspended(_) => {}
-            Progress::WaitingForCapacity(m) => pending.push((0, reasons::WAITING_FOR_CAPACITY, m)),
-            Progress::Frozen(m) => pending.push((1, reasons::SERVING_WITHDRAWN, m)),
-            Progress::RollingOut(m) => pending.push((2, reasons::ROLLING_OUT, m)),
+            Progress::WaitingForCapacity(m) => pending.push((0, Reason::WaitingForCapacity, m)),
+            Progress::Frozen(m) => pending.push((1, Reason::ServingWithdrawn, m)),
+            Progress::RollingOut(m) => pending.push((2, Reason::RollingOut, m)),
             Progress::HoldingServing(m) if s.ready_groups < s.desired_groups => {
-                pending.push((3, reasons::GROUPS_NOT_READY, m));
+                pending.push((3, Reason::GroupsNotReady, m));
             }
             Progress::HoldingServing(_) => {}
-            Progress::Converging(m) => pending.push((3, reasons::GROUPS_NOT_READY, m)),
+            Progress::Converging(m) => pending.push((3, Reason::GroupsNotReady, m)),
         }
     }
     pending.sort_by_key(|(rank, _, _)| *rank);
     match pending.first() {
         None => Gate::Passed(
-            reasons::GROUPS_READY,
+            Reason::GroupsReady,
             format!("ready serving groups: {summary}"),
         ),
         Some((_, reason, _)) => Gate::Progressing(
-            reason,
+            *reason,
             format!(
                 "{}; ready serving groups: {summary}",
                 pending
@@ -650,7 +650,7 @@ mod tests {
         let Gate::Progressing(reason, message) = gate else {
             panic!("progressing");
         };
-        assert_eq!(reason, reasons::WAITING_FOR_CAPACITY);
+        assert_eq!(reason, Reason::WaitingForCapacity);
         assert!(
             message.contains("rolling out 5e2c1: 1/2 groups updated"),
             "{message}"
@@ -663,7 +663,7 @@ mod tests {
         assert_eq!(
             gate,
             Gate::Passed(
-                reasons::GROUPS_READY,
+                Reason::GroupsReady,
                 "ready serving groups: prefill 2/2".into()
             )
         );
@@ -673,6 +673,6 @@ mod tests {
                 "rolling out 5e2c1: 1/2 groups updated".into(),
             )],
         );
-        assert!(matches!(gate, Gate::Progressing(r, _) if r == reasons::ROLLING_OUT));
+        assert!(matches!(gate, Gate::Progressing(r, _) if r == Reason::RollingOut));
     }
 }

@@ -20,11 +20,11 @@ use super::super::decide::jobs::{self, foreign_job, job_state, JobState};
 use super::super::decide::memory::JUDGEMENT_ANNOTATION;
 use super::super::observe::Observed;
 use super::super::status::Gate;
-use super::super::validate::ValidatedDeployment;
+use super::super::validated::ValidatedDeployment;
 use super::{Plan, Settings};
 use crate::api::{
-    labels, pinned, reasons, AcceptanceSpec, AcceptanceStatus, Component,
-    DeepInferDeploymentStatus, ReviewRecord, RERUN_ACCEPTANCE_ANNOTATION,
+    labels, pinned, AcceptanceSpec, AcceptanceStatus, Component, DeepInferDeploymentStatus, Reason,
+    ReviewRecord, RERUN_ACCEPTANCE_ANNOTATION,
 };
 
 /// What identifies one acceptance run of a revision: the rerun token, the prompts as resolved
@@ -138,7 +138,7 @@ pub fn acceptance<'o>(
     let groups = input.run.names.groups(&did.spec);
     if groups.is_empty() {
         return Plan::only(Found::gate(Gate::Failed(
-            reasons::INVALID_SPEC,
+            Reason::InvalidSpec,
             "spec.roles: at least one role is required".into(),
         )));
     }
@@ -193,7 +193,7 @@ pub fn acceptance<'o>(
         Step::WaitingForCapacity(why) => Plan::only(waiting(input, observed, &groups, &why)),
         Step::Rerun => Plan::with(
             Found::gate(Gate::Progressing(
-                reasons::ACCEPTANCE_RUNNING,
+                Reason::AcceptanceRunning,
                 format!("the acceptance Job {leader} ended without a verdict and its pod is gone or never ran; it is run again"),
             )),
             stop(did, observed, &groups, 0),
@@ -308,7 +308,7 @@ impl<'v> RunView<'v> {
                 "Job {leader} is running the acceptance workload for revision {revision} on one {role} group ({pods} pod(s)){wired}"
             )
         };
-        Gate::Progressing(reasons::ACCEPTANCE_RUNNING, message)
+        Gate::Progressing(Reason::AcceptanceRunning, message)
     }
 }
 
@@ -338,7 +338,7 @@ fn start<'o>(
         Ok(spec) => spec,
         Err(message) => {
             return Plan::only(Found::gate(Gate::Failed(
-                reasons::MISSING_DEPENDENCY,
+                Reason::MissingDependency,
                 message.clone(),
             )))
         }
@@ -350,7 +350,7 @@ fn start<'o>(
         &input.known.judgements,
     ) {
         return Plan::only(Found::gate(Gate::Failed(
-            reasons::ACCEPTANCE_REVIEW_REQUIRED,
+            Reason::AcceptanceReviewRequired,
             missing,
         )));
     }
@@ -362,7 +362,7 @@ fn start<'o>(
     } = admit(&key)
     {
         return Plan::only(Found::gate(Gate::Progressing(
-            reasons::ACCEPTANCE_QUEUED,
+            Reason::AcceptanceQueued,
             format!(
                 "the acceptance run of revision {} waits its turn: number {position} in line, {under_way} run(s) under way of --max-concurrent-acceptance-runs {limit}; serving pods of judged revisions keep serving",
                 input.revision
@@ -389,7 +389,8 @@ fn shared_objects<'o>(
 ) -> Vec<Act<'o>> {
     let (did, names) = (input.did, &input.run.names);
     let spec_yaml = serde_yaml::to_string(spec).unwrap_or_default();
-    let (sa, role, binding) = build::acceptance_rbac(did, names, &in_flight_evidence(observed));
+    let in_flight = in_flight_evidence(&did.name_any(), observed);
+    let (sa, role, binding) = build::acceptance_rbac(did, names, &in_flight);
     vec![
         Act::apply(sa, None),
         Act::apply(role, None),
@@ -471,7 +472,7 @@ fn waiting(input: &Input<'_>, observed: &Observed, groups: &[RunGroup<'_>], why:
     Found {
         needs_room: waiting.iter().map(|g| g.role.name.clone()).collect(),
         ..Found::gate(Gate::Progressing(
-            reasons::WAITING_FOR_CAPACITY,
+            Reason::WaitingForCapacity,
             format!(
                 "the acceptance run of revision {} waits for devices: it needs {need}; scheduler: {why}. Its deadline starts when it runs; with spec.roles[].rollout.maxUnavailable ≥ 1 one serving group makes room",
                 input.revision
@@ -490,8 +491,20 @@ fn record<'o>(
     judgement: AcceptanceStatus,
     stop_leader: bool,
 ) -> Plan<'o, Found> {
+    // Where each rank ran, recorded before any of the run's Jobs (and so its pods) is deleted:
+    // a failure here leaves the run as it is for the next pass.
+    let placement = build::run_placement(input.did, groups, &|job| observed.pods_of_job(job));
+    let mut acts = vec![Act::RecordPlacement {
+        configmap: input.run.names.evidence_configmap.clone(),
+        placement,
+    }];
     // The followers' engines (and the other roles') have nothing left to serve.
-    let mut acts = stop(input.did, observed, groups, if stop_leader { 0 } else { 1 });
+    acts.extend(stop(
+        input.did,
+        observed,
+        groups,
+        if stop_leader { 0 } else { 1 },
+    ));
     let seconds = observed
         .job(&groups[0].job(0))
         .and_then(|j| j.status.clone())
@@ -624,9 +637,9 @@ fn stop<'o>(
 }
 
 /// The evidence ConfigMaps of this deployment's acceptance runs whose Jobs are still running.
-fn in_flight_evidence(observed: &Observed) -> Vec<String> {
+fn in_flight_evidence(did: &str, observed: &Observed) -> Vec<String> {
     running_jobs(observed)
-        .filter_map(build::evidence_of_job)
+        .filter_map(|job| build::evidence_of_job(did, job))
         .collect()
 }
 
@@ -658,7 +671,7 @@ pub fn suspended(observed: &Observed) -> Plan<'_, Found> {
     let (acts, stopped) = stop_running(observed);
     Plan::with(
         Found::gate(Gate::Held(
-            reasons::SUSPENDED,
+            Reason::Suspended,
             format!("suspended (spec.suspend): no acceptance run; {stopped} running acceptance Job(s) deleted; recorded judgements are kept"),
         )),
         acts,
@@ -770,7 +783,7 @@ mod tests {
             Gate::Progressing(r, _)
             | Gate::Failed(r, _)
             | Gate::Passed(r, _)
-            | Gate::Held(r, _) => r,
+            | Gate::Held(r, _) => r.as_str(),
             Gate::NotReached => "NotReached",
         }
     }
@@ -780,7 +793,7 @@ mod tests {
         let case = Case::new();
         let run = case.run();
         let plan = case.plan(Admission::Start);
-        assert_eq!(reason(&plan.found.gate), reasons::ACCEPTANCE_RUNNING);
+        assert_eq!(reason(&plan.found.gate), Reason::AcceptanceRunning);
         let leader = case.leader();
         let follower = format!("{}1", leader.trim_end_matches('0'));
         assert_eq!(
@@ -808,7 +821,7 @@ mod tests {
             under_way: 16,
             limit: 16,
         });
-        assert_eq!(reason(&plan.found.gate), reasons::ACCEPTANCE_QUEUED);
+        assert_eq!(reason(&plan.found.gate), Reason::AcceptanceQueued);
         assert!(plan.acts.is_empty(), "{:?}", described(&plan.acts));
         let Gate::Progressing(_, message) = &plan.found.gate else {
             unreachable!()
@@ -828,7 +841,7 @@ mod tests {
             ..AcceptanceStatus::default()
         });
         let plan = case.plan(Admission::Start);
-        assert_eq!(reason(&plan.found.gate), reasons::ACCEPTANCE_SUCCEEDED);
+        assert_eq!(reason(&plan.found.gate), Reason::AcceptanceSucceeded);
         assert!(plan.acts.is_empty());
         assert!(plan.found.unjudged.is_none(), "the verdict is in status");
         assert!(plan.found.status.is_some() && plan.found.recorded.is_none());
@@ -841,7 +854,7 @@ mod tests {
         case.observed.jobs = vec![case.job(1, "running"), case.job(0, "running")];
         case.observed.job_pods = vec![case.engine_pod(&leader, 9_990)];
         let plan = case.plan(Admission::Start);
-        assert_eq!(reason(&plan.found.gate), reasons::ACCEPTANCE_RUNNING);
+        assert_eq!(reason(&plan.found.gate), Reason::AcceptanceRunning);
         assert!(plan.acts.is_empty(), "{:?}", described(&plan.acts));
     }
 
@@ -851,19 +864,45 @@ mod tests {
         let leader = case.leader();
         let follower = format!("{}1", leader.trim_end_matches('0'));
         case.observed.jobs = vec![case.job(0, "running"), case.job(1, "running")];
-        // Its engine started long before the pass's time, past the run's deadline.
-        case.observed.job_pods = vec![case.engine_pod(&leader, 1)];
+        // Its engine started long before the pass's time, past the run's deadline; the
+        // scheduler bound it to gpu-1, and the follower's Job made no pod.
+        let mut pod = case.engine_pod(&leader, 1);
+        pod.spec = Some(k8s_openapi::api::core::v1::PodSpec {
+            node_name: Some("gpu-1".into()),
+            ..Default::default()
+        });
+        case.observed.job_pods = vec![pod];
         let plan = case.plan(Admission::Start);
         let recorded = plan.found.recorded.clone().expect("a verdict");
         assert_eq!(recorded.result, AcceptanceResult::Failed);
         let acts = described(&plan.acts);
+        let evidence = case.run().names.evidence_configmap;
         assert_eq!(
-            acts[..2],
+            acts[..3],
             [
+                format!("annotate ConfigMap {evidence} deepinfer.io/placement"),
                 format!("delete Job {leader}"),
                 format!("delete Job {follower}")
+            ],
+            "where each rank ran is recorded before the run's Jobs go"
+        );
+        let Some(Act::RecordPlacement { placement, .. }) = plan.acts.first() else {
+            unreachable!()
+        };
+        let rows: Vec<(i32, Option<&str>, Option<&str>, i32)> = placement
+            .ranks
+            .iter()
+            .map(|r| (r.rank, r.pod.as_deref(), r.node.as_deref(), r.devices.count))
+            .collect();
+        let pod_name = format!("{leader}-x");
+        assert_eq!(
+            rows,
+            [
+                (0, Some(pod_name.as_str()), Some("gpu-1"), 8),
+                (1, None, None, 8)
             ]
         );
+        assert_eq!(placement.domain_key, "nvidia.com/gpu.clique");
         assert_eq!(
             acts.last().map(String::as_str),
             Some("prune evidence beyond 3")
@@ -902,7 +941,7 @@ mod tests {
             raw
         });
         let plan = case.plan(Admission::Start);
-        assert_eq!(reason(&plan.found.gate), reasons::MISSING_DEPENDENCY);
+        assert_eq!(reason(&plan.found.gate), Reason::MissingDependency);
         assert!(plan.acts.is_empty());
     }
 
@@ -911,7 +950,7 @@ mod tests {
         let mut case = Case::new();
         case.observed.jobs = vec![case.job(0, "running"), case.job(1, "succeeded")];
         let plan = suspended(&case.observed);
-        assert_eq!(reason(&plan.found.gate), reasons::SUSPENDED);
+        assert_eq!(reason(&plan.found.gate), Reason::Suspended);
         assert_eq!(
             described(&plan.acts),
             [format!("delete Job {}", case.leader())]

@@ -15,9 +15,9 @@ use super::super::decide::references::hub_gate;
 use super::super::observe::Observed;
 use super::super::status::Gate;
 use super::super::text::truncate;
-use super::super::validate::ValidatedDeployment;
+use super::super::validated::ValidatedDeployment;
 use super::{Plan, Settings};
-use crate::api::{reasons, CheckpointStatus, Component, DeepInferDeploymentStatus};
+use crate::api::{CheckpointStatus, Component, DeepInferDeploymentStatus, Reason};
 
 /// What the checkpoint stage found: its gate and, once verified, the checkpoint's facts.
 pub type Found = (Gate, Option<CheckpointStatus>);
@@ -57,7 +57,7 @@ pub fn checkpoint<'a>(
 ) -> Plan<'a, Found> {
     if let Some(done) = recorded(did, previous) {
         return Plan::only((
-            Gate::Passed(reasons::VERIFIED, verified_message(done)),
+            Gate::Passed(Reason::Verified, verified_message(done)),
             Some(done.clone()),
         ));
     }
@@ -91,7 +91,7 @@ pub fn checkpoint<'a>(
     if let Some(fetch) = build::fetch_job(did, settings.operator_image, deadlines) {
         let fetch_name = fetch.name_any();
         let fetching = Gate::Progressing(
-            reasons::FETCHING,
+            Reason::Fetching,
             format!("Job {fetch_name} is fetching the pinned revision into {claim}"),
         );
         if let Some(conflict) = foreign_job(observed, &fetch_name, &key) {
@@ -109,7 +109,7 @@ pub fn checkpoint<'a>(
                     message.as_deref().map_or("no message", |m| m.trim())
                 );
                 return Plan::only((
-                    Gate::Failed(reasons::FETCH_FAILED, truncate(&msg, 2000)),
+                    Gate::Failed(Reason::FetchFailed, truncate(&msg, 2000)),
                     None,
                 ));
             }
@@ -119,7 +119,7 @@ pub fn checkpoint<'a>(
     let verify = build::verify_job(did, settings.operator_image, deadlines);
     let verify_name = verify.name_any();
     let progressing = Gate::Progressing(
-        reasons::VERIFYING,
+        Reason::Verifying,
         format!("Job {verify_name} is verifying the checkpoint on {claim}"),
     );
     if let Some(conflict) = foreign_job(observed, &verify_name, &key) {
@@ -177,7 +177,7 @@ mod tests {
             Gate::Progressing(r, _)
             | Gate::Failed(r, _)
             | Gate::Passed(r, _)
-            | Gate::Held(r, _) => r,
+            | Gate::Held(r, _) => r.as_str(),
             Gate::NotReached => "NotReached",
         }
     }
@@ -202,7 +202,7 @@ mod tests {
             vec![fixture::verify_job(&did, "succeeded")],
         );
         let plan = checkpoint(&did, Some(&previous), &observed, None, fixture::settings());
-        assert_eq!(reason(&plan.found.0), reasons::VERIFIED);
+        assert_eq!(reason(&plan.found.0), Reason::Verified);
         assert!(plan.acts.is_empty());
         assert_eq!(verify_to_read(&did, Some(&previous), &observed), None);
     }
@@ -215,12 +215,12 @@ mod tests {
         let cases = [
             (
                 None,
-                reasons::VERIFYING,
+                Reason::Verifying,
                 vec![format!("create Job {verify}")],
                 false,
             ),
-            (Some("running"), reasons::VERIFYING, vec![], false),
-            (Some("failed"), reasons::VERIFICATION_FAILED, vec![], true),
+            (Some("running"), Reason::Verifying, vec![], false),
+            (Some("failed"), Reason::VerificationFailed, vec![], true),
         ];
         for (state, want, acts, read) in cases {
             let jobs = state
@@ -248,7 +248,7 @@ mod tests {
         let plan = checkpoint(&did, None, &pending, None, fixture::settings());
         assert_eq!(
             reason(&plan.found.0),
-            reasons::FETCHING,
+            Reason::Fetching,
             "{:?}",
             plan.found.0
         );
@@ -264,7 +264,7 @@ mod tests {
             vec![fixture::fetch_job(&did, "failed")],
         );
         let plan = checkpoint(&did, None, &failed, None, fixture::settings());
-        assert_eq!(reason(&plan.found.0), reasons::FETCH_FAILED);
+        assert_eq!(reason(&plan.found.0), Reason::FetchFailed);
         assert!(plan.acts.is_empty());
         // An endpoint off the operator's allow-list gets no fetch Job.
         let settings = Settings {
@@ -272,7 +272,7 @@ mod tests {
             ..fixture::settings()
         };
         let plan = checkpoint(&did, None, &pending, None, settings);
-        assert_eq!(reason(&plan.found.0), reasons::HUB_ENDPOINT_NOT_ALLOWED);
+        assert_eq!(reason(&plan.found.0), Reason::HubEndpointNotAllowed);
         assert!(plan.acts.is_empty());
     }
 
@@ -283,7 +283,7 @@ mod tests {
         let plan = checkpoint(&did, None, &pending, None, fixture::settings());
         assert_eq!(
             reason(&plan.found.0),
-            reasons::CLAIM_NOT_BOUND,
+            Reason::ClaimNotBound,
             "{:?}",
             plan.found.0
         );
@@ -300,7 +300,7 @@ mod tests {
         let plan = checkpoint(&did, None, &observed, None, fixture::settings());
         assert_eq!(
             reason(&plan.found.0),
-            reasons::NAME_CONFLICT,
+            Reason::NameConflict,
             "{:?}",
             plan.found.0
         );

@@ -9,7 +9,7 @@ use kube::ResourceExt;
 use super::super::act::Act;
 use super::super::build;
 use super::super::observe::Observed;
-use super::super::validate::ValidatedDeployment;
+use super::super::validated::ValidatedDeployment;
 
 /// The claim templates stage's acts (none without a DeviceClass).
 pub fn claim_templates<'o>(did: &ValidatedDeployment, observed: &'o Observed) -> Vec<Act<'o>> {

@@ -8,7 +8,8 @@ use super::super::act::Act;
 use super::super::build::{self, JobDeadlines};
 use super::super::decide::retention::Retention;
 use super::super::observe::Observed;
-use super::super::validate::{validate, DeviceLimits, ValidatedDeployment};
+use super::super::validate::{validate, DeviceLimits};
+use super::super::validated::ValidatedDeployment;
 use super::Settings;
 use crate::api::DeepInferDeployment;
 

@@ -9,7 +9,7 @@ use super::super::act::Act;
 use super::super::build;
 use super::super::decide::retention;
 use super::super::observe::Observed;
-use super::super::validate::ValidatedDeployment;
+use super::super::validated::ValidatedDeployment;
 use crate::api::{Component, DeepInferDeploymentStatus};
 
 /// The Jobs whose verdict is not in status at the start of the pass. `judged`: the acceptance

@@ -24,7 +24,7 @@ use super::context::LicenseWithdrawal;
 use super::decide::retention::Retention;
 use super::status::{Gate, Outcome};
 use super::validate::DeviceLimits;
-use crate::api::reasons;
+use crate::api::Reason;
 
 /// What one stage found, and the acts that carry it out.
 #[derive(Debug)]
@@ -86,11 +86,11 @@ impl<'a> Settings<'a> {
 
 /// Reasons of a gate whose Job's pod cannot make progress (see
 /// [`super::decide::checkpoint::running_job_gate`]).
-const STUCK_POD_REASONS: [&str; 4] = [
-    reasons::IMAGE_PULL_FAILED,
-    reasons::CONTAINER_CONFIG_ERROR,
-    reasons::CONTAINER_START_FAILED,
-    reasons::POD_UNSCHEDULABLE,
+const STUCK_POD_REASONS: [Reason; 4] = [
+    Reason::ImagePullFailed,
+    Reason::ContainerConfigError,
+    Reason::ContainerStartFailed,
+    Reason::PodUnschedulable,
 ];
 
 /// How soon to look at a running Job or progressing workers again if no event arrives. Changes
@@ -118,7 +118,7 @@ fn next_look_after(outcome: &Outcome) -> Duration {
     // timer would only send it again.
     if outcome
         .stalled()
-        .is_some_and(|(reason, _)| reason == reasons::CHILD_REJECTED)
+        .is_some_and(|(reason, _)| reason == Reason::ChildRejected)
     {
         return RESYNC;
     }
@@ -126,9 +126,9 @@ fn next_look_after(outcome: &Outcome) -> Duration {
         match gate {
             Gate::Failed(reason, _)
                 if [
-                    reasons::MISSING_DEPENDENCY,
-                    reasons::CLAIM_NOT_BOUND,
-                    reasons::TOKEN_SECRET_NOT_ALLOWED,
+                    Reason::MissingDependency,
+                    Reason::ClaimNotBound,
+                    Reason::TokenSecretNotAllowed,
                 ]
                 .contains(reason) =>
             {
@@ -138,7 +138,7 @@ fn next_look_after(outcome: &Outcome) -> Duration {
             // cause is fixed outside the resource; its pod's changes trigger no reconcile.
             Gate::Failed(reason, _) if STUCK_POD_REASONS.contains(reason) => return RECHECK,
             // A queue moves when other deployments' runs end, which no event here announces.
-            Gate::Progressing(reason, _) if *reason == reasons::ACCEPTANCE_QUEUED => {
+            Gate::Progressing(reason, _) if *reason == Reason::AcceptanceQueued => {
                 return Duration::from_secs(10)
             }
             Gate::Progressing(..) => return RECHECK,
@@ -160,7 +160,7 @@ pub fn retry_after(gate: &Gate) -> Option<Duration> {
 /// Withdrawn service is news that outranks the workers' progress.
 pub fn withdrawn_or(withdrawn: Option<&String>, gate: Gate) -> Gate {
     match withdrawn {
-        Some(message) => Gate::Progressing(reasons::SERVING_WITHDRAWN, message.clone()),
+        Some(message) => Gate::Progressing(Reason::ServingWithdrawn, message.clone()),
         None => gate,
     }
 }
@@ -184,13 +184,13 @@ mod tests {
 
     #[test]
     fn the_next_look_follows_what_no_event_announces() {
-        let passed = || Gate::Passed(reasons::COMPLETE, String::new());
+        let passed = || Gate::Passed(Reason::Complete, String::new());
         let cases = [
             // (checkpoint, acceptance, workers, retry) → requeue after
             (passed(), passed(), passed(), None, RESYNC),
             (passed(), passed(), passed(), Some(RETRY), RETRY),
             (
-                Gate::Failed(reasons::CLAIM_NOT_BOUND, String::new()),
+                Gate::Failed(Reason::ClaimNotBound, String::new()),
                 Gate::NotReached,
                 Gate::NotReached,
                 None,
@@ -198,21 +198,21 @@ mod tests {
             ),
             (
                 passed(),
-                Gate::Failed(reasons::IMAGE_PULL_FAILED, String::new()),
+                Gate::Failed(Reason::ImagePullFailed, String::new()),
                 passed(),
                 None,
                 RECHECK,
             ),
             (
                 passed(),
-                Gate::Progressing(reasons::ACCEPTANCE_QUEUED, String::new()),
+                Gate::Progressing(Reason::AcceptanceQueued, String::new()),
                 passed(),
                 None,
                 Duration::from_secs(10),
             ),
             (
                 passed(),
-                Gate::Progressing(reasons::ACCEPTANCE_RUNNING, String::new()),
+                Gate::Progressing(Reason::AcceptanceRunning, String::new()),
                 passed(),
                 None,
                 RECHECK,
@@ -220,7 +220,7 @@ mod tests {
             (
                 passed(),
                 passed(),
-                Gate::Progressing(reasons::ROLLING_OUT, String::new()),
+                Gate::Progressing(Reason::RollingOut, String::new()),
                 None,
                 RECHECK,
             ),
@@ -238,9 +238,9 @@ mod tests {
     #[test]
     fn a_watchdog_deadline_shortens_the_next_look() {
         let mut o = outcome(
-            Gate::Passed(reasons::VERIFIED, String::new()),
-            Gate::Passed(reasons::ACCEPTANCE_SUCCEEDED, String::new()),
-            Gate::Progressing(reasons::ROLLING_OUT, String::new()),
+            Gate::Passed(Reason::Verified, String::new()),
+            Gate::Passed(Reason::AcceptanceSucceeded, String::new()),
+            Gate::Progressing(Reason::RollingOut, String::new()),
         );
         o.wake_after = Some(Duration::from_secs(7));
         assert_eq!(
@@ -252,11 +252,11 @@ mod tests {
     #[test]
     fn only_a_stall_waits_for_a_change_after_an_api_failure() {
         assert_eq!(
-            retry_after(&Gate::Progressing(reasons::APPLY_FAILED, String::new())),
+            retry_after(&Gate::Progressing(Reason::ApplyFailed, String::new())),
             Some(RETRY)
         );
         assert_eq!(
-            retry_after(&Gate::Failed(reasons::CHILD_REJECTED, String::new())),
+            retry_after(&Gate::Failed(Reason::ChildRejected, String::new())),
             None
         );
     }

@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use super::super::decide::references::{engine_gate, Seen};
 use super::super::status::Gate;
-use super::super::validate::{summarize, validate, DeviceLimits, ValidatedDeployment};
-use crate::api::{reasons, DeepInferDeployment};
+use super::super::validate::{summarize, validate, DeviceLimits};
+use super::super::validated::ValidatedDeployment;
+use crate::api::{DeepInferDeployment, Reason};
 
 /// A spec the stages may act on, or its refusal.
 #[derive(Debug)]
@@ -29,16 +30,13 @@ pub fn spec(
     let valid = match validate(did, limits) {
         Ok(valid) => valid.placed_as_pod_groups(pod_groups),
         Err(errors) => {
-            return SpecFound::Refused(
-                Gate::Failed(reasons::INVALID_SPEC, summarize(&errors)),
-                None,
-            )
+            return SpecFound::Refused(Gate::Failed(Reason::InvalidSpec, summarize(&errors)), None)
         }
     };
     if valid.spec.accelerator.domain_device_class_name.is_some() && !valid.pod_groups {
         return SpecFound::Refused(
             Gate::Failed(
-                reasons::INVALID_SPEC,
+                Reason::InvalidSpec,
                 "spec.accelerator.domainDeviceClassName: a group's pods share the domain device through their PodGroup, and groups are not PodGroups here (--gang-scheduling is off, or the API server does not serve scheduling.k8s.io/v1beta1); remove the field, or enable the GenericWorkload and DRAWorkloadResourceClaims feature gates and run the operator with --gang-scheduling auto or native".into(),
             ),
             None,
@@ -81,7 +79,7 @@ mod tests {
         else {
             panic!("an empty roles list is refused until the resource changes");
         };
-        assert_eq!(reason, reasons::INVALID_SPEC);
+        assert_eq!(reason, Reason::InvalidSpec);
         assert!(message.contains("spec.roles"), "{message}");
     }
 

@@ -22,8 +22,10 @@ use super::super::decide::workers::{group_views, placement_retry, workers_gate, 
 use super::super::observe::Observed;
 use super::super::placement::partial_placement;
 use super::super::status::Gate;
-use super::super::validate::{LicenseVerdict, ValidatedDeployment};
+use super::super::validate::LicenseVerdict;
+use super::super::validated::ValidatedDeployment;
 use super::{Plan, Settings};
+use crate::api::Reason;
 use crate::api::{labels, Component, DeepInferDeploymentStatus, RoleStatus};
 
 /// A role's placement retry record kept by this operator: (retries, last retry).
@@ -260,10 +262,10 @@ fn role_plan<'o>(
     }
     let mut acts: Vec<Act<'o>> = Vec::new();
     for why in &stranded {
-        acts.push(warning("GroupPartlyPlaced", why));
+        acts.push(warning(Reason::GroupPartlyPlaced, why));
     }
     for why in &broken {
-        acts.push(warning("GroupReplaced", why));
+        acts.push(warning(Reason::GroupReplaced, why));
     }
     let deleted: BTreeSet<(String, i32)> = plan
         .actions
@@ -318,7 +320,7 @@ fn role_plan<'o>(
 }
 
 /// A Warning event about a group deleted whole.
-fn warning<'o>(reason: &'static str, why: &str) -> Act<'o> {
+fn warning<'o>(reason: Reason, why: &str) -> Act<'o> {
     tracing::warn!(%reason, %why, "deleting a group whole");
     Act::Warn {
         reason,

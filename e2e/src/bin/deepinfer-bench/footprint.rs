@@ -15,7 +15,7 @@ use serde::de::DeserializeOwned;
 
 use deepinfer_operator::controller::cached::{
     Cached, CachedClaim, CachedDeployment, CachedJob, CachedMeta, CachedPod, CachedPodGroup,
-    CachedRevision,
+    CachedRevision, Incoming,
 };
 use deepinfer_operator::controller::observe;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
@@ -74,8 +74,8 @@ async fn owned<K>(
 where
     K: Cached + DeserializeOwned,
 {
-    let kind = K::kind(&()).to_string();
-    let text = match list_text(client, &K::url_path(&(), namespace), selector).await {
+    let kind = Incoming::<K>::kind(&()).to_string();
+    let text = match list_text(client, &Incoming::<K>::url_path(&(), namespace), selector).await {
         Ok(text) => text,
         // A kind the API server does not serve is not cached.
         Err(kube::Error::Api(status)) if status.code == 404 => {
@@ -88,7 +88,7 @@ where
         Err(e) => return Err(e.into()),
     };
     let ((objects, cache), bytes) = held(|| {
-        let list: ObjectList<K> = serde_json::from_str(&text)?;
+        let list: ObjectList<Incoming<K>> = serde_json::from_str(&text)?;
         let objects = list.items.len();
         Ok((objects, observe::filled(list.items)))
     })?;

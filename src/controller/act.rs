@@ -90,6 +90,14 @@ macro_rules! kinds {
                     })*
                 }
             }
+
+            async fn apply_uncached(&self, client: &Client, ns: &str) -> Result<bool, Error> {
+                match self {
+                    $(Object::$variant(o) => {
+                        apply::apply_uncached(&Api::<$ty>::namespaced(client.clone(), ns), o.as_ref()).await
+                    })*
+                }
+            }
         }
 
         impl Applied<'_> {
@@ -151,6 +159,9 @@ pub enum Act<'a> {
     Create(Object),
     /// Server-side apply, skipped when the cached copy already carries the applied hash.
     Apply(Applied<'a>),
+    /// Server-side apply of an object of a kind the operator does not cache (the judge's RBAC, a
+    /// run's spec ConfigMap): read first, skipped when it carries the applied hash already.
+    ApplyUncached(Object),
     /// Delete the cached object, its UID as precondition.
     Delete(Held<'a>),
     /// Set a worker pod's `deepinfer.io/accepted` condition.
@@ -210,6 +221,11 @@ impl<'a> Act<'a> {
         Act::Create(desired.object())
     }
 
+    /// Apply `desired`, of a kind the cache does not hold, over what the API server has.
+    pub fn apply_uncached<K: Kind>(desired: K) -> Self {
+        Act::ApplyUncached(desired.object())
+    }
+
     /// Delete the cached `observed`.
     pub fn delete<K: Kind>(observed: &'a K) -> Self {
         Act::Delete(observed.held())
@@ -227,6 +243,7 @@ impl<'a> Act<'a> {
     pub fn describe(&self) -> String {
         match self {
             Act::Create(o) => format!("create {}", o.describe()),
+            Act::ApplyUncached(o) => format!("apply {}", o.describe()),
             Act::Apply(a) => format!("apply {}", a.describe()),
             Act::Delete(h) => format!("delete {}", h.describe()),
             Act::Mark(m) => format!("mark Pod {} accepted={}", m.pod, m.accepted),
@@ -335,6 +352,7 @@ impl<'c> Executor<'c> {
         let (client, ns) = (self.client, self.namespace.as_str());
         match act {
             Act::Create(object) => object.create(client, ns).await,
+            Act::ApplyUncached(object) => object.apply_uncached(client, ns).await,
             Act::Apply(applied) => applied.apply(client, ns).await,
             Act::Delete(held) => held.delete(client, ns).await.map(|()| true),
             Act::Mark(mark) => {

@@ -67,6 +67,50 @@ where
     force_apply(api, desired).await
 }
 
+/// `None` when `found` has the same controller owner as `desired` (this resource controls it),
+/// else the [`Error::NameConflict`] naming who does: such an object is never read further,
+/// changed or deleted.
+fn conflict<K>(found: &K, desired: &K) -> Option<Error>
+where
+    K: Resource + k8s_openapi::Resource,
+{
+    if controller_uid(found).is_some() && controller_uid(found) == controller_uid(desired) {
+        return None;
+    }
+    Some(Error::NameConflict {
+        kind: <K as k8s_openapi::Resource>::KIND.to_string(),
+        name: format!(
+            "{}/{}",
+            found.meta().namespace.clone().unwrap_or_default(),
+            desired.name_any()
+        ),
+        owner: controller_of(found),
+    })
+}
+
+/// Brings about `desired` of a kind the operator does not cache (the judge's ServiceAccount,
+/// Role and RoleBinding, a run's spec ConfigMap): read first, so that an object this resource
+/// controls that already carries the applied hash costs no write; created when missing; applied
+/// with force when this resource controls it and it differs; a [`Error::NameConflict`] when
+/// another owner (or none) controls it. Returns whether a write was made.
+pub async fn apply_uncached<K>(api: &Api<K>, desired: &K) -> Result<bool, Error>
+where
+    K: Resource + k8s_openapi::Resource + Clone + DeserializeOwned + Serialize + std::fmt::Debug,
+{
+    let name = desired.name_any();
+    let found = api
+        .get_opt(&name)
+        .await
+        .map_err(|e| Error::api("get", <K as k8s_openapi::Resource>::KIND, &name, e))?;
+    match found {
+        None => apply_if_changed(api, desired, None).await,
+        Some(found) => match conflict(&found, desired) {
+            Some(e) => Err(e),
+            None => apply_if_changed(api, desired, Some(&found)).await,
+        },
+    }
+}
+
 /// Server-side applies `desired` with force under the operator's field manager.
 async fn force_apply<K>(api: &Api<K>, desired: &K) -> Result<bool, Error>
 where
@@ -118,22 +162,9 @@ where
                 .await
                 .map_err(|e| Error::api("get", kind, &name, e))?;
             match found {
-                Some(found)
-                    if controller_uid(&found).is_some()
-                        && controller_uid(&found) == controller_uid(desired) =>
-                {
-                    Ok(false)
-                }
                 // Deleted meanwhile: the next pass creates it.
                 None => Ok(false),
-                Some(found) => Err(Error::NameConflict {
-                    kind: kind.to_string(),
-                    name: format!(
-                        "{}/{name}",
-                        found.meta().namespace.clone().unwrap_or_default()
-                    ),
-                    owner: controller_of(&found),
-                }),
+                Some(found) => conflict(&found, desired).map_or(Ok(false), Err),
             }
         }
         Err(e) => Err(Error::api("create", kind, &name, e)),

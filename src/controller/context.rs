@@ -249,6 +249,10 @@ pub struct Context {
     pub placement_retries: std::sync::Mutex<
         std::collections::BTreeMap<(String, String), (i32, k8s_openapi::jiff::Timestamp)>,
     >,
+    /// The resourceVersion of each resource's own latest status write (`namespace/name`), kept
+    /// until the deployment store holds that version: a pass on an older copy would be refused
+    /// at its status write, so it waits for the store instead.
+    pub status_written: std::sync::Mutex<std::collections::HashMap<String, u64>>,
     /// Resources whose pass could not reach the API server, reconciled once it answers.
     pub awaiting_api: outage::AwaitingApi,
     /// The stream of those resources, taken by the controller loop that runs this context.
@@ -446,6 +450,7 @@ pub fn context(
         acceptance_queue: std::sync::Mutex::default(),
         license_withdrawal: settings.license_withdrawal,
         placement_retries: std::sync::Mutex::default(),
+        status_written: std::sync::Mutex::default(),
         fence: std::sync::OnceLock::new(),
         awaiting_api,
         awaiting_api_due: std::sync::Mutex::new(Some(due)),

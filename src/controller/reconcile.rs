@@ -79,6 +79,11 @@ async fn reconcile_pass(obj: Arc<CachedDeployment>, ctx: Arc<Context>) -> Result
     let ns = obj
         .namespace()
         .ok_or_else(|| Error::NoNamespace(obj.name_any()))?;
+    if behind_own_status_write(&ctx, &phase_key(&ns, &obj.name_any()), &obj.metadata) {
+        // The store has not caught up with this resource's own status write: its watch event
+        // brings the newer copy and a pass with it (looked at again in a second regardless).
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    }
     let mut raw = obj.to_value(&api_resource()).map_err(Error::Serde)?;
     // The status is read on its own, as far as it can be: a status this release cannot read
     // whole never makes the resource unreadable, and its judgements are recalled (see
@@ -107,6 +112,33 @@ async fn reconcile_pass(obj: Arc<CachedDeployment>, ctx: Arc<Context>) -> Result
     let (outcome, action) = pass(&did, previous.as_ref(), status_whole, &ctx).await?;
     write_status(&ctx, &obj, &ns, previous.as_ref(), &outcome).await?;
     Ok(action)
+}
+
+/// A resourceVersion as a number (the API server's are; an opaque one is `None`).
+fn resource_version(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> Option<u64> {
+    meta.resource_version.as_deref()?.parse().ok()
+}
+
+/// Whether the copy of resource `key` a pass was given (`meta`) is older than the resource's own
+/// latest status write; a copy that has caught up ends the wait for it.
+fn behind_own_status_write(
+    ctx: &Context,
+    key: &str,
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> bool {
+    let mut written = ctx.status_written.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(&ours) = written.get(key) else {
+        return false;
+    };
+    match resource_version(meta) {
+        Some(seen) if seen < ours => true,
+        _ => {
+            written.remove(key);
+            false
+        }
+    }
 }
 
 /// Writes the status computed from `outcome` if it differs from the stored one, and publishes an
@@ -153,7 +185,14 @@ async fn write_status(
         )
         .await
     {
-        Ok(_) => {}
+        Ok(written) => {
+            if let Some(version) = resource_version(&written.metadata) {
+                ctx.status_written
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(phase_key(ns, &obj.name_any()), version);
+            }
+        }
         Err(kube::Error::Api(e)) if e.code == 409 => return Err(Error::Stale),
         Err(e) => {
             return Err(Error::api(

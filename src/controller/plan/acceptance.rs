@@ -176,7 +176,7 @@ pub fn acceptance<'o>(
         Step::Start => start(input, observed, &groups, &view, admit),
         Step::StartJudged => Plan::with(
             Found::gate(view.running(input)),
-            start_groups(input, &groups[..1]),
+            start_groups(input, observed, &groups[..1]),
         ),
         Step::Running => {
             // A pod that cannot start (engine image, configuration) says so on the gate; the
@@ -376,7 +376,7 @@ fn start<'o>(
     } else {
         groups
     };
-    acts.extend(start_groups(input, first));
+    acts.extend(start_groups(input, observed, first));
     Plan::with(Found::gate(view.running(input)), acts)
 }
 
@@ -392,13 +392,15 @@ fn shared_objects<'o>(
     let in_flight = in_flight_evidence(&did.name_any(), observed);
     let (sa, role, binding) = build::acceptance_rbac(did, names, &in_flight);
     vec![
-        Act::apply(sa, None),
-        Act::apply(role, None),
-        Act::apply(binding, None),
-        Act::apply(
-            build::acceptance_spec_configmap(did, names, input.revision, spec_yaml),
-            None,
-        ),
+        Act::apply_uncached(sa),
+        Act::apply_uncached(role),
+        Act::apply_uncached(binding),
+        Act::apply_uncached(build::acceptance_spec_configmap(
+            did,
+            names,
+            input.revision,
+            spec_yaml,
+        )),
         Act::create(build::acceptance_evidence_configmap(
             did,
             names,
@@ -410,24 +412,32 @@ fn shared_objects<'o>(
 /// Creates groups of an acceptance run: each one's rendezvous Service (where it needs one), its
 /// PodGroup before its pods (they wait for it, then are bound all at once), its rank table, and
 /// one Job per rank, followers first, so that a leader's engine finds them when it starts.
-fn start_groups<'o>(input: &Input<'_>, groups: &[RunGroup<'_>]) -> Vec<Act<'o>> {
+fn start_groups<'o>(
+    input: &Input<'_>,
+    observed: &'o Observed,
+    groups: &[RunGroup<'_>],
+) -> Vec<Act<'o>> {
     let (did, revision) = (input.did, input.revision);
     let mut acts = Vec::new();
     for group in groups {
+        // A pass that starts groups again (the judged group waits for the others' engines)
+        // applies over what the cache holds, which costs no write when nothing changed.
         if build::acceptance_needs_service(&did.spec, group) {
-            acts.push(Act::apply(
-                build::acceptance_service(did, group, revision),
-                None,
-            ));
+            let service = build::acceptance_service(did, group, revision);
+            let cached = named(&observed.services, &service.name_any());
+            acts.push(Act::apply(service, cached));
         }
         if let Some(pod_group) =
             build::acceptance_pod_group(did, group, revision).filter(|_| did.pod_groups)
         {
-            acts.push(Act::apply(pod_group, None));
+            let cached = named(&observed.pod_groups, &pod_group.name_any());
+            acts.push(Act::apply(pod_group, cached));
         }
         // The rank table the pods mount exists before them ("initializing" until every rank
-        // is allocated).
-        if let Some(table) = build::acceptance_rank_table(did, group, revision, &[]) {
+        // is allocated); once it exists, `rank_tables` keeps it current.
+        if let Some(table) = build::acceptance_rank_table(did, group, revision, &[])
+            .filter(|t| named(&observed.rank_tables, &t.name_any()).is_none())
+        {
             acts.push(Act::apply(table, None));
         }
         let pods = build::group_shape(&did.spec, group.role).pods;
@@ -444,6 +454,11 @@ fn start_groups<'o>(input: &Input<'_>, groups: &[RunGroup<'_>]) -> Vec<Act<'o>> 
         }));
     }
     acts
+}
+
+/// The object named `name` among `objects` (a kind the cache holds), if any.
+fn named<'o, K: kube::Resource>(objects: &'o [K], name: &str) -> Option<&'o K> {
+    objects.iter().find(|o| o.name_any() == name)
 }
 
 /// The run waits for devices: the roles whose run group cannot be placed are named, so that
@@ -811,6 +826,35 @@ mod tests {
         );
         assert_eq!(plan.found.unjudged.as_deref(), Some(leader.as_str()));
         assert!(plan.found.recorded.is_none());
+    }
+
+    #[test]
+    fn a_run_started_again_applies_over_what_the_cache_holds() {
+        use crate::controller::act::Applied;
+        let mut case = Case::new();
+        let service = {
+            let first = case.plan(Admission::Start);
+            first
+                .acts
+                .iter()
+                .find_map(|a| match a {
+                    Act::Apply(Applied::Service(s, None)) => Some(s.as_ref().clone()),
+                    _ => None,
+                })
+                .expect("the first pass creates the run's Service")
+        };
+        // The Service is in the cache, the Jobs are not yet: the run is started again.
+        case.observed.services.push(service);
+        let again = case.plan(Admission::Start);
+        let services: Vec<bool> = again
+            .acts
+            .iter()
+            .filter_map(|a| match a {
+                Act::Apply(Applied::Service(_, cached)) => Some(cached.is_some()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(services, [true], "applied over the cached copy, no create");
     }
 
     #[test]

@@ -541,6 +541,11 @@ pub fn config_map_selector() -> String {
     )
 }
 
+/// The object named `name` among `objects` of a snapshot (of a kind the cache holds), if any.
+pub fn named<'o, K: Resource>(objects: &'o [K], name: &str) -> Option<&'o K> {
+    objects.iter().find(|o| o.name_any() == name)
+}
+
 /// A cache holding `objects` as a watch's first list leaves it, as the controller's watches
 /// store them. The benchmark measures with it what the operator's caches hold.
 pub fn filled<K: Cached>(objects: Vec<Incoming<K>>) -> Cache<K> {

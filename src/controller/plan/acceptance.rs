@@ -18,7 +18,7 @@ use super::super::decide::checkpoint::running_job_gate;
 use super::super::decide::fleet::Admission;
 use super::super::decide::jobs::{self, foreign_job, job_state, JobState};
 use super::super::decide::memory::JUDGEMENT_ANNOTATION;
-use super::super::observe::Observed;
+use super::super::observe::{named, Observed};
 use super::super::status::Gate;
 use super::super::validated::ValidatedDeployment;
 use super::{Plan, Settings};
@@ -454,11 +454,6 @@ fn start_groups<'o>(
         }));
     }
     acts
-}
-
-/// The object named `name` among `objects` (a kind the cache holds), if any.
-fn named<'o, K: kube::Resource>(objects: &'o [K], name: &str) -> Option<&'o K> {
-    objects.iter().find(|o| o.name_any() == name)
 }
 
 /// The run waits for devices: the roles whose run group cannot be placed are named, so that

@@ -19,7 +19,7 @@ use super::super::decide::rollout::{
     self, Action as GroupAction, Health, Mode, Progress, RoleInput,
 };
 use super::super::decide::workers::{group_views, placement_retry, workers_gate, Watchdog};
-use super::super::observe::Observed;
+use super::super::observe::{named, Observed};
 use super::super::placement::partial_placement;
 use super::super::status::Gate;
 use super::super::validate::LicenseVerdict;
@@ -147,6 +147,7 @@ pub fn workers<'o>(input: &Input<'_>, observed: &'o Observed) -> Plan<'o, Found>
         let views = group_views(&observed.workers, &role.name, &specs, watchdog);
         let planned = role_plan(
             input,
+            observed,
             role,
             &views,
             &specs,
@@ -196,6 +197,7 @@ struct RolePlan<'o> {
 
 fn role_plan<'o>(
     input: &Input<'_>,
+    observed: &'o Observed,
     role: &crate::api::RoleSpec,
     views: &[(rollout::Group, Vec<&'o Pod>)],
     specs: &BTreeMap<String, ValidatedDeployment>,
@@ -305,7 +307,7 @@ fn role_plan<'o>(
                     continue;
                 };
                 kept.push((revision.clone(), *index));
-                acts.extend(create_group(at, role_at, revision, *index));
+                acts.extend(create_group(observed, at, role_at, revision, *index));
             }
         }
     }
@@ -331,8 +333,11 @@ fn warning<'o>(reason: Reason, why: &str) -> Act<'o> {
 
 /// The group's PodGroup before its pods (they wait for it, then are bound all at once), the
 /// rank table the pods mount (it says "initializing" until every rank is allocated), then the
-/// pods.
+/// pods. A PodGroup the cache holds already (a group created again before its pods are seen, or
+/// after they were deleted) is applied over its cached copy, which costs no write when nothing
+/// changed.
 fn create_group<'o>(
+    observed: &'o Observed,
     at: &ValidatedDeployment,
     role: &crate::api::RoleSpec,
     revision: &str,
@@ -340,16 +345,17 @@ fn create_group<'o>(
 ) -> Vec<Act<'o>> {
     let mut acts = Vec::new();
     if at.pod_groups {
-        acts.push(Act::apply(
-            build::group_pod_group(at, role, revision, index),
-            None,
-        ));
+        let pod_group = build::group_pod_group(at, role, revision, index);
+        let cached = named(&observed.pod_groups, &pod_group.name_any());
+        acts.push(Act::apply(pod_group, cached));
     }
-    if build::uses_rank_tables(&at.spec) {
-        acts.push(Act::apply(
-            build::rank_table_configmap(at, role, revision, index, &[]),
-            None,
-        ));
+    // A rank table the cache holds is left to the pass that keeps it current (it may say
+    // "completed" already).
+    let table = build::uses_rank_tables(&at.spec)
+        .then(|| build::rank_table_configmap(at, role, revision, index, &[]))
+        .filter(|t| named(&observed.rank_tables, &t.name_any()).is_none());
+    if let Some(table) = table {
+        acts.push(Act::apply(table, None));
     }
     acts.extend(
         build::group_pods(at, role, index, revision)

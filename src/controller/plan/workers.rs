@@ -134,7 +134,6 @@ pub fn workers<'o>(input: &Input<'_>, observed: &'o Observed) -> Plan<'o, Found>
     let did = input.did;
     let (specs, target_kept) = buildable_specs(input, observed);
     let passed_for = passed_for(input, observed);
-    let buildable: BTreeSet<String> = specs.keys().cloned().collect();
     let watchdog = Watchdog {
         timeout: input.settings.partial_group_timeout,
         now: input.now,
@@ -151,7 +150,6 @@ pub fn workers<'o>(input: &Input<'_>, observed: &'o Observed) -> Plan<'o, Found>
             role,
             &views,
             &specs,
-            &buildable,
             &passed_for(&role.name),
             watchdog,
         );
@@ -201,7 +199,6 @@ fn role_plan<'o>(
     role: &crate::api::RoleSpec,
     views: &[(rollout::Group, Vec<&'o Pod>)],
     specs: &BTreeMap<String, ValidatedDeployment>,
-    buildable: &BTreeSet<String>,
     passed: &BTreeSet<String>,
     watchdog: Watchdog,
 ) -> RolePlan<'o> {
@@ -239,7 +236,7 @@ fn role_plan<'o>(
         groups: views.iter().map(|(g, _)| g.clone()).collect(),
         target: input.target,
         passed,
-        buildable,
+        buildable: &specs.keys().cloned().collect(),
         licence_open: input.acting,
         acceptance_needs_room: input.needs_room.contains(&role.name),
         placement_hold: retry.hold.clone(),

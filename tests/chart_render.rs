@@ -441,14 +441,8 @@ fn cluster_wide_mode_is_an_opt_in_binding_a_cluster_role_with_exact_rules() {
     );
     let role = one(&objs, "ClusterRole");
     assert_eq!(flat_rules(role), expected_rules());
-    let binding = one(&objs, "ClusterRoleBinding");
     let sa = one(&objs, "ServiceAccount");
-    assert_eq!(binding["roleRef"]["kind"], "ClusterRole");
-    assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
-    assert_eq!(
-        binding["subjects"],
-        json!([{"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": "ops"}])
-    );
+    assert_binds_to_service_account(&objs, role, sa);
     let deploy = one(&objs, "Deployment");
     assert_eq!(
         deploy["spec"]["template"]["spec"]["serviceAccountName"],
@@ -460,6 +454,18 @@ fn cluster_wide_mode_is_an_opt_in_binding_a_cluster_role_with_exact_rules() {
         "all namespaces: {a:?}"
     );
     assert!(a.contains(&"--accepted-licenses=mit,apache-2.0"), "{a:?}");
+}
+
+/// The one ClusterRoleBinding binds `role` to the operator's ServiceAccount `sa` in the release
+/// namespace.
+fn assert_binds_to_service_account(objs: &[Value], role: &Value, sa: &Value) {
+    let binding = one(objs, "ClusterRoleBinding");
+    assert_eq!(binding["roleRef"]["kind"], "ClusterRole");
+    assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
+    assert_eq!(
+        binding["subjects"],
+        json!([{"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": "ops"}])
+    );
 }
 
 /// Recording each acceptance rank's scale-up domain is an opt-in: the operator gets
@@ -474,14 +480,8 @@ fn recording_node_domains_adds_only_get_on_nodes_cluster_wide() {
         flat_rules(role),
         [("".to_string(), "nodes".to_string(), vec!["get".to_string()])]
     );
-    let binding = one(&objs, "ClusterRoleBinding");
     let sa = one(&objs, "ServiceAccount");
-    assert_eq!(binding["roleRef"]["kind"], "ClusterRole");
-    assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
-    assert_eq!(
-        binding["subjects"],
-        json!([{"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": "ops"}])
-    );
+    assert_binds_to_service_account(&objs, role, sa);
     let roles = watch_roles(&objs, "Role");
     assert_eq!(roles.len(), 1, "one watch Role: {roles:?}");
     assert_eq!(flat_rules(roles[0]), expected_rules());

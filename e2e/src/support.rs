@@ -718,3 +718,28 @@ pub async fn client_as(admin: &Client, ns: &str, sa: &str) -> Client {
     };
     Client::try_from(config).expect("client")
 }
+
+/// The evidence ConfigMap of the judgement recorded in `st`.
+pub async fn evidence_of(
+    client: &Client,
+    ns: &str,
+    st: &deepinfer_operator::api::DeepInferDeploymentStatus,
+) -> k8s_openapi::api::core::v1::ConfigMap {
+    let name = st
+        .acceptance
+        .as_ref()
+        .and_then(|a| a.evidence.clone())
+        .expect("the judgement names its evidence");
+    Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), ns)
+        .get(&name)
+        .await
+        .expect("evidence ConfigMap")
+}
+
+/// The value of `key` in an evidence ConfigMap.
+pub fn evidence_key(cm: &k8s_openapi::api::core::v1::ConfigMap, key: &str) -> String {
+    cm.data
+        .as_ref()
+        .and_then(|d| d.get(key).cloned())
+        .unwrap_or_else(|| panic!("evidence key {key}"))
+}

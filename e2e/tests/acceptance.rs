@@ -520,26 +520,6 @@ async fn gpu_a_new_image_digest_reruns_acceptance_and_a_restart_does_not() {
     monitor.assert_clean().await;
 }
 
-/// The evidence ConfigMap of the recorded judgement.
-async fn evidence_of(client: &Client, ns: &str, st: &DeepInferDeploymentStatus) -> ConfigMap {
-    let name = st
-        .acceptance
-        .as_ref()
-        .and_then(|a| a.evidence.clone())
-        .expect("the judgement names its evidence");
-    Api::<ConfigMap>::namespaced(client.clone(), ns)
-        .get(&name)
-        .await
-        .expect("evidence ConfigMap")
-}
-
-fn evidence_key(cm: &ConfigMap, key: &str) -> String {
-    cm.data
-        .as_ref()
-        .and_then(|d| d.get(key).cloned())
-        .unwrap_or_else(|| panic!("evidence key {key}"))
-}
-
 /// The engine runs with no API token: a stand-in engine that tries the API from inside its
 /// container finds no token at the standard path and every request it sends is refused
 /// (401 or 403), including creating a ConfigMap.
@@ -558,8 +538,8 @@ async fn gpu_the_engine_container_holds_no_api_token_and_every_api_call_is_refus
             .is_some_and(|c| c.reason.starts_with("Acceptance") && c.reason != "AcceptanceRunning")
     })
     .await;
-    let evidence = evidence_of(&client, &ns.name, &st).await;
-    let log = evidence_key(&evidence, "engine.log");
+    let evidence = support::evidence_of(&client, &ns.name, &st).await;
+    let log = support::evidence_key(&evidence, "engine.log");
     let probes: Vec<&str> = log
         .lines()
         .filter_map(|l| l.split_once("DEEPINFER_PROBE ").map(|(_, p)| p))
@@ -720,9 +700,9 @@ async fn gpu_an_engine_that_forges_a_passed_summary_still_fails() {
     assert_eq!(cond(&st, "Ready").expect("Ready").status, "False");
     assert!(workers(&client, &ns.name, "forge").await.is_empty());
     // The evidence holds the judge's verdicts and the engine's failing outputs as written.
-    let evidence = evidence_of(&client, &ns.name, &st).await;
+    let evidence = support::evidence_of(&client, &ns.name, &st).await;
     let verdicts: Value =
-        serde_json::from_str(&evidence_key(&evidence, "verdicts.json")).expect("verdicts");
+        serde_json::from_str(&support::evidence_key(&evidence, "verdicts.json")).expect("verdicts");
     assert!(
         verdicts
             .as_array()
@@ -754,7 +734,7 @@ async fn gpu_an_engine_linking_its_outputs_to_the_token_path_leaks_no_token() {
             .is_some_and(|r| r.contains("outputs.jsonl is a symbolic link (not followed)")),
         "{acc:?}"
     );
-    let evidence = evidence_of(&client, &ns.name, &st).await;
+    let evidence = support::evidence_of(&client, &ns.name, &st).await;
     let everything = serde_json::to_string(&evidence).expect("evidence as JSON");
     // A service-account token is a JWT: its header starts with base64 of `{"alg":`.
     assert!(
@@ -762,7 +742,7 @@ async fn gpu_an_engine_linking_its_outputs_to_the_token_path_leaks_no_token() {
         "no token in the evidence: {everything}"
     );
     assert!(
-        evidence_key(&evidence, "engine.log").contains("outputs.jsonl not read"),
+        support::evidence_key(&evidence, "engine.log").contains("outputs.jsonl not read"),
         "the evidence says why the outputs were not read"
     );
     op.stop().await;

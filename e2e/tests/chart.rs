@@ -61,6 +61,24 @@ async fn probes_answer(port: u16) {
 }
 
 /// Runs the bed's real helm against the bed; returns (success, stdout + stderr).
+/// `helm install` of `chart` as `release` into `ns` with `--set sets`, returning once the
+/// operator Deployment is ready (`--wait`, what GitOps pipelines do) and the CRD is established.
+fn helm_install(release: &str, chart: &std::path::Path, ns: &str, sets: &str) {
+    let (ok, out) = helm(&[
+        "install",
+        release,
+        chart.to_str().unwrap(),
+        "--namespace",
+        ns,
+        "--wait",
+        "--timeout=2m",
+        "--set",
+        sets,
+    ]);
+    assert!(ok, "helm install failed:\n{out}");
+    support::wait_crd_established();
+}
+
 fn helm(args: &[&str]) -> (bool, String) {
     let tmp = std::env::temp_dir();
     let out = Command::new(support::bed_dir().join("bin/helm"))
@@ -318,20 +336,7 @@ async fn gpu_helm_chart_runs_the_operator_under_its_own_service_account_without_
     );
     // Helm's defaults, as users run it (Helm 4 applies the chart's CRD server-side). The CRD may
     // exist already (shared bed): Helm keeps it.
-    let (ok, out) = helm(&[
-        "install",
-        &release,
-        chart.to_str().unwrap(),
-        "--namespace",
-        &ops.name,
-        // What GitOps pipelines do: the install returns once the operator Deployment is ready.
-        "--wait",
-        "--timeout=2m",
-        "--set",
-        &sets,
-    ]);
-    assert!(ok, "helm install failed:\n{out}");
-    support::wait_crd_established();
+    helm_install(&release, &chart, &ops.name, &sets);
 
     let selector = format!("app.kubernetes.io/instance={release}");
     let pod = operator_pod(&client, &ops.name, &selector).await;
@@ -422,19 +427,7 @@ async fn helm_chart_with_a_namespace_list_reconciles_exactly_the_listed_namespac
         "image.repository=deepinfer-operator,image.tag=dev,namespaces={{{},{}}},acceptedLicenses={{mit}},metrics.port={port}",
         listed[0].name, listed[1].name
     );
-    let (ok, out) = helm(&[
-        "install",
-        &release,
-        chart.to_str().unwrap(),
-        "--namespace",
-        &ops.name,
-        "--wait",
-        "--timeout=2m",
-        "--set",
-        &sets,
-    ]);
-    assert!(ok, "helm install failed:\n{out}");
-    support::wait_crd_established();
+    helm_install(&release, &chart, &ops.name, &sets);
     let selector = format!("app.kubernetes.io/instance={release}");
     let pod = operator_pod(&client, &ops.name, &selector).await;
     let sa = format!("{release}-deepinfer-operator");

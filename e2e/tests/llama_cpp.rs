@@ -71,28 +71,9 @@ fn condition_is(s: &DeepInferDeploymentStatus, type_: &str, status: &str, reason
     support::condition(s, type_).is_some_and(|c| c.status == status && c.reason == reason)
 }
 
-async fn evidence(client: &Client, ns: &str, st: &DeepInferDeploymentStatus) -> ConfigMap {
-    let name = st
-        .acceptance
-        .as_ref()
-        .and_then(|a| a.evidence.clone())
-        .expect("the judgement names its evidence");
-    Api::<ConfigMap>::namespaced(client.clone(), ns)
-        .get(&name)
-        .await
-        .expect("evidence ConfigMap")
-}
-
-fn key(cm: &ConfigMap, key: &str) -> String {
-    cm.data
-        .as_ref()
-        .and_then(|d| d.get(key).cloned())
-        .unwrap_or_else(|| panic!("evidence key {key}"))
-}
-
 /// The outputs the engine wrote, by prompt id, in file order.
 fn outputs(cm: &ConfigMap) -> Vec<Value> {
-    key(cm, "outputs.jsonl")
+    support::evidence_key(cm, "outputs.jsonl")
         .lines()
         .filter(|l| !l.trim().is_empty())
         .map(|l| serde_json::from_str(l).expect("an output record"))
@@ -143,9 +124,9 @@ async fn gpu_llama_cpp_writes_valid_structure_that_fails_the_samples_semantic_ru
     let acc = st.acceptance.clone().expect("the judgement");
     assert_eq!(acc.failed_prompts, vec!["shot-plan", "timeline"]);
 
-    let cm = evidence(&client, &ns.name, &st).await;
+    let cm = support::evidence_of(&client, &ns.name, &st).await;
     let verdicts: Vec<Verdict> =
-        serde_json::from_str(&key(&cm, "verdicts.json")).expect("verdicts.json");
+        serde_json::from_str(&support::evidence_key(&cm, "verdicts.json")).expect("verdicts.json");
     let by_id = |id: &str| verdicts.iter().find(|v| v.id == id).expect("a verdict");
     // Structure, EOS and completion all held; only the semantic rules failed, each named.
     assert_eq!(
@@ -185,7 +166,7 @@ async fn gpu_llama_cpp_writes_valid_structure_that_fails_the_samples_semantic_ru
         .map(|s| s["seconds"].as_i64().expect("whole"))
         .sum();
     assert_ne!(total, 6, "{plan}");
-    let log = key(&cm, "engine.log");
+    let log = support::evidence_key(&cm, "engine.log");
     for event in ["loaded", "warmup_done", "generation_done"] {
         assert!(log.contains(&format!("DEEPINFER_EVENT {event}")), "{log}");
     }
@@ -264,7 +245,7 @@ async fn gpu_llama_cpp_judged_by_structure_passes_serves_and_answers_its_probes(
     .await;
     let acc = st.acceptance.clone().expect("the judgement");
     assert!(acc.failed_prompts.is_empty(), "{acc:?}");
-    let records = outputs(&evidence(&client, &ns.name, &st).await);
+    let records = outputs(&support::evidence_of(&client, &ns.name, &st).await);
     assert_eq!(records.len(), 4, "the real outputs are kept: {records:?}");
 
     // The serving pod runs the adapter; Ready came from its startup and readiness probes.

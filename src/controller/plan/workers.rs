@@ -24,7 +24,7 @@ use super::super::placement::partial_placement;
 use super::super::status::Gate;
 use super::super::validate::LicenseVerdict;
 use super::super::validated::ValidatedDeployment;
-use super::{Plan, Settings};
+use super::{earliest, Plan, Settings};
 use crate::api::Reason;
 use crate::api::{labels, Component, DeepInferDeploymentStatus, RoleStatus};
 
@@ -177,13 +177,6 @@ pub fn workers<'o>(input: &Input<'_>, observed: &'o Observed) -> Plan<'o, Found>
     Plan::with(found, acts)
 }
 
-fn earliest(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
-}
-
 /// One role's plan.
 struct RolePlan<'o> {
     status: RoleStatus,
@@ -309,7 +302,9 @@ fn role_plan<'o>(
                     continue;
                 };
                 kept.push((revision.clone(), *index));
-                acts.extend(create_group(observed, at, role_at, revision, *index, &mut made));
+                acts.extend(create_group(
+                    observed, at, role_at, revision, *index, &mut made,
+                ));
             }
         }
     }

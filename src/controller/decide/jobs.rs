@@ -313,8 +313,10 @@ mod tests {
     }
 
     fn unplaced(message: &str) -> Pod {
-        pod(json!({"phase": "Pending", "conditions": [{"type": "PodScheduled",
-            "status": "False", "reason": "Unschedulable", "message": message}]}))
+        pod(
+            json!({"phase": "Pending", "conditions": [{"type": "PodScheduled",
+            "status": "False", "reason": "Unschedulable", "message": message}]}),
+        )
     }
 
     #[test]

@@ -751,8 +751,9 @@ type FloorFigures = (
 );
 
 /// The cause of a write, from its `"verb resource"`: the deployments' status, the pods'
-/// `deepinfer.io/accepted` condition, Events, creates, deletes, and changes to objects that
-/// exist (re-applies, rank tables, a finished Job's time to live). `None`: not a write.
+/// `deepinfer.io/accepted` condition, Events, creates, deletes, and other patches (server-side
+/// applies, which create an object as a patch too, annotations, rank tables, a finished Job's
+/// time to live). `None`: not a write.
 fn cause(request: &str) -> Option<&'static str> {
     let (verb, resource) = request.split_once(' ')?;
     Some(match (verb, resource) {
@@ -762,7 +763,7 @@ fn cause(request: &str) -> Option<&'static str> {
         ("patch" | "update", "pods/status") => "pod-condition patches",
         ("create", _) => "creates",
         ("delete" | "deletecollection", _) => "deletes",
-        ("patch" | "update", _) => "changes to existing objects",
+        ("patch" | "update", _) => "other patches and applies",
         _ => "other writes",
     })
 }

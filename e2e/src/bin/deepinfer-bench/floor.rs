@@ -20,7 +20,9 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
+
 use std::time::{Duration, Instant};
+use tokio::sync::Notify;
 
 use deepinfer_operator::api::{labels, DeepInferDeployment, ACCEPTED_POD_CONDITION};
 use deepinfer_operator::metrics::{ApiRequests, Metrics};
@@ -558,6 +560,8 @@ struct Floor {
     ns: String,
     jobs: Store<Job>,
     pods: Store<Pod>,
+    /// Told of every change of `jobs` and `pods`.
+    changed: Arc<Notify>,
     timeout: Duration,
     steps: BTreeMap<String, Vec<Step>>,
     accepted: HashMap<String, Value>,
@@ -567,7 +571,7 @@ struct Floor {
     from_uids: HashMap<String, String>,
 }
 
-/// How often a waiting task looks at the caches again.
+/// How often a waiting task looks at the caches again when no change was told.
 const POLL: Duration = Duration::from_millis(250);
 
 impl Floor {
@@ -577,11 +581,18 @@ impl Floor {
 
     async fn until(&self, what: &str, done: impl Fn() -> bool) -> anyhow::Result<()> {
         let start = Instant::now();
-        while !done() {
+        loop {
+            // Registered before the look, so that a change between the two is not missed.
+            let changed = self.changed.notified();
+            if done() {
+                return Ok(());
+            }
             anyhow::ensure!(start.elapsed() < self.timeout, "floor: {what} timed out");
-            tokio::time::sleep(POLL).await;
+            tokio::select! {
+                () = changed => {}
+                () = tokio::time::sleep(POLL) => {}
+            }
         }
-        Ok(())
     }
 
     fn job_done(&self, name: &str) -> bool {
@@ -809,14 +820,15 @@ pub async fn run(
         [(ns, _)] => Some(ns.as_str()),
         _ => None,
     };
-    let (jobs, pods, watches) = watch_jobs_and_pods(&client, scope);
+    let watches = watch_jobs_and_pods(&client, scope);
     let floors: Vec<Floor> = namespaces
         .into_iter()
         .map(|(ns, recorded)| Floor {
             client: client.clone(),
             ns,
-            jobs: jobs.clone(),
-            pods: pods.clone(),
+            jobs: watches.jobs.clone(),
+            pods: watches.pods.clone(),
+            changed: watches.changed.clone(),
             timeout,
             steps: recorded.steps,
             accepted: recorded.accepted,
@@ -843,7 +855,7 @@ pub async fn run(
         results.into_iter().collect::<anyhow::Result<Vec<()>>>()?;
         figures.push(probe.finish().await.printed());
     }
-    watches.abort();
+    watches.task.abort();
     Ok(figures)
 }
 
@@ -860,12 +872,10 @@ async fn counting_client() -> anyhow::Result<(Client, Arc<Metrics>)> {
     Ok((client, Arc::new(Metrics::new(requests))))
 }
 
-/// Caches of the Jobs and Pods of namespace `scope` (every namespace if `None`), and the task
-/// that keeps them current.
-fn watch_jobs_and_pods(
-    client: &Client,
-    scope: Option<&str>,
-) -> (Store<Job>, Store<Pod>, tokio::task::JoinHandle<((), ())>) {
+/// Caches of the Jobs and Pods of namespace `scope` (every namespace if `None`), told of each
+/// change (so that a wait ends as its watch event arrives, as the operator's pass starts), and
+/// the task that keeps them current.
+fn watch_jobs_and_pods(client: &Client, scope: Option<&str>) -> Watches {
     let (job_api, pod_api): (Api<Job>, Api<Pod>) = match scope {
         Some(ns) => (
             Api::namespaced(client.clone(), ns),
@@ -875,16 +885,39 @@ fn watch_jobs_and_pods(
     };
     let (jobs, jobs_writer) = reflector::store();
     let (pods, pods_writer) = reflector::store();
+    let changed = Arc::new(Notify::new());
     let watch_jobs =
         reflector::reflector(jobs_writer, watcher(job_api, watcher::Config::default()))
             .default_backoff()
-            .for_each(|_| async {});
+            .for_each(tell(changed.clone()));
     let watch_pods =
         reflector::reflector(pods_writer, watcher(pod_api, watcher::Config::default()))
             .default_backoff()
-            .for_each(|_| async {});
-    let watches = tokio::spawn(async move { futures::join!(watch_jobs, watch_pods) });
-    (jobs, pods, watches)
+            .for_each(tell(changed.clone()));
+    let task = tokio::spawn(async move { futures::join!(watch_jobs, watch_pods) });
+    Watches {
+        jobs,
+        pods,
+        changed,
+        task,
+    }
+}
+
+/// A watch stream's consumer that tells `changed` of each event.
+fn tell<T>(changed: Arc<Notify>) -> impl FnMut(T) -> std::future::Ready<()> {
+    move |_| {
+        changed.notify_waiters();
+        std::future::ready(())
+    }
+}
+
+/// The floor's caches of Jobs and Pods, what tells of their changes, and the task that keeps
+/// them current.
+struct Watches {
+    jobs: Store<Job>,
+    pods: Store<Pod>,
+    changed: Arc<Notify>,
+    task: tokio::task::JoinHandle<((), ())>,
 }
 
 /// Replays `steps` in the namespace `ns` as the floor replays one deployment's steps of one
@@ -894,12 +927,13 @@ fn watch_jobs_and_pods(
 pub async fn replay(ns: &str, steps: &Value, timeout: Duration) -> anyhow::Result<usize> {
     let steps = steps_from_json(steps)?;
     let (client, _) = counting_client().await?;
-    let (jobs, pods, watches) = watch_jobs_and_pods(&client, Some(ns));
+    let watches = watch_jobs_and_pods(&client, Some(ns));
     let floor = Floor {
         client,
         ns: ns.to_string(),
-        jobs,
-        pods,
+        jobs: watches.jobs.clone(),
+        pods: watches.pods.clone(),
+        changed: watches.changed.clone(),
         timeout,
         steps: BTreeMap::new(),
         accepted: HashMap::new(),
@@ -909,7 +943,7 @@ pub async fn replay(ns: &str, steps: &Value, timeout: Duration) -> anyhow::Resul
     let result = floor
         .replay(&steps.iter().collect::<Vec<_>>(), ("", ""))
         .await;
-    watches.abort();
+    watches.task.abort();
     result.map(|()| steps.len())
 }
 

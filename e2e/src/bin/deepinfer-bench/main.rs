@@ -280,7 +280,12 @@ impl Drop for Watched {
     }
 }
 
-/// Looks at the watched resources each second until `done` holds for all `n`, sampling the probe.
+/// How often the benchmark looks whether the resources converged (a phase's time is known to
+/// this), sampling the probe each second.
+const LOOK: Duration = Duration::from_millis(50);
+
+/// Looks at the watched resources every [`LOOK`] until `done` holds for all `n`, sampling the
+/// probe each second.
 async fn wait_all(
     watched: &Watched,
     n: usize,
@@ -291,10 +296,14 @@ async fn wait_all(
 ) -> anyhow::Result<()> {
     let mut operator = operator;
     let mut last_report = Instant::now();
+    let mut last_sample: Option<Instant> = None;
     loop {
-        probe.sample().await;
-        if let Some(op) = operator.as_deref_mut() {
-            op.assert_running();
+        if last_sample.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+            probe.sample().await;
+            last_sample = Some(Instant::now());
+            if let Some(op) = operator.as_deref_mut() {
+                op.assert_running();
+            }
         }
         let items = watched.state();
         let count = items.iter().filter(|d| done(d)).count();
@@ -319,7 +328,7 @@ async fn wait_all(
             "{}: only {count} of {n} converged after {timeout:?}",
             probe.name()
         );
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        tokio::time::sleep(LOOK).await;
     }
 }
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Starts the local test bed: etcd, kube-apiserver (TLS, RBAC, service-account issuer), 
-# kube-controller-manager, kube-scheduler on free loopback ports, then the simulated node agent.
+# Starts the local test bed: etcd, kube-apiserver (TLS, RBAC, service-account issuer, aggregation
+# layer), kube-controller-manager, kube-scheduler on free loopback ports, the external metrics API
+# (external-metrics.py, on a host address), then the simulated node agent.
 # Idempotent: when the bed already runs and answers, it only reports so.
 # State, PIDs and logs live under .testbed/ (git-ignored); `cluster-down.sh` stops exactly these PIDs.
 set -euo pipefail

@@ -6,6 +6,8 @@
 //! status (serving groups, the label selector of the role's serving pods) and deletes it when
 //! the role stops being external.
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{CustomResource, CustomResourceExt, KubeSchema};
 use serde::{Deserialize, Serialize};
@@ -116,17 +118,23 @@ pub fn role_object_name(deployment: &str, role: &str) -> String {
     format!("{deployment}-{role}")
 }
 
-/// Label selector (as a string) of the serving pods of role `role` of deployment `deployment`.
+/// The labels that select the serving pods of role `role` of deployment `deployment` (the role's
+/// PodDisruptionBudget and Service select by them too).
+pub fn role_pod_labels(deployment: &str, role: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (labels::DEPLOYMENT.to_string(), deployment.to_string()),
+        (labels::ROLE.to_string(), role.to_string()),
+        Component::Worker.label(),
+    ])
+}
+
+/// [`role_pod_labels`] as a label selector string, as the `/scale` subresource reports it.
 pub fn role_selector(deployment: &str, role: &str) -> String {
-    format!(
-        "{}={},{}={},{}={}",
-        labels::COMPONENT,
-        Component::Worker.as_str(),
-        labels::DEPLOYMENT,
-        deployment,
-        labels::ROLE,
-        role
-    )
+    role_pod_labels(deployment, role)
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// The `DeepInferRole` CRD as YAML, exactly as committed under `crds/`.

@@ -588,7 +588,12 @@ impl<'c> Pass<'c> {
         outcome.roles = plan.found.roles;
         outcome.wake_after = plan.found.wake;
         self.exec.run(&plan.acts).await?;
-        let scaling = plan::scaling::keep(did, &outcome.roles, &self.observed.scaled_roles);
+        let scaling = plan::scaling::keep(
+            did,
+            &outcome.roles,
+            &self.observed.scaled_roles,
+            self.licence.is_accepted(),
+        );
         self.exec.run(&scaling).await.map(|_| ())
     }
 

@@ -72,11 +72,13 @@ pub fn scaled(
 /// external role without one, its `spec.replicas` the role's count; those of roles that are not
 /// external (any more) deleted, so the spec's `replicas` rule again; and the status of each kept
 /// one (serving groups as `found` says, the selector of the role's serving pods) written where
-/// it differs.
+/// it differs. `acting`: whether the licence gate is open; while it is closed nothing is created
+/// or deleted, and only the status is kept current.
 pub fn keep<'o>(
     did: &ValidatedDeployment,
     found: &[RoleStatus],
     observed: &'o [DeepInferRole],
+    acting: bool,
 ) -> Vec<Act<'o>> {
     let name = did.name_any();
     let mut acts = Vec::new();
@@ -88,7 +90,9 @@ pub fn keep<'o>(
         let object = role_object_name(&name, &role.name);
         wanted.push(object.clone());
         let Some(existing) = named(observed, &object) else {
-            acts.push(Act::create(build::scaled_role(did, role)));
+            if acting {
+                acts.push(Act::create(build::scaled_role(did, role)));
+            }
             continue;
         };
         let status = DeepInferRoleStatus {
@@ -105,12 +109,14 @@ pub fn keep<'o>(
             });
         }
     }
-    let gone: Vec<String> = observed
-        .iter()
-        .map(ResourceExt::name_any)
-        .filter(|n| !wanted.contains(n))
-        .collect();
-    acts.extend(delete_named(observed, &gone));
+    if acting {
+        let gone: Vec<String> = observed
+            .iter()
+            .map(ResourceExt::name_any)
+            .filter(|n| !wanted.contains(n))
+            .collect();
+        acts.extend(delete_named(observed, &gone));
+    }
     acts
 }
 
@@ -164,7 +170,7 @@ mod tests {
         let s = scaled(&external(raw()), &[], true).expect("not refused");
         assert_eq!(s.did.spec.roles[0].replicas, 2, "the seed until it exists");
         let did = valid(s.did);
-        let acts = keep(&did, &serving(0), &[]);
+        let acts = keep(&did, &serving(0), &[], true);
         assert_eq!(described(&acts), ["create ScaledRole flash-worker"]);
         let Act::Create(crate::controller::act::Object::ScaledRole(created)) = &acts[0] else {
             panic!("a create of the DeepInferRole");
@@ -182,7 +188,7 @@ mod tests {
         let mut existing = object(3);
         let s = scaled(&external(raw()), std::slice::from_ref(&existing), true).unwrap();
         let did = valid(s.did);
-        let acts = keep(&did, &serving(1), std::slice::from_ref(&existing));
+        let acts = keep(&did, &serving(1), std::slice::from_ref(&existing), true);
         assert_eq!(
             described(&acts),
             ["write status of DeepInferRole flash-worker: 1 serving"]
@@ -195,7 +201,7 @@ mod tests {
             "deepinfer.io/component=worker,deepinfer.io/deployment=flash,deepinfer.io/role=worker"
         );
         existing.status = Some(status.clone());
-        let acts = keep(&did, &serving(1), std::slice::from_ref(&existing));
+        let acts = keep(&did, &serving(1), std::slice::from_ref(&existing), true);
         assert!(acts.is_empty(), "an unchanged status is not written again");
     }
 
@@ -204,8 +210,28 @@ mod tests {
         let existing = [object(5)];
         let s = scaled(&raw(), &existing, true).unwrap();
         assert_eq!(s.did.spec.roles[0].replicas, 2);
-        let acts = keep(&valid(s.did), &serving(2), &existing);
+        let acts = keep(&valid(s.did), &serving(2), &existing, true);
         assert_eq!(described(&acts), ["delete ScaledRole flash-worker"]);
+    }
+
+    #[test]
+    fn while_the_licence_gate_is_closed_only_the_status_is_kept() {
+        let did = valid(scaled(&external(raw()), &[], true).unwrap().did);
+        assert!(
+            keep(&did, &serving(0), &[], false).is_empty(),
+            "nothing created"
+        );
+        let existing = [object(3)];
+        assert_eq!(
+            described(&keep(&did, &serving(0), &existing, false)),
+            ["write status of DeepInferRole flash-worker: 0 serving"]
+        );
+        let switched_back = valid(raw());
+        assert_eq!(
+            described(&keep(&switched_back, &serving(0), &existing, false)),
+            Vec::<String>::new(),
+            "nothing deleted"
+        );
     }
 
     #[test]

@@ -269,9 +269,10 @@ fn deployments(ctx: &Context, scope: &Scope) -> Controller<CachedDeployment> {
     )
 }
 
-/// The watches that start passes: Pods (of Jobs and workers), Jobs and Services through their
-/// owner; the ConfigMaps named by `spec.acceptance.promptsFrom` (metadata only: an edit moves
-/// the resourceVersion) and the checkpoint claims through the resources that name them. Every
+/// The watches that start passes: Pods (of Jobs and workers), Jobs, Services and (where served)
+/// DeepInferRoles through their owner; the ConfigMaps named by `spec.acceptance.promptsFrom`
+/// (metadata only: an edit moves the resourceVersion) and the checkpoint claims through the
+/// resources that name them. Every
 /// event is noted for the resources it triggers, so that the pass it starts observes how long it
 /// waited (`deepinfer_watch_event_to_reconcile_seconds`). Every watch (one per kind and
 /// namespace watched) retries on its own backoff, so one kind's failing or re-listing watch

@@ -15,7 +15,10 @@ start=$(date +%s%N)
 "$here/provision.sh"
 
 alive() { [ -f "$bed/pids/$1" ] && kill -0 "$(cat "$bed/pids/$1")" 2>/dev/null; }
+# A bed started before the external metrics API existed (or whose metrics API died) starts anew;
+# a host without a non-loopback address never has one (marker no-external-metrics).
 if alive kube-apiserver && alive etcd && alive kube-controller-manager && alive kube-scheduler && alive node-agent \
+   && { alive external-metrics || [ -f "$bed/no-external-metrics" ]; } \
    && "$bed/bin/kubectl" --kubeconfig "$bed/kubeconfig" get --raw /readyz >/dev/null 2>&1; then
   echo "cluster-up: test bed already running ($(sed -n 's/.*server: //p' "$bed/kubeconfig"))"
   exit 0
@@ -155,6 +158,7 @@ external_metrics() {
   [ -n "$ip" ] || ip=$(hostname -I 2>/dev/null | tr ' ' '\n' | grep -m1 -E '^[0-9]+(\.[0-9]+){3}$' || true)
   if [ -z "$ip" ]; then
     echo "cluster-up: no non-loopback IPv4 address on this host; the external metrics API is not started" >&2
+    touch "$bed/no-external-metrics"
     return 0
   fi
   port=$(python3 -c 'import socket,sys; s=socket.socket(); s.bind((sys.argv[1],0)); print(s.getsockname()[1]); s.close()' "$ip")

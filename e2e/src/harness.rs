@@ -23,6 +23,14 @@ pub struct Trial {
     pub run: fn() -> Pin<Box<dyn Future<Output = ()>>>,
 }
 
+/// The [`Trial`]s of the named `async fn`s of a test file, each named as its function.
+#[macro_export]
+macro_rules! trials {
+    ($($test:ident),* $(,)?) => {
+        [$($crate::harness::Trial { name: stringify!($test), run: || Box::pin($test()) }),*]
+    };
+}
+
 /// What the command line asks for.
 #[derive(Debug, Default, PartialEq)]
 struct Args {

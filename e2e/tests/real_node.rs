@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use std::process::ExitCode;
 
-use deepinfer_e2e::harness::{self, Trial};
+use deepinfer_e2e::harness;
 use deepinfer_e2e::support::{self, TestNamespace};
 use k8s_openapi::api::authentication::v1::TokenReview;
 use k8s_openapi::api::core::v1::{ConfigMap, ContainerStateTerminated, Pod};
@@ -27,30 +27,14 @@ use serde_json::{json, Value};
 
 const GATE: &str = "deepinfer.io/serving-gate";
 const TIMEOUT: Duration = Duration::from_secs(120);
-
+/// The real node's image (`real-node.sh` imports it; nothing is pulled).
 const IMAGE: &str = "deepinfer.local/busybox:1";
 
 fn main() -> ExitCode {
-    let tests = [
-        Trial {
-            name: "real_kubelet_runs_init_containers_probes_and_honours_readiness_gates",
-            run: || {
-                Box::pin(real_kubelet_runs_init_containers_probes_and_honours_readiness_gates())
-            },
-        },
-        Trial {
-            name: "real_kubelet_reports_termination_messages_from_the_file_and_the_log",
-            run: || Box::pin(real_kubelet_reports_termination_messages_from_the_file_and_the_log()),
-        },
-        Trial {
-            name: "real_kubelet_mounts_a_service_account_token_the_api_server_accepts_for_the_pod",
-            run: || {
-                Box::pin(
-                    real_kubelet_mounts_a_service_account_token_the_api_server_accepts_for_the_pod(
-                    ),
-                )
-            },
-        },
+    let tests = deepinfer_e2e::trials![
+        real_kubelet_runs_init_containers_probes_and_honours_readiness_gates,
+        real_kubelet_reports_termination_messages_from_the_file_and_the_log,
+        real_kubelet_mounts_a_service_account_token_the_api_server_accepts_for_the_pod,
     ];
     let unavailable = std::fs::read_to_string(support::bed_dir().join("real-node.unavailable"))
         .ok()
@@ -95,8 +79,9 @@ async fn create_pod(pods: &Api<Pod>, node: &str, mut spec: Value) {
         .expect("create pod");
 }
 
-fn pod_spec() -> Value {
-    let image = IMAGE;
+/// A pod whose init container copies busybox into an emptyDir and whose container serves the
+/// ConfigMap `site` with it, probed on `/health` and held back by a readiness gate.
+fn probed_pod() -> Value {
     json!({
         "metadata": {"name": "probed"},
         "spec": {
@@ -105,12 +90,12 @@ fn pod_spec() -> Value {
             "volumes": [{"name": "runner", "emptyDir": {}},
                         {"name": "site", "configMap": {"name": "site"}}],
             "initContainers": [{
-                "name": "copy-runner", "image": image, "imagePullPolicy": "Never",
+                "name": "copy-runner", "image": IMAGE, "imagePullPolicy": "Never",
                 "command": ["/bin/sh", "-c", "cp /bin/busybox /runner/busybox"],
                 "volumeMounts": [{"name": "runner", "mountPath": "/runner"}]
             }],
             "containers": [{
-                "name": "serve", "image": image, "imagePullPolicy": "Never",
+                "name": "serve", "image": IMAGE, "imagePullPolicy": "Never",
                 "command": ["/runner/busybox", "httpd", "-f", "-p", "8080", "-h", "/site"],
                 "volumeMounts": [{"name": "runner", "mountPath": "/runner"},
                                  {"name": "site", "mountPath": "/site"}],
@@ -168,7 +153,7 @@ async fn real_kubelet_runs_init_containers_probes_and_honours_readiness_gates() 
     )
     .await
     .expect("create ConfigMap site");
-    create_pod(&pods, &node, pod_spec()).await;
+    create_pod(&pods, &node, probed_pod()).await;
 
     // The kubelet ran the init container to completion, started the program it copied and
     // probed it over the pod network: the container is ready, the pod is not, for its gate.

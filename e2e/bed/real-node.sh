@@ -247,7 +247,7 @@ node_ready() {
 # node's image here (namespaces, overlay mounts and the node's cgroups work).
 runtime_runs_containers() {
   local out
-  wait_for 30 "containerd answering" "${ctr[@]}" version \
+  wait_for 30 "containerd answering" "${ctr[@]}" version 2>/dev/null \
     || unavailable "containerd does not start: $(tail -1 "$state/logs/containerd.log")"
   import_images
   out=$("${ctr[@]}" run --rm --null-io --cgroup "/$cgroup_root/preflight" --runc-root "$state/run/runc" \

@@ -182,12 +182,30 @@ fn bench_drives_every_resource_to_ready_and_prints_every_figure() {
         figures["operatorNamespacesLeft"], 0,
         "the floor starts once the operator's namespaces are gone, not only their pods: {figures}"
     );
-    for phase in ["ready", "rollout"] {
+    for (i, phase) in ["ready", "rollout"].into_iter().enumerate() {
         assert!(
             figures["floorRatio"][phase]
                 .as_f64()
                 .is_some_and(|r| r.is_finite() && r > 0.0),
             "operator / floor for {phase}: {figures}"
+        );
+        // The writes by cause add up to each side's writes per resource.
+        let causes = figures["writesByCause"][phase]
+            .as_object()
+            .unwrap_or_else(|| panic!("writes by cause for {phase}: {figures}"));
+        for (side, figures_of) in [(0, i), (1, i + 3)] {
+            let sum: f64 = causes.values().filter_map(|c| c[side].as_f64()).sum();
+            let writes = phases[figures_of]["writesPerResource"]
+                .as_f64()
+                .unwrap_or(-1.0);
+            assert!(
+                (sum - writes).abs() < 0.01,
+                "{phase}, side {side}: causes add up to {sum}, writes {writes}: {causes:?}"
+            );
+        }
+        assert!(
+            causes["status writes"][0].as_f64() >= Some(1.0),
+            "the operator wrote each status: {causes:?}"
         );
     }
 }

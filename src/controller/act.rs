@@ -27,6 +27,7 @@ use kube::{Client, Resource, ResourceExt};
 
 use super::apply;
 use super::decide::entitlement::Mark;
+use super::decide::memory::JUDGEMENT_ANNOTATION;
 use super::decide::retention;
 use super::error::Error;
 use super::text::truncate;
@@ -177,13 +178,16 @@ pub enum Act<'a> {
         value: String,
     },
     /// Record where each rank of a judged run ran on its evidence ConfigMap (annotation
-    /// [`PLACEMENT_ANNOTATION`]), once: an evidence ConfigMap that has it already is left as it
-    /// is. With `--record-node-domains` the domain label of each rank's node is read first.
+    /// [`PLACEMENT_ANNOTATION`]), once: an evidence ConfigMap that has it already keeps it. With
+    /// `--record-node-domains` the domain label of each rank's node is read first. The verdict's
+    /// judgement, when given, goes into the same write.
     RecordPlacement {
         /// The evidence ConfigMap.
         configmap: String,
         /// The record, domains not yet read.
         placement: Placement,
+        /// The judgement kept beside its evidence ([`JUDGEMENT_ANNOTATION`]), in the same write.
+        judgement: Option<String>,
     },
     /// Write a DeepInferRole's status (server-side apply of the status subresource).
     RoleStatus {
@@ -256,8 +260,17 @@ impl<'a> Act<'a> {
             Act::Delete(h) => format!("delete {}", h.describe()),
             Act::Mark(m) => format!("mark Pod {} accepted={}", m.pod, m.accepted),
             Act::Annotate { configmap, key, .. } => format!("annotate ConfigMap {configmap} {key}"),
-            Act::RecordPlacement { configmap, .. } => {
-                format!("annotate ConfigMap {configmap} {PLACEMENT_ANNOTATION}")
+            Act::RecordPlacement {
+                configmap,
+                judgement,
+                ..
+            } => {
+                let and = if judgement.is_some() {
+                    format!(" {JUDGEMENT_ANNOTATION}")
+                } else {
+                    String::new()
+                };
+                format!("annotate ConfigMap {configmap} {PLACEMENT_ANNOTATION}{and}")
             }
             Act::RoleStatus { name, status } => format!(
                 "write status of DeepInferRole {name}: {} serving",
@@ -383,7 +396,11 @@ impl<'c> Executor<'c> {
             Act::RecordPlacement {
                 configmap,
                 placement,
-            } => self.record_placement(configmap, placement).await,
+                judgement,
+            } => {
+                self.record_placement(configmap, placement, judgement.as_deref())
+                    .await
+            }
             Act::RoleStatus { name, status } => self.role_status(name, status).await,
             Act::Expire { job, ttl } => {
                 let patch = serde_json::json!({"spec": {"ttlSecondsAfterFinished": ttl}});
@@ -472,6 +489,7 @@ impl<'c> Executor<'c> {
         &self,
         configmap: &str,
         placement: &Placement,
+        judgement: Option<&str>,
     ) -> Result<bool, Error> {
         let configmaps: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.namespace);
         let meta = configmaps.get_metadata_opt(configmap).await.map_err(|e| {
@@ -482,13 +500,31 @@ impl<'c> Executor<'c> {
                 e,
             )
         })?;
-        let recorded = meta
-            .as_ref()
-            .is_none_or(|m| m.annotations().contains_key(PLACEMENT_ANNOTATION));
-        if recorded {
+        let Some(meta) = meta else {
+            return Ok(false);
+        };
+        let mut annotations = serde_json::Map::new();
+        if let Some(judgement) = judgement {
+            annotations.insert(JUDGEMENT_ANNOTATION.into(), judgement.into());
+        }
+        if !meta.annotations().contains_key(PLACEMENT_ANNOTATION) {
+            let placement = self.placement_with_domains(placement).await?;
+            annotations.insert(
+                PLACEMENT_ANNOTATION.into(),
+                placement.annotation_value().into(),
+            );
+        }
+        if annotations.is_empty() {
             return Ok(false);
         }
-        let placement = if self.ctx.record_node_domains {
+        let patch = serde_json::json!({"metadata": {"annotations": annotations}});
+        self.merge_patch::<ConfigMap>("annotate", configmap, &patch)
+            .await
+    }
+
+    /// `placement` with each rank's node domain read, or saying why it was not.
+    async fn placement_with_domains(&self, placement: &Placement) -> Result<Placement, Error> {
+        Ok(if self.ctx.record_node_domains {
             self.with_domains(placement.clone()).await?
         } else {
             Placement {
@@ -497,12 +533,7 @@ impl<'c> Executor<'c> {
                 ),
                 ..placement.clone()
             }
-        };
-        let patch = serde_json::json!({"metadata": {"annotations": {
-            PLACEMENT_ANNOTATION: placement.annotation_value()
-        }}});
-        self.merge_patch::<ConfigMap>("annotate", configmap, &patch)
-            .await
+        })
     }
 
     /// `placement` with each rank's domain: its node's value of the domain label. A node gone

@@ -255,6 +255,9 @@ pub struct Context {
     /// until the deployment store holds that version: a pass on an older copy would be refused
     /// at its status write, so it waits for the store instead.
     pub status_written: std::sync::Mutex<std::collections::HashMap<String, u64>>,
+    /// When this process last wrote each resource's status (`namespace/name`): a change of
+    /// condition messages alone waits [`super::status::MESSAGE_HOLD`] after it.
+    status_written_at: std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>,
     /// Resources whose pass could not reach the API server, reconciled once it answers.
     pub awaiting_api: outage::AwaitingApi,
     /// The stream of those resources, taken by the controller loop that runs this context.
@@ -268,6 +271,40 @@ pub struct Context {
 }
 
 impl Context {
+    /// Notes this process's status write of resource `key` (`namespace/name`), answered with
+    /// resourceVersion `version`.
+    pub fn status_was_written(&self, key: &str, version: Option<u64>) {
+        if let Some(version) = version {
+            self.status_written
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(key.to_string(), version);
+        }
+        let now = std::time::Instant::now();
+        let mut at = self
+            .status_written_at
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if at.len() >= 1024 {
+            at.retain(|_, t| now.duration_since(*t) < super::status::MESSAGE_HOLD);
+        }
+        at.insert(key.to_string(), now);
+    }
+
+    /// How much longer a change of resource `key`'s condition messages alone waits (`None`: it
+    /// is written now).
+    pub fn message_hold(&self, key: &str) -> Option<std::time::Duration> {
+        let mut at = self
+            .status_written_at
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let left = super::status::MESSAGE_HOLD.checked_sub(at.get(key)?.elapsed());
+        if left.is_none() {
+            at.remove(key);
+        }
+        left.filter(|d| !d.is_zero())
+    }
+
     /// Whether this instance may still write (see [`crate::leader::Fence`]).
     pub fn may_write(&self) -> bool {
         self.fence.get().is_none_or(crate::leader::Fence::holds)
@@ -475,6 +512,7 @@ pub fn context(
         license_withdrawal: settings.license_withdrawal,
         placement_retries: std::sync::Mutex::default(),
         status_written: std::sync::Mutex::default(),
+        status_written_at: std::sync::Mutex::default(),
         fence: std::sync::OnceLock::new(),
         awaiting_api,
         awaiting_api_due: std::sync::Mutex::new(Some(due)),

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 
-use super::decide::jobs::unschedulable;
+use super::decide::jobs::unschedulable_of;
 
 /// API group and version of the native gang-scheduling API.
 pub const POD_GROUP_API: &str = "scheduling.k8s.io/v1beta1";
@@ -107,7 +107,7 @@ fn bound_at(pod: &Pod) -> Option<Timestamp> {
 /// placed: at least one bound and at least one the scheduler found no room for.
 pub fn partial_placement(members: &[&Pod], expected: usize) -> Option<PartialPlacement> {
     let bound: Vec<Timestamp> = members.iter().filter_map(|p| bound_at(p)).collect();
-    let why = members.iter().find_map(|p| unschedulable(p))?;
+    let why = unschedulable_of(members.iter().copied())?;
     let since = bound.iter().max().copied()?;
     Some(PartialPlacement {
         bound: bound.len(),

@@ -109,9 +109,12 @@ async fn reconcile_pass(obj: Arc<CachedDeployment>, ctx: Arc<Context>) -> Result
         ctx.metrics.forget(&phase_key(&ns, &did.name_any()));
         return Ok(Action::await_change());
     }
-    let (outcome, action) = pass(&did, previous.as_ref(), status_whole, &ctx).await?;
-    write_status(&ctx, &obj, &ns, previous.as_ref(), &outcome).await?;
-    Ok(action)
+    let (outcome, next) = pass(&did, previous.as_ref(), status_whole, &ctx).await?;
+    let held = write_status(&ctx, &obj, &ns, previous.as_ref(), &outcome).await?;
+    Ok(match plan::earliest(next, held) {
+        Some(after) => Action::requeue(after),
+        None => Action::await_change(),
+    })
 }
 
 /// A resourceVersion as a number (the API server's are; an opaque one is `None`).
@@ -141,26 +144,33 @@ fn behind_own_status_write(
     }
 }
 
-/// Writes the status computed from `outcome` if it differs from the stored one, and publishes an
-/// event for every condition transition.
+/// Writes the status computed from `outcome` if it differs from the stored one, and publishes
+/// the Events its transitions call for (`status::news`). A change of condition messages alone
+/// waits out [`status::MESSAGE_HOLD`] after the resource's last status write: returns how long,
+/// when it does.
 async fn write_status(
     ctx: &Context,
     obj: &CachedDeployment,
     ns: &str,
     previous: Option<&DeepInferDeploymentStatus>,
     outcome: &Outcome,
-) -> Result<(), Error> {
+) -> Result<Option<Duration>, Error> {
     let generation = obj.metadata.generation;
+    let key = phase_key(ns, &obj.name_any());
     let next = status::compute(
         previous,
         outcome,
         generation,
         Time(k8s_openapi::jiff::Timestamp::now()),
     );
-    ctx.metrics
-        .observe_status(&phase_key(ns, &obj.name_any()), &next);
+    ctx.metrics.observe_status(&key, &next);
     if previous == Some(&next) {
-        return Ok(());
+        return Ok(None);
+    }
+    if previous.is_some_and(|p| status::only_messages_differ(p, &next)) {
+        if let Some(wait) = ctx.message_hold(&key) {
+            return Ok(Some(wait));
+        }
     }
     if !ctx.may_write() {
         return Err(Error::NotLeading);
@@ -185,14 +195,7 @@ async fn write_status(
         )
         .await
     {
-        Ok(written) => {
-            if let Some(version) = resource_version(&written.metadata) {
-                ctx.status_written
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(phase_key(ns, &obj.name_any()), version);
-            }
-        }
+        Ok(written) => ctx.status_was_written(&key, resource_version(&written.metadata)),
         Err(kube::Error::Api(e)) if e.code == 409 => return Err(Error::Stale),
         Err(e) => {
             return Err(Error::api(
@@ -204,25 +207,13 @@ async fn write_status(
         }
     }
     let reference = obj.object_ref(&api_resource());
-    for c in status::transitions(previous, &next) {
-        // Only conditions that carry news; Reconciling/Stalled flips mirror the gates.
-        let quiet_stalled = c.type_ == crate::api::conditions::STALLED && c.status == "False";
-        if c.type_ == crate::api::conditions::RECONCILING || c.status == "Unknown" || quiet_stalled
-        {
-            continue;
-        }
-        // A failed gate (and the Stalled flip it causes) warns; everything else is news.
-        let failed_gate =
-            c.status == "False" && matches!(outcome.stalled(), Some((r, _)) if r == c.reason);
-        let stalled = c.type_ == crate::api::conditions::STALLED && c.status == "True";
-        let withdrawn = c.reason == Reason::ServingWithdrawn;
-        let type_ = if failed_gate || stalled || withdrawn {
-            EventType::Warning
-        } else {
-            EventType::Normal
-        };
+    let failing = outcome.stalled().map(|(r, _)| r);
+    for (news, c) in status::news(previous, &next, failing) {
         let event = Event {
-            type_,
+            type_: match news {
+                status::News::Normal => EventType::Normal,
+                status::News::Warning => EventType::Warning,
+            },
             reason: c.reason.clone(),
             note: Some(format!(
                 "{}={}: {}",
@@ -237,7 +228,7 @@ async fn write_status(
             warn!("publishing event: {e}");
         }
     }
-    Ok(())
+    Ok(None)
 }
 
 /// What a pass read before it plans: the snapshot, the licence gate and the judgements known.
@@ -257,7 +248,7 @@ pub async fn pass(
     previous: Option<&DeepInferDeploymentStatus>,
     status_whole: bool,
     ctx: &Context,
-) -> Result<(Outcome, Action), Error> {
+) -> Result<(Outcome, Option<Duration>), Error> {
     let pod_groups = ctx.pod_groups().await?;
     let mut p = Pass::read(ctx, did, previous, status_whole, pod_groups).await?;
     let mut outcome = p.first_outcome(did, previous);
@@ -289,10 +280,7 @@ pub async fn pass(
         SpecFound::Valid(valid) => valid,
         SpecFound::Refused(gate, after) => {
             outcome.spec = gate;
-            return Ok((
-                outcome,
-                after.map_or_else(Action::await_change, Action::requeue),
-            ));
+            return Ok((outcome, after));
         }
     };
     outcome.spec = Gate::Passed(Reason::Complete, "spec is valid".into());
@@ -304,7 +292,7 @@ pub async fn pass(
     outcome.license = Gate::Passed(p.licence.reason(), licence_message(&p, &valid));
     if let Some(stalled) = judged.stalled {
         outcome.workers = stalled;
-        return Ok((outcome, Action::await_change()));
+        return Ok((outcome, None));
     }
     let mut retry = judged.retry;
     if let Err(e) = p
@@ -321,7 +309,7 @@ pub async fn pass(
         .exec
         .run(&plan::housekeeping::expire(&p.observed, &keep, ttl))
         .await;
-    Ok((outcome.clone(), plan::next_look(&outcome, retry)))
+    Ok((outcome.clone(), Some(plan::next_look(&outcome, retry))))
 }
 
 /// What the judging stages left for the rest of the pass.
@@ -537,7 +525,7 @@ impl<'c> Pass<'c> {
         did: &ValidatedDeployment,
         revision: &str,
         mut outcome: Outcome,
-    ) -> Result<(Outcome, Action), Error> {
+    ) -> Result<(Outcome, Option<Duration>), Error> {
         let stop = self.settings.license_withdrawal == LicenseWithdrawal::Stop;
         let mut message = licence_message(self, did);
         if let Some(withdrawn) = &outcome.withdrawn {
@@ -557,7 +545,7 @@ impl<'c> Pass<'c> {
             );
         }
         outcome.license = Gate::Failed(self.licence.reason(), message);
-        Ok((outcome, Action::await_change()))
+        Ok((outcome, None))
     }
 
     /// The workers stage: its finding goes into the outcome; returns the error of its acts.

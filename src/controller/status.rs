@@ -447,6 +447,81 @@ pub fn transitions<'a>(
         .collect()
 }
 
+/// How long a change of condition messages alone waits after the resource's last status write:
+/// it is written with the next change of anything else, or once this has passed. A message that
+/// quotes what changes by the second (a scheduler's verdict, a run's progress) costs one write
+/// per hold at most.
+pub const MESSAGE_HOLD: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Whether `after` differs from `before` in its conditions' messages only.
+pub fn only_messages_differ(
+    before: &DeepInferDeploymentStatus,
+    after: &DeepInferDeploymentStatus,
+) -> bool {
+    let blank = |s: &DeepInferDeploymentStatus| {
+        let mut s = s.clone();
+        for c in &mut s.conditions {
+            c.message.clear();
+        }
+        s
+    };
+    before != after && blank(before) == blank(after)
+}
+
+/// Whether an Event tells a condition's transition, and of which type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum News {
+    /// Something completed: a gate passed, the resource became Ready, or lost it.
+    Normal,
+    /// A gate failed, the resource stalled, or serving was withdrawn.
+    Warning,
+}
+
+/// The transitions from `before` to `after` that are news, each with its Event type. An Event
+/// says that something happened: a gate failed (`failing` is the reason of the gate that stalls
+/// the resource) or passed, the resource became Ready or stopped being Ready, serving was
+/// withdrawn. Work that starts or goes on (a verification or run under way, groups waiting for
+/// devices or coming up) is told by the conditions alone, and a gate that passes as the resource
+/// becomes Ready is told by the `Ready` Event.
+pub fn news<'a>(
+    before: Option<&DeepInferDeploymentStatus>,
+    after: &'a DeepInferDeploymentStatus,
+    failing: Option<Reason>,
+) -> Vec<(News, &'a Condition)> {
+    let was = |t: &str| {
+        before
+            .and_then(|b| b.conditions.iter().find(|c| c.type_ == t))
+            .is_some_and(|c| c.status == "True")
+    };
+    let changed = transitions(before, after);
+    let becomes_ready = changed
+        .iter()
+        .any(|c| c.type_ == ct::READY && c.status == "True");
+    let mut told = std::collections::BTreeSet::new();
+    changed
+        .into_iter()
+        .filter_map(|c| {
+            if c.type_ == ct::RECONCILING || c.status == "Unknown" {
+                return None;
+            }
+            let failed_gate = c.status == "False" && failing.is_some_and(|r| r == c.reason);
+            let stalled = c.type_ == ct::STALLED && c.status == "True";
+            if failed_gate || stalled || c.reason == Reason::ServingWithdrawn {
+                return Some((News::Warning, c));
+            }
+            let told = match (c.type_ == ct::READY, c.status == "True") {
+                (true, true) => true,
+                (true, false) => was(ct::READY),
+                (false, true) => !becomes_ready,
+                (false, false) => false,
+            };
+            told.then_some((News::Normal, c))
+        })
+        // One Event per reason: `Ready` and `Stalled` repeat the reason of the gate they mirror.
+        .filter(|(_, c)| told.insert(c.reason.as_str()))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -506,6 +581,134 @@ mod tests {
         outcome.roles.clear();
         let s = compute(None, &outcome, Some(1), at);
         assert_eq!((s.groups, s.serving_revision), (None, None));
+    }
+
+    /// The Events a sequence of outcomes publishes: (condition type, reason, warning) per write.
+    fn told(outcomes: &[(Outcome, i64)]) -> Vec<Vec<(String, String, bool)>> {
+        let mut previous: Option<DeepInferDeploymentStatus> = None;
+        outcomes
+            .iter()
+            .map(|(o, generation)| {
+                let next = compute(
+                    previous.as_ref(),
+                    o,
+                    Some(*generation),
+                    t("2026-01-01T00:00:00Z"),
+                );
+                let events = news(previous.as_ref(), &next, o.stalled().map(|(r, _)| r))
+                    .into_iter()
+                    .map(|(n, c)| (c.type_.clone(), c.reason.clone(), n == News::Warning))
+                    .collect();
+                previous = Some(next);
+                events
+            })
+            .collect()
+    }
+
+    fn at(checkpoint: Gate, acceptance: Gate, workers: Gate) -> Outcome {
+        Outcome {
+            checkpoint,
+            acceptance,
+            workers,
+            ..ready_outcome()
+        }
+    }
+
+    fn ev(type_: &str, reason: Reason, warning: bool) -> (String, String, bool) {
+        (type_.into(), reason.as_str().into(), warning)
+    }
+
+    #[test]
+    fn events_tell_what_happened_not_the_work_under_way() {
+        let p = |r: Reason| Gate::Progressing(r, "m".into());
+        let ok = |r: Reason| Gate::Passed(r, "m".into());
+        let no = || Gate::NotReached;
+        let mut first = at(p(Reason::Verifying), no(), no());
+        first.license = ok(Reason::LicenseAccepted);
+        let sequence = [
+            (first, 1),
+            (
+                at(ok(Reason::Verified), p(Reason::AcceptanceRunning), no()),
+                1,
+            ),
+            (
+                at(ok(Reason::Verified), p(Reason::WaitingForCapacity), no()),
+                1,
+            ),
+            (
+                at(
+                    ok(Reason::Verified),
+                    ok(Reason::AcceptanceSucceeded),
+                    p(Reason::GroupsNotReady),
+                ),
+                1,
+            ),
+            (
+                at(
+                    ok(Reason::Verified),
+                    ok(Reason::AcceptanceSucceeded),
+                    p(Reason::WaitingForCapacity),
+                ),
+                1,
+            ),
+            (ready_outcome(), 1),
+            // A new generation: readiness lost while the new revision is judged.
+            (
+                at(
+                    ok(Reason::Verified),
+                    p(Reason::AcceptanceRunning),
+                    ok(Reason::GroupsReady),
+                ),
+                2,
+            ),
+            (
+                at(
+                    ok(Reason::Verified),
+                    Gate::Failed(Reason::AcceptanceFailed, "m".into()),
+                    ok(Reason::GroupsReady),
+                ),
+                2,
+            ),
+        ];
+        assert_eq!(
+            told(&sequence),
+            vec![
+                vec![ev(ct::LICENSE_ACCEPTED, Reason::LicenseAccepted, false)],
+                vec![ev(ct::CHECKPOINT_VERIFIED, Reason::Verified, false)],
+                vec![],
+                vec![ev(
+                    ct::ACCEPTANCE_PASSED,
+                    Reason::AcceptanceSucceeded,
+                    false
+                )],
+                vec![],
+                vec![ev(ct::READY, Reason::Ready, false)],
+                vec![ev(ct::READY, Reason::AcceptanceRunning, false)],
+                vec![ev(ct::ACCEPTANCE_PASSED, Reason::AcceptanceFailed, true)],
+            ]
+        );
+    }
+
+    #[test]
+    fn a_change_of_messages_alone_is_told_apart() {
+        let first = compute(None, &ready_outcome(), Some(1), t("2026-01-01T00:00:00Z"));
+        let mut worded = ready_outcome();
+        worded.workers = Gate::Passed(Reason::GroupsReady, "other words".into());
+        let second = compute(Some(&first), &worded, Some(1), t("2026-01-01T00:00:01Z"));
+        assert!(only_messages_differ(&first, &second));
+        assert!(!only_messages_differ(&first, &first), "no change at all");
+        let mut more = worded.clone();
+        more.roles = vec![role("worker", 1, 2, None)];
+        let third = compute(Some(&first), &more, Some(1), t("2026-01-01T00:00:01Z"));
+        assert!(
+            !only_messages_differ(&first, &third),
+            "the groups changed too"
+        );
+        let newer = compute(Some(&first), &worded, Some(2), t("2026-01-01T00:00:01Z"));
+        assert!(
+            !only_messages_differ(&first, &newer),
+            "a new generation observed"
+        );
     }
 
     #[test]

@@ -5,7 +5,7 @@
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::jiff::Timestamp;
 
-use super::jobs::{containers_ended, started_at, unschedulable, JobState};
+use super::jobs::{containers_ended, started_at, unschedulable_of, JobState};
 use crate::acceptance::AcceptanceSummary;
 use crate::api::{
     AcceptancePrompt, AcceptanceResult, AcceptanceSpec, AcceptanceStatus, DeepInferDeploymentSpec,
@@ -127,7 +127,7 @@ pub fn decide(
     let message = match leader {
         JobState::Missing if upstream.expected == 0 || !upstream.created => return Step::Start,
         JobState::Missing => {
-            if let Some(why) = upstream.pods.iter().find_map(|p| unschedulable(p)) {
+            if let Some(why) = unschedulable_of(upstream.pods.iter().copied()) {
                 return Step::WaitingForCapacity(why);
             }
             let ended = containers_ended(&upstream.pods);
@@ -150,7 +150,7 @@ pub fn decide(
             };
         }
         JobState::Running => {
-            if let Some(why) = run_pods.iter().find_map(|p| unschedulable(p)) {
+            if let Some(why) = unschedulable_of(run_pods.iter().copied()) {
                 return Step::WaitingForCapacity(why);
             }
             let overdue = leader_pods

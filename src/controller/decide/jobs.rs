@@ -238,6 +238,14 @@ pub fn unschedulable(pod: &Pod) -> Option<String> {
         .map(|c| c.message.clone().unwrap_or_else(|| "no node fits".into()))
 }
 
+/// Why the scheduler finds no room for `pods`, in the words of one of them: the least of their
+/// messages, so that the same pods give the same words in whatever order they are listed (the
+/// pods of one gang carry different ones: the first names the nodes that do not fit, the rest
+/// that the gang's minimum is not met).
+pub fn unschedulable_of<'p>(pods: impl IntoIterator<Item = &'p Pod>) -> Option<String> {
+    pods.into_iter().filter_map(unschedulable).min()
+}
+
 /// When the pod's container `container` started running, if it did.
 pub fn started_at(pod: &Pod, container: &str) -> Option<Timestamp> {
     pod.status
@@ -302,6 +310,24 @@ mod tests {
         pod(json!({"phase": "Pending", "containerStatuses": [{
             "name": "verify", "image": "op:1", "imageID": "", "ready": false, "restartCount": 0,
             "state": {"waiting": {"reason": reason, "message": message}}}]}))
+    }
+
+    fn unplaced(message: &str) -> Pod {
+        pod(
+            json!({"phase": "Pending", "conditions": [{"type": "PodScheduled",
+            "status": "False", "reason": "Unschedulable", "message": message}]}),
+        )
+    }
+
+    #[test]
+    fn a_gang_says_why_it_waits_in_the_same_words_whatever_the_order_of_its_pods() {
+        let nodes = unplaced("0/12 nodes are available: 6 Insufficient nvidia.com/gpu.");
+        let gang = unplaced("minCount (2) cannot be satisfied: 0 scheduled, 1 remaining");
+        let placed = pod(json!({"phase": "Running"}));
+        let words = unschedulable_of([&gang, &placed, &nodes]);
+        assert_eq!(words, unschedulable_of([&nodes, &gang]));
+        assert_eq!(words, unschedulable(&nodes));
+        assert_eq!(unschedulable_of([&placed]), None);
     }
 
     #[test]

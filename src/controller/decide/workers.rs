@@ -9,7 +9,7 @@ use kube::ResourceExt;
 use k8s_openapi::jiff::Timestamp;
 
 use super::acceptance::capacity_need;
-use super::jobs::unschedulable;
+use super::jobs::unschedulable_of;
 use super::rollout::{self, Group, Health, Progress};
 use crate::api::{labels, Reason, RoleStatus};
 use crate::controller::placement::partial_placement;
@@ -140,7 +140,7 @@ fn health(
             why.push(format!("rank {} missing", missing.join(", ")));
         }
         Health::Broken(format!("{group} is replaced whole: {}", why.join("; ")))
-    } else if let Some(why) = members.iter().find_map(|p| unschedulable(p)) {
+    } else if let Some(why) = unschedulable_of(members.iter().copied()) {
         let need = need();
         let expected_pods = expected.map_or(members.len(), <[Pod]>::len);
         match partial_placement(members, expected_pods) {

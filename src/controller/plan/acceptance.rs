@@ -504,9 +504,21 @@ fn record<'o>(
     // Where each rank ran, recorded before any of the run's Jobs (and so its pods) is deleted:
     // a failure here leaves the run as it is for the next pass.
     let placement = build::run_placement(input.did, groups, &|job| observed.pods_of_job(job));
+    let evidence = &input.run.names.evidence_configmap;
+    // The judgement is kept beside its evidence (so that a lost status can be made whole again),
+    // in the placement's write when the judge named the run's own evidence ConfigMap.
+    let kept = judgement
+        .evidence
+        .as_ref()
+        .and_then(|e| Some((e, serde_json::to_string(&judgement).ok()?)));
+    let (beside, apart) = match kept {
+        Some((e, value)) if e == evidence => (Some(value), None),
+        other => (None, other),
+    };
     let mut acts = vec![Act::RecordPlacement {
-        configmap: input.run.names.evidence_configmap.clone(),
+        configmap: evidence.clone(),
         placement,
+        judgement: beside,
     }];
     // The followers' engines (and the other roles') have nothing left to serve.
     acts.extend(stop(
@@ -524,15 +536,12 @@ fn record<'o>(
             end.duration_since(start).as_secs_f64().max(0.0)
         })
         .unwrap_or(0.0);
-    if let Some(evidence) = &judgement.evidence {
-        // Kept beside its evidence, so that a lost status can be made whole again.
-        if let Ok(value) = serde_json::to_string(&judgement) {
-            acts.push(Act::Annotate {
-                configmap: evidence.clone(),
-                key: JUDGEMENT_ANNOTATION,
-                value,
-            });
-        }
+    if let Some((evidence, value)) = apart {
+        acts.push(Act::Annotate {
+            configmap: evidence.clone(),
+            key: JUDGEMENT_ANNOTATION,
+            value,
+        });
     }
     let with_pods = observed.revisions_with_pods();
     let known = &input.known.judgements;
@@ -895,6 +904,58 @@ mod tests {
         let plan = case.plan(Admission::Start);
         assert_eq!(reason(&plan.found.gate), Reason::AcceptanceRunning);
         assert!(plan.acts.is_empty(), "{:?}", described(&plan.acts));
+    }
+
+    #[test]
+    fn a_judged_runs_placement_and_judgement_go_onto_its_evidence_in_one_write() {
+        let mut case = Case::new();
+        let leader = case.leader();
+        let follower = format!("{}1", leader.trim_end_matches('0'));
+        case.observed.jobs = vec![case.job(0, "succeeded"), case.job(1, "running")];
+        let evidence = case.run().names.evidence_configmap;
+        let mut pod = case.engine_pod(&leader, 1);
+        let summary = format!(
+            r#"{{"result":"Passed","prompts":1,"passed":1,"failedPrompts":[],"evidence":"{evidence}","reason":"all passed"}}"#
+        );
+        pod.status = Some(PodStatus {
+            phase: Some("Succeeded".into()),
+            container_statuses: Some(vec![ContainerStatus {
+                name: build::JUDGE_CONTAINER.into(),
+                state: Some(ContainerState {
+                    terminated: Some(k8s_openapi::api::core::v1::ContainerStateTerminated {
+                        message: Some(summary),
+                        ..Default::default()
+                    }),
+                    ..ContainerState::default()
+                }),
+                ..ContainerStatus::default()
+            }]),
+            ..PodStatus::default()
+        });
+        case.observed.job_pods = vec![pod];
+        let plan = case.plan(Admission::Start);
+        let recorded = plan.found.recorded.clone().expect("a verdict");
+        assert_eq!(recorded.result, AcceptanceResult::Passed);
+        let acts = described(&plan.acts);
+        assert_eq!(
+            acts.iter()
+                .filter(|a| a.starts_with("annotate ConfigMap"))
+                .collect::<Vec<_>>(),
+            [&format!(
+                "annotate ConfigMap {evidence} deepinfer.io/placement deepinfer.io/judgement"
+            )],
+            "{acts:?}"
+        );
+        assert!(acts.contains(&format!("delete Job {follower}")), "{acts:?}");
+        let Some(Act::RecordPlacement {
+            judgement: Some(kept),
+            ..
+        }) = plan.acts.first()
+        else {
+            unreachable!()
+        };
+        let kept: AcceptanceStatus = serde_json::from_str(kept).expect("the judgement");
+        assert_eq!(kept, recorded);
     }
 
     #[test]

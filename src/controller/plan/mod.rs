@@ -16,8 +16,6 @@ pub mod workers;
 
 use std::time::Duration;
 
-use kube::runtime::controller::Action;
-
 use super::act::Act;
 use super::build::JobDeadlines;
 use super::context::Context;
@@ -105,13 +103,21 @@ pub const RESYNC: Duration = Duration::from_secs(300);
 /// How soon a pass whose stage met an API failure is tried again.
 pub const RETRY: Duration = Duration::from_secs(10);
 
+/// The sooner of two looks (`None`: none asked for).
+pub fn earliest(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
 /// When to look again if no event arrives: `retry` after an API failure, else from the gates.
-pub fn next_look(outcome: &Outcome, retry: Option<Duration>) -> Action {
+pub fn next_look(outcome: &Outcome, retry: Option<Duration>) -> Duration {
     if let Some(after) = retry {
-        return Action::requeue(after);
+        return after;
     }
     let after = next_look_after(outcome);
-    Action::requeue(outcome.wake_after.map_or(after, |wake| wake.min(after)))
+    outcome.wake_after.map_or(after, |wake| wake.min(after))
 }
 
 fn next_look_after(outcome: &Outcome) -> Duration {
@@ -179,10 +185,6 @@ mod tests {
         }
     }
 
-    fn after(action: &Action) -> String {
-        format!("{action:?}")
-    }
-
     #[test]
     fn the_next_look_follows_what_no_event_announces() {
         let passed = || Gate::Passed(Reason::Complete, String::new());
@@ -228,11 +230,7 @@ mod tests {
         ];
         for (checkpoint, acceptance, workers, retry, want) in cases {
             let o = outcome(checkpoint, acceptance, workers);
-            assert_eq!(
-                after(&next_look(&o, retry)),
-                after(&Action::requeue(want)),
-                "{o:?}"
-            );
+            assert_eq!(next_look(&o, retry), want, "{o:?}");
         }
     }
 
@@ -244,10 +242,7 @@ mod tests {
             Gate::Progressing(Reason::RollingOut, String::new()),
         );
         o.wake_after = Some(Duration::from_secs(7));
-        assert_eq!(
-            after(&next_look(&o, None)),
-            after(&Action::requeue(Duration::from_secs(7)))
-        );
+        assert_eq!(next_look(&o, None), Duration::from_secs(7));
     }
 
     #[test]

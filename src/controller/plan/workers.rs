@@ -24,7 +24,7 @@ use super::super::placement::partial_placement;
 use super::super::status::Gate;
 use super::super::validate::LicenseVerdict;
 use super::super::validated::ValidatedDeployment;
-use super::{Plan, Settings};
+use super::{earliest, Plan, Settings};
 use crate::api::Reason;
 use crate::api::{labels, Component, DeepInferDeploymentStatus, RoleStatus};
 
@@ -142,6 +142,7 @@ pub fn workers<'o>(input: &Input<'_>, observed: &'o Observed) -> Plan<'o, Found>
     let mut acts = Vec::new();
     let mut progress = Vec::new();
     let mut kept: Vec<(String, String, i32)> = Vec::new();
+    let mut made = BTreeSet::new();
     for role in &did.spec.roles {
         let views = group_views(&observed.workers, &role.name, &specs, watchdog);
         let planned = role_plan(
@@ -158,6 +159,7 @@ pub fn workers<'o>(input: &Input<'_>, observed: &'o Observed) -> Plan<'o, Found>
             found.retries.push((role.name.clone(), planned.retry));
             acts.extend(planned.acts);
         }
+        made.extend(planned.made);
         kept.extend(
             planned
                 .kept
@@ -168,18 +170,11 @@ pub fn workers<'o>(input: &Input<'_>, observed: &'o Observed) -> Plan<'o, Found>
         progress.push(planned.progress);
     }
     if input.acting {
-        acts.extend(around_groups(input, observed, &specs, &kept));
+        acts.extend(around_groups(input, observed, &specs, &kept, &made));
         acts.extend(revisions(input, observed, target_kept));
     }
     found.gate = workers_gate(&found.roles, &progress);
     Plan::with(found, acts)
-}
-
-fn earliest(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
 }
 
 /// One role's plan.
@@ -190,6 +185,8 @@ struct RolePlan<'o> {
     retry: Option<Retry>,
     /// The groups kept: (revision, index).
     kept: Vec<(String, i32)>,
+    /// Names of the PodGroups and rank tables its new groups write in this pass.
+    made: BTreeSet<String>,
     acts: Vec<Act<'o>>,
 }
 
@@ -260,6 +257,7 @@ fn role_plan<'o>(
         tracing::info!(%note, "making room for acceptance");
     }
     let mut acts: Vec<Act<'o>> = Vec::new();
+    let mut made = BTreeSet::new();
     for why in &stranded {
         acts.push(warning(Reason::GroupPartlyPlaced, why));
     }
@@ -304,7 +302,9 @@ fn role_plan<'o>(
                     continue;
                 };
                 kept.push((revision.clone(), *index));
-                acts.extend(create_group(observed, at, role_at, revision, *index));
+                acts.extend(create_group(
+                    observed, at, role_at, revision, *index, &mut made,
+                ));
             }
         }
     }
@@ -314,6 +314,7 @@ fn role_plan<'o>(
         wake,
         retry: keep,
         kept,
+        made,
         acts,
     }
 }
@@ -332,18 +333,21 @@ fn warning<'o>(reason: Reason, why: &str) -> Act<'o> {
 /// rank table the pods mount (it says "initializing" until every rank is allocated), then the
 /// pods. A PodGroup the cache holds already (a group created again before its pods are seen, or
 /// after they were deleted) is applied over its cached copy, which costs no write when nothing
-/// changed.
+/// changed. The names of the PodGroup and rank table it writes go into `made`: the objects
+/// around the groups leave them to this pass's creation.
 fn create_group<'o>(
     observed: &'o Observed,
     at: &ValidatedDeployment,
     role: &crate::api::RoleSpec,
     revision: &str,
     index: i32,
+    made: &mut BTreeSet<String>,
 ) -> Vec<Act<'o>> {
     let mut acts = Vec::new();
     if at.pod_groups {
         let pod_group = build::group_pod_group(at, role, revision, index);
         let cached = named(&observed.pod_groups, &pod_group.name_any());
+        made.insert(pod_group.name_any());
         acts.push(Act::apply(pod_group, cached));
     }
     // A rank table the cache holds is left to the pass that keeps it current (it may say
@@ -352,6 +356,7 @@ fn create_group<'o>(
         .then(|| build::rank_table_configmap(at, role, revision, index, &[]))
         .filter(|t| named(&observed.rank_tables, &t.name_any()).is_none());
     if let Some(table) = table {
+        made.insert(table.name_any());
         acts.push(Act::apply(table, None));
     }
     acts.extend(
@@ -405,12 +410,15 @@ fn remembered_retry(input: &Input<'_>, role: &crate::api::RoleSpec) -> Option<Ro
     out
 }
 
-/// The objects around the kept groups, each kind converged on what the cache holds of it.
+/// The objects around the kept groups, each kind converged on what the cache holds of it. The
+/// PodGroups and rank tables named in `made` are written by this pass's new groups already (the
+/// cache holds them only from the next pass on): they are left out on both sides.
 fn around_groups<'o>(
     input: &Input<'_>,
     observed: &'o Observed,
     specs: &BTreeMap<String, ValidatedDeployment>,
     kept: &[(String, String, i32)],
+    made: &BTreeSet<String>,
 ) -> Vec<Act<'o>> {
     let did = input.did;
     let name = did.name_any();
@@ -423,10 +431,10 @@ fn around_groups<'o>(
     let mut acts = act::converge(build::services(did, kept), &services);
     // Rank tables of the kept groups, from their pods' device allocations as observed.
     let tables = managed(&observed.rank_tables, |t: &ConfigMap| {
-        !build::is_acceptance_rank_table(&name, t)
+        !build::is_acceptance_rank_table(&name, t) && !made.contains(&t.name_any())
     });
     acts.extend(act::converge(
-        build::rank_tables(specs, kept, &observed.workers),
+        unmade(build::rank_tables(specs, kept, &observed.workers), made),
         &tables,
     ));
     // Where decode groups find the ready prefill / vision leaders (rewritten in place).
@@ -436,10 +444,10 @@ fn around_groups<'o>(
     acts.extend(act::converge(endpoints, &all(&observed.peer_endpoints)));
     if did.pod_groups {
         let serving = managed(&observed.pod_groups, |g: &PodGroup| {
-            component(g) == Some(Component::Worker)
+            component(g) == Some(Component::Worker) && !made.contains(&g.name_any())
         });
         acts.extend(act::converge(
-            build::serving_pod_groups(did, specs, kept),
+            unmade(build::serving_pod_groups(did, specs, kept), made),
             &serving,
         ));
     }
@@ -451,6 +459,14 @@ fn around_groups<'o>(
         .collect();
     acts.extend(act::converge(budgets, &all(&observed.budgets)));
     acts
+}
+
+/// `desired` but for the objects named in `made`.
+fn unmade<K: ResourceExt>(desired: Vec<K>, made: &BTreeSet<String>) -> Vec<K> {
+    desired
+        .into_iter()
+        .filter(|o| !made.contains(&o.name_any()))
+        .collect()
 }
 
 /// The component of an object.
@@ -520,7 +536,11 @@ mod tests {
     impl Case {
         /// The fixture with its licence accepted and its target passed.
         fn new() -> Self {
-            let mut raw = fixture::raw();
+            Self::of(fixture::raw())
+        }
+
+        /// `raw` with its licence accepted and its target passed.
+        fn of(mut raw: crate::api::DeepInferDeployment) -> Self {
             raw.annotations_mut()
                 .insert(crate::api::LICENSE_ACCEPTED_ANNOTATION.into(), "mit".into());
             let licence = license_gate(raw.annotations(), "mit", &["mit".to_string()]);
@@ -622,6 +642,27 @@ mod tests {
             "{:?}",
             plan.found.gate
         );
+    }
+
+    #[test]
+    fn a_new_groups_pod_group_and_rank_table_are_written_once_in_its_pass() {
+        let mut raw = fixture::raw();
+        raw.spec.accelerator.kind = crate::api::AcceleratorType::Ascend;
+        let mut case = Case::of(raw);
+        case.did.pod_groups = true;
+        let acts = described(&case.plan().acts);
+        assert_eq!(pods_created(&acts), 4, "{acts:?}");
+        for kind in ["PodGroup", "ConfigMap"] {
+            let applied: Vec<&String> = acts
+                .iter()
+                .filter(|a| a.starts_with(&format!("apply {kind} ")))
+                .collect();
+            let mut once = applied.clone();
+            once.sort();
+            once.dedup();
+            assert!(applied.len() >= 2, "one {kind} per group: {acts:?}");
+            assert_eq!(applied, once, "each {kind} once: {acts:?}");
+        }
     }
 
     #[test]

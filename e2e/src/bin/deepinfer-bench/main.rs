@@ -136,6 +136,9 @@ struct Figures {
     phases: Vec<PhaseFigures>,
     /// Operator time ÷ floor time, per phase (`ready`, `rollout`).
     floor_ratio: BTreeMap<String, f64>,
+    /// Writes per resource by cause, per phase (`ready`, `rollout`): the operator's and the
+    /// floor's.
+    writes_by_cause: BTreeMap<String, BTreeMap<&'static str, [f64; 2]>>,
     /// The operator's namespaces still there when the floor (or the end of the run) came after
     /// emptying them: 0, since each is waited for until it is gone.
     operator_namespaces_left: usize,
@@ -485,8 +488,8 @@ async fn phases(
     println!(
         "bench: {operator_namespaces_left} of the operator's namespaces left after emptying them"
     );
-    let floor_ratio = if args.no_floor {
-        BTreeMap::new()
+    let (floor_ratio, writes_by_cause) = if args.no_floor {
+        (BTreeMap::new(), BTreeMap::new())
     } else {
         floor_phases(
             client,
@@ -520,6 +523,7 @@ async fn phases(
         caches: ready.caches,
         phases,
         floor_ratio,
+        writes_by_cause,
         operator_namespaces_left,
     })
 }
@@ -701,7 +705,7 @@ async fn floor_phases(
     agent: u32,
     timeout: Duration,
     phases: &mut Vec<PhaseFigures>,
-) -> anyhow::Result<BTreeMap<String, f64>> {
+) -> anyhow::Result<FloorFigures> {
     let mut floor_namespaces = Vec::new();
     for _ in &recorded {
         floor_namespaces.push(bench_namespace(client, "floor").await);
@@ -713,15 +717,71 @@ async fn floor_phases(
         .collect();
     let floor_phases = floor::run(pairs, replayed, agent, timeout).await?;
     let mut floor_ratio = BTreeMap::new();
+    let mut by_cause = BTreeMap::new();
     for (operator_phase, floor_phase) in phases.iter().zip(&floor_phases) {
-        floor_ratio.insert(
-            operator_phase.name.clone(),
-            operator_phase.seconds / floor_phase.seconds,
+        let name = operator_phase.name.clone();
+        floor_ratio.insert(name.clone(), operator_phase.seconds / floor_phase.seconds);
+        let causes = writes_by_cause(operator_phase, floor_phase);
+        println!("bench: writes per resource by cause, {name} (operator / floor / difference):");
+        for (cause, [op, fl]) in &causes {
+            println!(
+                "bench:   {cause:<28} {op:>7.2} / {fl:>6.2} / {:>+7.2}",
+                op - fl
+            );
+        }
+        println!(
+            "bench:   {:<28} {:>7.2} / {:>6.2} / {:>+7.2} (operator ÷ floor {:.2})",
+            "all writes",
+            operator_phase.writes_per_resource,
+            floor_phase.writes_per_resource,
+            operator_phase.writes_per_resource - floor_phase.writes_per_resource,
+            operator_phase.writes_per_resource / floor_phase.writes_per_resource
         );
+        by_cause.insert(name, causes);
     }
     phases.extend(floor_phases);
     delete_all(client, floor_namespaces, timeout).await?;
-    Ok(floor_ratio)
+    Ok((floor_ratio, by_cause))
+}
+
+/// Operator ÷ floor time per phase, and writes by cause per phase.
+type FloorFigures = (
+    BTreeMap<String, f64>,
+    BTreeMap<String, BTreeMap<&'static str, [f64; 2]>>,
+);
+
+/// The cause of a write, from its `"verb resource"`: the deployments' status, the pods'
+/// `deepinfer.io/accepted` condition, Events, creates, deletes, and other patches (server-side
+/// applies, which create an object as a patch too, annotations, rank tables, a finished Job's
+/// time to live). `None`: not a write.
+fn cause(request: &str) -> Option<&'static str> {
+    let (verb, resource) = request.split_once(' ')?;
+    Some(match (verb, resource) {
+        ("get" | "list" | "watch", _) => return None,
+        (_, "events") => "events",
+        ("patch" | "update", "deepinferdeployments/status") => "status writes",
+        ("patch" | "update", "pods/status") => "pod-condition patches",
+        ("create", _) => "creates",
+        ("delete" | "deletecollection", _) => "deletes",
+        ("patch" | "update", _) => "other patches and applies",
+        _ => "other writes",
+    })
+}
+
+/// Writes per resource by cause: the operator's and the floor's.
+fn writes_by_cause(
+    operator: &PhaseFigures,
+    floor: &PhaseFigures,
+) -> BTreeMap<&'static str, [f64; 2]> {
+    let mut causes: BTreeMap<&'static str, [f64; 2]> = BTreeMap::new();
+    for (side, phase) in [operator, floor].into_iter().enumerate() {
+        for (request, per_resource) in &phase.requests_per_resource {
+            if let Some(cause) = cause(request) {
+                causes.entry(cause).or_default()[side] += per_resource;
+            }
+        }
+    }
+    causes
 }
 
 /// How many of the namespaces `names` still exist (deleted or not).

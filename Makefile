@@ -47,6 +47,9 @@ crds: ## Regenerate the committed CRD YAML (crds/, the chart, kustomize) and the
 	$(CARGO) run -q --bin deepinfer-operator -- crd > crds/deepinfer.io_deepinferdeployments.yaml
 	cp crds/deepinfer.io_deepinferdeployments.yaml charts/deepinfer-operator/crds/
 	cp crds/deepinfer.io_deepinferdeployments.yaml config/crd/bases/
+	$(CARGO) run -q --bin deepinfer-operator -- crd --kind role > crds/deepinfer.io_deepinferroles.yaml
+	cp crds/deepinfer.io_deepinferroles.yaml charts/deepinfer-operator/crds/
+	cp crds/deepinfer.io_deepinferroles.yaml config/crd/bases/
 	$(MAKE) --no-print-directory docs
 
 .PHONY: docs

@@ -18,8 +18,8 @@ pub struct Cli {
 pub enum Command {
     /// Run the controller.
     Run(crate::controller::context::RunArgs),
-    /// Print the CustomResourceDefinition as YAML.
-    Crd,
+    /// Print a CustomResourceDefinition as YAML (`DeepInferDeployment` unless `--kind` says).
+    Crd(CrdArgs),
     /// Print generated documentation (committed under docs/; `make docs`).
     Docs(DocsArgs),
     /// Job entrypoint: download a pinned hub revision into a directory.
@@ -36,6 +36,23 @@ pub enum Command {
     Check(crate::acceptance::CheckArgs),
     /// Init-container entrypoint: copy this binary into a shared volume (injected into the acceptance engine container).
     InstallRunner(InstallRunnerArgs),
+}
+
+/// `crd` arguments.
+#[derive(Args, Debug)]
+pub struct CrdArgs {
+    /// Which CRD: `deployment` (DeepInferDeployment) or `role` (DeepInferRole).
+    #[arg(long, value_enum, default_value = "deployment")]
+    pub kind: CrdKind,
+}
+
+/// The CRDs the operator defines.
+#[derive(clap::ValueEnum, Debug, Clone, Copy)]
+pub enum CrdKind {
+    /// `DeepInferDeployment`.
+    Deployment,
+    /// `DeepInferRole`, the scale target of a role with `scaling: external`.
+    Role,
 }
 
 /// `install-runner` arguments.

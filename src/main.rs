@@ -14,8 +14,11 @@ async fn main() -> ExitCode {
     let cli = cli::Cli::parse();
     let outcome = match cli.command {
         cli::Command::Run(args) => controller::run(args).await.map(|()| 0),
-        cli::Command::Crd => {
-            print!("{}", api::crd_yaml());
+        cli::Command::Crd(args) => {
+            match args.kind {
+                cli::CrdKind::Deployment => print!("{}", api::crd_yaml()),
+                cli::CrdKind::Role => print!("{}", api::role_crd_yaml()),
+            }
             Ok(0)
         }
         cli::Command::Docs(args) => {

@@ -13,6 +13,7 @@ use serde::Deserialize as _;
 use serde_json::{json, Value};
 
 const CRD_FILE: &str = "deepinfer.io_deepinferdeployments.yaml";
+const ROLE_CRD_FILE: &str = "deepinfer.io_deepinferroles.yaml";
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -413,17 +414,19 @@ fn chart_lints_clean() {
 }
 
 #[test]
-fn chart_and_config_ship_the_generated_crd() {
-    let generated = std::fs::read_to_string(root().join("crds").join(CRD_FILE)).expect("crds/");
-    for copy in ["charts/deepinfer-operator/crds", "config/crd/bases"] {
-        let path = root().join(copy).join(CRD_FILE);
-        let text = std::fs::read_to_string(&path)
-            .unwrap_or_else(|e| panic!("{} missing ({e}); run `make crds`", path.display()));
-        assert!(
-            text == generated,
-            "{} differs from crds/{CRD_FILE}; run `make crds` and commit the result",
-            path.display()
-        );
+fn chart_and_config_ship_the_generated_crds() {
+    for file in [CRD_FILE, ROLE_CRD_FILE] {
+        let generated = std::fs::read_to_string(root().join("crds").join(file)).expect("crds/");
+        for copy in ["charts/deepinfer-operator/crds", "config/crd/bases"] {
+            let path = root().join(copy).join(file);
+            let text = std::fs::read_to_string(&path)
+                .unwrap_or_else(|e| panic!("{} missing ({e}); run `make crds`", path.display()));
+            assert!(
+                text == generated,
+                "{} differs from crds/{file}; run `make crds` and commit the result",
+                path.display()
+            );
+        }
     }
 }
 
@@ -889,8 +892,18 @@ fn kustomize_default_ships_the_same_rules_and_a_restricted_operator() {
     let objs = kustomize("config/default");
     let ns = one(&objs, "Namespace");
     assert_eq!(ns["metadata"]["name"], "deepinfer-system");
-    let crd = one(&objs, "CustomResourceDefinition");
-    assert_eq!(crd["metadata"]["name"], "deepinferdeployments.deepinfer.io");
+    let crds: Vec<&Value> = of_kind(&objs, "CustomResourceDefinition")
+        .into_iter()
+        .map(|c| &c["metadata"]["name"])
+        .collect();
+    assert_eq!(
+        crds,
+        [
+            "deepinferdeployments.deepinfer.io",
+            "deepinferroles.deepinfer.io"
+        ],
+        "the DeepInferDeployment and DeepInferRole CRDs"
+    );
     assert!(
         of_kind(&objs, "ClusterRole").is_empty() && of_kind(&objs, "ClusterRoleBinding").is_empty(),
         "config/default holds no cluster-wide rights"

@@ -29,6 +29,20 @@ fn crd_committed_yaml_is_current() {
 }
 
 #[test]
+fn role_crd_committed_yaml_is_current() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/crds/deepinfer.io_deepinferroles.yaml"
+    );
+    let committed = std::fs::read_to_string(path)
+        .unwrap_or_else(|err| panic!("{path} cannot be read ({err}); run `make crds`"));
+    assert!(
+        committed == deepinfer_operator::api::role_crd_yaml(),
+        "{path} differs from what the API types generate; run `make crds` and commit the result"
+    );
+}
+
+#[test]
 fn crd_names_scope_and_version() {
     let crd = crd();
     let spec = &crd["spec"];

@@ -138,6 +138,7 @@ fn readme_links_every_doc() {
         "docs/metrics.md",
         "docs/runbooks.md",
         "docs/gitops.md",
+        "docs/autoscaling.md",
         "docs/accelerators.md",
         "docs/acceptance.md",
         "docs/out-of-scope.md",

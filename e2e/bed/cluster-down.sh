@@ -27,7 +27,7 @@ end_leftover_containers() {
 # The optional real node (real-node.sh) first: its kubelet, containers and mounts live in the bed.
 [ -d "$bed/real-node" ] && "$root/e2e/bed/real-node.sh" down
 # Reverse start order: the agent first (it kills the processes it runs), etcd last.
-for name in node-agent operator kube-scheduler kube-controller-manager kube-apiserver etcd; do
+for name in node-agent operator external-metrics kube-scheduler kube-controller-manager kube-apiserver etcd; do
   stop_recorded "$bed/pids/$name"
   [ "$name" = node-agent ] && end_leftover_containers
 done

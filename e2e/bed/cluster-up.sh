@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Starts the local test bed: etcd, kube-apiserver (TLS, RBAC, service-account issuer), 
-# kube-controller-manager, kube-scheduler on free loopback ports, then the simulated node agent.
+# Starts the local test bed: etcd, kube-apiserver (TLS, RBAC, service-account issuer, aggregation
+# layer), kube-controller-manager, kube-scheduler on free loopback ports, the external metrics API
+# (external-metrics.py, on a host address), then the simulated node agent.
 # Idempotent: when the bed already runs and answers, it only reports so.
 # State, PIDs and logs live under .testbed/ (git-ignored); `cluster-down.sh` stops exactly these PIDs.
 set -euo pipefail
@@ -14,7 +15,10 @@ start=$(date +%s%N)
 "$here/provision.sh"
 
 alive() { [ -f "$bed/pids/$1" ] && kill -0 "$(cat "$bed/pids/$1")" 2>/dev/null; }
+# A bed started before the external metrics API existed (or whose metrics API died) starts anew;
+# a host without a non-loopback address never has one (marker no-external-metrics).
 if alive kube-apiserver && alive etcd && alive kube-controller-manager && alive kube-scheduler && alive node-agent \
+   && { alive external-metrics || [ -f "$bed/no-external-metrics" ]; } \
    && "$bed/bin/kubectl" --kubeconfig "$bed/kubeconfig" get --raw /readyz >/dev/null 2>&1; then
   echo "cluster-up: test bed already running ($(sed -n 's/.*server: //p' "$bed/kubeconfig"))"
   exit 0
@@ -33,19 +37,27 @@ etcd_port=$(free_port); etcd_peer=$(free_port); api_port=$(free_port); kcm_port=
 pki="$bed/pki"
 openssl req -x509 -newkey rsa:2048 -nodes -days 30 -subj "/CN=deepinfer-testbed-ca" \
   -keyout "$pki/ca.key" -out "$pki/ca.crt" 2>/dev/null
-cert() { # name CN O [extfile-line]
-  local name=$1 cn=$2 o=$3 ext=${4:-}
+cert() { # name CN O [extfile-line]  (signed by $CA, default the bed's CA)
+  local name=$1 cn=$2 o=$3 ext=${4:-} ca=${CA:-ca}
   openssl req -newkey rsa:2048 -nodes -subj "/CN=$cn${o:+/O=$o}" -keyout "$pki/$name.key" -out "$pki/$name.csr" 2>/dev/null
   # Always X.509 v3 (rustls refuses v1 certificates): usage extensions on every leaf.
   printf '%s\n' "basicConstraints=CA:FALSE" "keyUsage=critical,digitalSignature,keyEncipherment" \
     "extendedKeyUsage=${ext:+serverAuth,}clientAuth" ${ext:+"$ext"} > "$pki/$name.ext"
-  openssl x509 -req -in "$pki/$name.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -CAcreateserial -days 30 \
+  openssl x509 -req -in "$pki/$name.csr" -CA "$pki/$ca.crt" -CAkey "$pki/$ca.key" -CAcreateserial -days 30 \
     -extfile "$pki/$name.ext" -out "$pki/$name.crt" 2>/dev/null
 }
 cert apiserver kube-apiserver "" "subjectAltName=IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
 cert admin deepinfer-testbed-admin system:masters
 cert kube-controller-manager system:kube-controller-manager ""
 cert kube-scheduler system:kube-scheduler ""
+# The aggregation layer: a CA of its own for the front proxy, whose client certificate the API
+# server presents to aggregated API servers (the external metrics API below), and that API's
+# serving certificate for its Service's DNS name.
+openssl req -x509 -newkey rsa:2048 -nodes -days 30 -subj "/CN=deepinfer-testbed-front-proxy-ca" \
+  -keyout "$pki/front-proxy-ca.key" -out "$pki/front-proxy-ca.crt" 2>/dev/null
+CA=front-proxy-ca cert front-proxy-client front-proxy-client ""
+metrics_service=deepinfer-test-metrics
+cert external-metrics "$metrics_service" "" "subjectAltName=DNS:$metrics_service.kube-system.svc"
 openssl genrsa -out "$pki/sa.key" 2048 2>/dev/null
 openssl rsa -in "$pki/sa.key" -pubout -out "$pki/sa.pub" 2>/dev/null
 
@@ -118,7 +130,12 @@ launch kube-apiserver "$k8s_dir/kube-apiserver" \
   --enable-admission-plugins NamespaceLifecycle,LimitRanger,ServiceAccount,DefaultStorageClass,ResourceQuota,PodSecurity \
   --feature-gates "$FEATURE_GATES" --runtime-config "$RUNTIME_CONFIG" \
   --audit-policy-file "$bed/audit-policy.yaml" --audit-log-path "$bed/logs/audit.log" --audit-log-maxsize 200 \
-  --allow-privileged=true --event-ttl 1h
+  --allow-privileged=true --event-ttl 1h \
+  --requestheader-client-ca-file "$pki/front-proxy-ca.crt" --requestheader-allowed-names front-proxy-client \
+  --requestheader-username-headers X-Remote-User --requestheader-group-headers X-Remote-Group \
+  --requestheader-extra-headers-prefix X-Remote-Extra- \
+  --proxy-client-cert-file "$pki/front-proxy-client.crt" --proxy-client-key-file "$pki/front-proxy-client.key" \
+  --enable-aggregator-routing=true
 
 wait_ready() { # url-path timeout-seconds what
   local i
@@ -132,6 +149,51 @@ wait_ready() { # url-path timeout-seconds what
 }
 wait_ready /readyz 60 kube-apiserver
 
+# The external metrics API (external-metrics.py) on a non-loopback address of this host, served
+# through the aggregation layer: the controller-manager's HorizontalPodAutoscaler controller reads
+# External metrics from it. A test sets a metric by writing $bed/external-metrics/<name>.
+external_metrics() {
+  local ip port
+  ip=$(ip -4 -o addr show scope global 2>/dev/null | awk '{print $4}' | cut -d/ -f1 | head -1)
+  [ -n "$ip" ] || ip=$(hostname -I 2>/dev/null | tr ' ' '\n' | grep -m1 -E '^[0-9]+(\.[0-9]+){3}$' || true)
+  if [ -z "$ip" ]; then
+    echo "cluster-up: no non-loopback IPv4 address on this host; the external metrics API is not started" >&2
+    touch "$bed/no-external-metrics"
+    return 0
+  fi
+  port=$(python3 -c 'import socket,sys; s=socket.socket(); s.bind((sys.argv[1],0)); print(s.getsockname()[1]); s.close()' "$ip")
+  launch external-metrics python3 "$here/external-metrics.py" --host "$ip" --port "$port" \
+    --cert "$pki/external-metrics.crt" --key "$pki/external-metrics.key" --values "$bed/external-metrics"
+  "$bed/bin/kubectl" --kubeconfig "$bed/kubeconfig" apply --server-side -f - >/dev/null <<EM
+apiVersion: v1
+kind: Service
+metadata: {name: $metrics_service, namespace: kube-system}
+spec:
+  ports: [{name: https, port: 443, targetPort: $port, protocol: TCP}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: $metrics_service
+  namespace: kube-system
+  labels: {kubernetes.io/service-name: $metrics_service}
+addressType: IPv4
+ports: [{name: https, port: $port, protocol: TCP}]
+endpoints: [{addresses: ["$ip"], conditions: {ready: true}}]
+---
+apiVersion: apiregistration.k8s.io/v1
+kind: APIService
+metadata: {name: v1beta1.external.metrics.k8s.io}
+spec:
+  group: external.metrics.k8s.io
+  version: v1beta1
+  groupPriorityMinimum: 100
+  versionPriority: 100
+  caBundle: $(base64 -w0 "$pki/ca.crt")
+  service: {name: $metrics_service, namespace: kube-system, port: 443}
+EM
+}
+
 launch kube-controller-manager "$k8s_dir/kube-controller-manager" \
   --kubeconfig "$pki/kube-controller-manager.kubeconfig" \
   --authentication-kubeconfig "$pki/kube-controller-manager.kubeconfig" \
@@ -143,6 +205,7 @@ launch kube-controller-manager "$k8s_dir/kube-controller-manager" \
   --enable-hostpath-provisioner=true \
   --controllers '*,-node-ipam-controller,-certificatesigningrequest-approving-controller,-certificatesigningrequest-signing-controller,-bootstrap-signer-controller,-token-cleaner-controller' \
   --node-monitor-grace-period 20s \
+  --horizontal-pod-autoscaler-sync-period 2s \
   --concurrent-gc-syncs 5
 
 launch kube-scheduler "$k8s_dir/kube-scheduler" \
@@ -199,6 +262,8 @@ cat > "$bed/bin/deepinfer-llama-cpp" <<LAUNCHER
 exec "$llama_dir/node" --preserve-symlinks-main "$bed_abs/llama-cpp/adapter.mjs" "\$@" \${SIM_POD_LOOPBACK_IP:+--host "\$SIM_POD_LOOPBACK_IP"}
 LAUNCHER
 chmod +x "$bed/bin/deepinfer-llama-cpp"
+
+external_metrics
 
 agent="${NODE_AGENT_BIN:-$root/target/debug/deepinfer-node-agent}"
 operator_bin="${OPERATOR_BIN:-$root/target/debug/deepinfer-operator}"

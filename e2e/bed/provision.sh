@@ -7,7 +7,11 @@
 #   - helm built the same way from the helm.sh/helm/v4 module pinned in e2e/bed/helm/go.mod
 #     (cached under ~/.cache/deepinfer-operator/helm-<version>-<hash of its go.mod and go.sum>);
 #   - the llama.cpp example's engine (node-llama-cpp from the npm registry) and its tiny GGUF
-#     model (generated with gguf from PyPI), by llama-cpp.sh.
+#     model (generated with gguf from PyPI), by llama-cpp.sh;
+#   - what the bed's real node needs, by `real-node.sh provision`: Debian's containerd, runc, CNI
+#     plugins and static busybox, and the kubelet built like the control plane (cached under
+#     ~/.cache/deepinfer-operator/kubelet-<version>-<hash of its go.mod and go.sum>), when the
+#     host can run a kubelet at all (root, a writable cgroup filesystem).
 # A warm run finds everything cached and returns in well under a second.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -75,4 +79,5 @@ for b in kube-apiserver kube-controller-manager kube-scheduler kubectl etcd; do 
 [ "$ok" = 1 ] || build_k8s
 [ -x "$tools_dir/helm" ] || build_helm
 "$here/llama-cpp.sh"
+"$here/real-node.sh" provision
 echo "provision: ready in $(( $(date +%s) - start ))s (control plane v$K8S_VERSION and etcd v$ETCD_VERSION in $k8s_dir, helm v$HELM_VERSION in $tools_dir, node-llama-cpp $LLAMA_CPP_NODE_VERSION in $llama_dir)"

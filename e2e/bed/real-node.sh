@@ -1,17 +1,24 @@
 #!/usr/bin/env bash
 # One real node for the running test bed: a kubelet built from the pinned k8s.io/kubernetes
 # release, containerd and runc from the Debian packages, CNI bridge networking, and a local image
-# built from Debian's static busybox (no registry is needed).
+# built from Debian's static busybox (no registry is needed). `make test` brings it up with its bed.
 #
-#   real-node.sh up     install/build what is missing, start containerd and the kubelet, import
-#                       the images, wait until the node is Ready (idempotent: a running node is
-#                       only reported)
-#   real-node.sh down   delete the Node, stop the kubelet, every container and containerd,
-#                       unmount and remove the node's state, and restore the host settings the
-#                       kubelet and the bridge changed (idempotent)
+#   real-node.sh provision  when the host passes the first checks (root, a writable cgroup
+#                           filesystem): install the Debian packages and build the kubelet (cached);
+#                           otherwise print why not (provision.sh runs it)
+#   real-node.sh up         the same, then start containerd, check that runc starts a container,
+#                           import the images, start the kubelet and wait until the node is Ready
+#                           (idempotent: a running node is only reported). When the host cannot run
+#                           a node (not root, no writable cgroup filesystem, the runtime does not
+#                           start a container), it prints one line with the reason, records it in
+#                           <bed>/real-node.unavailable (the real-node tests report themselves
+#                           skipped with it) and exits with status 3; any later failure exits 1.
+#   real-node.sh down       delete the Node, stop the kubelet, every container and containerd,
+#                           unmount and remove the node's state and cgroups, and restore the host
+#                           settings the kubelet and the bridge changed (idempotent)
 #
 # The bed is TESTBED_DIR (default <repo>/.testbed); the node's state lives in <bed>/real-node and
-# `cluster-down.sh` takes the node down with the bed. Needs root (it runs containers).
+# `cluster-down.sh` takes the node down with the bed.
 # The node `real-0` carries the taint deepinfer.io/real-node=true:NoSchedule, so only pods that
 # tolerate it land there; its images are deepinfer.local/busybox:1 (imagePullPolicy: Never or
 # IfNotPresent) and the sandbox image deepinfer.local/pause:1.
@@ -30,8 +37,38 @@ tag=$(echo -n "$bed" | sha256sum | cut -c1-6)
 bridge="cnirn$tag"
 subnet="10.237.$(( 16#${tag:0:2} )).0/24"
 # Host settings the kubelet (kernel tunables) and the bridge plugin change; `down` restores them.
-sysctls=(vm/overcommit_memory vm/panic_on_oom kernel/panic kernel/panic_on_oops net/ipv4/ip_forward
-  net/bridge/bridge-nf-call-iptables net/bridge/bridge-nf-call-ip6tables)
+sysctls=(vm/overcommit_memory vm/panic_on_oom kernel/panic kernel/panic_on_oops kernel/keys/root_maxkeys
+  kernel/keys/root_maxbytes net/ipv4/ip_forward net/bridge/bridge-nf-call-iptables net/bridge/bridge-nf-call-ip6tables)
+# The cgroup the kubelet puts its pods under (cgroupRoot), one per bed: kubelets of two beds
+# sharing /kubepods would remove each other's pod cgroups as orphans. `down` removes it.
+cgroup_root="deepinfer-real-$tag"
+# Why this host cannot run the node, when the preflight found so (read by tests/real_node.rs).
+unavailable_file="$bed/real-node.unavailable"
+ctr=(ctr -a "$state/run/containerd.sock" -n k8s.io)
+
+# The node's cgroup directory in every mounted hierarchy (the cgroup v1 controllers, the v2 tree).
+cgroup_dirs() { findmnt -rn -t cgroup,cgroup2 -o TARGET | sed "s|\$|/$cgroup_root|"; }
+
+# The first half of the preflight: root and a cgroup filesystem it can write. Prints the reason
+# this host cannot run a kubelet and fails, or prints nothing.
+host_can_run() {
+  [ "$(id -u)" = 0 ] || { echo "not running as root (containerd and the kubelet need root)"; return 1; }
+  local hierarchy=/sys/fs/cgroup
+  if [ "$(stat -fc %T /sys/fs/cgroup 2>/dev/null)" != cgroup2fs ]; then
+    hierarchy=$(findmnt -rn -t cgroup -o TARGET,OPTIONS | awk '$2 ~ /(^|,)memory(,|$)/ {print $1; exit}')
+    [ -n "$hierarchy" ] || { echo "no cgroup filesystem with the memory controller is mounted"; return 1; }
+  fi
+  mkdir "$hierarchy/$cgroup_root-preflight" 2>/dev/null && rmdir "$hierarchy/$cgroup_root-preflight" \
+    || { echo "cannot create a cgroup in $hierarchy (the cgroup filesystem is read-only here)"; return 1; }
+}
+
+# Prints and records why this host cannot run the node, removes what was started, exits 3.
+unavailable() {
+  [ -d "$state" ] && down >/dev/null
+  echo "real-node: this host cannot run a kubelet, the real-node tests are skipped: $1"
+  echo "$1" > "$unavailable_file"
+  exit 3
+}
 
 install_packages() {
   local p need=()
@@ -46,11 +83,14 @@ install_packages() {
 
 build_kubelet() {
   [ -x "$kubelet_dir/kubelet" ] && return
+  # One build at a time: a second provision waits for it and finds the kubelet built.
+  mkdir -p "$cache"; exec 8>"$cache/build-kubelet.lock"; flock 8
+  [ -x "$kubelet_dir/kubelet" ] && return
   grep -Eq "^(require |\s+)k8s.io/kubernetes v$K8S_VERSION( |\$)" "$here/kubelet/go.mod" \
     || { echo "real-node: e2e/bed/kubelet/go.mod does not pin k8s.io/kubernetes v$K8S_VERSION (versions.env)" >&2; exit 1; }
   local go t0 log="$cache/build-kubelet.log"; go="$(go_bin)"; t0=$(date +%s)
   echo "real-node: building kubelet v$K8S_VERSION from its Go module (cold: several minutes on 2 cores)"
-  mkdir -p "$cache"; rm -rf "$kubelet_dir.tmp"; mkdir -p "$kubelet_dir.tmp"
+  rm -rf "$kubelet_dir.tmp"; mkdir -p "$kubelet_dir.tmp"
   (cd "$here/kubelet" && GOTOOLCHAIN=local GOFLAGS=-mod=readonly \
      "$go" build -trimpath -ldflags "$(k8s_ldflags)" -o "$kubelet_dir.tmp/" k8s.io/kubernetes/cmd/kubelet) >"$log" 2>&1 \
      || { echo "real-node: the kubelet build failed; log: $log" >&2; tail -30 "$log" >&2; exit 1; }
@@ -76,7 +116,7 @@ image_archive() {
 }
 
 import_images() {
-  local ctr=(ctr -a "$state/run/containerd.sock" -n k8s.io) images
+  local images
   images=$("${ctr[@]}" images ls -q)
   grep -qx deepinfer.local/busybox:1 <<<"$images" || {
     image_archive "$state/busybox.tar" deepinfer.local/busybox:1 null
@@ -165,6 +205,10 @@ healthzPort: $healthz
 failCgroupV1: false
 failSwapOn: false
 cgroupDriver: cgroupfs
+cgroupRoot: /$cgroup_root
+# No iptables rules: the KUBE-FIREWALL rule (dropping non-loopback packets to 127.0.0.0/8) and the
+# hint chains serve kube-proxy, which the bed does not run, and would be host-wide while it runs.
+makeIPTablesUtilChains: false
 containerRuntimeEndpoint: unix://$state/run/containerd.sock
 authentication:
   anonymous: {enabled: false}
@@ -199,49 +243,66 @@ node_ready() {
   [ "$(kubectl get node "$node" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" = True ]
 }
 
+# The second half of the preflight, with containerd started: runc starts a container of the
+# node's image here (namespaces, overlay mounts and the node's cgroups work).
+runtime_runs_containers() {
+  local out
+  wait_for 30 "containerd answering" "${ctr[@]}" version 2>/dev/null \
+    || unavailable "containerd does not start: $(tail -1 "$state/logs/containerd.log")"
+  import_images
+  out=$("${ctr[@]}" run --rm --null-io --cgroup "/$cgroup_root/preflight" --runc-root "$state/run/runc" \
+    deepinfer.local/busybox:1 "preflight-$tag" /bin/busybox true 2>&1) \
+    || unavailable "runc cannot start a container: $(tail -1 <<<"$out")"
+}
+
+provision() {
+  local why
+  why=$(host_can_run) || { echo "real-node: this host cannot run a kubelet, the real-node tests will be skipped: $why"; return; }
+  install_packages
+  build_kubelet
+}
+
 up() {
-  [ "$(id -u)" = 0 ] || { echo "real-node: must run as root (it runs containerd and the kubelet)" >&2; exit 1; }
   [ -f "$bed/kubeconfig" ] || { echo "real-node: no bed at $bed; start it first (TESTBED_DIR=$bed e2e/bed/cluster-up.sh)" >&2; exit 1; }
   if alive containerd && alive kubelet && node_ready; then echo "real-node: $node already running on $bed"; return; fi
   [ -d "$state" ] && down >/dev/null
+  rm -f "$unavailable_file"
+  local why
+  why=$(host_can_run) || unavailable "$why"
   install_packages
   build_kubelet
   mkdir -p "$state"/{pids,logs}
   for s in "${sysctls[@]}"; do [ -f "/proc/sys/$s" ] && echo "$s=$(cat "/proc/sys/$s")"; done > "$state/sysctls.saved"
+  cgroup_dirs | xargs mkdir -p
   write_containerd_config
   launch containerd containerd --config "$state/containerd.toml"
-  wait_for 30 "containerd answering" ctr -a "$state/run/containerd.sock" version
-  import_images
+  runtime_runs_containers
   write_kubelet_config
   launch kubelet "$kubelet_dir/kubelet" --config "$state/kubelet.yaml" --kubeconfig "$state/kubeconfig" \
     --hostname-override "$node" --root-dir "$state/kubelet" --cert-dir "$state/kubelet/pki" -v 2
-  wait_for 90 "node $node Ready" node_ready
+  wait_for 90 "node $node Ready" node_ready || exit 1
   echo "$node" > "$state/node-name"
   echo "real-node: $node Ready (kubelet v$K8S_VERSION, $(containerd --version | cut -d' ' -f3), pods in $subnet)"
 }
 
-# Removes the rules and chains the kubelet adds to iptables (KUBE-FIREWALL, the canaries).
-drop_kube_chains() {
-  local ipt table chain chains
-  for ipt in iptables ip6tables; do
-    command -v "$ipt" >/dev/null || continue
-    for table in filter nat mangle; do
-      { "$ipt" -t "$table" -S 2>/dev/null || true; } | sed -n 's/^-A \([A-Z]* .*-j KUBE-.*\)$/-D \1/p' \
-        | while read -r rule; do eval "$ipt -t $table $rule" 2>/dev/null || true; done
-      chains=$("$ipt" -t "$table" -S 2>/dev/null | sed -n 's/^-N \(KUBE-[A-Z-]*\)$/\1/p' || true)
-      for chain in $chains; do "$ipt" -t "$table" -F "$chain" 2>/dev/null || true; done
-      for chain in $chains; do "$ipt" -t "$table" -X "$chain" 2>/dev/null || true; done
-    done
+# Ends every process left in the node's cgroups (all its containers run there), then removes them.
+remove_cgroups() {
+  local d
+  for d in $(cgroup_dirs); do
+    [ -d "$d" ] || continue
+    find "$d" -name cgroup.procs -exec cat {} + 2>/dev/null | xargs -r kill -9 2>/dev/null || true
+    find "$d" -depth -type d -exec rmdir {} \; 2>/dev/null || true
   done
 }
 
 down() {
+  rm -f "$unavailable_file"
   [ -d "$state" ] || { echo "real-node: nothing running"; return; }
   [ -f "$bed/kubeconfig" ] && timeout 10 "$bed/bin/kubectl" --kubeconfig "$bed/kubeconfig" \
     delete node "$node" --ignore-not-found --wait=false >/dev/null 2>&1 || true
   stop_recorded "$state/pids/kubelet"
   if alive containerd; then
-    local ctr=(ctr -a "$state/run/containerd.sock" -n k8s.io) id
+    local id
     for id in $("${ctr[@]}" tasks ls -q 2>/dev/null); do
       "${ctr[@]}" tasks kill -a -s SIGKILL "$id" >/dev/null 2>&1 || true
     done
@@ -253,11 +314,11 @@ down() {
     done
   fi
   stop_recorded "$state/pids/containerd"
+  remove_cgroups
   # Mounts left under the state (pod volumes, sandbox shm and network namespaces, overlay roots),
   # deepest first.
   findmnt -rn -o TARGET | { grep -F "$state/" || true; } | sort -r | while read -r m; do umount "$m" 2>/dev/null || umount -l "$m" || true; done
   ip link del "$bridge" 2>/dev/null || true
-  drop_kube_chains
   if [ -f "$state/sysctls.saved" ]; then
     while IFS== read -r s v; do echo "$v" > "/proc/sys/$s" 2>/dev/null || true; done < "$state/sysctls.saved"
   fi
@@ -269,7 +330,8 @@ down() {
 }
 
 case "${1:-}" in
+  provision) provision ;;
   up) up ;;
   down) down ;;
-  *) echo "usage: TESTBED_DIR=<bed> $0 up|down" >&2; exit 2 ;;
+  *) echo "usage: TESTBED_DIR=<bed> $0 provision|up|down" >&2; exit 2 ;;
 esac

@@ -103,35 +103,43 @@ pub fn kubectl_stdin(args: &[&str], input: &str) -> (bool, String) {
     )
 }
 
-/// Installs (or updates) the committed CRD exactly as the README tells users: a server-side
+/// The CRDs under `crds/`, by name.
+pub const CRDS: [&str; 2] = [
+    "deepinferdeployments.deepinfer.io",
+    "deepinferroles.deepinfer.io",
+];
+
+/// Installs (or updates) the committed CRDs exactly as the README tells users: a server-side
 /// apply of `crds/`. `--force-conflicts` takes over fields a Helm install on the shared bed owns.
 pub fn ensure_crd() {
-    let crd = repo_root().join("crds/deepinfer.io_deepinferdeployments.yaml");
-    let crd = crd.to_str().expect("utf-8 path");
-    kubectl_ok(&["apply", "--server-side", "--force-conflicts", "-f", crd]);
+    let crds = repo_root().join("crds");
+    let crds = crds.to_str().expect("utf-8 path");
+    kubectl_ok(&["apply", "--server-side", "--force-conflicts", "-f", crds]);
     wait_crd_established();
 }
 
-/// Waits (30 s at most) until the API server serves the CRD: its `Established` condition is
-/// `True`. Polled with `kubectl get` rather than `kubectl wait`, which fails instead of waiting
-/// while a just-created CRD still has `status.conditions: null`.
+/// Waits (30 s at most) until the API server serves every CRD of [`CRDS`]: its `Established`
+/// condition is `True`. Polled with `kubectl get` rather than `kubectl wait`, which fails instead
+/// of waiting while a just-created CRD still has `status.conditions: null`.
 pub fn wait_crd_established() {
     let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let (_, out, err) = kubectl(&[
-            "get",
-            "crd/deepinferdeployments.deepinfer.io",
-            "-o",
-            "jsonpath={.status.conditions[?(@.type==\"Established\")].status}",
-        ]);
-        if out.trim() == "True" {
-            return;
+    for crd in CRDS {
+        loop {
+            let (_, out, err) = kubectl(&[
+                "get",
+                &format!("crd/{crd}"),
+                "-o",
+                "jsonpath={.status.conditions[?(@.type==\"Established\")].status}",
+            ]);
+            if out.trim() == "True" {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the CRD {crd} was not Established within 30 s: {err}{out}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
         }
-        assert!(
-            Instant::now() < deadline,
-            "the CRD deepinferdeployments.deepinfer.io was not Established within 30 s: {err}{out}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
     }
 }
 

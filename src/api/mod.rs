@@ -4,10 +4,12 @@
 pub mod kstatus;
 mod layout;
 pub mod reference;
+mod role;
 mod spec;
 mod status;
 
 pub use layout::RoleLayout;
+pub use role::*;
 pub use spec::*;
 pub use status::*;
 
@@ -84,11 +86,13 @@ pub enum Component {
     Revision,
     /// A role's PodDisruptionBudget.
     DisruptionBudget,
+    /// A role's `DeepInferRole`, its scale target (`spec.roles[].scaling: external`).
+    Scaling,
 }
 
 impl Component {
     /// Every component.
-    pub const ALL: [Component; 12] = [
+    pub const ALL: [Component; 13] = [
         Component::Worker,
         Component::Serving,
         Component::Rendezvous,
@@ -101,6 +105,7 @@ impl Component {
         Component::Devices,
         Component::Revision,
         Component::DisruptionBudget,
+        Component::Scaling,
     ];
 
     /// The label's value.
@@ -118,6 +123,7 @@ impl Component {
             Component::Devices => "devices",
             Component::Revision => "revision",
             Component::DisruptionBudget => "disruption-budget",
+            Component::Scaling => "scaling",
         }
     }
 

@@ -831,9 +831,17 @@ pub struct RoleSpec {
     #[x_kube(validation = Rule::new("self in ['worker', 'prefill', 'decode', 'vision']")
         .message("spec.roles[].name must be one of worker, prefill, decode, vision"))]
     pub name: String,
-    /// Number of serving groups of this role.
+    /// Number of serving groups of this role. With `scaling: external` it only seeds the role's
+    /// `DeepInferRole` when the operator creates it; the count is then that object's
+    /// `spec.replicas`.
     #[schemars(range(max = MAX_REPLICAS))]
     pub replicas: i32,
+    /// Who sets the role's group count: `replicas` (the default: this spec's `replicas`) or
+    /// `external` (the `spec.replicas` of the role's `DeepInferRole`, named
+    /// `<deployment>-<role>`, which exposes the `/scale` subresource to a HorizontalPodAutoscaler,
+    /// KEDA or `kubectl scale`). Not part of the revision: a change starts no acceptance run.
+    #[serde(default, skip_serializing_if = "RoleScaling::is_replicas")]
+    pub scaling: RoleScaling,
     /// Parallel layout of one group.
     #[serde(default)]
     pub parallel: ParallelSpec,
@@ -855,6 +863,24 @@ pub struct RoleSpec {
     /// judged again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub accelerator: Option<RoleAccelerator>,
+}
+
+/// Who sets a role's group count (`spec.roles[].scaling`).
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub enum RoleScaling {
+    /// The role's `replicas` in this spec.
+    #[default]
+    Replicas,
+    /// The `spec.replicas` of the role's `DeepInferRole` (its `/scale` subresource).
+    External,
+}
+
+impl RoleScaling {
+    /// Whether this is the default, [`RoleScaling::Replicas`].
+    pub fn is_replicas(&self) -> bool {
+        *self == RoleScaling::Replicas
+    }
 }
 
 /// Rolling replacement of a role's groups, counted in whole groups. Each step creates a group of
@@ -1363,6 +1389,7 @@ mod tests {
         RoleSpec {
             name: name.into(),
             replicas: 1,
+            scaling: RoleScaling::default(),
             parallel: ParallelSpec::default(),
             rollout: RolloutSpec::default(),
             pod: None,

@@ -32,7 +32,7 @@ use super::decide::retention;
 use super::error::Error;
 use super::text::truncate;
 use crate::acceptance::placement::{Placement, PLACEMENT_ANNOTATION};
-use crate::api::{labels, Component};
+use crate::api::{labels, Component, DeepInferRole, DeepInferRoleStatus};
 
 /// A kind of object the operator writes (see [`Object`]).
 pub trait Kind: Resource + Sized {
@@ -150,6 +150,7 @@ kinds! {
     Role(Role),
     RoleBinding(RoleBinding),
     ClaimTemplate(ResourceClaimTemplate),
+    ScaledRole(DeepInferRole),
 }
 
 /// One write a plan asks for.
@@ -187,6 +188,13 @@ pub enum Act<'a> {
         placement: Placement,
         /// The judgement kept beside its evidence ([`JUDGEMENT_ANNOTATION`]), in the same write.
         judgement: Option<String>,
+    },
+    /// Write a DeepInferRole's status (server-side apply of the status subresource).
+    RoleStatus {
+        /// The DeepInferRole.
+        name: String,
+        /// Its status.
+        status: DeepInferRoleStatus,
     },
     /// Housekeeping: give a finished Job its `ttlSecondsAfterFinished`.
     Expire {
@@ -264,6 +272,10 @@ impl<'a> Act<'a> {
                 };
                 format!("annotate ConfigMap {configmap} {PLACEMENT_ANNOTATION}{and}")
             }
+            Act::RoleStatus { name, status } => format!(
+                "write status of DeepInferRole {name}: {} serving",
+                status.replicas
+            ),
             Act::Expire { job, ttl } => format!("expire Job {job} after {ttl} s"),
             Act::PruneEvidence { keep, .. } => format!("prune evidence beyond {keep}"),
             Act::Warn { reason, .. } => format!("warn {reason}"),
@@ -389,6 +401,7 @@ impl<'c> Executor<'c> {
                 self.record_placement(configmap, placement, judgement.as_deref())
                     .await
             }
+            Act::RoleStatus { name, status } => self.role_status(name, status).await,
             Act::Expire { job, ttl } => {
                 let patch = serde_json::json!({"spec": {"ttlSecondsAfterFinished": ttl}});
                 self.merge_patch::<Job>("expire", job, &patch).await
@@ -412,6 +425,31 @@ impl<'c> Executor<'c> {
                     .map(|()| true)
                     .map_err(Error::Kube)
             }
+        }
+    }
+
+    /// [`Act::RoleStatus`]: the status applied server-side under the operator's field manager
+    /// (the status is wholly the operator's); a DeepInferRole gone meanwhile is fine.
+    async fn role_status(&self, name: &str, status: &DeepInferRoleStatus) -> Result<bool, Error> {
+        let api: Api<DeepInferRole> = Api::namespaced(self.client.clone(), &self.namespace);
+        let patch = serde_json::json!({
+            "apiVersion": <DeepInferRole as k8s_openapi::Resource>::API_VERSION,
+            "kind": <DeepInferRole as k8s_openapi::Resource>::KIND,
+            "status": status,
+        });
+        let params = PatchParams::apply(apply::FIELD_MANAGER).force();
+        match api.patch_status(name, &params, &Patch::Apply(&patch)).await {
+            Ok(written) => {
+                super::observe::note_written(&written);
+                Ok(true)
+            }
+            Err(kube::Error::Api(e)) if e.code == 404 => Ok(false),
+            Err(e) => Err(Error::api(
+                "apply status of",
+                <DeepInferRole as k8s_openapi::Resource>::KIND,
+                &format!("{}/{name}", self.namespace),
+                e,
+            )),
         }
     }
 

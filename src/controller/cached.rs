@@ -30,7 +30,9 @@ use serde_json::{Map, Value};
 use super::build::{
     APPLIED_HASH_ANNOTATION, ASCEND_910_ANNOTATION, ASCEND_NPU_ANNOTATION, JUDGES_ANNOTATION,
 };
-use crate::api::{labels, ACCEPTED_POD_CONDITION};
+use crate::api::{
+    labels, DeepInferRole, DeepInferRoleSpec, DeepInferRoleStatus, ACCEPTED_POD_CONDITION,
+};
 
 /// The label the Job controller sets on its pods, naming their Job.
 pub const JOB_NAME_LABEL: &str = "job-name";
@@ -913,7 +915,8 @@ slimmed!(
     CachedJob,
     CachedRevision,
     CachedPodGroup,
-    CachedClaim
+    CachedClaim,
+    CachedRole
 );
 
 /// A Job as the cache keeps it: its metadata, TTL, its pods' device claims and containers'
@@ -1061,6 +1064,28 @@ impl Cached for CachedPodGroup {
             },
             status: None,
         }
+    }
+}
+
+/// A `DeepInferRole` as the cache keeps it: its metadata (cut down), `spec.replicas` and its
+/// status (both small).
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct CachedRole {
+    #[serde(default)]
+    metadata: Slim,
+    #[serde(default)]
+    spec: DeepInferRoleSpec,
+    #[serde(default)]
+    status: Option<DeepInferRoleStatus>,
+}
+
+impl Cached for CachedRole {
+    type Api = DeepInferRole;
+
+    fn to_api(&self) -> DeepInferRole {
+        let mut role = DeepInferRole::new(self.metadata.full(), self.spec.clone());
+        role.status = self.status.clone();
+        role
     }
 }
 

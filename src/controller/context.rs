@@ -230,6 +230,8 @@ pub struct Context {
     pub gang_scheduling: placement::GangScheduling,
     /// Whether groups are PodGroups, once resolved against the API server.
     pub pod_groups: tokio::sync::OnceCell<bool>,
+    /// Whether the API server serves DeepInferRoles (their CRD is installed), once resolved.
+    pub scaled_roles: tokio::sync::OnceCell<bool>,
     /// How long a group may stay partly placed before it is deleted and retried.
     pub partial_group_timeout: Duration,
     /// Most reconcile passes running at once.
@@ -322,6 +324,27 @@ impl Context {
                     "gang scheduling resolved"
                 );
                 Ok(native)
+            })
+            .await
+            .copied()
+    }
+
+    /// Whether the API server serves DeepInferRoles (the CRD of `crds/` is installed), resolved
+    /// once before the watches start: roles with `scaling: external` need them.
+    pub async fn scaled_roles(&self) -> Result<bool, Error> {
+        self.scaled_roles
+            .get_or_try_init(|| async {
+                let served = placement::served(
+                    &self.client,
+                    <crate::api::DeepInferRole as k8s_openapi::Resource>::API_VERSION,
+                    <crate::api::DeepInferRole as k8s_openapi::Resource>::URL_PATH_SEGMENT,
+                )
+                .await
+                .map_err(Error::Kube)?;
+                if !served {
+                    tracing::warn!("DeepInferRoles are not served (their CRD is not installed): roles with scaling: external are refused; install crds/deepinfer.io_deepinferroles.yaml and restart the operator");
+                }
+                Ok(served)
             })
             .await
             .copied()
@@ -479,6 +502,7 @@ pub fn context(
         reconciles: AtomicU64::new(0),
         gang_scheduling: settings.gang_scheduling,
         pod_groups: tokio::sync::OnceCell::new(),
+        scaled_roles: tokio::sync::OnceCell::new(),
         partial_group_timeout: settings.partial_group_timeout,
         max_concurrent_reconciles: settings.max_concurrent_reconciles,
         max_concurrent_acceptance_runs: (settings.max_concurrent_acceptance_runs > 0)

@@ -39,10 +39,10 @@ use serde::de::DeserializeOwned;
 
 use super::cached::{
     Cached, CachedClaim, CachedJob, CachedMeta, CachedPod, CachedPodGroup, CachedRevision,
-    Incoming, KeptLabel, JOB_NAME_LABEL,
+    CachedRole, Incoming, KeptLabel, JOB_NAME_LABEL,
 };
 use super::error::Error;
-use crate::api::{labels, Component, DeepInferDeployment};
+use crate::api::{labels, Component, DeepInferDeployment, DeepInferRole};
 
 /// The owned objects of one resource, as read at the start of a pass.
 #[derive(Clone, Debug, Default)]
@@ -73,6 +73,9 @@ pub struct Observed {
     pub rank_tables: Vec<ConfigMap>,
     /// The ConfigMap listing the prefill / vision endpoints for decode groups.
     pub peer_endpoints: Vec<ConfigMap>,
+    /// The `DeepInferRole`s of roles scaled externally (empty where the API server does not
+    /// serve them).
+    pub scaled_roles: Vec<DeepInferRole>,
     /// Metadata of the Secrets and ConfigMaps the spec would hand on (the hub token, what
     /// engine containers read), read by a metadata-only GET: `None` where one does not exist.
     pub referenced: super::decide::references::Seen,
@@ -341,6 +344,8 @@ pub struct Caches {
     config_maps: Cache<CachedMeta<ConfigMap>>,
     /// Every PersistentVolumeClaim in scope, metadata and phase only.
     claims: Cache<CachedClaim>,
+    /// DeepInferRoles (fed only where the API server serves them).
+    scaled_roles: Cache<CachedRole>,
     ready: tokio::sync::watch::Sender<bool>,
     /// How far each store has caught up with the operator's writes.
     pub written: Arc<Written>,
@@ -366,6 +371,8 @@ pub struct CacheWriters {
     pub config_maps: CacheWriter<CachedMeta<ConfigMap>>,
     /// PersistentVolumeClaims.
     pub claims: CacheWriter<CachedClaim>,
+    /// DeepInferRoles (fed only where the API server serves them).
+    pub scaled_roles: CacheWriter<CachedRole>,
 }
 
 impl Caches {
@@ -380,6 +387,7 @@ impl Caches {
         let (claim_templates, claim_templates_writer) = CacheWriter::new();
         let (config_maps, config_maps_writer) = CacheWriter::new();
         let (claims, claims_writer) = CacheWriter::new();
+        let (scaled_roles, scaled_roles_writer) = CacheWriter::new();
         let writers = CacheWriters {
             pods: pods_writer,
             jobs: jobs_writer,
@@ -390,6 +398,7 @@ impl Caches {
             claim_templates: claim_templates_writer,
             config_maps: config_maps_writer,
             claims: claims_writer,
+            scaled_roles: scaled_roles_writer,
         };
         let caches = Self {
             pods,
@@ -401,6 +410,7 @@ impl Caches {
             claim_templates,
             config_maps,
             claims,
+            scaled_roles,
             ready: tokio::sync::watch::Sender::new(false),
             written: Arc::new(Written::new(
                 [
@@ -412,6 +422,7 @@ impl Caches {
                     <PodGroup as k8s_openapi::Resource>::KIND,
                     <ResourceClaimTemplate as k8s_openapi::Resource>::KIND,
                     <ConfigMap as k8s_openapi::Resource>::KIND,
+                    <DeepInferRole as k8s_openapi::Resource>::KIND,
                 ]
                 .into_iter()
                 .map(|kind| (kind, Arc::default()))
@@ -469,6 +480,7 @@ impl Caches {
         let claim_templates = self.claim_templates.clone();
         let config_maps = self.config_maps.clone();
         let claims = self.claims.clone();
+        let scaled_roles = self.scaled_roles.clone();
         Box::new(move || {
             vec![
                 (<Pod as k8s_openapi::Resource>::KIND, pods.len()),
@@ -495,13 +507,17 @@ impl Caches {
                     <PersistentVolumeClaim as k8s_openapi::Resource>::KIND,
                     claims.len(),
                 ),
+                (
+                    <DeepInferRole as k8s_openapi::Resource>::KIND,
+                    scaled_roles.len(),
+                ),
             ]
         })
     }
 
-    /// Waits until every fed store holds its first full list (PodGroups and
-    /// ResourceClaimTemplates only when fed), then lets passes read them.
-    pub async fn fill(&self, pod_groups: bool, claim_templates: bool) {
+    /// Waits until every fed store holds its first full list (PodGroups, ResourceClaimTemplates
+    /// and DeepInferRoles only when fed), then lets passes read them.
+    pub async fn fill(&self, pod_groups: bool, claim_templates: bool, scaled_roles: bool) {
         self.pods.filled().await;
         self.jobs.filled().await;
         self.services.filled().await;
@@ -514,6 +530,9 @@ impl Caches {
         }
         if claim_templates {
             self.claim_templates.filled().await;
+        }
+        if scaled_roles {
+            self.scaled_roles.filled().await;
         }
         self.ready.send_replace(true);
     }
@@ -990,6 +1009,7 @@ pub async fn observe(
         } else {
             Vec::new()
         },
+        scaled_roles: owned_in(&caches.scaled_roles, &ns, &name, &uid, None),
         pod_groups: if pod_groups {
             owned_in(&caches.pod_groups, &ns, &name, &uid, None)
         } else {

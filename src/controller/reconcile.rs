@@ -252,7 +252,18 @@ pub async fn pass(
     let pod_groups = ctx.pod_groups().await?;
     let mut p = Pass::read(ctx, did, previous, status_whole, pod_groups).await?;
     let mut outcome = p.first_outcome(did, previous);
-    let spec = plan::spec::spec(did, &ctx.limits, pod_groups, &p.observed.referenced);
+    // Each role's group count: the spec's, or its DeepInferRole's for a role scaled externally.
+    let scaled = plan::scaling::scaled(did, &p.observed.scaled_roles, ctx.scaled_roles().await?);
+    let spec = match &scaled {
+        Ok(s) => plan::spec::spec(
+            &s.did,
+            &ctx.limits,
+            pod_groups,
+            &p.observed.referenced,
+            &s.sources,
+        ),
+        Err(refused) => SpecFound::Refused(refused.clone(), None),
+    };
     let open = p.licence.is_accepted();
     let judged = match &spec {
         SpecFound::Valid(valid) if open => p.judge(valid, previous, &mut outcome).await?,
@@ -564,7 +575,14 @@ impl<'c> Pass<'c> {
         outcome.workers = plan::withdrawn_or(outcome.withdrawn.as_ref(), plan.found.gate);
         outcome.roles = plan.found.roles;
         outcome.wake_after = plan.found.wake;
-        self.exec.run(&plan.acts).await.map(|_| ())
+        self.exec.run(&plan.acts).await?;
+        let scaling = plan::scaling::keep(
+            did,
+            &outcome.roles,
+            &self.observed.scaled_roles,
+            self.licence.is_accepted(),
+        );
+        self.exec.run(&scaling).await.map(|_| ())
     }
 
     /// This operator's placement retry records of the deployment's roles.

@@ -70,6 +70,14 @@ impl FieldError {
     }
 }
 
+impl FieldError {
+    /// The same error about the field whose value the checked one was read from (`source`).
+    pub fn read_from(&mut self, source: &str) {
+        self.message = self.message.replacen(&self.field, source, 1);
+        self.field = source.to_string();
+    }
+}
+
 impl fmt::Display for FieldError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.message)
@@ -1472,6 +1480,7 @@ mod tests {
         let role = |surge: i32, unavailable: i32| RoleSpec {
             name: "worker".into(),
             replicas: 2,
+            scaling: crate::api::RoleScaling::default(),
             parallel: crate::api::ParallelSpec::default(),
             rollout: crate::api::RolloutSpec {
                 max_surge: surge,

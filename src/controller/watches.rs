@@ -36,6 +36,8 @@ struct Scope {
     pod_groups: bool,
     /// Whether the API server serves ResourceClaimTemplates.
     claim_templates: bool,
+    /// Whether the API server serves DeepInferRoles.
+    scaled_roles: bool,
 }
 
 impl Scope {
@@ -52,6 +54,7 @@ impl Scope {
                 .map_err(Error::Kube)
         })
         .await;
+        let scaled_roles = resolved("DeepInferRoles served", || ctx.scaled_roles()).await;
         Self {
             client,
             namespaces,
@@ -59,6 +62,7 @@ impl Scope {
             lists,
             pod_groups,
             claim_templates,
+            scaled_roles,
         }
     }
 
@@ -115,9 +119,17 @@ pub async fn run_with_context(
     let scope = Scope::resolve(&ctx, namespaces).await;
     let (mut feeders, triggers) = read_only_feeds(&ctx, &scope, writers);
     let filled = {
-        let (ctx, pod_groups, claim_templates) =
-            (ctx.clone(), scope.pod_groups, scope.claim_templates);
-        tokio::spawn(async move { ctx.caches.fill(pod_groups, claim_templates).await })
+        let (ctx, pod_groups, claim_templates, scaled_roles) = (
+            ctx.clone(),
+            scope.pod_groups,
+            scope.claim_templates,
+            scope.scaled_roles,
+        );
+        tokio::spawn(async move {
+            ctx.caches
+                .fill(pod_groups, claim_templates, scaled_roles)
+                .await
+        })
     };
     let controller = triggered(
         deployments(&ctx, &scope),
@@ -164,6 +176,7 @@ struct Triggers {
     jobs: observe::CacheWriter<cached::CachedJob>,
     services: observe::CacheWriter<cached::CachedMeta<k8s_openapi::api::core::v1::Service>>,
     claims: observe::CacheWriter<cached::CachedClaim>,
+    scaled_roles: observe::CacheWriter<cached::CachedRole>,
 }
 
 /// One watch per owned kind (and namespace) that passes read but that triggers nothing, its
@@ -207,6 +220,7 @@ fn read_only_feeds(
         jobs: writers.jobs,
         services: writers.services,
         claims: writers.claims,
+        scaled_roles: writers.scaled_roles,
     };
     (feeders, triggers)
 }
@@ -255,9 +269,10 @@ fn deployments(ctx: &Context, scope: &Scope) -> Controller<CachedDeployment> {
     )
 }
 
-/// The watches that start passes: Pods (of Jobs and workers), Jobs and Services through their
-/// owner; the ConfigMaps named by `spec.acceptance.promptsFrom` (metadata only: an edit moves
-/// the resourceVersion) and the checkpoint claims through the resources that name them. Every
+/// The watches that start passes: Pods (of Jobs and workers), Jobs, Services and (where served)
+/// DeepInferRoles through their owner; the ConfigMaps named by `spec.acceptance.promptsFrom`
+/// (metadata only: an edit moves the resourceVersion) and the checkpoint claims through the
+/// resources that name them. Every
 /// event is noted for the resources it triggers, so that the pass it starts observes how long it
 /// waited (`deepinfer_watch_event_to_reconcile_seconds`). Every watch (one per kind and
 /// namespace watched) retries on its own backoff, so one kind's failing or re-listing watch
@@ -290,6 +305,13 @@ fn triggered(
         scope.watched("Service", writers.services, &owned, written),
         feeders,
     );
+    // A scale of a DeepInferRole (its spec.replicas) starts a pass of the deployment owning it.
+    let controller = if scope.scaled_roles {
+        let roles = scope.watched("DeepInferRole", writers.scaled_roles, &owned, written);
+        controller.owns_stream(noted(triggering(roles, feeders), &metrics, owner_keys(&ar)))
+    } else {
+        controller
+    };
     let config_maps = futures::stream::select_all(scope.watches().into_iter().map(|ns| {
         let config_maps: Api<PartialObjectMeta<ConfigMap>> = scoped(&scope.client, ns);
         on_own_backoff(

@@ -752,6 +752,18 @@ pub fn cases() -> Vec<Case> {
             Malformed("spec.roles[0].replicas")
         ),
         case!(
+            "a role scaled externally",
+            nvidia,
+            |s| s["roles"][0]["scaling"] = json!("external"),
+            Valid
+        ),
+        case!(
+            "a role scaling that is neither replicas nor external",
+            nvidia,
+            |s| s["roles"][0]["scaling"] = json!("hpa"),
+            Malformed("spec.roles[0].scaling")
+        ),
+        case!(
             "pod settings for the deployment and one role",
             nvidia,
             |s| {

@@ -70,6 +70,14 @@ shipped in config/rbac/role.yaml (a test keeps the two equal).
 - apiGroups: [deepinfer.io]
   resources: [deepinferdeployments/status]
   verbs: [patch]
+# The DeepInferRole of each role with scaling: external (created, its status written, deleted
+# when the role stops being external); watched, so a scale starts a pass.
+- apiGroups: [deepinfer.io]
+  resources: [deepinferroles]
+  verbs: [get, list, watch, create, delete]
+- apiGroups: [deepinfer.io]
+  resources: [deepinferroles/status]
+  verbs: [patch]
 # Worker pods and their deepinfer.io/accepted readiness condition.
 - apiGroups: [""]
   resources: [pods]

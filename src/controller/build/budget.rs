@@ -17,11 +17,7 @@ pub fn budget(
     role: &RoleSpec,
 ) -> k8s_openapi::api::policy::v1::PodDisruptionBudget {
     use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
-    let selector = BTreeMap::from([
-        (labels::DEPLOYMENT.to_string(), did.name_any()),
-        (labels::ROLE.to_string(), role.name.clone()),
-        Component::Worker.label(),
-    ]);
+    let selector = crate::api::role_pod_labels(&did.name_any(), &role.name);
     let extra = BTreeMap::from([
         (labels::ROLE.to_string(), role.name.clone()),
         Component::DisruptionBudget.label(),

@@ -14,6 +14,7 @@ mod pod_group;
 mod rank_table;
 mod revision;
 mod run_placement;
+mod scaling;
 mod service;
 
 pub use acceptance::*;
@@ -26,6 +27,7 @@ pub use pod_group::*;
 pub use rank_table::*;
 pub use revision::*;
 pub use run_placement::*;
+pub use scaling::*;
 pub use service::*;
 
 use std::collections::BTreeMap;

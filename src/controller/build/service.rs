@@ -40,12 +40,8 @@ pub fn rendezvous_service(metadata: ObjectMeta, selector: BTreeMap<String, Strin
 /// their probes), of any revision, so that both revisions serve while a rollout runs.
 pub fn role_service(did: &ValidatedDeployment, role: &str) -> Service {
     let name = role_service_name(&did.name_any(), role);
-    let selector = BTreeMap::from([
-        (labels::DEPLOYMENT.to_string(), did.name_any()),
-        (labels::ROLE.to_string(), role.to_string()),
-        (labels::RANK.to_string(), "0".to_string()),
-        Component::Worker.label(),
-    ]);
+    let mut selector = crate::api::role_pod_labels(&did.name_any(), role);
+    selector.insert(labels::RANK.to_string(), "0".to_string());
     let extra = BTreeMap::from([
         (labels::ROLE.to_string(), role.to_string()),
         Component::Serving.label(),

@@ -10,6 +10,7 @@ pub mod claims;
 #[cfg(test)]
 pub mod fixture;
 pub mod housekeeping;
+pub mod scaling;
 pub mod spec;
 pub mod workers;
 

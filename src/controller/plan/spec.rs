@@ -2,6 +2,7 @@
 //! only the cluster can tell (gang scheduling for a domain device), and the Secrets and
 //! ConfigMaps engine containers read, which must have opted in.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::super::decide::references::{engine_gate, Seen};
@@ -20,17 +21,25 @@ pub enum SpecFound {
 }
 
 /// The spec stage of `did` (`pod_groups`: whether multi-pod groups are PodGroups here;
-/// `referenced`: what the pass saw of the Secrets and ConfigMaps the spec names).
+/// `referenced`: what the pass saw of the Secrets and ConfigMaps the spec names; `sources`: the
+/// fields whose values were read from elsewhere, and where, as [`super::scaling::Scaled`] says,
+/// so that a refusal names the field to change).
 pub fn spec(
     did: &DeepInferDeployment,
     limits: &DeviceLimits,
     pod_groups: bool,
     referenced: &Seen,
+    sources: &BTreeMap<String, String>,
 ) -> SpecFound {
     let valid = match validate(did, limits) {
         Ok(valid) => valid.placed_as_pod_groups(pod_groups),
-        Err(errors) => {
-            return SpecFound::Refused(Gate::Failed(Reason::InvalidSpec, summarize(&errors)), None)
+        Err(mut errors) => {
+            for e in &mut errors {
+                if let Some(source) = sources.get(&e.field) {
+                    e.read_from(source);
+                }
+            }
+            return SpecFound::Refused(Gate::Failed(Reason::InvalidSpec, summarize(&errors)), None);
         }
     };
     if valid.spec.accelerator.domain_device_class_name.is_some() && !valid.pod_groups {
@@ -63,7 +72,13 @@ mod tests {
     fn a_valid_spec_is_placed_as_the_cluster_places_groups() {
         let did = sample();
         for pod_groups in [false, true] {
-            match spec(&did, &limits(), pod_groups, &Seen::default()) {
+            match spec(
+                &did,
+                &limits(),
+                pod_groups,
+                &Seen::default(),
+                &BTreeMap::new(),
+            ) {
                 SpecFound::Valid(v) => assert_eq!(v.pod_groups, pod_groups),
                 SpecFound::Refused(g, _) => panic!("refused: {g:?}"),
             }
@@ -75,7 +90,7 @@ mod tests {
         let mut did = sample();
         did.spec.roles.clear();
         let SpecFound::Refused(Gate::Failed(reason, message), None) =
-            spec(&did, &limits(), false, &Seen::default())
+            spec(&did, &limits(), false, &Seen::default(), &BTreeMap::new())
         else {
             panic!("an empty roles list is refused until the resource changes");
         };
@@ -88,7 +103,7 @@ mod tests {
         let mut did = sample();
         did.spec.accelerator.domain_device_class_name = Some("nvlink-domain".into());
         let SpecFound::Refused(Gate::Failed(_, message), None) =
-            spec(&did, &limits(), false, &Seen::default())
+            spec(&did, &limits(), false, &Seen::default(), &BTreeMap::new())
         else {
             panic!("a domain device needs PodGroups");
         };

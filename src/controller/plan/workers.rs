@@ -257,15 +257,37 @@ fn role_plan<'o>(
         tracing::info!(%note, "making room for acceptance");
     }
     let mut acts: Vec<Act<'o>> = Vec::new();
-    let mut made = BTreeSet::new();
     for why in &stranded {
         acts.push(warning(Reason::GroupPartlyPlaced, why));
     }
     for why in &broken {
         acts.push(warning(Reason::GroupReplaced, why));
     }
-    let deleted: BTreeSet<(String, i32)> = plan
-        .actions
+    let (group_acts, kept, made) = carry_out(observed, role, views, specs, &plan.actions);
+    acts.extend(group_acts);
+    RolePlan {
+        progress: progress_with_news(&plan, &broken),
+        status: plan.status,
+        wake,
+        retry: keep,
+        kept,
+        made,
+        acts,
+    }
+}
+
+/// The acts of the rollout's group `actions` for `role`, the groups kept (those not deleted, and
+/// those created) and the names of the PodGroups and rank tables the new groups write.
+fn carry_out<'o>(
+    observed: &'o Observed,
+    role: &crate::api::RoleSpec,
+    views: &[(rollout::Group, Vec<&'o Pod>)],
+    specs: &BTreeMap<String, ValidatedDeployment>,
+    actions: &[GroupAction],
+) -> (Vec<Act<'o>>, Vec<(String, i32)>, BTreeSet<String>) {
+    let mut acts = Vec::new();
+    let mut made = BTreeSet::new();
+    let deleted: BTreeSet<(String, i32)> = actions
         .iter()
         .filter_map(|a| match a {
             GroupAction::Delete { revision, index } => Some((revision.clone(), *index)),
@@ -279,7 +301,7 @@ fn role_plan<'o>(
         })
         .map(|(g, _)| (g.revision.clone(), g.index))
         .collect();
-    for action in &plan.actions {
+    for action in actions {
         match action {
             GroupAction::Delete { revision, index } => {
                 let members = views
@@ -308,15 +330,7 @@ fn role_plan<'o>(
             }
         }
     }
-    RolePlan {
-        progress: progress_with_news(&plan, &broken),
-        status: plan.status,
-        wake,
-        retry: keep,
-        kept,
-        made,
-        acts,
-    }
+    (acts, kept, made)
 }
 
 /// A Warning event about a group deleted whole.

@@ -61,7 +61,8 @@ pub struct RunArgs {
     /// status points at); older ones are deleted when a new judgement is recorded.
     #[arg(long, env = "DEEPINFER_KEEP_EVIDENCE", default_value_t = decide::retention::DEFAULT_KEEP_EVIDENCE, value_parser = clap::value_parser!(u16).range(1..))]
     pub keep_evidence: u16,
-    /// `ttlSecondsAfterFinished` given to a finished Job once its verdict is in status.
+    /// `ttlSecondsAfterFinished` of finished Jobs: given at creation from an hour
+    /// (`TTL_AT_CREATION_MIN`), a shorter one once the Job's verdict is in status.
     #[arg(long, env = "DEEPINFER_FINISHED_JOB_TTL_SECONDS", default_value_t = decide::retention::DEFAULT_FINISHED_JOB_TTL_SECONDS, value_parser = clap::value_parser!(i32).range(0..))]
     pub finished_job_ttl_seconds: i32,
     /// Gang scheduling of multi-pod groups: `auto` makes every serving group and multi-pod
@@ -256,7 +257,8 @@ pub struct Context {
     /// at its status write, so it waits for the store instead.
     pub status_written: std::sync::Mutex<std::collections::HashMap<String, u64>>,
     /// When this process last wrote each resource's status (`namespace/name`): a change of
-    /// condition messages alone waits [`super::status::MESSAGE_HOLD`] after it.
+    /// progress alone (`status::only_progress_differs`) waits [`super::status::PROGRESS_HOLD`]
+    /// after it.
     status_written_at: std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>,
     /// Resources whose pass could not reach the API server, reconciled once it answers.
     pub awaiting_api: outage::AwaitingApi,
@@ -286,19 +288,19 @@ impl Context {
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         if at.len() >= 1024 {
-            at.retain(|_, t| now.duration_since(*t) < super::status::MESSAGE_HOLD);
+            at.retain(|_, t| now.duration_since(*t) < super::status::PROGRESS_HOLD);
         }
         at.insert(key.to_string(), now);
     }
 
-    /// How much longer a change of resource `key`'s condition messages alone waits (`None`: it
+    /// How much longer a change of resource `key`'s progress alone waits (`None`: it
     /// is written now).
-    pub fn message_hold(&self, key: &str) -> Option<std::time::Duration> {
+    pub fn progress_hold(&self, key: &str) -> Option<std::time::Duration> {
         let mut at = self
             .status_written_at
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        let left = super::status::MESSAGE_HOLD.checked_sub(at.get(key)?.elapsed());
+        let left = super::status::PROGRESS_HOLD.checked_sub(at.get(key)?.elapsed());
         if left.is_none() {
             at.remove(key);
         }

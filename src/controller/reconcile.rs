@@ -145,8 +145,8 @@ fn behind_own_status_write(
 }
 
 /// Writes the status computed from `outcome` if it differs from the stored one, and publishes
-/// the Events its transitions call for (`status::news`). A change of condition messages alone
-/// waits out [`status::MESSAGE_HOLD`] after the resource's last status write: returns how long,
+/// the Events its transitions call for (`status::news`). A change of progress alone
+/// waits out [`status::PROGRESS_HOLD`] after the resource's last status write: returns how long,
 /// when it does.
 async fn write_status(
     ctx: &Context,
@@ -167,8 +167,8 @@ async fn write_status(
     if previous == Some(&next) {
         return Ok(None);
     }
-    if previous.is_some_and(|p| status::only_messages_differ(p, &next)) {
-        if let Some(wait) = ctx.message_hold(&key) {
+    if previous.is_some_and(|p| status::only_progress_differs(p, &next)) {
+        if let Some(wait) = ctx.progress_hold(&key) {
             return Ok(Some(wait));
         }
     }

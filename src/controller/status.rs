@@ -447,14 +447,16 @@ pub fn transitions<'a>(
         .collect()
 }
 
-/// How long a change of condition messages alone waits after the resource's last status write:
-/// it is written with the next change of anything else, or once this has passed. A message that
-/// quotes what changes by the second (a scheduler's verdict, a run's progress) costs one write
-/// per hold at most.
-pub const MESSAGE_HOLD: std::time::Duration = std::time::Duration::from_secs(10);
+/// How long a change of progress alone waits after the resource's last status write: it is
+/// written with the next change of anything else, or once this has passed. Progress is what
+/// moves while the conditions stand still: the conditions' messages (a scheduler's verdict, a
+/// run's progress), the ready, updated and serving groups and the revision they serve, so a
+/// rollout's counts cost one write per hold at most; every condition's status and reason, the
+/// phase, the observed generation and the desired groups are written at once.
+pub const PROGRESS_HOLD: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// Whether `after` differs from `before` in its conditions' messages only.
-pub fn only_messages_differ(
+/// Whether `after` differs from `before` in progress only (see [`PROGRESS_HOLD`]).
+pub fn only_progress_differs(
     before: &DeepInferDeploymentStatus,
     after: &DeepInferDeploymentStatus,
 ) -> bool {
@@ -462,6 +464,14 @@ pub fn only_messages_differ(
         let mut s = s.clone();
         for c in &mut s.conditions {
             c.message.clear();
+        }
+        s.groups = None;
+        s.serving_revision = None;
+        for r in &mut s.roles {
+            r.ready_groups = 0;
+            r.updated_groups = 0;
+            r.rolling_out = None;
+            r.serving_revision = None;
         }
         s
     };
@@ -471,7 +481,7 @@ pub fn only_messages_differ(
 /// Whether an Event tells a condition's transition, and of which type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum News {
-    /// Something completed: a gate passed, the resource became Ready, or lost it.
+    /// Something completed: a revision passed acceptance, the resource became Ready, or lost it.
     Normal,
     /// A gate failed, the resource stalled, or serving was withdrawn.
     Warning,
@@ -479,10 +489,11 @@ pub enum News {
 
 /// The transitions from `before` to `after` that are news, each with its Event type. An Event
 /// says that something happened: a gate failed (`failing` is the reason of the gate that stalls
-/// the resource) or passed, the resource became Ready or stopped being Ready, serving was
-/// withdrawn. Work that starts or goes on (a verification or run under way, groups waiting for
-/// devices or coming up) is told by the conditions alone, and a gate that passes as the resource
-/// becomes Ready is told by the `Ready` Event.
+/// the resource), a revision passed acceptance, the resource became Ready or stopped being
+/// Ready, serving was withdrawn. Work that starts or goes on (a verification or run under way,
+/// groups waiting for devices or coming up) and the licence and checkpoint gates passing are
+/// told by the conditions alone, and a verdict that comes as the resource becomes Ready is told
+/// by the `Ready` Event.
 pub fn news<'a>(
     before: Option<&DeepInferDeploymentStatus>,
     after: &'a DeepInferDeploymentStatus,
@@ -512,7 +523,7 @@ pub fn news<'a>(
             let told = match (c.type_ == ct::READY, c.status == "True") {
                 (true, true) => true,
                 (true, false) => was(ct::READY),
-                (false, true) => !becomes_ready,
+                (false, true) => c.type_ == ct::ACCEPTANCE_PASSED && !becomes_ready,
                 (false, false) => false,
             };
             told.then_some((News::Normal, c))
@@ -669,12 +680,22 @@ mod tests {
                 ),
                 2,
             ),
+            (ready_outcome(), 3),
+            (
+                at(
+                    ok(Reason::Verified),
+                    ok(Reason::AcceptanceSucceeded),
+                    p(Reason::GroupsNotReady),
+                ),
+                3,
+            ),
         ];
         assert_eq!(
             told(&sequence),
             vec![
-                vec![ev(ct::LICENSE_ACCEPTED, Reason::LicenseAccepted, false)],
-                vec![ev(ct::CHECKPOINT_VERIFIED, Reason::Verified, false)],
+                // The licence and checkpoint gates passing are in the conditions only.
+                vec![],
+                vec![],
                 vec![],
                 vec![ev(
                     ct::ACCEPTANCE_PASSED,
@@ -685,28 +706,56 @@ mod tests {
                 vec![ev(ct::READY, Reason::Ready, false)],
                 vec![ev(ct::READY, Reason::AcceptanceRunning, false)],
                 vec![ev(ct::ACCEPTANCE_PASSED, Reason::AcceptanceFailed, true)],
+                vec![ev(ct::READY, Reason::Ready, false)],
+                vec![ev(ct::READY, Reason::GroupsNotReady, false)],
             ]
         );
     }
 
     #[test]
-    fn a_change_of_messages_alone_is_told_apart() {
-        let first = compute(None, &ready_outcome(), Some(1), t("2026-01-01T00:00:00Z"));
-        let mut worded = ready_outcome();
+    fn a_change_of_progress_alone_is_told_apart() {
+        let with_roles = |ready: i32, updated: i32, serving: Option<&str>| {
+            let mut o = ready_outcome();
+            o.revision = Some("newrevisionabc".into());
+            let mut r = role("worker", ready, 3, serving);
+            r.updated_groups = updated;
+            r.rolling_out = (updated < 3).then(|| "newrevisionabc".into());
+            o.roles = vec![r];
+            o
+        };
+        let at = t("2026-01-01T00:00:01Z");
+        let first = compute(None, &with_roles(1, 0, Some("old")), Some(1), at.clone());
+        let later =
+            |o: &Outcome, generation: i64| compute(Some(&first), o, Some(generation), at.clone());
+        let mut worded = with_roles(1, 0, Some("old"));
         worded.workers = Gate::Passed(Reason::GroupsReady, "other words".into());
-        let second = compute(Some(&first), &worded, Some(1), t("2026-01-01T00:00:01Z"));
-        assert!(only_messages_differ(&first, &second));
-        assert!(!only_messages_differ(&first, &first), "no change at all");
-        let mut more = worded.clone();
-        more.roles = vec![role("worker", 1, 2, None)];
-        let third = compute(Some(&first), &more, Some(1), t("2026-01-01T00:00:01Z"));
         assert!(
-            !only_messages_differ(&first, &third),
-            "the groups changed too"
+            only_progress_differs(&first, &later(&worded, 1)),
+            "a message"
         );
-        let newer = compute(Some(&first), &worded, Some(2), t("2026-01-01T00:00:01Z"));
+        assert!(!only_progress_differs(&first, &first), "no change at all");
+        for (ready, updated, serving, what) in [
+            (2, 0, Some("old"), "a group more ready"),
+            (1, 1, Some("old"), "a group updated"),
+            (2, 2, Some("newrevisionabc"), "another revision serving"),
+        ] {
+            let next = later(&with_roles(ready, updated, serving), 1);
+            assert!(only_progress_differs(&first, &next), "{what}");
+        }
+        let mut desired = with_roles(1, 0, Some("old"));
+        desired.roles[0].desired_groups = 4;
         assert!(
-            !only_messages_differ(&first, &newer),
+            !only_progress_differs(&first, &later(&desired, 1)),
+            "the desired groups changed"
+        );
+        let mut failing = with_roles(1, 0, Some("old"));
+        failing.workers = Gate::Progressing(Reason::GroupsNotReady, "m".into());
+        assert!(
+            !only_progress_differs(&first, &later(&failing, 1)),
+            "a condition's reason changed"
+        );
+        assert!(
+            !only_progress_differs(&first, &later(&with_roles(1, 0, Some("old")), 2)),
             "a new generation observed"
         );
     }

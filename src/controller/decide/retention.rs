@@ -1,23 +1,38 @@
 //! What the operator stops keeping: evidence ConfigMaps beyond the newest few per resource, and
-//! finished Jobs whose verdict is already in status (they get `ttlSecondsAfterFinished`, so
-//! Kubernetes' TTL controller removes them with their pods).
+//! finished Jobs (they carry `ttlSecondsAfterFinished`, so Kubernetes' TTL controller removes
+//! them with their pods): a Job is created with it when the time to live is long enough for its
+//! verdict to be read first ([`TTL_AT_CREATION_MIN`]), else given it once its verdict is in
+//! status.
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 /// Default of `--keep-evidence`: evidence ConfigMaps kept per resource.
 pub const DEFAULT_KEEP_EVIDENCE: u16 = 3;
-/// Default of `--finished-job-ttl-seconds`: how long a finished Job whose verdict is in status
-/// stays for its logs.
+/// Default of `--finished-job-ttl-seconds`: how long a finished Job stays for its logs.
 pub const DEFAULT_FINISHED_JOB_TTL_SECONDS: i32 = 24 * 3600;
+
+/// The shortest time to live a Job is created with: a pass reads a finished Job's verdict within
+/// seconds, so a Job that expires an hour after it finished has been read unless the operator
+/// was down all that hour (then the run is made again). A shorter time to live is given to a
+/// Job only once its verdict is in status, one patch each.
+pub const TTL_AT_CREATION_MIN: i32 = 3600;
 
 /// Retention settings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Retention {
     /// Evidence ConfigMaps kept per resource (the newest), at least 1.
     pub keep_evidence: u16,
-    /// `ttlSecondsAfterFinished` given to finished Jobs whose verdict is in status.
+    /// `ttlSecondsAfterFinished` of finished Jobs.
     pub finished_job_ttl_seconds: i32,
+}
+
+impl Retention {
+    /// The `ttlSecondsAfterFinished` a Job is created with: none below [`TTL_AT_CREATION_MIN`].
+    pub fn ttl_at_creation(&self) -> Option<i32> {
+        (self.finished_job_ttl_seconds >= TTL_AT_CREATION_MIN)
+            .then_some(self.finished_job_ttl_seconds)
+    }
 }
 
 impl Default for Retention {
@@ -101,6 +116,21 @@ mod tests {
             "keeps at least one"
         );
         assert!(evidence_to_delete(&items, 5, &[]).is_empty());
+    }
+
+    #[test]
+    fn a_job_is_created_with_its_time_to_live_only_when_its_verdict_is_read_first() {
+        let with = |ttl| Retention {
+            finished_job_ttl_seconds: ttl,
+            ..Retention::default()
+        };
+        assert_eq!(
+            Retention::default().ttl_at_creation(),
+            Some(DEFAULT_FINISHED_JOB_TTL_SECONDS)
+        );
+        assert_eq!(with(TTL_AT_CREATION_MIN).ttl_at_creation(), Some(3600));
+        assert_eq!(with(3).ttl_at_creation(), None, "given after its verdict");
+        assert_eq!(with(0).ttl_at_creation(), None);
     }
 
     #[test]

@@ -98,7 +98,9 @@ pub fn checkpoint<'a>(
             return Plan::only((conflict, None));
         }
         match job_state(observed, &fetch_name, build::FETCH) {
-            JobState::Missing => return Plan::with((fetching, None), vec![Act::create(fetch)]),
+            JobState::Missing => {
+                return Plan::with((fetching, None), vec![settings.create_job(fetch)])
+            }
             JobState::Running => {
                 let gate = running(&fetch_name, fetching, deadlines.fetch_seconds);
                 return Plan::only((gate, None));
@@ -131,7 +133,7 @@ pub fn checkpoint<'a>(
     };
     let state = jobs::state_of(observed.job(&verify_name), &verify_pods, build::VERIFY);
     match state {
-        JobState::Missing => Plan::with((progressing, None), vec![Act::create(verify)]),
+        JobState::Missing => Plan::with((progressing, None), vec![settings.create_job(verify)]),
         JobState::Running => Plan::only((
             running(&verify_name, progressing, deadlines.verify_seconds),
             None,
@@ -236,6 +238,18 @@ mod tests {
                 read,
                 "{state:?}"
             );
+            for act in &plan.acts {
+                let crate::controller::act::Act::Create(crate::controller::act::Object::Job(job)) =
+                    act
+                else {
+                    panic!("only the Job is created: {act:?}");
+                };
+                assert_eq!(
+                    job.spec.as_ref().and_then(|s| s.ttl_seconds_after_finished),
+                    Some(fixture::settings().retention.finished_job_ttl_seconds),
+                    "created with its time to live"
+                );
+            }
         }
     }
 

@@ -1,7 +1,9 @@
-//! Housekeeping at the end of a pass: every finished Job whose verdict is in status gets its
-//! `ttlSecondsAfterFinished`, so the TTL controller removes it and its pods. The Jobs whose
-//! verdict is not in status yet keep none: the current checkpoint Jobs until the checkpoint is
-//! recorded, every acceptance Job until the acceptance stage says which run is judged.
+//! Housekeeping at the end of a pass: a finished Job created without `ttlSecondsAfterFinished`
+//! (a time to live below [`retention::TTL_AT_CREATION_MIN`], or a Job of an earlier release) gets
+//! it once its verdict is in status, so the TTL controller removes it and its pods. The Jobs
+//! whose verdict is not in status yet keep none: the current checkpoint Jobs until the
+//! checkpoint is recorded, every acceptance Job until the acceptance stage says which run is
+//! judged.
 
 use kube::ResourceExt;
 

@@ -69,6 +69,20 @@ pub struct Settings<'a> {
 }
 
 impl<'a> Settings<'a> {
+    /// The act that creates `job` with the time to live of a finished Job
+    /// (`--finished-job-ttl-seconds`, [`Retention::ttl_at_creation`]): the TTL controller removes
+    /// it and its pods that long after it finished, and the operator writes nothing to it once
+    /// created. A Job removed before its verdict was recorded (the operator down all that time)
+    /// is run again.
+    pub fn create_job<'o>(&self, mut job: k8s_openapi::api::batch::v1::Job) -> Act<'o> {
+        if let Some(ttl) = self.retention.ttl_at_creation() {
+            job.spec
+                .get_or_insert_with(Default::default)
+                .ttl_seconds_after_finished = Some(ttl);
+        }
+        Act::create(job)
+    }
+
     /// The settings of a running operator.
     pub fn of(ctx: &'a Context) -> Self {
         Self {

@@ -88,6 +88,7 @@ pub fn checkpoint<'a>(
     };
     let key = build::checkpoint_key(&did.spec);
     let deadlines = settings.deadlines;
+    let create = |job| settings.create_job(job);
     if let Some(fetch) = build::fetch_job(did, settings.operator_image, deadlines) {
         let fetch_name = fetch.name_any();
         let fetching = Gate::Progressing(
@@ -98,9 +99,7 @@ pub fn checkpoint<'a>(
             return Plan::only((conflict, None));
         }
         match job_state(observed, &fetch_name, build::FETCH) {
-            JobState::Missing => {
-                return Plan::with((fetching, None), vec![settings.create_job(fetch)])
-            }
+            JobState::Missing => return Plan::with((fetching, None), vec![create(fetch)]),
             JobState::Running => {
                 let gate = running(&fetch_name, fetching, deadlines.fetch_seconds);
                 return Plan::only((gate, None));
@@ -133,7 +132,7 @@ pub fn checkpoint<'a>(
     };
     let state = jobs::state_of(observed.job(&verify_name), &verify_pods, build::VERIFY);
     match state {
-        JobState::Missing => Plan::with((progressing, None), vec![settings.create_job(verify)]),
+        JobState::Missing => Plan::with((progressing, None), vec![create(verify)]),
         JobState::Running => Plan::only((
             running(&verify_name, progressing, deadlines.verify_seconds),
             None,

@@ -167,7 +167,8 @@ async fn write_status(
     if previous == Some(&next) {
         return Ok(None);
     }
-    if previous.is_some_and(|p| status::only_progress_differs(p, &next)) {
+    let failing = outcome.stalled().map(|(r, _)| r);
+    if previous.is_some_and(|p| status::held(p, &next, failing)) {
         if let Some(wait) = ctx.progress_hold(&key) {
             return Ok(Some(wait));
         }
@@ -207,7 +208,6 @@ async fn write_status(
         }
     }
     let reference = obj.object_ref(&api_resource());
-    let failing = outcome.stalled().map(|(r, _)| r);
     for (news, c) in status::news(previous, &next, failing) {
         let event = Event {
             type_: match news {

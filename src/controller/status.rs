@@ -449,11 +449,13 @@ pub fn transitions<'a>(
 
 /// How long a change of progress alone waits after the resource's last status write: it is
 /// written with the next change of anything else, or once this has passed. Progress is what
-/// moves while the conditions stand still: the conditions' messages (a scheduler's verdict, a
-/// run's progress), the ready, updated and serving groups and the revision they serve, so a
-/// rollout's counts cost one write per hold at most; every condition's status and reason, the
-/// phase, the observed generation and the desired groups are written at once.
-pub const PROGRESS_HOLD: std::time::Duration = std::time::Duration::from_secs(10);
+/// moves while every condition keeps its status: the conditions' reasons and messages (a run
+/// waiting for devices, a scheduler's verdict, a rollout's steps), the ready, updated and serving
+/// groups and the revision they serve, so a rollout's steps cost one write per hold at most. A
+/// condition's status, the phase, the observed generation, the desired groups, the recorded
+/// checkpoint, judgements and licence, and any change that is news ([`news`]) are written at
+/// once.
+pub const PROGRESS_HOLD: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Whether `after` differs from `before` in progress only (see [`PROGRESS_HOLD`]).
 pub fn only_progress_differs(
@@ -463,6 +465,7 @@ pub fn only_progress_differs(
     let blank = |s: &DeepInferDeploymentStatus| {
         let mut s = s.clone();
         for c in &mut s.conditions {
+            c.reason.clear();
             c.message.clear();
         }
         s.groups = None;
@@ -476,6 +479,16 @@ pub fn only_progress_differs(
         s
     };
     before != after && blank(before) == blank(after)
+}
+
+/// Whether the change from `before` to `after` waits out [`PROGRESS_HOLD`]: it is progress alone
+/// and tells no news (`failing` as for [`news`]).
+pub fn held(
+    before: &DeepInferDeploymentStatus,
+    after: &DeepInferDeploymentStatus,
+    failing: Option<Reason>,
+) -> bool {
+    only_progress_differs(before, after) && news(Some(before), after, failing).is_empty()
 }
 
 /// Whether an Event tells a condition's transition, and of which type.
@@ -758,6 +771,33 @@ mod tests {
             !only_progress_differs(&first, &later(&with_roles(1, 0, Some("old")), 2)),
             "a new generation observed"
         );
+        let mut waiting = with_roles(1, 0, Some("old"));
+        waiting.workers = Gate::Passed(Reason::WaitingForCapacity, "m".into());
+        assert!(
+            only_progress_differs(&first, &later(&waiting, 1)),
+            "a reason under the same status"
+        );
+    }
+
+    #[test]
+    fn progress_is_held_unless_it_is_news() {
+        let before = compute(None, &ready_outcome(), Some(1), t("2026-01-01T00:00:00Z"));
+        let at = t("2026-01-01T00:00:01Z");
+        let mut capacity = ready_outcome();
+        capacity.workers = Gate::Passed(Reason::WaitingForCapacity, "m".into());
+        let next = compute(Some(&before), &capacity, Some(1), at.clone());
+        assert!(held(&before, &next, None), "a reason under the same status");
+        let mut withdrawn = ready_outcome();
+        withdrawn.workers = Gate::Passed(Reason::ServingWithdrawn, "m".into());
+        let next = compute(Some(&before), &withdrawn, Some(1), at.clone());
+        assert!(
+            only_progress_differs(&before, &next) && !held(&before, &next, None),
+            "serving withdrawn is news, written at once"
+        );
+        let mut failed = ready_outcome();
+        failed.acceptance = Gate::Failed(Reason::AcceptanceFailed, "m".into());
+        let next = compute(Some(&before), &failed, Some(1), at);
+        assert!(!held(&before, &next, Some(Reason::AcceptanceFailed)));
     }
 
     #[test]

@@ -831,18 +831,11 @@ mod tests {
         assert_eq!(plan.found.unjudged.as_deref(), Some(leader.as_str()));
         assert!(plan.found.recorded.is_none());
         // Each Job is created with its time to live: none needs a write once it has finished.
-        let ttls: Vec<_> = plan
-            .acts
-            .iter()
-            .filter_map(|a| match a {
-                Act::Create(crate::controller::act::Object::Job(job)) => {
-                    Some(job.spec.as_ref().and_then(|s| s.ttl_seconds_after_finished))
-                }
-                _ => None,
-            })
-            .collect();
         let ttl = fixture::settings().retention.finished_job_ttl_seconds;
-        assert_eq!(ttls, [Some(ttl), Some(ttl)]);
+        assert_eq!(
+            fixture::created_job_ttls(&plan.acts),
+            [Some(ttl), Some(ttl)]
+        );
     }
 
     #[test]

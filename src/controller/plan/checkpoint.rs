@@ -237,18 +237,12 @@ mod tests {
                 read,
                 "{state:?}"
             );
-            for act in &plan.acts {
-                let crate::controller::act::Act::Create(crate::controller::act::Object::Job(job)) =
-                    act
-                else {
-                    panic!("only the Job is created: {act:?}");
-                };
-                assert_eq!(
-                    job.spec.as_ref().and_then(|s| s.ttl_seconds_after_finished),
-                    Some(fixture::settings().retention.finished_job_ttl_seconds),
-                    "created with its time to live"
-                );
-            }
+            let ttl = fixture::settings().retention.finished_job_ttl_seconds;
+            assert_eq!(
+                fixture::created_job_ttls(&plan.acts),
+                vec![Some(ttl); acts.len()],
+                "{state:?}: created with its time to live"
+            );
         }
     }
 

@@ -133,3 +133,15 @@ pub fn fetch_job(did: &ValidatedDeployment, state: &str) -> Job {
 pub fn described(acts: &[Act<'_>]) -> Vec<String> {
     acts.iter().map(Act::describe).collect()
 }
+
+/// The `ttlSecondsAfterFinished` of each Job the acts create, in order.
+pub fn created_job_ttls(acts: &[Act<'_>]) -> Vec<Option<i32>> {
+    acts.iter()
+        .filter_map(|a| match a {
+            Act::Create(super::super::act::Object::Job(job)) => {
+                Some(job.spec.as_ref().and_then(|s| s.ttl_seconds_after_finished))
+            }
+            _ => None,
+        })
+        .collect()
+}

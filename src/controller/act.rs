@@ -203,6 +203,14 @@ pub enum Act<'a> {
         /// Seconds.
         ttl: i32,
     },
+    /// Housekeeping: the pods of the Jobs `done` (uids) leave the pod cache, and the pods of
+    /// the Jobs `read` are cached again as their events come (no API request).
+    UncachePods {
+        /// Jobs whose pods no pass reads again.
+        done: Vec<String>,
+        /// The deployment's other Jobs.
+        read: Vec<String>,
+    },
     /// Housekeeping: delete the deployment's evidence ConfigMaps beyond the newest `keep`,
     /// never one named in `pinned`.
     PruneEvidence {
@@ -247,7 +255,10 @@ impl<'a> Act<'a> {
     pub fn is_housekeeping(&self) -> bool {
         matches!(
             self,
-            Act::Expire { .. } | Act::PruneEvidence { .. } | Act::Warn { .. }
+            Act::Expire { .. }
+                | Act::UncachePods { .. }
+                | Act::PruneEvidence { .. }
+                | Act::Warn { .. }
         )
     }
 
@@ -277,6 +288,11 @@ impl<'a> Act<'a> {
                 status.replicas
             ),
             Act::Expire { job, ttl } => format!("expire Job {job} after {ttl} s"),
+            Act::UncachePods { done, read } => format!(
+                "leave the pods of {} Jobs out of the cache, cache those of {}",
+                done.len(),
+                read.len()
+            ),
             Act::PruneEvidence { keep, .. } => format!("prune evidence beyond {keep}"),
             Act::Warn { reason, .. } => format!("warn {reason}"),
         }
@@ -405,6 +421,10 @@ impl<'c> Executor<'c> {
             Act::Expire { job, ttl } => {
                 let patch = serde_json::json!({"spec": {"ttlSecondsAfterFinished": ttl}});
                 self.merge_patch::<Job>("expire", job, &patch).await
+            }
+            Act::UncachePods { done, read } => {
+                self.ctx.caches.uncache_job_pods(done, read);
+                Ok(false)
             }
             Act::PruneEvidence { keep, pinned } => self.prune_evidence(*keep, pinned).await,
             Act::Warn {
@@ -685,13 +705,18 @@ mod tests {
     }
 
     #[test]
-    fn only_expiry_pruning_and_warnings_are_housekeeping() {
+    fn only_expiry_uncaching_pruning_and_warnings_are_housekeeping() {
         let pg = group("g", false);
         assert!(!Act::delete(&pg).is_housekeeping());
         assert!(!Act::create(group("g", false)).is_housekeeping());
         assert!(Act::Expire {
             job: "j".into(),
             ttl: 1
+        }
+        .is_housekeeping());
+        assert!(Act::UncachePods {
+            done: vec!["j".into()],
+            read: Vec::new()
         }
         .is_housekeeping());
         assert!(Act::Warn {

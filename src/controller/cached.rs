@@ -387,6 +387,11 @@ impl Slim {
             .filter(|ns| !ns.is_empty())
     }
 
+    /// The object's uid.
+    pub fn uid(&self) -> &str {
+        &self.uid
+    }
+
     /// The uids of the object's owners.
     pub fn owner_uids(&self) -> impl Iterator<Item = &str> {
         self.owners.iter().map(Owner::uid)

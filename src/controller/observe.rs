@@ -19,8 +19,14 @@
 //! Where that wait runs out ([`CATCH_UP`]) the pass goes on with what the stores hold. A delete
 //! that removes an object at once produces no version to wait for: a pass may still see it (its
 //! delete then meets 404), and the event that removes it triggers the next pass.
+//!
+//! The pods of a finished Job whose verdict is in status, and that carries a time to live (the
+//! TTL controller removes it and its pods), are left out of the pod cache ([`DoneJobs`]): no pass
+//! reads them again. A pass that reads such a Job again (its verdict is wanted once more) takes
+//! it out of [`DoneJobs`], and its pods are read from the API server until their events bring
+//! them back (see [`crate::controller::decide::jobs::needs_fresh_pods`]).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -346,6 +352,8 @@ pub struct Caches {
     claims: Cache<CachedClaim>,
     /// DeepInferRoles (fed only where the API server serves them).
     scaled_roles: Cache<CachedRole>,
+    /// The Jobs whose pods the pod cache leaves out.
+    done_jobs: Arc<DoneJobs>,
     ready: tokio::sync::watch::Sender<bool>,
     /// How far each store has caught up with the operator's writes.
     pub written: Arc<Written>,
@@ -388,9 +396,10 @@ impl Caches {
         let (config_maps, config_maps_writer) = CacheWriter::new();
         let (claims, claims_writer) = CacheWriter::new();
         let (scaled_roles, scaled_roles_writer) = CacheWriter::new();
+        let done_jobs = Arc::new(DoneJobs::default());
         let writers = CacheWriters {
-            pods: pods_writer,
-            jobs: jobs_writer,
+            pods: pods_writer.leaving_out(Uncached::PodsOf(done_jobs.clone())),
+            jobs: jobs_writer.leaving_out(Uncached::Jobs(done_jobs.clone())),
             services: services_writer,
             budgets: budgets_writer,
             revisions: revisions_writer,
@@ -411,6 +420,7 @@ impl Caches {
             config_maps,
             claims,
             scaled_roles,
+            done_jobs,
             ready: tokio::sync::watch::Sender::new(false),
             written: Arc::new(Written::new(
                 [
@@ -430,6 +440,20 @@ impl Caches {
             )),
         };
         (caches, writers)
+    }
+
+    /// Leaves the pods of the Jobs `done` (uids) out of the pod cache from now on, and caches the
+    /// pods of the Jobs `read` again as their events come (see [`DoneJobs`]).
+    pub fn uncache_job_pods(&self, done: &[String], read: &[String]) {
+        let mut uids = self.done_jobs.write();
+        for uid in read {
+            uids.remove(uid.as_str());
+        }
+        for uid in done {
+            if uids.insert(uid.as_str().into()) {
+                self.pods.write().remove_owned_by(uid);
+            }
+        }
     }
 
     /// The acceptance runs under way in the operator's scope (see
@@ -610,6 +634,36 @@ pub struct CacheWriter<K> {
     filled: bool,
     /// The writers of the cache whose first list is not in yet: the cache is filled at none.
     unfilled: Arc<std::sync::atomic::AtomicUsize>,
+    /// What the writer leaves out of its cache, or keeps current of [`DoneJobs`].
+    uncached: Uncached,
+}
+
+/// The Jobs (by uid) whose pods the pod cache leaves out: finished, their verdict in status,
+/// and given a time to live, so that no pass reads their pods again and the TTL controller
+/// removes them (see [`crate::controller::plan::housekeeping::uncache`]). A Job leaves the set when a
+/// pass reads it again, when it is deleted, or when a relist of Jobs no longer has it.
+#[derive(Debug, Default)]
+pub struct DoneJobs(std::sync::RwLock<HashSet<Box<str>>>);
+
+impl DoneJobs {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashSet<Box<str>>> {
+        self.0.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashSet<Box<str>>> {
+        self.0.write().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// How a [`CacheWriter`] takes part in leaving pods of done Jobs out.
+#[derive(Clone, Debug)]
+enum Uncached {
+    /// It keeps every object.
+    Nothing,
+    /// The pod writer: a pod owned by one of these Jobs is left out.
+    PodsOf(Arc<DoneJobs>),
+    /// The Job writer: a Job deleted, or missing from a relist, leaves the set.
+    Jobs(Arc<DoneJobs>),
 }
 
 /// The objects of a [`Cache`].
@@ -691,6 +745,14 @@ impl<K: Cached> Objects<K> {
         }
     }
 
+    /// Removes every object naming `uid` among its owners.
+    fn remove_owned_by(&mut self, uid: &str) {
+        let owned = self.by_owner.get(uid).cloned().unwrap_or_default();
+        for o in owned {
+            self.remove(o.slim().key());
+        }
+    }
+
     fn unindex(&mut self, old: &Arc<K>) {
         for owner in old.slim().owner_uids() {
             if let Some(owned) = self.by_owner.get_mut(owner) {
@@ -715,8 +777,13 @@ impl<K: Cached> CacheWriter<K> {
             listing: None,
             filled: false,
             unfilled: Arc::new(1.into()),
+            uncached: Uncached::Nothing,
         };
         (cache, writer)
+    }
+
+    fn leaving_out(self, uncached: Uncached) -> Self {
+        Self { uncached, ..self }
     }
 
     /// One writer per namespace in place of this one, each for the watch of its namespace: a
@@ -736,6 +803,7 @@ impl<K: Cached> CacheWriter<K> {
                 listing: None,
                 filled: false,
                 unfilled: unfilled.clone(),
+                uncached: self.uncached.clone(),
             })
             .collect()
     }
@@ -746,8 +814,28 @@ impl<K: Cached> CacheWriter<K> {
     /// writer's first list is in.
     pub fn take(&mut self, event: &watcher::Event<Incoming<K>>) {
         match event {
-            watcher::Event::Apply(o) => self.cache.write().put(Arc::new(o.shape().clone())),
-            watcher::Event::Delete(o) => self.cache.write().remove(o.shape().slim().key()),
+            watcher::Event::Apply(o) => {
+                let o = o.shape();
+                match &self.uncached {
+                    // Under the set's lock, so that a Job found done meanwhile loses this pod too.
+                    Uncached::PodsOf(done) => {
+                        let done = done.read();
+                        let mut objects = self.cache.write();
+                        if o.slim().owner_uids().any(|uid| done.contains(uid)) {
+                            objects.remove(o.slim().key());
+                        } else {
+                            objects.put(Arc::new(o.clone()));
+                        }
+                    }
+                    _ => self.cache.write().put(Arc::new(o.clone())),
+                }
+            }
+            watcher::Event::Delete(o) => {
+                self.cache.write().remove(o.shape().slim().key());
+                if let Uncached::Jobs(done) = &self.uncached {
+                    done.write().remove(o.shape().slim().uid());
+                }
+            }
             watcher::Event::Init => self.listing = Some(Vec::new()),
             watcher::Event::InitApply(o) => {
                 if let Some(listing) = self.listing.as_mut() {
@@ -755,10 +843,27 @@ impl<K: Cached> CacheWriter<K> {
                 }
             }
             watcher::Event::InitDone => {
-                if let Some(listed) = self.listing.take() {
-                    self.cache
-                        .write()
-                        .replace(self.namespace.as_deref(), listed);
+                if let Some(mut listed) = self.listing.take() {
+                    match &self.uncached {
+                        Uncached::PodsOf(done) => {
+                            let done = done.read();
+                            listed.retain(|o| !o.slim().owner_uids().any(|uid| done.contains(uid)));
+                            self.cache
+                                .write()
+                                .replace(self.namespace.as_deref(), listed);
+                        }
+                        Uncached::Jobs(done) => {
+                            let mut objects = self.cache.write();
+                            objects.replace(self.namespace.as_deref(), listed);
+                            let uids: HashSet<&str> =
+                                objects.by_key.iter().map(|e| e.0.slim().uid()).collect();
+                            done.write().retain(|uid| uids.contains(&**uid));
+                        }
+                        Uncached::Nothing => self
+                            .cache
+                            .write()
+                            .replace(self.namespace.as_deref(), listed),
+                    }
                 }
                 if !std::mem::replace(&mut self.filled, true)
                     && self.unfilled.fetch_sub(1, Ordering::SeqCst) == 1
@@ -1458,6 +1563,83 @@ mod tests {
             .iter()
             .map(|s| s.slim().name().to_string())
             .collect()
+    }
+
+    #[test]
+    fn the_pods_of_a_done_job_leave_the_pod_cache_until_a_pass_reads_the_job_again_or_it_is_gone() {
+        use watcher::Event::{Apply, Delete, Init, InitApply, InitDone};
+        let (caches, mut writers) = Caches::new();
+        fn decoded<K: DeserializeOwned>(value: serde_json::Value) -> K {
+            serde_json::from_value(value).expect("decoded")
+        }
+        let pod = |name: &str, job_uid: &str| -> Incoming<CachedPod> {
+            decoded(serde_json::json!({"metadata": {
+                "name": name, "namespace": "team", "labels": {labels::DEPLOYMENT: "flash"},
+                "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": job_uid}],
+            }}))
+        };
+        let job = |name: &str, uid: &str| -> Incoming<CachedJob> {
+            decoded(serde_json::json!({"metadata": {
+                "name": name, "namespace": "team", "uid": uid, "labels": {labels::DEPLOYMENT: "flash"},
+            }}))
+        };
+        let cached = |caches: &Caches, job_uid: &str| -> Vec<String> {
+            owned(&caches.pods, "team", "flash", job_uid, None)
+                .iter()
+                .map(|p| p.slim().name().to_string())
+                .collect()
+        };
+        for event in [
+            Init,
+            InitApply(pod("verify-a", "j1")),
+            InitApply(pod("accept-a", "j2")),
+            InitDone,
+        ] {
+            writers.pods.take(&event);
+        }
+        for event in [
+            Init,
+            InitApply(job("verify", "j1")),
+            InitApply(job("accept", "j2")),
+            InitDone,
+        ] {
+            writers.jobs.take(&event);
+        }
+        caches.uncache_job_pods(&["j1".into()], &["j2".into()]);
+        assert!(
+            cached(&caches, "j1").is_empty(),
+            "a done Job's pods leave the cache"
+        );
+        assert_eq!(cached(&caches, "j2"), ["accept-a"]);
+        // Neither an event nor a relist brings them back while the Job is done.
+        writers.pods.take(&Apply(pod("verify-b", "j1")));
+        for event in [
+            Init,
+            InitApply(pod("verify-a", "j1")),
+            InitApply(pod("accept-a", "j2")),
+            InitDone,
+        ] {
+            writers.pods.take(&event);
+        }
+        assert!(cached(&caches, "j1").is_empty());
+        assert_eq!(caches.pods.len(), 1);
+        // A pass that reads the Job again has its pods cached as their events come.
+        caches.uncache_job_pods(&[], &["j1".into()]);
+        writers.pods.take(&Apply(pod("verify-a", "j1")));
+        assert_eq!(cached(&caches, "j1"), ["verify-a"]);
+        // A Job that is deleted, or that a relist of Jobs no longer has, is forgotten.
+        caches.uncache_job_pods(&["j1".into(), "j2".into()], &[]);
+        assert_eq!(caches.pods.len(), 0);
+        writers.jobs.take(&Delete(job("verify", "j1")));
+        for event in [Init, InitDone] {
+            writers.jobs.take(&event);
+        }
+        assert!(
+            caches.done_jobs.read().is_empty(),
+            "nothing kept of Jobs gone"
+        );
+        writers.pods.take(&Apply(pod("verify-a", "j1")));
+        assert_eq!(cached(&caches, "j1"), ["verify-a"]);
     }
 
     #[test]

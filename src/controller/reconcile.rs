@@ -307,7 +307,7 @@ pub async fn pass(
     // Housekeeping: failures are logged, never a failed pass.
     let _ = p
         .exec
-        .run(&plan::housekeeping::expire(&p.observed, &keep, ttl))
+        .run(&plan::housekeeping::tidy(&p.observed, &keep, ttl))
         .await;
     Ok((outcome.clone(), Some(plan::next_look(&outcome, retry))))
 }

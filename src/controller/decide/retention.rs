@@ -75,18 +75,38 @@ pub fn finished(job: &Job) -> bool {
         })
 }
 
+/// The finished Jobs whose verdict is no longer read from them: all but `keep` (Jobs whose
+/// verdict is not in status yet).
+fn done_with<'a>(jobs: &'a [Job], keep: &'a [String]) -> impl Iterator<Item = &'a Job> {
+    jobs.iter().filter(|j| finished(j)).filter(|j| {
+        !keep
+            .iter()
+            .any(|k| Some(k.as_str()) == j.metadata.name.as_deref())
+    })
+}
+
+/// Whether a Job carries `ttlSecondsAfterFinished`.
+fn has_ttl(job: &Job) -> bool {
+    job.spec
+        .as_ref()
+        .is_some_and(|s| s.ttl_seconds_after_finished.is_some())
+}
+
 /// Names of the finished Jobs that get a TTL now: those without one, except `keep` (Jobs whose
 /// verdict is not in status yet and is still read from them).
-pub fn jobs_to_expire<'a>(jobs: &'a [Job], keep: &[String]) -> Vec<&'a str> {
-    jobs.iter()
-        .filter(|j| finished(j))
-        .filter(|j| {
-            j.spec
-                .as_ref()
-                .is_none_or(|s| s.ttl_seconds_after_finished.is_none())
-        })
+pub fn jobs_to_expire<'a>(jobs: &'a [Job], keep: &'a [String]) -> Vec<&'a str> {
+    done_with(jobs, keep)
+        .filter(|j| !has_ttl(j))
         .filter_map(|j| j.metadata.name.as_deref())
-        .filter(|n| !keep.iter().any(|k| k == n))
+        .collect()
+}
+
+/// Uids of the finished Jobs whose pods no pass reads again: their verdict is in status (not in
+/// `keep`) and they carry a TTL, so the TTL controller removes them with their pods.
+pub fn jobs_read_out<'a>(jobs: &'a [Job], keep: &'a [String]) -> Vec<&'a str> {
+    done_with(jobs, keep)
+        .filter(|j| has_ttl(j))
+        .filter_map(|j| j.metadata.uid.as_deref())
         .collect()
 }
 
@@ -153,6 +173,30 @@ mod tests {
         assert_eq!(
             jobs_to_expire(&jobs, &["unrecorded".to_string()]),
             ["done", "failed"]
+        );
+    }
+
+    #[test]
+    fn the_pods_of_a_finished_job_are_read_out_once_its_verdict_is_in_status_and_it_expires() {
+        let job = |name: &str, condition: Option<&str>, ttl: Option<i32>| -> Job {
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "uid": format!("uid-{name}")},
+                "spec": {"ttlSecondsAfterFinished": ttl, "template": {}},
+                "status": {"conditions": condition.map(|c| vec![json!({"type": c, "status": "True"})])}
+            }))
+            .expect("job")
+        };
+        let jobs = [
+            job("passed", Some("Complete"), Some(86_400)),
+            job("failed", Some("Failed"), Some(86_400)),
+            job("running", None, Some(86_400)),
+            job("unexpiring", Some("Complete"), None),
+            job("unrecorded", Some("Complete"), Some(86_400)),
+        ];
+        assert_eq!(
+            jobs_read_out(&jobs, &["unrecorded".to_string()]),
+            ["uid-passed", "uid-failed"],
+            "not a Job still running, nor one whose pods the TTL controller would not remove, nor one whose verdict is still read"
         );
     }
 }

@@ -3,7 +3,8 @@
 //! it once its verdict is in status, so the TTL controller removes it and its pods. The Jobs
 //! whose verdict is not in status yet keep none: the current checkpoint Jobs until the
 //! checkpoint is recorded, every acceptance Job until the acceptance stage says which run is
-//! judged.
+//! judged. The pods of a finished Job whose verdict is in status and that has its time to live
+//! leave the pod cache: no pass reads them again.
 
 use kube::ResourceExt;
 
@@ -43,13 +44,76 @@ pub fn unjudged_jobs(
     jobs
 }
 
-/// TTLs for the finished Jobs but `keep`.
-pub fn expire<'o>(observed: &Observed, keep: &[String], ttl: i32) -> Vec<Act<'o>> {
-    retention::jobs_to_expire(&observed.jobs, keep)
+/// Housekeeping of the deployment's finished Jobs but `keep`: a TTL for those without one; the
+/// pods of those with one leave the pod cache, and the pods of every other Job of the deployment
+/// are cached (again) as their events come.
+pub fn tidy<'o>(observed: &Observed, keep: &[String], ttl: i32) -> Vec<Act<'o>> {
+    let mut acts: Vec<Act<'o>> = retention::jobs_to_expire(&observed.jobs, keep)
         .into_iter()
         .map(|job| Act::Expire {
             job: job.to_string(),
             ttl,
         })
-        .collect()
+        .collect();
+    acts.push(uncache(observed, keep));
+    acts
+}
+
+/// [`Act::UncachePods`] of the pods of the deployment's Jobs that no pass reads again.
+pub fn uncache<'o>(observed: &Observed, keep: &[String]) -> Act<'o> {
+    let done: Vec<String> = retention::jobs_read_out(&observed.jobs, keep)
+        .into_iter()
+        .map(str::to_string)
+        .collect();
+    let read = observed
+        .jobs
+        .iter()
+        .filter_map(|j| j.metadata.uid.clone())
+        .filter(|uid| !done.contains(uid))
+        .collect();
+    Act::UncachePods { done, read }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pods_of_jobs_whose_verdict_is_recorded_leave_the_cache_and_those_still_read_return() {
+        let job = |name: &str, condition: Option<&str>, ttl: Option<i32>| {
+            serde_json::from_value::<k8s_openapi::api::batch::v1::Job>(serde_json::json!({
+                "metadata": {"name": name, "uid": format!("uid-{name}")},
+                "spec": {"ttlSecondsAfterFinished": ttl, "template": {}},
+                "status": {"conditions": condition.map(|c| vec![serde_json::json!({"type": c, "status": "True"})])},
+            }))
+            .expect("job")
+        };
+        let observed = Observed {
+            jobs: vec![
+                job("verify", Some("Complete"), Some(86_400)),
+                job("accept-0", Some("Complete"), Some(86_400)),
+                job("accept-old-0", Some("Failed"), None),
+                job("accept-new-0", None, Some(86_400)),
+            ],
+            ..Observed::default()
+        };
+        let acts = tidy(&observed, &["accept-0".to_string()], 60);
+        let described: Vec<String> = acts.iter().map(Act::describe).collect();
+        assert_eq!(
+            described,
+            [
+                "expire Job accept-old-0 after 60 s",
+                "leave the pods of 1 Jobs out of the cache, cache those of 3"
+            ]
+        );
+        let Some(Act::UncachePods { done, read }) = acts.last() else {
+            panic!("the last act uncaches pods");
+        };
+        assert_eq!(done, &["uid-verify"], "judged, finished, expiring");
+        assert_eq!(
+            read,
+            &["uid-accept-0", "uid-accept-old-0", "uid-accept-new-0"],
+            "its verdict still read; no time to live yet; running"
+        );
+    }
 }

@@ -4,7 +4,10 @@
 //! ([`observe::filled`]), on one thread, with the operator's allocator (jemalloc). The heap that
 //! thread allocated and did not free is what the cache of that kind costs; it is set beside the
 //! operator's whole heap (`deepinfer_heap_bytes{state="allocated"}`), so that the rest (tasks,
-//! connections, the controller's queue, the event recorder) shows too.
+//! connections, the controller's queue, the event recorder) shows too. It is measured with every
+//! resource Ready, so every finished Job's verdict is in status: the pods of the finished Jobs
+//! with a time to live are left out, as the operator leaves them out of its pod cache
+//! ([`retention::jobs_read_out`]).
 
 use kube::api::ListParams;
 use kube::core::{ObjectList, Request};
@@ -15,8 +18,9 @@ use serde::de::DeserializeOwned;
 
 use deepinfer_operator::controller::cached::{
     Cached, CachedClaim, CachedDeployment, CachedJob, CachedMeta, CachedPod, CachedPodGroup,
-    CachedRevision, Incoming,
+    CachedRevision, Incoming, Slimmed,
 };
+use deepinfer_operator::controller::decide::retention;
 use deepinfer_operator::controller::observe;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -65,6 +69,19 @@ async fn list_text(client: &Client, url: &str, selector: Option<&str>) -> kube::
     client.request_text(request).await
 }
 
+/// The text of one cached kind's list (`None`: the API server does not serve the kind).
+async fn owned_text<K: Cached>(
+    client: &Client,
+    namespace: Option<&str>,
+    selector: Option<&str>,
+) -> anyhow::Result<Option<String>> {
+    match list_text(client, &Incoming::<K>::url_path(&(), namespace), selector).await {
+        Ok(text) => Ok(Some(text)),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// One cached kind's list decoded into a cache as the operator keeps it.
 async fn owned<K>(
     client: &Client,
@@ -74,21 +91,31 @@ async fn owned<K>(
 where
     K: Cached + DeserializeOwned,
 {
+    owned_kept::<K>(client, namespace, selector, |_| true).await
+}
+
+/// [`owned`], of the objects `kept` keeps.
+async fn owned_kept<K>(
+    client: &Client,
+    namespace: Option<&str>,
+    selector: Option<&str>,
+    kept: impl Fn(&K) -> bool,
+) -> anyhow::Result<KindFootprint>
+where
+    K: Cached + DeserializeOwned,
+{
     let kind = Incoming::<K>::kind(&()).to_string();
-    let text = match list_text(client, &Incoming::<K>::url_path(&(), namespace), selector).await {
-        Ok(text) => text,
-        // A kind the API server does not serve is not cached.
-        Err(kube::Error::Api(status)) if status.code == 404 => {
-            return Ok(KindFootprint {
-                kind,
-                objects: 0,
-                bytes: 0,
-            })
-        }
-        Err(e) => return Err(e.into()),
+    // A kind the API server does not serve is not cached.
+    let Some(text) = owned_text::<K>(client, namespace, selector).await? else {
+        return Ok(KindFootprint {
+            kind,
+            objects: 0,
+            bytes: 0,
+        });
     };
     let ((objects, cache), bytes) = held(|| {
-        let list: ObjectList<Incoming<K>> = serde_json::from_str(&text)?;
+        let mut list: ObjectList<Incoming<K>> = serde_json::from_str(&text)?;
+        list.items.retain(|o| kept(o.shape()));
         let objects = list.items.len();
         Ok((objects, observe::filled(list.items)))
     })?;
@@ -131,9 +158,20 @@ pub async fn measure(
     let owned_selector = observe::owned_selector();
     let owned_selector = Some(owned_selector.as_str());
     let config_maps = observe::config_map_selector();
+    let jobs: Vec<_> = match owned_text::<CachedJob>(client, namespace, owned_selector).await? {
+        Some(text) => serde_json::from_str::<ObjectList<Incoming<CachedJob>>>(&text)?
+            .items
+            .iter()
+            .map(|j| j.shape().to_api())
+            .collect(),
+        None => Vec::new(),
+    };
+    let done: std::collections::HashSet<&str> =
+        retention::jobs_read_out(&jobs, &[]).into_iter().collect();
+    let of_done_job = |pod: &CachedPod| pod.slim().owner_uids().any(|uid| done.contains(uid));
     Ok(vec![
         deployments(client, namespace).await?,
-        owned::<CachedPod>(client, namespace, owned_selector).await?,
+        owned_kept::<CachedPod>(client, namespace, owned_selector, |p| !of_done_job(p)).await?,
         owned::<CachedJob>(client, namespace, owned_selector).await?,
         owned::<CachedMeta<Service>>(client, namespace, owned_selector).await?,
         owned::<CachedMeta<PodDisruptionBudget>>(client, namespace, owned_selector).await?,

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::marker::PhantomData;
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
-use k8s_openapi::api::batch::v1::{Job, JobSpec, JobStatus};
+use k8s_openapi::api::batch::v1::{Job, JobCondition, JobSpec, JobStatus};
 use k8s_openapi::api::core::v1::{
     Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
     ContainerStateWaiting, ContainerStatus, PersistentVolumeClaim, PersistentVolumeClaimStatus,
@@ -925,7 +925,8 @@ slimmed!(
 );
 
 /// A Job as the cache keeps it: its metadata, TTL, its pods' device claims and containers'
-/// names (none of their arguments: a judge has two dozen that no pass reads), and its status.
+/// names (none of their arguments: a judge has two dozen that no pass reads), and of its status
+/// what a pass reads ([`JobRun`]).
 #[derive(Clone, Debug, Default, Deserialize)]
 pub struct CachedJob {
     #[serde(default)]
@@ -933,7 +934,66 @@ pub struct CachedJob {
     #[serde(default)]
     spec: Option<JobPlan>,
     #[serde(default)]
-    status: Option<JobStatus>,
+    status: Option<JobRun>,
+}
+
+/// A Job's status as a cached Job keeps it: how many pods succeeded, its start and completion,
+/// and each condition's type, status, reason and message (packed into one allocation each).
+/// The counts of active, ready, failed and terminating pods, the conditions' times and the
+/// indexes are dropped: no pass reads them.
+#[derive(Clone, Debug, Default)]
+struct JobRun {
+    succeeded: Option<i32>,
+    start_time: Stamp,
+    completion_time: Stamp,
+    conditions: Box<[Texts]>,
+}
+
+impl<'de> Deserialize<'de> for JobRun {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let status = JobStatus::deserialize(deserializer)?;
+        Ok(Self {
+            succeeded: status.succeeded,
+            start_time: Stamp::of(status.start_time.as_ref()),
+            completion_time: Stamp::of(status.completion_time.as_ref()),
+            conditions: status
+                .conditions
+                .iter()
+                .flatten()
+                .map(|c| {
+                    Texts::of([
+                        Some(c.type_.as_str()),
+                        Some(c.status.as_str()),
+                        c.reason.as_deref(),
+                        c.message.as_deref(),
+                    ])
+                })
+                .collect(),
+        })
+    }
+}
+
+impl JobRun {
+    fn to_api(&self) -> JobStatus {
+        JobStatus {
+            succeeded: self.succeeded,
+            start_time: self.start_time.time(),
+            completion_time: self.completion_time.time(),
+            conditions: (!self.conditions.is_empty()).then(|| {
+                self.conditions
+                    .iter()
+                    .map(|c| JobCondition {
+                        type_: c.owned(0).unwrap_or_default(),
+                        status: c.owned(1).unwrap_or_default(),
+                        reason: c.owned(2),
+                        message: c.owned(3),
+                        ..JobCondition::default()
+                    })
+                    .collect()
+            }),
+            ..JobStatus::default()
+        }
+    }
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -988,7 +1048,7 @@ impl Cached for CachedJob {
                 },
                 ..JobSpec::default()
             }),
-            status: self.status.clone(),
+            status: self.status.as_ref().map(JobRun::to_api),
         }
     }
 }

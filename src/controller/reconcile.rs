@@ -464,7 +464,13 @@ impl<'c> Pass<'c> {
         revision: &str,
     ) -> Result<plan::acceptance::Found, Error> {
         let run = Run::of(did, revision, &self.observed);
-        let fresh = match plan::acceptance::leader_to_read(did, &run, &self.observed) {
+        let fresh = match plan::acceptance::leader_to_read(
+            did,
+            &run,
+            &self.observed,
+            &self.known,
+            revision,
+        ) {
             Some(job) => Some(pods_of_job_now(&self.ctx.client, &did.namespace, &job).await?),
             None => None,
         };

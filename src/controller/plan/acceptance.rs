@@ -74,11 +74,22 @@ impl Run {
     }
 }
 
-/// The run's leader Job whose pods must be read from the API server rather than the cache: it
-/// finished, and the cache holds no summary of its judge (the verdict never rests on a view
-/// older than the Job's completion).
-pub fn leader_to_read(did: &ValidatedDeployment, run: &Run, observed: &Observed) -> Option<String> {
-    run.leader(did)
+/// The run's leader Job whose pods must be read from the API server rather than the cache: its
+/// verdict is not in status (`known`), it finished, and the cache holds no summary of its judge
+/// (the verdict never rests on a view older than the Job's completion). Once the verdict is in
+/// status its pods are no longer read (nor cached).
+pub fn leader_to_read(
+    did: &ValidatedDeployment,
+    run: &Run,
+    observed: &Observed,
+    known: &DeepInferDeploymentStatus,
+    revision: &str,
+) -> Option<String> {
+    known
+        .recorded_judgement(revision, &run.spec_hash, &run.token)
+        .is_none()
+        .then(|| run.leader(did))
+        .flatten()
         .filter(|leader| jobs::needs_fresh_pods(observed, leader, build::JUDGE_CONTAINER))
 }
 
@@ -899,6 +910,18 @@ mod tests {
         assert!(plan.acts.is_empty());
         assert!(plan.found.unjudged.is_none(), "the verdict is in status");
         assert!(plan.found.status.is_some() && plan.found.recorded.is_none());
+        // Its finished leader's pods, no longer cached, are not read from the API server.
+        case.observed.jobs = vec![case.job(0, "succeeded")];
+        assert_eq!(
+            leader_to_read(&case.did, &run, &case.observed, &case.known, &case.revision),
+            None
+        );
+        case.known.judgements.clear();
+        assert_eq!(
+            leader_to_read(&case.did, &run, &case.observed, &case.known, &case.revision),
+            run.leader(&case.did),
+            "without the verdict in status, they are"
+        );
     }
 
     #[test]

@@ -552,20 +552,24 @@ impl Deflated {
 }
 
 /// A `DeepInferDeployment` as the controller's cache keeps it: its metadata (without
-/// `managedFields` and the last-applied annotation), the ConfigMap its `spec.acceptance.promptsFrom` names and its checkpoint's
-/// PersistentVolumeClaim (the ConfigMap and claim watches map events through them), and every other field of the object as JSON text, parsed by the pass
-/// that reads it. Any JSON is kept: a resource that does not match the schema is cached too, and
-/// its pass reports the field.
+/// `managedFields` and the last-applied annotation; its labels and annotations are kept with the
+/// rest, below), the ConfigMap its `spec.acceptance.promptsFrom` names and its checkpoint's
+/// PersistentVolumeClaim (the ConfigMap and claim watches map events through them), and every
+/// other field of the object as JSON text, parsed by the pass that reads it. Any JSON is kept: a
+/// resource that does not match the schema is cached too, and its pass reports the field.
 #[derive(Clone, Debug, Default)]
 pub struct CachedDeployment {
-    /// The object's metadata, without `managedFields` and the last-applied annotation.
+    /// The object's metadata without `managedFields`, labels and annotations: what the
+    /// controller's queue and store read.
     pub metadata: ObjectMeta,
     /// `spec.acceptance.promptsFrom.name`, when set.
     pub prompts_from: Option<String>,
     /// The checkpoint's PersistentVolumeClaim (`spec.model.source.hub.claimName`, else
     /// `spec.model.source.volume.claimName`), when set.
     pub checkpoint_claim: Option<String>,
-    /// The object's fields but `apiVersion`, `kind` and `metadata`, as one JSON object's text.
+    /// The object's fields but `apiVersion`, `kind` and `metadata`, and the labels and
+    /// annotations (but the last-applied one) as `metadata`, as one JSON object's text: a
+    /// label or annotation map takes a 640-byte node however few its entries.
     body: Deflated,
 }
 
@@ -586,6 +590,25 @@ impl CachedDeployment {
         let prompts_from = spec_str("/acceptance/promptsFrom/name");
         let checkpoint_claim = spec_str("/model/source/hub/claimName")
             .or_else(|| spec_str("/model/source/volume/claimName"));
+        let mut marks = Map::new();
+        for (key, map) in [
+            ("labels", metadata.labels.take()),
+            ("annotations", metadata.annotations.take()),
+        ] {
+            if let Some(map) = map {
+                marks.insert(
+                    key.into(),
+                    Value::Object(
+                        map.into_iter()
+                            .map(|(k, v)| (k, Value::String(v)))
+                            .collect(),
+                    ),
+                );
+            }
+        }
+        if !marks.is_empty() {
+            fields.insert("metadata".into(), Value::Object(marks));
+        }
         Self {
             metadata,
             prompts_from,
@@ -597,9 +620,14 @@ impl CachedDeployment {
     /// The whole object as JSON, with `apiVersion` and `kind` of `ar`.
     pub fn to_value(&self, ar: &ApiResource) -> Result<Value, serde_json::Error> {
         let mut fields: Map<String, Value> = serde_json::from_slice(&self.body.text()?)?;
+        let marks = fields.remove("metadata");
+        let mut metadata = serde_json::to_value(&self.metadata)?;
+        if let (Some(Value::Object(marks)), Value::Object(metadata)) = (marks, &mut metadata) {
+            metadata.extend(marks);
+        }
         fields.insert("apiVersion".into(), Value::String(ar.api_version.clone()));
         fields.insert("kind".into(), Value::String(ar.kind.clone()));
-        fields.insert("metadata".into(), serde_json::to_value(&self.metadata)?);
+        fields.insert("metadata".into(), metadata);
         Ok(Value::Object(fields))
     }
 }
@@ -667,8 +695,8 @@ pub struct CachedPod {
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Placement {
-    node_name: Option<String>,
-    resource_claims: Option<Vec<PodResourceClaim>>,
+    node_name: Option<Box<str>>,
+    resource_claims: Option<Box<[PodResourceClaim]>>,
 }
 
 /// A pod's status as a cached pod keeps it.
@@ -876,8 +904,8 @@ impl Cached for CachedPod {
         Pod {
             metadata: self.metadata.full(),
             spec: self.spec.as_ref().map(|s| PodSpec {
-                node_name: s.node_name.clone(),
-                resource_claims: s.resource_claims.clone(),
+                node_name: s.node_name.as_deref().map(str::to_string),
+                resource_claims: s.resource_claims.as_deref().map(<[_]>::to_vec),
                 ..PodSpec::default()
             }),
             status: self.status.as_deref().map(|s| PodStatus {
@@ -1245,6 +1273,7 @@ mod tests {
             "kind": "DeepInferDeployment",
             "metadata": {
                 "name": "flash", "namespace": "team", "uid": "u-1", "generation": 3,
+                "labels": {"team": "inference"},
                 "annotations": {
                     "kubectl.kubernetes.io/last-applied-configuration": "{\"spec\":{}}",
                     "deepinfer.io/license-accepted": "mit",
@@ -1521,7 +1550,16 @@ mod tests {
             .remove("kubectl.kubernetes.io/last-applied-configuration");
         assert_eq!(cached.to_value(&ar).expect("value"), expected);
         let body = String::from_utf8(cached.body.text().expect("inflated")).expect("text");
-        assert!(body.len() < 200, "{body}");
+        assert!(
+            !body.contains("managedFields") && !body.contains("last-applied"),
+            "{body}"
+        );
+        // The labels and annotations are kept in the compressed text, not as maps.
+        assert_eq!(
+            (&cached.metadata.labels, &cached.metadata.annotations),
+            (&None, &None)
+        );
+        assert!(body.contains("license-accepted") && body.contains("inference"));
     }
 
     #[test]

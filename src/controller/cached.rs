@@ -281,7 +281,7 @@ const OTHER_OWNER: u8 = u8::MAX;
 
 /// An owner reference as a cache keeps it: its type as an index into [`OWNER_TYPES`], its name
 /// and uid packed into one allocation (with the `apiVersion` and `kind` of another type).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 struct Owner {
     type_: u8,
     controller: Option<bool>,
@@ -353,7 +353,8 @@ pub struct Slim {
     generation: Option<i64>,
     created: Stamp,
     deleted: Stamp,
-    owners: Box<[Owner]>,
+    /// Shared by the objects of one cache with the same owners (see [`Slim::share_owners`]).
+    owners: std::sync::Arc<[Owner]>,
     labels: Marks,
     annotations: Marks,
 }
@@ -395,6 +396,19 @@ impl Slim {
     /// The uids of the object's owners.
     pub fn owner_uids(&self) -> impl Iterator<Item = &str> {
         self.owners.iter().map(Owner::uid)
+    }
+
+    /// Takes `other`'s owner references in place of an equal list of this object's own: the
+    /// objects a resource owns (its pods, Services, Jobs) name the same owners, kept once.
+    pub fn share_owners(&mut self, other: &Slim) {
+        if self.owners == other.owners {
+            self.owners = other.owners.clone();
+        }
+    }
+
+    /// Whether this object and `other` keep their owner references in one allocation.
+    pub fn shares_owners(&self, other: &Slim) -> bool {
+        std::sync::Arc::ptr_eq(&self.owners, &other.owners)
     }
 
     /// Whether the object names `uid` among its owners.

@@ -629,7 +629,7 @@ pub struct CacheWriter<K> {
     namespace: Option<Box<str>>,
     /// The objects of a relist under way; they replace the cache's objects of the namespace
     /// once the list is in.
-    listing: Option<Vec<Arc<K>>>,
+    listing: Option<Vec<K>>,
     /// Whether this writer's first list is in.
     filled: bool,
     /// The writers of the cache whose first list is not in yet: the cache is filled at none.
@@ -707,7 +707,7 @@ impl<K: Cached> Eq for Entry<K> {}
 
 impl<K: Cached> Objects<K> {
     /// Replaces the objects of `namespace` (`None`: every object) with `list`.
-    fn replace(&mut self, namespace: Option<&str>, list: Vec<Arc<K>>) {
+    fn replace(&mut self, namespace: Option<&str>, list: Vec<K>) {
         match namespace {
             None => *self = Self::default(),
             Some(ns) => {
@@ -727,7 +727,17 @@ impl<K: Cached> Objects<K> {
         }
     }
 
-    fn put(&mut self, o: Arc<K>) {
+    /// Stores `o`, its owner references shared with a cached object of its first owner's that
+    /// names the same owners.
+    fn put(&mut self, mut o: K) {
+        let first = o.slim().owner_uids().next().map(str::to_string);
+        if let Some(same) = first
+            .and_then(|uid| self.by_owner.get(uid.as_str()))
+            .and_then(|owned| owned.first())
+        {
+            o.slim_mut().share_owners(same.slim());
+        }
+        let o = Arc::new(o);
         if let Some(old) = self.by_key.replace(Entry(o.clone())) {
             self.unindex(&old.0);
         }
@@ -824,10 +834,10 @@ impl<K: Cached> CacheWriter<K> {
                         if o.slim().owner_uids().any(|uid| done.contains(uid)) {
                             objects.remove(o.slim().key());
                         } else {
-                            objects.put(Arc::new(o.clone()));
+                            objects.put(o.clone());
                         }
                     }
-                    _ => self.cache.write().put(Arc::new(o.clone())),
+                    _ => self.cache.write().put(o.clone()),
                 }
             }
             watcher::Event::Delete(o) => {
@@ -839,7 +849,7 @@ impl<K: Cached> CacheWriter<K> {
             watcher::Event::Init => self.listing = Some(Vec::new()),
             watcher::Event::InitApply(o) => {
                 if let Some(listing) = self.listing.as_mut() {
-                    listing.push(Arc::new(o.shape().clone()));
+                    listing.push(o.shape().clone());
                 }
             }
             watcher::Event::InitDone => {
@@ -1670,6 +1680,40 @@ mod tests {
         );
         writers.pods.take(&Apply(pod("verify-a", "j1")));
         assert_eq!(cached(&caches, "j1"), ["verify-a"]);
+    }
+
+    #[test]
+    fn the_objects_of_one_owner_keep_their_owner_references_once() {
+        use watcher::Event::{Apply, Delete, Init, InitApply, InitDone};
+        let (cache, mut writer) = CacheWriter::<CachedMeta<Service>>::new();
+        for event in [
+            Init,
+            InitApply(service("team", "a-0", "a", Some("u-a"))),
+            InitApply(service("team", "a-1", "a", Some("u-a"))),
+            InitDone,
+        ] {
+            take(&mut writer, event);
+        }
+        take(&mut writer, Apply(service("team", "a-2", "a", Some("u-a"))));
+        take(&mut writer, Apply(service("team", "b-0", "b", Some("u-b"))));
+        let slim = |name: &str| cache.get("team", name).expect("cached").slim().clone();
+        assert!(slim("a-0").shares_owners(&slim("a-1")), "listed");
+        assert!(slim("a-0").shares_owners(&slim("a-2")), "applied");
+        assert!(!slim("a-0").shares_owners(&slim("b-0")));
+        // An owner of the same uid named otherwise is not taken for it.
+        take(
+            &mut writer,
+            Apply(service("team", "a-3", "renamed", Some("u-a"))),
+        );
+        assert!(!slim("a-0").shares_owners(&slim("a-3")));
+        // The list outlives the object it was first kept with.
+        take(
+            &mut writer,
+            Delete(service("team", "a-0", "a", Some("u-a"))),
+        );
+        assert!(slim("a-1").shares_owners(&slim("a-2")));
+        assert_eq!(slim("a-2").owner_uids().collect::<Vec<_>>(), ["u-a"]);
+        assert_eq!(names(&cache, "team", "a", "u-a"), ["a-1", "a-2"]);
     }
 
     #[test]

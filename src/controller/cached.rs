@@ -347,9 +347,8 @@ impl From<&OwnerReference> for Owner {
 pub struct Slim {
     /// The decoded `ObjectMeta`, from decoding until [`Incoming`] takes it; `None` after.
     wire: Option<Box<ObjectMeta>>,
-    key: Box<str>,
-    uid: Box<str>,
-    resource_version: Box<str>,
+    /// `namespace/name` (the store's key), the uid and the resourceVersion, in one allocation.
+    ids: Texts,
     generation: Option<i64>,
     created: Stamp,
     deleted: Stamp,
@@ -359,10 +358,6 @@ pub struct Slim {
     annotations: Marks,
 }
 
-fn text(s: &Option<String>) -> Box<str> {
-    s.as_deref().unwrap_or_default().into()
-}
-
 fn some_text(s: &str) -> Option<String> {
     (!s.is_empty()).then(|| s.to_string())
 }
@@ -370,19 +365,18 @@ fn some_text(s: &str) -> Option<String> {
 impl Slim {
     /// `namespace/name`: the store's key.
     pub fn key(&self) -> &str {
-        &self.key
+        self.ids.get(0).unwrap_or_default()
     }
 
     /// The object's name.
     pub fn name(&self) -> &str {
-        self.key
-            .split_once('/')
-            .map_or(&*self.key, |(_, name)| name)
+        let key = self.key();
+        key.split_once('/').map_or(key, |(_, name)| name)
     }
 
     /// The object's namespace (`None` for a cluster-scoped object).
     pub fn namespace(&self) -> Option<&str> {
-        self.key
+        self.key()
             .split_once('/')
             .map(|(ns, _)| ns)
             .filter(|ns| !ns.is_empty())
@@ -390,7 +384,7 @@ impl Slim {
 
     /// The object's uid.
     pub fn uid(&self) -> &str {
-        &self.uid
+        self.ids.get(1).unwrap_or_default()
     }
 
     /// The uids of the object's owners.
@@ -418,15 +412,15 @@ impl Slim {
 
     /// The metadata with the kept labels and annotations back in.
     fn full(&self) -> ObjectMeta {
-        let (namespace, name) = match self.key.split_once('/') {
+        let (namespace, name) = match self.key().split_once('/') {
             Some((ns, name)) => (some_text(ns), some_text(name)),
-            None => (None, some_text(&self.key)),
+            None => (None, some_text(self.key())),
         };
         ObjectMeta {
             name,
             namespace,
-            uid: some_text(&self.uid),
-            resource_version: some_text(&self.resource_version),
+            uid: some_text(self.uid()),
+            resource_version: self.ids.owned(2).filter(|v| !v.is_empty()),
             generation: self.generation,
             creation_timestamp: self.created.time(),
             deletion_timestamp: self.deleted.time(),
@@ -448,15 +442,17 @@ impl<'de> Deserialize<'de> for Slim {
         meta.self_link = None;
         let labels = Marks::kept(meta.labels.take(), KEPT_LABELS);
         let annotations = Marks::kept(meta.annotations.take(), KEPT_ANNOTATIONS);
+        let key = format!(
+            "{}/{}",
+            meta.namespace.as_deref().unwrap_or_default(),
+            meta.name.as_deref().unwrap_or_default()
+        );
         Ok(Self {
-            key: format!(
-                "{}/{}",
-                meta.namespace.as_deref().unwrap_or_default(),
-                meta.name.as_deref().unwrap_or_default()
-            )
-            .into_boxed_str(),
-            uid: text(&meta.uid),
-            resource_version: text(&meta.resource_version),
+            ids: Texts::of([
+                Some(key.as_str()),
+                meta.uid.as_deref(),
+                meta.resource_version.as_deref(),
+            ]),
             generation: meta.generation,
             created: Stamp::of(meta.creation_timestamp.as_ref()),
             deleted: Stamp::of(meta.deletion_timestamp.as_ref()),

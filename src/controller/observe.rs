@@ -730,11 +730,11 @@ impl<K: Cached> Objects<K> {
     /// Stores `o`, its owner references shared with a cached object of its first owner's that
     /// names the same owners.
     fn put(&mut self, mut o: K) {
-        let first = o.slim().owner_uids().next().map(str::to_string);
-        if let Some(same) = first
-            .and_then(|uid| self.by_owner.get(uid.as_str()))
+        let same = (o.slim().owner_uids().next())
+            .and_then(|uid| self.by_owner.get(uid))
             .and_then(|owned| owned.first())
-        {
+            .cloned();
+        if let Some(same) = same {
             o.slim_mut().share_owners(same.slim());
         }
         let o = Arc::new(o);

@@ -1629,22 +1629,20 @@ mod tests {
                 .map(|p| p.slim().name().to_string())
                 .collect()
         };
-        for event in [
-            Init,
-            InitApply(pod("verify-a", "j1")),
-            InitApply(pod("accept-a", "j2")),
-            InitDone,
-        ] {
-            writers.pods.take(&event);
+        /// A relist of `objects` fed to `writer`.
+        fn relist<K: Cached>(writer: &mut CacheWriter<K>, objects: Vec<Incoming<K>>) {
+            writer.take(&Init);
+            for o in objects {
+                writer.take(&InitApply(o));
+            }
+            writer.take(&InitDone);
         }
-        for event in [
-            Init,
-            InitApply(job("verify", "j1")),
-            InitApply(job("accept", "j2")),
-            InitDone,
-        ] {
-            writers.jobs.take(&event);
-        }
+        let pods = || vec![pod("verify-a", "j1"), pod("accept-a", "j2")];
+        relist(&mut writers.pods, pods());
+        relist(
+            &mut writers.jobs,
+            vec![job("verify", "j1"), job("accept", "j2")],
+        );
         caches.uncache_job_pods(&["j1".into()], &["j2".into()]);
         assert!(
             cached(&caches, "j1").is_empty(),
@@ -1653,14 +1651,7 @@ mod tests {
         assert_eq!(cached(&caches, "j2"), ["accept-a"]);
         // Neither an event nor a relist brings them back while the Job is done.
         writers.pods.take(&Apply(pod("verify-b", "j1")));
-        for event in [
-            Init,
-            InitApply(pod("verify-a", "j1")),
-            InitApply(pod("accept-a", "j2")),
-            InitDone,
-        ] {
-            writers.pods.take(&event);
-        }
+        relist(&mut writers.pods, pods());
         assert!(cached(&caches, "j1").is_empty());
         assert_eq!(caches.pods.len(), 1);
         // A pass that reads the Job again has its pods cached as their events come.
@@ -1671,9 +1662,7 @@ mod tests {
         caches.uncache_job_pods(&["j1".into(), "j2".into()], &[]);
         assert_eq!(caches.pods.len(), 0);
         writers.jobs.take(&Delete(job("verify", "j1")));
-        for event in [Init, InitDone] {
-            writers.jobs.take(&event);
-        }
+        relist(&mut writers.jobs, Vec::new());
         assert!(
             caches.done_jobs.read().is_empty(),
             "nothing kept of Jobs gone"

@@ -18,6 +18,7 @@ fn bench_drives_every_resource_to_ready_and_prints_every_figure() {
     let bench = env!("CARGO_BIN_EXE_deepinfer-bench");
     let operator = deepinfer_e2e::operator_process::binary();
     let agent = operator.with_file_name("deepinfer-node-agent");
+    let recording = std::env::temp_dir().join(format!("bench-{}.json", std::process::id()));
     let out = Command::new(bench)
         .args(["--resources", &RESOURCES.to_string()])
         // Two namespaces, so that the operator watches every namespace and the floor stands in
@@ -27,20 +28,11 @@ fn bench_drives_every_resource_to_ready_and_prints_every_figure() {
         .arg(&operator)
         .arg("--node-agent")
         .arg(&agent)
+        .arg("--record")
+        .arg(&recording)
         .output()
         .expect("running deepinfer-bench");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "deepinfer-bench failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    println!("{stdout}");
-    let line = stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("BENCH "))
-        .expect("a BENCH line");
-    let figures: Value = serde_json::from_str(line).expect("BENCH is JSON");
+    let figures = bench_figures(&out);
     assert_eq!(figures["resources"], RESOURCES);
     assert_eq!(
         figures["namespaces"], 2,
@@ -208,6 +200,74 @@ fn bench_drives_every_resource_to_ready_and_prints_every_figure() {
             "the operator wrote each status: {causes:?}"
         );
     }
+
+    // The floor's rollout alone, from the recording: the set the operator converged to in
+    // `ready` created at once (its worker pods, no Job), then the recorded rollout.
+    let out = Command::new(bench)
+        .args(["--timeout-seconds", "300", "--operator"])
+        .arg(&operator)
+        .arg("--node-agent")
+        .arg(&agent)
+        .arg("--floor-from")
+        .arg(&recording)
+        .output()
+        .expect("running deepinfer-bench --floor-from");
+    let _ = std::fs::remove_file(&recording);
+    let from = bench_figures(&out);
+    let phases = from["phases"].as_array().expect("phases");
+    let names: Vec<&str> = phases.iter().filter_map(|p| p["name"].as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "ready",
+            "rollout",
+            "restart",
+            "floor-setup",
+            "floor-rollout"
+        ]
+    );
+    assert_eq!(
+        phases[..3],
+        figures["phases"].as_array().expect("phases")[..3],
+        "the operator's phases as recorded"
+    );
+    let requests = |phase: usize, key: &str| phases[phase]["requestsPerResource"][key].as_f64();
+    assert_eq!(requests(3, "create pods"), Some(8.0), "{}", phases[3]);
+    assert_eq!(requests(3, "create jobs"), None, "{}", phases[3]);
+    assert_eq!(requests(4, "create pods"), Some(8.0), "{}", phases[4]);
+    assert_eq!(requests(4, "delete pods"), Some(8.0), "{}", phases[4]);
+    assert!(
+        from["floorRatio"]["rollout"]
+            .as_f64()
+            .is_some_and(|r| r.is_finite() && r > 0.0)
+            && from["floorRatio"].as_object().map(|r| r.len()) == Some(1),
+        "operator / floor for the rollout alone: {from}"
+    );
+    let causes = from["writesByCause"]["rollout"]
+        .as_object()
+        .unwrap_or_else(|| panic!("writes by cause for the rollout: {from}"));
+    let sum: f64 = causes.values().filter_map(|c| c[1].as_f64()).sum();
+    let writes = phases[4]["writesPerResource"].as_f64().unwrap_or(-1.0);
+    assert!(
+        (sum - writes).abs() < 0.01,
+        "the floor's causes add up to {sum}, writes {writes}: {causes:?}"
+    );
+}
+
+/// The figures of a finished `deepinfer-bench` run: its `BENCH` line.
+fn bench_figures(out: &std::process::Output) -> Value {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "deepinfer-bench failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    println!("{stdout}");
+    let line = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("BENCH "))
+        .expect("a BENCH line");
+    serde_json::from_str(line).expect("BENCH is JSON")
 }
 
 /// The floor replays what the operator did. Where the operator deleted an object and created

@@ -13,6 +13,9 @@
 //! of different resources concurrently, without a limit). A request that failed on its connection
 //! is sent again as [`crate::resend`] allows; any other failed request ends the run.
 //!
+//! The rollout can also be replayed alone ([`run`] from phase 1): the floor then first creates
+//! what the operator had left at the end of `ready` ([`Recorded::converged`]) at once.
+//!
 //! Not replayed: the operator's reads before each write, events, and updates of objects it
 //! already created other than those [`tracks_updates`] names (it skips applies that change
 //! nothing). The deployments' status is written
@@ -36,6 +39,7 @@ use kube::api::{
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Client, ResourceExt};
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::probe::{PhaseFigures, Probe};
@@ -65,7 +69,7 @@ fn is_kind(kind: usize, name: &str) -> bool {
 }
 
 /// One object the operator created.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 struct Created {
     kind: usize,
     name: String,
@@ -76,7 +80,7 @@ struct Created {
 }
 
 /// What the operator did to one object.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 enum Action {
     Create(Created),
     /// A changed RBAC rule, binding, Service, budget or rank table, as a merge patch.
@@ -94,7 +98,7 @@ enum Action {
 }
 
 /// One recorded action.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Step {
     phase: usize,
     deployment: String,
@@ -339,7 +343,9 @@ pub fn summary(recorders: &[Recorder]) -> String {
         .join(", ")
 }
 
-/// What the operator did in a namespace, per deployment.
+/// What the operator did in a namespace, per deployment. It is written to a file and read back
+/// by the same build of the benchmark (`--record`, `--floor-from`).
+#[derive(Serialize, Deserialize)]
 pub struct Recorded {
     /// The namespace it worked in; references to it are rewritten to the floor's.
     namespace: String,
@@ -348,6 +354,30 @@ pub struct Recorded {
     accepted: HashMap<String, Value>,
     /// The uid of each deployment; rewritten to the floor's deployment's in owner references.
     uids: HashMap<String, String>,
+}
+
+impl Recorded {
+    /// The objects of `deployment` alive at the start of `phase`, as the operator last wrote
+    /// them, in the order of [`KINDS`]: what its steps before `phase` created, updated and did
+    /// not delete. Jobs are left out: their work is done, and the TTL controller removes them.
+    fn converged(&self, deployment: &str, phase: usize) -> Vec<&Created> {
+        let mut alive: BTreeMap<(usize, &str), &Created> = BTreeMap::new();
+        for step in self.steps.get(deployment).into_iter().flatten() {
+            if step.phase >= phase {
+                break;
+            }
+            match &step.action {
+                Action::Create(c) | Action::Update(c) if !is_kind(c.kind, "Job") => {
+                    alive.insert((c.kind, c.name.as_str()), c);
+                }
+                Action::Delete { kind, name, .. } => {
+                    alive.remove(&(*kind, name.as_str()));
+                }
+                _ => {}
+            }
+        }
+        alive.into_values().collect()
+    }
 }
 
 /// The deployments of `namespaces` at the end of a phase, as the operator left them (status
@@ -563,12 +593,9 @@ struct Floor {
     /// Told of every change of `jobs` and `pods`.
     changed: Arc<Notify>,
     timeout: Duration,
-    steps: BTreeMap<String, Vec<Step>>,
-    accepted: HashMap<String, Value>,
-    /// The operator's namespace, named in RoleBinding subjects and Service DNS names.
-    from_namespace: String,
-    /// The operator's deployments' uids, by name.
-    from_uids: HashMap<String, String>,
+    /// What the operator did; its namespace is named in RoleBinding subjects and Service DNS
+    /// names.
+    recorded: Recorded,
 }
 
 /// How often a waiting task looks at the caches again when no change was told.
@@ -714,7 +741,7 @@ impl Floor {
 
     /// The object for the floor's namespace and its deployment `uid.1` (was `uid.0`).
     fn rewritten(&self, c: &Created, uid: (&str, &str)) -> anyhow::Result<Value> {
-        let mut body = serde_json::to_string(&c.body)?.replace(&self.from_namespace, &self.ns);
+        let mut body = serde_json::to_string(&c.body)?.replace(&self.recorded.namespace, &self.ns);
         if !uid.0.is_empty() {
             body = body.replace(uid.0, uid.1);
         }
@@ -746,7 +773,7 @@ impl Floor {
                 .unwrap_or(false)
             })
             .await?;
-            let condition = self.accepted.get(*name).cloned().unwrap_or_else(
+            let condition = self.recorded.accepted.get(*name).cloned().unwrap_or_else(
                 || json!({"type": ACCEPTED_POD_CONDITION, "status": "True", "reason": "Accepted"}),
             );
             let patch = Patch::Strategic(json!({"status": {"conditions": [condition]}}));
@@ -772,31 +799,70 @@ impl Floor {
         let api: Api<DeepInferDeployment> = Api::namespaced(self.client.clone(), &self.ns);
         let name = did.name_any();
         let ours = if phase == 0 {
-            let mut fresh = DeepInferDeployment::new(&name, did.spec.clone());
-            fresh.metadata.annotations = did.metadata.annotations.clone();
-            let params = PostParams::default();
-            sent(Repeat::Unsent, || api.create(&params, &fresh)).await?
+            self.create_deployment(did).await?
         } else {
             let spec = Patch::Merge(json!({"spec": did.spec}));
             let params = PatchParams::default();
             sent(Repeat::Unanswered, || api.patch(&name, &params, &spec)).await?
         };
         let mine: Vec<&Step> = self
+            .recorded
             .steps
             .get(&name)
             .into_iter()
             .flatten()
             .filter(|s| s.phase == phase)
             .collect();
-        let theirs = self.from_uids.get(&name).cloned().unwrap_or_default();
-        let ours = ours.metadata.uid.unwrap_or_default();
-        anyhow::ensure!(
-            !theirs.is_empty() || mine.is_empty(),
-            "no uid recorded for {name}"
-        );
-        self.replay(&mine, (&theirs, &ours)).await?;
+        let uid = self.uids(&name, &ours, !mine.is_empty())?;
+        self.replay(&mine, (&uid.0, &uid.1)).await?;
+        self.write_status(did).await
+    }
+
+    /// One deployment as the operator left it at the end of phase `phase - 1`, without
+    /// replaying how it got there: the deployment, the objects then alive ([`Recorded::converged`])
+    /// created at once, its worker pods accepted and Ready, and the status the operator ended
+    /// that phase with.
+    async fn converge(&self, phase: usize, did: &DeepInferDeployment) -> anyhow::Result<()> {
+        let ours = self.create_deployment(did).await?;
+        let objects = self.recorded.converged(&did.name_any(), phase);
+        let uid = self.uids(&did.name_any(), &ours, !objects.is_empty())?;
+        let mut live = Vec::new();
+        self.create_batch(&objects, &mut live, (&uid.0, &uid.1))
+            .await?;
+        self.serve(&live, &mut HashSet::new()).await?;
+        self.write_status(did).await
+    }
+
+    /// Creates the deployment `did` (its spec and annotations) in the floor's namespace.
+    async fn create_deployment(
+        &self,
+        did: &DeepInferDeployment,
+    ) -> anyhow::Result<DeepInferDeployment> {
+        let api: Api<DeepInferDeployment> = Api::namespaced(self.client.clone(), &self.ns);
+        let mut fresh = DeepInferDeployment::new(&did.name_any(), did.spec.clone());
+        fresh.metadata.annotations = did.metadata.annotations.clone();
+        let params = PostParams::default();
+        Ok(sent(Repeat::Unsent, || api.create(&params, &fresh)).await?)
+    }
+
+    /// The uid of the operator's deployment `name` and of the floor's `ours`, to rewrite owner
+    /// references with; the operator's must be known if there is anything to replay.
+    fn uids(
+        &self,
+        name: &str,
+        ours: &DeepInferDeployment,
+        replays: bool,
+    ) -> anyhow::Result<(String, String)> {
+        let theirs = self.recorded.uids.get(name).cloned().unwrap_or_default();
+        anyhow::ensure!(!theirs.is_empty() || !replays, "no uid recorded for {name}");
+        Ok((theirs, ours.metadata.uid.clone().unwrap_or_default()))
+    }
+
+    /// Writes the status the operator ended a phase with.
+    async fn write_status(&self, did: &DeepInferDeployment) -> anyhow::Result<()> {
+        let api: Api<DeepInferDeployment> = Api::namespaced(self.client.clone(), &self.ns);
+        let (name, params) = (did.name_any(), PatchParams::default());
         let status = Patch::Merge(json!({"status": did.status}));
-        let params = PatchParams::default();
         sent(Repeat::Unanswered, || {
             api.patch_status(&name, &params, &status)
         })
@@ -806,11 +872,14 @@ impl Floor {
 }
 
 /// Runs the floor: for each `(namespace, recorded)`, in that fresh namespace, the deployments
-/// of each phase (as the operator left them in the recorded namespace) through the steps the
-/// operator took in that phase, all deployments of every namespace at once.
+/// of each phase from `start` on (as the operator left them in the recorded namespace) through
+/// the steps the operator took in that phase, all deployments of every namespace at once. With
+/// `start` above 0 the phases before it are not replayed: phase `floor-setup` first creates what
+/// the operator left at the end of phase `start - 1` ([`Floor::converge`]).
 pub async fn run(
     namespaces: Vec<(String, Recorded)>,
-    phases: &[(&str, Vec<DeepInferDeployment>)],
+    phases: &[(String, Vec<DeepInferDeployment>)],
+    start: usize,
     agent: u32,
     timeout: Duration,
 ) -> anyhow::Result<Vec<PhaseFigures>> {
@@ -830,25 +899,37 @@ pub async fn run(
             pods: watches.pods.clone(),
             changed: watches.changed.clone(),
             timeout,
-            steps: recorded.steps,
-            accepted: recorded.accepted,
-            from_namespace: recorded.namespace,
-            from_uids: recorded.uids,
+            recorded,
         })
         .collect();
+    let setup = start.checked_sub(1).map(|before| {
+        (
+            "setup".to_string(),
+            &phases[before].1,
+            Work::Converge(start),
+        )
+    });
+    let replayed = phases
+        .iter()
+        .enumerate()
+        .skip(start)
+        .map(|(phase, (name, dids))| (name.clone(), dids, Work::Replay(phase)));
     let mut figures = Vec::new();
-    for (phase, (name, dids)) in phases.iter().enumerate() {
+    for (name, dids, work) in setup.into_iter().chain(replayed) {
         let probe =
             Probe::start_client(&format!("floor-{name}"), dids.len(), metrics.clone(), agent).await;
         let results = futures::future::join_all(dids.iter().map(|did| {
             let floor = floors
                 .iter()
-                .find(|f| did.metadata.namespace.as_ref() == Some(&f.from_namespace));
+                .find(|f| did.metadata.namespace.as_ref() == Some(&f.recorded.namespace));
             async move {
                 let floor = floor.ok_or_else(|| {
                     anyhow::anyhow!("floor: no namespace stands in for {}", did.name_any())
                 })?;
-                floor.phase(phase, did).await
+                match work {
+                    Work::Replay(phase) => floor.phase(phase, did).await,
+                    Work::Converge(phase) => floor.converge(phase, did).await,
+                }
             }
         }))
         .await;
@@ -857,6 +938,15 @@ pub async fn run(
     }
     watches.task.abort();
     Ok(figures)
+}
+
+/// What the floor does for each deployment in one of its phases.
+#[derive(Clone, Copy)]
+enum Work {
+    /// Replays the operator's steps of this phase.
+    Replay(usize),
+    /// Creates what the operator left at the start of this phase.
+    Converge(usize),
 }
 
 /// The floor's client: the operator's kind, counting its requests.
@@ -935,10 +1025,12 @@ pub async fn replay(ns: &str, steps: &Value, timeout: Duration) -> anyhow::Resul
         pods: watches.pods.clone(),
         changed: watches.changed.clone(),
         timeout,
-        steps: BTreeMap::new(),
-        accepted: HashMap::new(),
-        from_namespace: ns.to_string(),
-        from_uids: HashMap::new(),
+        recorded: Recorded {
+            namespace: ns.to_string(),
+            steps: BTreeMap::new(),
+            accepted: HashMap::new(),
+            uids: HashMap::new(),
+        },
     };
     let result = floor
         .replay(&steps.iter().collect::<Vec<_>>(), ("", ""))
@@ -1160,6 +1252,63 @@ mod tests {
                 "await verify"
             ]
         );
+    }
+
+    #[test]
+    fn the_converged_set_is_what_the_steps_before_a_phase_left_alive_jobs_aside() {
+        let at = |phase: usize, action: Action| Step {
+            phase,
+            ..step(action)
+        };
+        let delete = |kind_name: &str, name: &str| Action::Delete {
+            kind: kind(kind_name),
+            name: name.to_string(),
+            ready: Vec::new(),
+        };
+        let mut table = created("ConfigMap", "table", None);
+        table.body = json!({"data": {"status": "completed"}});
+        let steps = vec![
+            at(0, Action::Create(created("Job", "verify", None))),
+            at(0, Action::Create(created("ConfigMap", "table", None))),
+            at(0, Action::Create(created("Pod", "old-0", None))),
+            at(0, Action::Create(created("Pod", "old-1", None))),
+            at(0, Action::Create(created("Service", "serve", None))),
+            at(0, delete("Pod", "old-1")),
+            at(0, Action::Create(created("Pod", "old-1", None))),
+            at(0, Action::Update(table)),
+            at(0, delete("ConfigMap", "spec")),
+            at(1, delete("Pod", "old-0")),
+            at(1, Action::Create(created("Pod", "new-0", None))),
+        ];
+        let recorded = Recorded {
+            namespace: "ns".to_string(),
+            steps: BTreeMap::from([("d".to_string(), steps)]),
+            accepted: HashMap::new(),
+            uids: HashMap::new(),
+        };
+        let shown = |phase| {
+            recorded
+                .converged("d", phase)
+                .iter()
+                .map(|c| format!("{} {} {}", KINDS[c.kind].2, c.name, c.body))
+                .collect::<Vec<_>>()
+        };
+        // In the floor's order of kinds (what pods refer to first), the table as last written.
+        assert_eq!(
+            shown(1),
+            [
+                r#"ConfigMap table {"data":{"status":"completed"}}"#,
+                "Service serve {}",
+                "Pod old-0 {}",
+                "Pod old-1 {}"
+            ]
+        );
+        // After the rollout's steps: old-0 replaced by new-0.
+        assert_eq!(
+            shown(2)[2..],
+            ["Pod new-0 {}".to_string(), "Pod old-1 {}".to_string()]
+        );
+        assert!(recorded.converged("other", 1).is_empty());
     }
 
     fn job(succeeded: Option<i64>) -> DynamicObject {

@@ -32,7 +32,10 @@
 //! Usage: `deepinfer-bench [--resources N] [--per-namespace M] [--operator PATH]
 //! [--node-agent PATH] [--no-floor] [--skip-rollout]` against the running bed (`make bench`
 //! starts it and builds a release operator). `deepinfer-bench --replay FILE --replay-namespace NS`
-//! replays the floor's steps written in FILE in the namespace NS and exits.
+//! replays the floor's steps written in FILE in the namespace NS and exits. `--record FILE`
+//! writes the operator's side of a run to FILE; `deepinfer-bench --floor-from FILE` then runs
+//! the floor's rollout alone, starting from the set the operator converged to in `ready`
+//! (`floor-setup`) rather than replaying `ready`.
 
 #![forbid(unsafe_code)]
 
@@ -105,6 +108,31 @@ struct Args {
     /// The existing namespace `--replay` replays in.
     #[arg(long, requires = "replay")]
     replay_namespace: Option<String>,
+    /// Write the operator's side of the run to this file: its phases' figures, the deployments
+    /// as it left them after each phase and every step it took, for `--floor-from`.
+    #[arg(long)]
+    record: Option<PathBuf>,
+    /// Instead of a run: the floor's rollout of the run recorded in this file (`--record`) on
+    /// the generated nodes, starting from the set the operator converged to in `ready` (created
+    /// at once, as phase `floor-setup`) instead of replaying `ready`; then operator ÷ floor for
+    /// the rollout. `--resources` and `--per-namespace` are the recording's.
+    #[arg(long, conflicts_with_all = ["replay", "record", "no_floor", "skip_rollout"])]
+    floor_from: Option<PathBuf>,
+}
+
+/// The operator's side of a run, as `--record` writes it and `--floor-from` reads it (with the
+/// same build of the benchmark).
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Recording {
+    resources: usize,
+    operator: String,
+    /// The operator's phases.
+    phases: Vec<PhaseFigures>,
+    /// Each phase the floor replays, with the deployments as the operator left them after it.
+    replayed: Vec<(String, Vec<DeepInferDeployment>)>,
+    /// What the operator did, per namespace.
+    namespaces: Vec<floor::Recorded>,
 }
 
 /// Image of the first revision and of the rollout.
@@ -389,7 +417,11 @@ async fn roll_all(
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
-    let n = args.resources;
+    let recording = match &args.floor_from {
+        Some(file) => Some(read_recording(file)?),
+        None => None,
+    };
+    let n = recording.as_ref().map_or(args.resources, |r| r.resources);
     anyhow::ensure!(n > 0, "--resources must be at least 1");
     let timeout = Duration::from_secs(args.timeout_seconds);
     if let (Some(file), Some(ns)) = (&args.replay, &args.replay_namespace) {
@@ -432,6 +464,17 @@ async fn run(args: Args) -> anyhow::Result<()> {
         agent.nodes,
         bed::rss_mib(agent.id())
     );
+    if let Some(recording) = recording {
+        let result = floor_from(recording, &client, agent.id(), timeout).await;
+        drop(agent);
+        bed::remove_nodes(&client).await?;
+        let figures = result?;
+        for (phase, ratio) in &figures.floor_ratio {
+            println!("bench: {phase}: operator time / floor time = {ratio:.2}");
+        }
+        println!("BENCH {}", json!(figures));
+        return Ok(());
+    }
     let result = phases(&args, &client, &operator, &agent, &logs, timeout).await;
     drop(agent);
     bed::remove_nodes(&client).await?;
@@ -441,6 +484,68 @@ async fn run(args: Args) -> anyhow::Result<()> {
     print_figures(&figures);
     println!("BENCH {}", json!(figures));
     Ok(())
+}
+
+/// The recording `--record` wrote to `file`.
+fn read_recording(file: &Path) -> anyhow::Result<Recording> {
+    let text =
+        std::fs::read(file).map_err(|e| anyhow::anyhow!("--floor-from {}: {e}", file.display()))?;
+    let recording: Recording = serde_json::from_slice(&text).map_err(|e| {
+        anyhow::anyhow!(
+            "--floor-from {}: not a recording of this benchmark (`--record`): {e}",
+            file.display()
+        )
+    })?;
+    anyhow::ensure!(
+        recording.replayed.len() > 1,
+        "--floor-from {}: the recording has no rollout (it was made with --skip-rollout)",
+        file.display()
+    );
+    Ok(recording)
+}
+
+/// What `--floor-from` prints, also as the final JSON line: the operator's phases as recorded,
+/// then the floor's.
+#[derive(serde::Serialize, Debug)]
+#[serde(rename_all = "camelCase")]
+struct FloorRun {
+    resources: usize,
+    operator: String,
+    phases: Vec<PhaseFigures>,
+    floor_ratio: BTreeMap<String, f64>,
+    writes_by_cause: BTreeMap<String, BTreeMap<&'static str, [f64; 2]>>,
+}
+
+/// `--floor-from`: the floor's phases after `ready` of a recorded run, from the set the operator
+/// converged to in `ready`.
+async fn floor_from(
+    recording: Recording,
+    client: &Client,
+    agent: u32,
+    timeout: Duration,
+) -> anyhow::Result<FloorRun> {
+    let mut phases = recording.phases;
+    println!(
+        "bench: the floor of a recorded run of {} resources (operator {}), from the set the operator converged to in `ready`",
+        recording.resources, recording.operator
+    );
+    let (floor_ratio, writes_by_cause) = floor_phases(
+        client,
+        recording.namespaces,
+        &recording.replayed,
+        1,
+        agent,
+        timeout,
+        &mut phases,
+    )
+    .await?;
+    Ok(FloorRun {
+        resources: recording.resources,
+        operator: recording.operator,
+        phases,
+        floor_ratio,
+        writes_by_cause,
+    })
 }
 
 /// The operator's memory, resident and anonymous, in MiB.
@@ -477,10 +582,10 @@ async fn phases(
     let watched = Watched::start(&run.apis).await?;
     let ready = run.ready(args, &watched, &mut op, &recorders).await?;
     let mut phases = vec![ready.figures];
-    let mut replayed = vec![("ready", ready.deployments)];
+    let mut replayed = vec![("ready".to_string(), ready.deployments)];
     if !args.skip_rollout {
         let (figures, deployments) = run.rollout(args, &watched, &mut op, &recorders).await?;
-        replayed.push(("rollout", deployments));
+        replayed.push(("rollout".to_string(), deployments));
         phases.push(figures);
     }
     drop(watched);
@@ -491,7 +596,24 @@ async fn phases(
         "bench: the operator's objects: {}",
         floor::summary(&recorders)
     );
-    let recorded: Vec<floor::Recorded> = recorders.into_iter().map(floor::Recorder::stop).collect();
+    let mut recorded: Vec<floor::Recorded> =
+        recorders.into_iter().map(floor::Recorder::stop).collect();
+    if let Some(file) = &args.record {
+        let recording = Recording {
+            resources: n,
+            operator: operator.display().to_string(),
+            phases: phases.clone(),
+            replayed,
+            namespaces: recorded,
+        };
+        let writer = std::io::BufWriter::new(std::fs::File::create(file)?);
+        serde_json::to_writer(writer, &recording)?;
+        println!(
+            "bench: the operator's side of the run written to {}",
+            file.display()
+        );
+        (replayed, recorded) = (recording.replayed, recording.namespaces);
+    }
     delete_all(client, namespaces, timeout).await?;
     let operator_namespaces_left = namespaces_left(client, &run.names).await?;
     println!(
@@ -504,6 +626,7 @@ async fn phases(
             client,
             recorded,
             &replayed,
+            0,
             agent.id(),
             timeout,
             &mut phases,
@@ -705,12 +828,15 @@ impl<'a> OperatorRun<'a> {
     }
 }
 
-/// Phases `floor-ready` and `floor-rollout`, in a fresh namespace for each of the operator's:
-/// appends them to `phases` and returns operator time ÷ floor time per phase.
+/// The floor's phases from `replayed[start]` on (`floor-ready`, `floor-rollout`; with `start`
+/// above 0 `floor-setup` first, see [`floor::run`]), in a fresh namespace for each of the
+/// operator's: appends them to `phases`, the operator's, and returns operator time ÷ floor time
+/// and the writes by cause for each phase both sides ran.
 async fn floor_phases(
     client: &Client,
     recorded: Vec<floor::Recorded>,
-    replayed: &[(&str, Vec<DeepInferDeployment>)],
+    replayed: &[(String, Vec<DeepInferDeployment>)],
+    start: usize,
     agent: u32,
     timeout: Duration,
     phases: &mut Vec<PhaseFigures>,
@@ -724,10 +850,16 @@ async fn floor_phases(
         .map(|ns| ns.name.clone())
         .zip(recorded)
         .collect();
-    let floor_phases = floor::run(pairs, replayed, agent, timeout).await?;
+    let floor_phases = floor::run(pairs, replayed, start, agent, timeout).await?;
     let mut floor_ratio = BTreeMap::new();
     let mut by_cause = BTreeMap::new();
-    for (operator_phase, floor_phase) in phases.iter().zip(&floor_phases) {
+    for floor_phase in &floor_phases {
+        let Some(operator_phase) = phases
+            .iter()
+            .find(|p| floor_phase.name.strip_prefix("floor-") == Some(p.name.as_str()))
+        else {
+            continue;
+        };
         let name = operator_phase.name.clone();
         floor_ratio.insert(name.clone(), operator_phase.seconds / floor_phase.seconds);
         let causes = writes_by_cause(operator_phase, floor_phase);

@@ -176,20 +176,25 @@ pub struct Probe {
     queue_peak: f64,
 }
 
-/// The figures of one phase.
-#[derive(serde::Serialize, Debug)]
+/// The figures of one phase. A figure that could not be measured is NaN (`null` in JSON).
+#[derive(serde::Serialize, serde::Deserialize, Clone, Debug)]
 #[serde(rename_all = "camelCase")]
 pub struct PhaseFigures {
     pub name: String,
     /// Seconds from the phase's first request until every resource converged.
+    #[serde(deserialize_with = "nan::read")]
     pub seconds: f64,
     /// API requests per resource, by `"verb resource"`.
+    #[serde(deserialize_with = "nan::read")]
     pub requests_per_resource: BTreeMap<String, f64>,
     /// Requests answered with anything but 2xx (conflicts, not-found), in all.
+    #[serde(deserialize_with = "nan::read")]
     pub failed_requests: f64,
     /// The same by `"verb resource code"`.
+    #[serde(deserialize_with = "nan::read")]
     pub failed_by_request: BTreeMap<String, f64>,
     /// Mutating requests per resource.
+    #[serde(deserialize_with = "nan::read")]
     pub writes_per_resource: f64,
     /// Reconcile passes per resource (operator phases only).
     pub reconciles_per_resource: Option<f64>,
@@ -198,12 +203,15 @@ pub struct PhaseFigures {
     /// CPU seconds of the operator process (operator phases only).
     pub operator_cpu_seconds: Option<f64>,
     /// Operator RSS at the start, sampled peak and end, MiB (operator phases only).
+    #[serde(deserialize_with = "nan::read")]
     pub operator_rss_mib: Option<[f64; 3]>,
     /// The operator's heap at the end, MiB allocated, active (the pages live objects are in),
     /// the allocator's metadata and resident (operator phases only).
+    #[serde(deserialize_with = "nan::read")]
     pub operator_heap_mib: Option<[f64; 4]>,
     /// Objects in the operator's caches at the end, by kind (`deepinfer_cached_objects`;
     /// operator phases only).
+    #[serde(deserialize_with = "nan::read")]
     pub operator_cached_objects: Option<BTreeMap<String, f64>>,
     /// Most resources waiting for a pass after a watch event at one sample
     /// (`deepinfer_reconcile_queue_depth`, sampled each second; operator phases only).
@@ -216,10 +224,60 @@ pub struct PhaseFigures {
     /// beyond the last finite bucket).
     pub event_to_reconcile_p99_seconds: Option<f64>,
     /// CPU seconds and RSS (MiB, at the end) of the benchmark's node agent.
+    #[serde(deserialize_with = "nan::read")]
     pub node_agent_cpu_seconds: f64,
+    #[serde(deserialize_with = "nan::read")]
     pub node_agent_rss_mib: f64,
     /// CPU seconds of each of the bed's processes (API server, etcd, scheduler, …).
+    #[serde(deserialize_with = "nan::read")]
     pub bed_cpu_seconds: BTreeMap<String, f64>,
+}
+
+/// Figures read back from JSON (`--floor-from`), which writes a NaN as `null`.
+mod nan {
+    use serde::{de::DeserializeOwned, Deserialize, Deserializer};
+    use std::collections::BTreeMap;
+
+    /// A figure or a collection of figures, as JSON holds it.
+    pub trait Figure: Sized {
+        type Written: DeserializeOwned;
+        fn read(written: Self::Written) -> Self;
+    }
+
+    impl Figure for f64 {
+        type Written = Option<f64>;
+        fn read(written: Option<f64>) -> f64 {
+            written.unwrap_or(f64::NAN)
+        }
+    }
+
+    impl<const N: usize> Figure for [f64; N]
+    where
+        [Option<f64>; N]: DeserializeOwned,
+    {
+        type Written = [Option<f64>; N];
+        fn read(written: Self::Written) -> Self {
+            written.map(f64::read)
+        }
+    }
+
+    impl<T: Figure> Figure for Option<T> {
+        type Written = Option<T::Written>;
+        fn read(written: Self::Written) -> Self {
+            written.map(T::read)
+        }
+    }
+
+    impl<T: Figure> Figure for BTreeMap<String, T> {
+        type Written = BTreeMap<String, T::Written>;
+        fn read(written: Self::Written) -> Self {
+            written.into_iter().map(|(k, v)| (k, T::read(v))).collect()
+        }
+    }
+
+    pub fn read<'de, D: Deserializer<'de>, T: Figure>(d: D) -> Result<T, D::Error> {
+        T::Written::deserialize(d).map(T::read)
+    }
 }
 
 impl Probe {
@@ -459,6 +517,44 @@ impl PhaseFigures {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn figures_that_could_not_be_measured_are_read_back_as_nan() {
+        let figures = PhaseFigures {
+            name: "rollout".to_string(),
+            seconds: 12.5,
+            requests_per_resource: BTreeMap::from([("create pods".to_string(), 8.0)]),
+            failed_requests: 0.0,
+            failed_by_request: BTreeMap::new(),
+            writes_per_resource: f64::NAN,
+            reconciles_per_resource: Some(f64::NAN),
+            mean_reconcile_ms: None,
+            operator_cpu_seconds: Some(3.0),
+            operator_rss_mib: Some([f64::NAN, 20.0, 19.5]),
+            operator_heap_mib: None,
+            operator_cached_objects: Some(BTreeMap::from([("Pod".to_string(), f64::NAN)])),
+            queue_depth_peak: None,
+            events_per_resource: None,
+            event_to_reconcile_mean_ms: None,
+            event_to_reconcile_p99_seconds: None,
+            node_agent_cpu_seconds: f64::NAN,
+            node_agent_rss_mib: 18.0,
+            bed_cpu_seconds: BTreeMap::from([("etcd".to_string(), f64::NAN)]),
+        };
+        let text = serde_json::to_string(&figures).expect("figures as JSON");
+        let read: PhaseFigures = serde_json::from_str(&text).expect("figures read back");
+        assert_eq!(serde_json::to_string(&read).expect("again"), text);
+        assert_eq!(read.seconds, 12.5);
+        assert!(read.writes_per_resource.is_nan() && read.node_agent_cpu_seconds.is_nan());
+        assert_eq!(
+            read.reconciles_per_resource, None,
+            "an optional NaN reads as absent"
+        );
+        let rss = read.operator_rss_mib.expect("RSS");
+        assert!(rss[0].is_nan() && rss[1..] == [20.0, 19.5]);
+        assert!(read.operator_cached_objects.expect("objects")["Pod"].is_nan());
+        assert!(read.bed_cpu_seconds["etcd"].is_nan());
+    }
 
     #[test]
     fn requests_are_summed_over_codes_and_failures_counted_by_request_and_code() {

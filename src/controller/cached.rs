@@ -15,10 +15,9 @@ use std::marker::PhantomData;
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::batch::v1::{Job, JobCondition, JobSpec, JobStatus};
 use k8s_openapi::api::core::v1::{
-    Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
-    ContainerStateWaiting, ContainerStatus, PersistentVolumeClaim, PersistentVolumeClaimStatus,
-    Pod, PodCondition, PodResourceClaim, PodResourceClaimStatus, PodSpec, PodStatus,
-    PodTemplateSpec,
+    Container, ContainerState, ContainerStateRunning, ContainerStatus, PersistentVolumeClaim,
+    PersistentVolumeClaimStatus, Pod, PodCondition, PodResourceClaim, PodResourceClaimStatus,
+    PodSpec, PodStatus, PodTemplateSpec,
 };
 use k8s_openapi::api::scheduling::v1beta1::{PodGroup, PodGroupResourceClaim, PodGroupSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
@@ -163,36 +162,49 @@ impl Marks {
     }
 }
 
-/// Marks an absent text where [`push_text`] writes a length.
-const ABSENT: u32 = u32::MAX;
+/// The first byte of a packed text that is absent.
+const ABSENT: u8 = u8::MAX;
+
+/// The first byte of a packed text of [`LONG`] bytes or more: its length follows in 4 bytes.
+const LONG: u8 = u8::MAX - 1;
 
 /// The length [`push_text`] writes for `text`; `None` for a text too long to pack (no text the
 /// API serves is).
 fn packed_len(text: &str) -> Option<u32> {
-    u32::try_from(text.len()).ok().filter(|&len| len != ABSENT)
+    u32::try_from(text.len()).ok()
 }
 
-/// Appends `text` to `packed`: its length (4 bytes, little-endian; [`ABSENT`] for `None`, or for
-/// a text too long to pack) and its bytes.
+/// Appends `text` to `packed`: its length and its bytes, or [`ABSENT`] for `None` (or for a text
+/// too long to pack). A length below [`LONG`] (every name, label, address and reason a pod has)
+/// takes one byte; a longer one [`LONG`] and 4 bytes, little-endian.
 fn push_text(packed: &mut Vec<u8>, text: Option<&str>) {
     match text.and_then(|t| Some((t, packed_len(t)?))) {
         Some((text, len)) => {
-            packed.extend_from_slice(&len.to_le_bytes());
+            match u8::try_from(len).ok().filter(|&len| len < LONG) {
+                Some(short) => packed.push(short),
+                None => {
+                    packed.push(LONG);
+                    packed.extend_from_slice(&len.to_le_bytes());
+                }
+            }
             packed.extend_from_slice(text.as_bytes());
         }
-        None => packed.extend_from_slice(&ABSENT.to_le_bytes()),
+        None => packed.push(ABSENT),
     }
 }
 
 /// The first text [`push_text`] wrote at the start of `packed`, and what follows it; `None` at
 /// the end.
 fn next_text(packed: &[u8]) -> Option<(Option<&str>, &[u8])> {
-    let (len, rest) = packed.split_first_chunk::<4>()?;
-    let len = u32::from_le_bytes(*len);
-    if len == ABSENT {
-        return Some((None, rest));
-    }
-    let len = usize::try_from(len).ok()?;
+    let (&first, rest) = packed.split_first()?;
+    let (len, rest) = match first {
+        ABSENT => return Some((None, rest)),
+        LONG => {
+            let (len, rest) = rest.split_first_chunk::<4>()?;
+            (usize::try_from(u32::from_le_bytes(*len)).ok()?, rest)
+        }
+        short => (usize::from(short), rest),
+    };
     let (text, rest) = (rest.get(..len)?, rest.get(len..)?);
     Some((std::str::from_utf8(text).ok(), rest))
 }
@@ -689,251 +701,367 @@ impl kube::Resource for CachedDeployment {
     }
 }
 
-/// A pod as the cache keeps it: its metadata (cut down, see [`Marks`]), node and device claims,
-/// and of its status the phase, reason, message, addresses, start, the conditions a pass reads
-/// and each container's name, readiness, restarts and states. No pass reads the rest of a pod.
-#[derive(Clone, Debug, Default, Deserialize)]
-pub struct CachedPod {
-    #[serde(default)]
-    metadata: Slim,
-    #[serde(default)]
-    spec: Option<Placement>,
-    #[serde(default)]
-    status: Option<Box<RunState>>,
-}
-
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Placement {
-    node_name: Option<Box<str>>,
-    resource_claims: Option<Box<[PodResourceClaim]>>,
-}
-
-/// A pod's status as a cached pod keeps it.
+/// A pod as the cache keeps it: its metadata (cut down, see [`Marks`]) and, in one allocation
+/// ([`PodRun`]), its node and device claims and of its status the phase, reason, message,
+/// addresses, start, the conditions a pass reads and each container's name, readiness, restarts
+/// and states. No pass reads the rest of a pod.
 #[derive(Clone, Debug, Default)]
-struct RunState {
-    /// `phase`, `reason`, `message`, `podIP` and `hostIP`.
-    texts: Texts,
-    start_time: Stamp,
-    conditions: Option<Box<[Condition]>>,
-    init_container_statuses: Option<Box<[ContainerRun]>>,
-    container_statuses: Option<Box<[ContainerRun]>>,
-    /// The ResourceClaims made for the pod's claims (Dynamic Resource Allocation only).
-    resource_claim_statuses: Option<Box<[PodResourceClaimStatus]>>,
+pub struct CachedPod {
+    metadata: Slim,
+    run: PodRun,
 }
 
-impl<'de> Deserialize<'de> for RunState {
+impl<'de> Deserialize<'de> for CachedPod {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         #[derive(Deserialize)]
-        #[serde(rename_all = "camelCase")]
         struct Wire {
-            phase: Option<String>,
-            reason: Option<String>,
-            message: Option<String>,
-            #[serde(rename = "podIP")]
-            pod_ip: Option<String>,
-            #[serde(rename = "hostIP")]
-            host_ip: Option<String>,
-            start_time: Option<Time>,
-            #[serde(default, deserialize_with = "kept_conditions")]
-            conditions: Option<Box<[Condition]>>,
-            init_container_statuses: Option<Box<[ContainerRun]>>,
-            container_statuses: Option<Box<[ContainerRun]>>,
-            resource_claim_statuses: Option<Box<[PodResourceClaimStatus]>>,
+            #[serde(default)]
+            metadata: Slim,
+            #[serde(default)]
+            spec: Option<PlacementWire>,
+            #[serde(default)]
+            status: Option<RunWire>,
         }
-        let w = Wire::deserialize(deserializer)?;
+        let wire = Wire::deserialize(deserializer)?;
         Ok(Self {
-            texts: Texts::of([
-                w.phase.as_deref(),
-                w.reason.as_deref(),
-                w.message.as_deref(),
-                w.pod_ip.as_deref(),
-                w.host_ip.as_deref(),
-            ]),
-            start_time: Stamp::of(w.start_time.as_ref()),
-            conditions: w.conditions,
-            init_container_statuses: w.init_container_statuses,
-            container_statuses: w.container_statuses,
-            resource_claim_statuses: w.resource_claim_statuses,
+            metadata: wire.metadata,
+            run: PodRun::pack(wire.spec.as_ref(), wire.status.as_ref()),
         })
     }
 }
 
-/// The statuses a condition has in the API, kept as an index rather than as text.
-const CONDITION_STATUSES: &[&str] = &["True", "False", "Unknown"];
-
-/// [`Condition::status`] of a status not in [`CONDITION_STATUSES`].
-const OTHER_STATUS: u8 = u8::MAX;
-
-/// A pod condition of [`KEPT_POD_CONDITIONS`] as a cached pod keeps it: its type and status as
-/// indexes, its transition time in seconds, its reason and message packed into one allocation;
-/// what no pass reads of a condition (probe time, observed generation) is dropped.
-#[derive(Clone, Debug)]
-struct Condition {
-    /// Index into [`KEPT_POD_CONDITIONS`].
-    type_: u8,
-    /// Index into [`CONDITION_STATUSES`]; for [`OTHER_STATUS`], the status is the third of
-    /// `texts`.
-    status: u8,
-    last_transition_time: Stamp,
-    /// The reason and message, then a status not in [`CONDITION_STATUSES`].
-    texts: Texts,
-}
-
-impl Condition {
-    /// `c`, if its type is kept.
-    fn kept(c: PodCondition) -> Option<Self> {
-        let type_ = KEPT_POD_CONDITIONS.iter().position(|&t| t == c.type_)?;
-        let status = CONDITION_STATUSES.iter().position(|&s| s == c.status);
-        let texts = match status {
-            Some(_) => Texts::of([c.reason.as_deref(), c.message.as_deref()]),
-            None => Texts::of([c.reason.as_deref(), c.message.as_deref(), Some(&c.status)]),
-        };
-        Some(Self {
-            type_: u8::try_from(type_).ok()?,
-            status: status
-                .and_then(|s| u8::try_from(s).ok())
-                .unwrap_or(OTHER_STATUS),
-            last_transition_time: Stamp::of(c.last_transition_time.as_ref()),
-            texts,
-        })
-    }
-
-    fn to_api(&self) -> PodCondition {
-        PodCondition {
-            type_: KEPT_POD_CONDITIONS
-                .get(usize::from(self.type_))
-                .map(|t| t.to_string())
-                .unwrap_or_default(),
-            status: CONDITION_STATUSES
-                .get(usize::from(self.status))
-                .map(|s| s.to_string())
-                .or_else(|| self.texts.owned(2))
-                .unwrap_or_default(),
-            reason: self.texts.owned(0),
-            message: self.texts.owned(1),
-            last_transition_time: self.last_transition_time.time(),
-            ..PodCondition::default()
-        }
-    }
-}
-
-/// The conditions of [`KEPT_POD_CONDITIONS`].
-fn kept_conditions<'de, D: serde::Deserializer<'de>>(
-    deserializer: D,
-) -> Result<Option<Box<[Condition]>>, D::Error> {
-    let all: Option<Vec<PodCondition>> = Option::deserialize(deserializer)?;
-    Ok(all.map(|all| all.into_iter().filter_map(Condition::kept).collect()))
-}
-
-/// A container state as a cached pod keeps it: the one member the API sets, a running one as
-/// its start in seconds (most containers of the pods cached are running), the others boxed.
-#[derive(Clone, Debug)]
-enum State {
-    Running(Stamp),
-    Terminated(Box<ContainerStateTerminated>),
-    Waiting(Box<ContainerStateWaiting>),
-}
-
-impl State {
-    fn to_api(&self) -> ContainerState {
-        match self {
-            State::Running(started_at) => ContainerState {
-                running: Some(ContainerStateRunning {
-                    started_at: started_at.time(),
-                }),
-                ..ContainerState::default()
-            },
-            State::Terminated(t) => ContainerState {
-                terminated: Some(t.as_ref().clone()),
-                ..ContainerState::default()
-            },
-            State::Waiting(w) => ContainerState {
-                waiting: Some(w.as_ref().clone()),
-                ..ContainerState::default()
-            },
-        }
-    }
-}
-
-/// A container state; `None` where it is empty (`lastState: {}` of a container never
-/// restarted). Of a state with more than one member set (the API sets one), the terminated one
-/// is kept, else the waiting one.
-fn some_state<'de, D: serde::Deserializer<'de>>(
-    deserializer: D,
-) -> Result<Option<State>, D::Error> {
-    let Some(state) = Option::<ContainerState>::deserialize(deserializer)? else {
-        return Ok(None);
-    };
-    Ok(match (state.terminated, state.waiting, state.running) {
-        (Some(t), _, _) => Some(State::Terminated(Box::new(t))),
-        (None, Some(w), _) => Some(State::Waiting(Box::new(w))),
-        (None, None, Some(r)) => Some(State::Running(Stamp::of(r.started_at.as_ref()))),
-        (None, None, None) => None,
-    })
-}
-
-#[derive(Clone, Debug, Default, Deserialize)]
+/// What a cached pod keeps of a pod's spec, as decoded.
+#[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct ContainerRun {
-    name: Box<str>,
+struct PlacementWire {
+    node_name: Option<String>,
+    resource_claims: Option<Vec<PodResourceClaim>>,
+}
+
+/// What a cached pod keeps of a pod's status, as decoded.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RunWire {
+    phase: Option<String>,
+    reason: Option<String>,
+    message: Option<String>,
+    #[serde(rename = "podIP")]
+    pod_ip: Option<String>,
+    #[serde(rename = "hostIP")]
+    host_ip: Option<String>,
+    start_time: Option<Time>,
+    conditions: Option<Vec<PodCondition>>,
+    init_container_statuses: Option<Vec<ContainerWire>>,
+    container_statuses: Option<Vec<ContainerWire>>,
+    resource_claim_statuses: Option<Vec<PodResourceClaimStatus>>,
+}
+
+/// What a cached pod keeps of a container's status, as decoded.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ContainerWire {
+    #[serde(default)]
+    name: String,
     #[serde(default)]
     ready: bool,
     #[serde(default)]
     restart_count: i32,
     started: Option<bool>,
-    #[serde(default, deserialize_with = "some_state")]
-    state: Option<State>,
-    #[serde(default, deserialize_with = "some_state")]
-    last_state: Option<State>,
+    state: Option<ContainerState>,
+    last_state: Option<ContainerState>,
 }
 
-impl ContainerRun {
-    fn to_status(&self) -> ContainerStatus {
-        ContainerStatus {
-            name: self.name.to_string(),
-            ready: self.ready,
-            restart_count: self.restart_count,
-            started: self.started,
-            state: self.state.as_ref().map(State::to_api),
-            last_state: self.last_state.as_ref().map(State::to_api),
-            ..ContainerStatus::default()
+/// The statuses a condition has in the API, kept as an index rather than as text.
+const CONDITION_STATUSES: &[&str] = &["True", "False", "Unknown"];
+
+/// Writes the fields of a packed record one after the other; [`Fields`] reads them back in the
+/// same order.
+#[derive(Default)]
+struct Packer(Vec<u8>);
+
+impl Packer {
+    fn text(&mut self, text: Option<&str>) {
+        push_text(&mut self.0, text);
+    }
+
+    fn byte(&mut self, byte: u8) {
+        self.0.push(byte);
+    }
+
+    fn stamp(&mut self, time: Option<&Time>) {
+        self.0.extend_from_slice(&Stamp::of(time).0.to_le_bytes());
+    }
+
+    fn int(&mut self, value: i32) {
+        self.0.extend_from_slice(&value.to_le_bytes());
+    }
+
+    /// `Some(true)`, `Some(false)` or `None` in one byte.
+    fn flag(&mut self, value: Option<bool>) {
+        self.byte(value.map_or(ABSENT, u8::from));
+    }
+
+    /// A value of a type rare where it is kept, as JSON text.
+    fn json<T: serde::Serialize>(&mut self, value: Option<&T>) {
+        let text = value.and_then(|v| serde_json::to_string(v).ok());
+        self.text(text.as_deref());
+    }
+
+    /// How many of `items` follow ([`ABSENT`]: none at all, `None`; at most 253 are kept), and
+    /// those items.
+    fn items<T>(
+        &mut self,
+        items: Option<impl ExactSizeIterator<Item = T>>,
+        mut each: impl FnMut(&mut Self, T),
+    ) {
+        let Some(items) = items else {
+            self.byte(ABSENT);
+            return;
+        };
+        let count = u8::try_from(items.len()).map_or(LONG - 1, |n| n.min(LONG - 1));
+        self.byte(count);
+        for item in items.take(usize::from(count)) {
+            each(self, item);
         }
     }
 }
 
-fn statuses(runs: &Option<Box<[ContainerRun]>>) -> Option<Vec<ContainerStatus>> {
-    runs.as_ref()
-        .map(|runs| runs.iter().map(ContainerRun::to_status).collect())
+/// Reads what a [`Packer`] wrote, field by field; past the end every field reads as absent.
+struct Fields<'a>(&'a [u8]);
+
+impl<'a> Fields<'a> {
+    fn text(&mut self) -> Option<&'a str> {
+        let (text, rest) = next_text(self.0)?;
+        self.0 = rest;
+        text
+    }
+
+    fn owned(&mut self) -> Option<String> {
+        self.text().map(str::to_string)
+    }
+
+    fn byte(&mut self) -> Option<u8> {
+        let (&byte, rest) = self.0.split_first()?;
+        self.0 = rest;
+        Some(byte)
+    }
+
+    fn time(&mut self) -> Option<Time> {
+        let (bytes, rest) = self.0.split_first_chunk::<8>()?;
+        self.0 = rest;
+        Stamp(i64::from_le_bytes(*bytes)).time()
+    }
+
+    fn int(&mut self) -> i32 {
+        let Some((bytes, rest)) = self.0.split_first_chunk::<4>() else {
+            return 0;
+        };
+        self.0 = rest;
+        i32::from_le_bytes(*bytes)
+    }
+
+    fn flag(&mut self) -> Option<bool> {
+        self.byte().filter(|&b| b != ABSENT).map(|b| b != 0)
+    }
+
+    fn json<T: serde::de::DeserializeOwned>(&mut self) -> Option<T> {
+        serde_json::from_str(self.text()?).ok()
+    }
+
+    /// The items [`Packer::items`] wrote, each read by `each`.
+    fn items<T>(&mut self, mut each: impl FnMut(&mut Self) -> T) -> Option<Vec<T>> {
+        let count = self.byte().filter(|&n| n != ABSENT)?;
+        Some((0..count).map(|_| each(self)).collect())
+    }
+}
+
+/// A cached pod's node, device claims and status in one allocation, as [`PodRun::pack`] writes
+/// them and [`PodRun::unpack`] reads them: texts with a byte of length, times in 8 bytes, a
+/// condition's type and status as indexes (only the conditions of [`KEPT_POD_CONDITIONS`]), a
+/// container's state as the one member the API sets (a running one as its start). What is rare on
+/// the pods a cache holds (device claims, a waiting or terminated container) is kept as JSON
+/// text. Separate fields would take a dozen allocations a pod.
+#[derive(Clone, Debug, Default)]
+struct PodRun(Box<[u8]>);
+
+/// The first byte of a [`PodRun`]: which of the spec and status follow.
+const HAS_SPEC: u8 = 1;
+const HAS_STATUS: u8 = 2;
+
+/// A container state in a [`PodRun`]: the member that follows.
+const RUNNING: u8 = 1;
+const TERMINATED: u8 = 2;
+const WAITING: u8 = 3;
+
+impl PodRun {
+    fn pack(spec: Option<&PlacementWire>, status: Option<&RunWire>) -> Self {
+        let mut p = Packer::default();
+        let has = u8::from(spec.is_some()) * HAS_SPEC + u8::from(status.is_some()) * HAS_STATUS;
+        if has == 0 {
+            return Self::default();
+        }
+        p.byte(has);
+        if let Some(spec) = spec {
+            p.text(spec.node_name.as_deref());
+            p.json(spec.resource_claims.as_ref());
+        }
+        if let Some(s) = status {
+            for text in [&s.phase, &s.reason, &s.message, &s.pod_ip, &s.host_ip] {
+                p.text(text.as_deref());
+            }
+            p.stamp(s.start_time.as_ref());
+            let kept: Option<Vec<(u8, &PodCondition)>> = s.conditions.as_ref().map(|all| {
+                all.iter()
+                    .filter_map(|c| {
+                        let type_ = KEPT_POD_CONDITIONS.iter().position(|&t| t == c.type_)?;
+                        Some((u8::try_from(type_).ok()?, c))
+                    })
+                    .collect()
+            });
+            p.items(kept.map(Vec::into_iter), |p, (type_, c)| {
+                p.byte(type_);
+                let status = CONDITION_STATUSES.iter().position(|&s| s == c.status);
+                p.byte(status.and_then(|s| u8::try_from(s).ok()).unwrap_or(ABSENT));
+                p.stamp(c.last_transition_time.as_ref());
+                p.text(c.reason.as_deref());
+                p.text(c.message.as_deref());
+                if status.is_none() {
+                    p.text(Some(&c.status));
+                }
+            });
+            for containers in [&s.init_container_statuses, &s.container_statuses] {
+                p.items(containers.as_ref().map(|c| c.iter()), |p, c| {
+                    p.text(Some(&c.name));
+                    p.byte(u8::from(c.ready));
+                    p.int(c.restart_count);
+                    p.flag(c.started);
+                    for state in [&c.state, &c.last_state] {
+                        match state {
+                            // Of a state with more than one member set (the API sets one), the
+                            // terminated one is kept, else the waiting one.
+                            Some(ContainerState {
+                                terminated: Some(t),
+                                ..
+                            }) => {
+                                p.byte(TERMINATED);
+                                p.json(Some(t));
+                            }
+                            Some(ContainerState {
+                                waiting: Some(w), ..
+                            }) => {
+                                p.byte(WAITING);
+                                p.json(Some(w));
+                            }
+                            Some(ContainerState {
+                                running: Some(r), ..
+                            }) => {
+                                p.byte(RUNNING);
+                                p.stamp(r.started_at.as_ref());
+                            }
+                            // `lastState: {}` of a container never restarted: no state.
+                            _ => p.byte(ABSENT),
+                        }
+                    }
+                });
+            }
+            p.json(s.resource_claim_statuses.as_ref());
+        }
+        Self(p.0.into_boxed_slice())
+    }
+
+    fn unpack(&self) -> (Option<PodSpec>, Option<PodStatus>) {
+        let mut f = Fields(&self.0);
+        let has = f.byte().unwrap_or(0);
+        let spec = (has & HAS_SPEC != 0).then(|| PodSpec {
+            node_name: f.owned(),
+            resource_claims: f.json(),
+            ..PodSpec::default()
+        });
+        let status = (has & HAS_STATUS != 0).then(|| {
+            let [phase, reason, message, pod_ip, host_ip] = [(); 5].map(|()| f.owned());
+            let start_time = f.time();
+            let conditions = f.items(|f| {
+                let type_ = f
+                    .byte()
+                    .and_then(|t| KEPT_POD_CONDITIONS.get(usize::from(t)));
+                let status = f
+                    .byte()
+                    .and_then(|s| CONDITION_STATUSES.get(usize::from(s)));
+                let last_transition_time = f.time();
+                let (reason, message) = (f.owned(), f.owned());
+                PodCondition {
+                    type_: type_.map(|t| t.to_string()).unwrap_or_default(),
+                    status: match status {
+                        Some(s) => s.to_string(),
+                        None => f.owned().unwrap_or_default(),
+                    },
+                    reason,
+                    message,
+                    last_transition_time,
+                    ..PodCondition::default()
+                }
+            });
+            let mut containers = || {
+                f.items(|f| {
+                    let (name, ready, restart_count, started) =
+                        (f.owned(), f.byte(), f.int(), f.flag());
+                    let [state, last_state] = [(); 2].map(|()| match f.byte() {
+                        Some(RUNNING) => Some(ContainerState {
+                            running: Some(ContainerStateRunning {
+                                started_at: f.time(),
+                            }),
+                            ..ContainerState::default()
+                        }),
+                        Some(TERMINATED) => Some(ContainerState {
+                            terminated: f.json(),
+                            ..ContainerState::default()
+                        }),
+                        Some(WAITING) => Some(ContainerState {
+                            waiting: f.json(),
+                            ..ContainerState::default()
+                        }),
+                        _ => None,
+                    });
+                    ContainerStatus {
+                        name: name.unwrap_or_default(),
+                        ready: ready == Some(1),
+                        restart_count,
+                        started,
+                        state,
+                        last_state,
+                        ..ContainerStatus::default()
+                    }
+                })
+            };
+            let init_container_statuses = containers();
+            let container_statuses = containers();
+            PodStatus {
+                phase,
+                reason,
+                message,
+                pod_ip,
+                host_ip,
+                start_time,
+                conditions,
+                init_container_statuses,
+                container_statuses,
+                resource_claim_statuses: f.json(),
+                ..PodStatus::default()
+            }
+        });
+        (spec, status)
+    }
 }
 
 impl Cached for CachedPod {
     type Api = Pod;
 
     fn to_api(&self) -> Pod {
+        let (spec, status) = self.run.unpack();
         Pod {
             metadata: self.metadata.full(),
-            spec: self.spec.as_ref().map(|s| PodSpec {
-                node_name: s.node_name.as_deref().map(str::to_string),
-                resource_claims: s.resource_claims.as_deref().map(<[_]>::to_vec),
-                ..PodSpec::default()
-            }),
-            status: self.status.as_deref().map(|s| PodStatus {
-                phase: s.texts.owned(0),
-                reason: s.texts.owned(1),
-                message: s.texts.owned(2),
-                pod_ip: s.texts.owned(3),
-                host_ip: s.texts.owned(4),
-                start_time: s.start_time.time(),
-                conditions: s
-                    .conditions
-                    .as_deref()
-                    .map(|cs| cs.iter().map(Condition::to_api).collect()),
-                init_container_statuses: statuses(&s.init_container_statuses),
-                container_statuses: statuses(&s.container_statuses),
-                resource_claim_statuses: s.resource_claim_statuses.as_deref().map(<[_]>::to_vec),
-                ..PodStatus::default()
-            }),
+            spec,
+            status,
         }
     }
 }
@@ -1496,6 +1624,67 @@ mod tests {
             Some(names.evidence_configmap),
             "the evidence is named by the run's key, whatever the arguments say"
         );
+    }
+
+    #[test]
+    fn a_serving_pod_keeps_its_node_and_status_in_one_allocation_of_under_256_bytes() {
+        let status = serde_json::json!({
+            "phase": "Running", "podIP": "10.244.1.188", "hostIP": "127.0.0.1",
+            "startTime": "2026-12-06T20:09:40Z",
+            "conditions": [
+                {"type": ACCEPTED_POD_CONDITION, "status": "True", "reason": "AcceptancePassed",
+                 "message": "revision wvqvv5bcfg6o4cn3ly5rwbvkovqzldal67exefd3if4cdi5kdq4a passed acceptance",
+                 "lastTransitionTime": "2026-12-06T20:09:41Z"},
+                {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-12-06T20:09:40Z"},
+                {"type": "Ready", "status": "True", "lastTransitionTime": "2026-12-06T20:09:41Z"},
+            ],
+            "containerStatuses": [{"name": "engine", "image": "", "imageID": "", "ready": true,
+                "restartCount": 0, "started": true,
+                "state": {"running": {"startedAt": "2026-12-06T20:09:40Z"}}}],
+        });
+        let pod: CachedPod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "bench-00001-worker-0-0", "namespace": "bench"},
+            "spec": {"nodeName": "bench-nvidia-12"},
+            "status": status,
+        }))
+        .expect("decoded");
+        assert!(pod.run.0.len() < 256, "{} bytes", pod.run.0.len());
+        let back = pod.to_api();
+        assert_eq!(
+            back.spec.and_then(|s| s.node_name).as_deref(),
+            Some("bench-nvidia-12")
+        );
+        assert_eq!(serde_json::to_value(back.status).expect("json"), status);
+        let bare: CachedPod =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "p"}})).expect("pod");
+        assert!(
+            bare.run.0.is_empty(),
+            "no allocation without spec or status"
+        );
+        assert_eq!((bare.to_api().spec, bare.to_api().status), (None, None));
+    }
+
+    #[test]
+    fn packed_texts_read_back_as_written_with_one_byte_of_length_below_254() {
+        let long = "ä".repeat(200);
+        let texts = [
+            Some(""),
+            None,
+            Some("Running"),
+            Some(&"x".repeat(253)),
+            Some(&"y".repeat(254)),
+            Some(long.as_str()),
+            None,
+        ];
+        let packed = Texts::of(texts);
+        for (i, text) in texts.iter().enumerate() {
+            assert_eq!(packed.get(i), *text, "text {i}");
+        }
+        assert_eq!(packed.get(texts.len()), None);
+        // 1 + 1 + (1 + 7) + (1 + 253) + (1 + 4 + 254) + (1 + 4 + 400) + 1
+        assert_eq!(packed.0.len(), 929);
+        assert_eq!(Texts::of([Some("n-1")]).0.len(), 4);
+        assert_eq!(Texts::of([None, None]), Texts::default());
     }
 
     #[test]

@@ -32,7 +32,7 @@ run: cluster-up ## Bed + CRD + operator + a sample deployment, then show it
 
 .PHONY: bench
 bench: cluster-up ## Drive 1000 deployments to Ready, roll and restart them with a release-built operator; print figures and the floor (BENCH_ARGS="--resources N")
-	$(CARGO) build --release --bin deepinfer-operator
+	$(CARGO) build --release --bin deepinfer-operator --bin deepinfer-runner
 	$(CARGO) build --release -p deepinfer-e2e --bin deepinfer-node-agent
 	@e2e/bed/stop-sample.sh
 	$(CARGO) run -q -p deepinfer-e2e --bin deepinfer-bench -- --operator target/release/deepinfer-operator --node-agent target/release/deepinfer-node-agent $(BENCH_ARGS)

@@ -1,27 +1,56 @@
-//! Command line: the controller and the entrypoints of the Jobs it runs.
+//! Command line of the two binaries: `deepinfer-operator` (the controller, and the generators of
+//! its manifests and documentation) and `deepinfer-runner` (the entrypoints of the Jobs the
+//! controller runs, and the offline acceptance checker). Both are in the operator's image. The
+//! controller's binary carries none of the runner's code (JSON Schema, CEL, YAML and JSONPath for
+//! the acceptance checker): code pages it never runs would sit beside pages it does and count in
+//! its resident set.
 
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
 /// Runs DeepInfer as a verified, pinned, placed service on NVIDIA and Ascend clusters.
 #[derive(Parser, Debug)]
-#[command(name = "deepinfer-operator", version, about)]
+#[command(
+    name = "deepinfer-operator",
+    version,
+    about,
+    after_help = "The Jobs' entrypoints and the offline `check` are deepinfer-runner's \
+                  (`deepinfer-runner --help`); `deepinfer-operator check ...` runs \
+                  `deepinfer-runner check ...` from beside this binary."
+)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
 }
 
-/// Subcommands.
+/// Subcommands of `deepinfer-operator`.
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Run the controller.
-    Run(crate::controller::context::RunArgs),
+    Run(Box<crate::controller::context::RunArgs>),
     /// Print a CustomResourceDefinition as YAML (`DeepInferDeployment` unless `--kind` says).
     Crd(CrdArgs),
     /// Print generated documentation (committed under docs/; `make docs`).
     Docs(DocsArgs),
+}
+
+pub use crate::controller::build::RUNNER_BINARY;
+
+/// The entrypoints of the Jobs the DeepInfer operator runs, and the offline acceptance checker.
+#[derive(Parser, Debug)]
+#[command(name = "deepinfer-runner", version, about)]
+pub struct RunnerCli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: RunnerCommand,
+}
+
+/// Subcommands of `deepinfer-runner`.
+#[derive(Subcommand, Debug)]
+pub enum RunnerCommand {
     /// Job entrypoint: download a pinned hub revision into a directory.
     FetchCheckpoint(crate::checkpoint::FetchArgs),
     /// Job entrypoint: verify a checkpoint directory and report the result.
@@ -36,6 +65,24 @@ pub enum Command {
     Check(crate::acceptance::CheckArgs),
     /// Init-container entrypoint: copy this binary into a shared volume (injected into the acceptance engine container).
     InstallRunner(InstallRunnerArgs),
+}
+
+/// Whether `word` is a subcommand of `deepinfer-runner`, which `deepinfer-operator` hands over
+/// to it.
+pub fn is_runner_command(word: &str) -> bool {
+    <RunnerCommand as Subcommand>::has_subcommand(word)
+}
+
+/// The exit status of `program` for what its subcommand returned: the subcommand's own (0 to
+/// 255), or 2 with the error printed.
+pub fn exit_code(program: &str, outcome: anyhow::Result<i32>) -> ExitCode {
+    match outcome {
+        Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
+        Err(err) => {
+            eprintln!("{program}: {err:#}");
+            ExitCode::from(2)
+        }
+    }
 }
 
 /// `crd` arguments.

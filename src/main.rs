@@ -1,19 +1,27 @@
 #![forbid(unsafe_code)]
-//! Parses the command line and dispatches.
+//! `deepinfer-operator`: parses the command line and dispatches. The Jobs' entrypoints are
+//! `deepinfer-runner`'s (src/bin/deepinfer-runner.rs).
 
 use std::process::ExitCode;
 
 use clap::Parser;
-use deepinfer_operator::{acceptance, api, checkpoint, cli, controller, metrics};
+use deepinfer_operator::{api, cli, controller, metrics};
 
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+fn main() -> ExitCode {
+    if let Some(code) = hand_over() {
+        return code;
+    }
+    run()
+}
+
 #[tokio::main]
-async fn main() -> ExitCode {
+async fn run() -> ExitCode {
     let cli = cli::Cli::parse();
     let outcome = match cli.command {
-        cli::Command::Run(args) => controller::run(args).await.map(|()| 0),
+        cli::Command::Run(args) => controller::run(*args).await.map(|()| 0),
         cli::Command::Crd(args) => {
             match args.kind {
                 cli::CrdKind::Deployment => print!("{}", api::crd_yaml()),
@@ -31,31 +39,33 @@ async fn main() -> ExitCode {
             }
             Ok(0)
         }
-        cli::Command::FetchCheckpoint(args) => checkpoint::fetch(args).await,
-        cli::Command::VerifyCheckpoint(args) => checkpoint::verify(args).await,
-        cli::Command::Accept(args) => acceptance::accept(*args).await,
-        cli::Command::RunEngine(args) => acceptance::run_engine(args).await,
-        cli::Command::Check(args) => acceptance::check(&args),
-        cli::Command::InstallRunner(args) => install_runner(&args),
     };
-    match outcome {
-        Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
-        Err(err) => {
-            eprintln!("deepinfer-operator: {err:#}");
-            ExitCode::from(2)
-        }
-    }
+    cli::exit_code("deepinfer-operator", outcome)
 }
 
-/// Copies this very binary to `destination` (made executable), so an engine image can run it.
-fn install_runner(args: &cli::InstallRunnerArgs) -> anyhow::Result<i32> {
-    use anyhow::Context as _;
-    let me = std::env::current_exe().context("locating this binary")?;
-    if let Some(dir) = args.destination.parent() {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+/// `deepinfer-operator SUBCOMMAND ...` for a subcommand of `deepinfer-runner` (`check`, a Job's
+/// entrypoint): runs `deepinfer-runner SUBCOMMAND ...` from beside this binary in this process's
+/// place. `None`: the subcommand is this binary's own.
+fn hand_over() -> Option<ExitCode> {
+    use std::os::unix::process::CommandExt;
+    let mut args = std::env::args_os().skip(1);
+    let word = args.next()?;
+    if !cli::is_runner_command(word.to_str()?) {
+        return None;
     }
-    std::fs::copy(&me, &args.destination)
-        .with_context(|| format!("copying {} to {}", me.display(), args.destination.display()))?;
-    println!("installed runner at {}", args.destination.display());
-    Ok(0)
+    let runner = std::env::current_exe()
+        .map(|me| me.with_file_name(cli::RUNNER_BINARY))
+        .unwrap_or_else(|_| cli::RUNNER_BINARY.into());
+    // Returns only if the runner could not be started.
+    let err = std::process::Command::new(&runner)
+        .arg(&word)
+        .args(args)
+        .exec();
+    eprintln!(
+        "deepinfer-operator: `{}` is a subcommand of {}, which could not be run from {}: {err}",
+        word.to_string_lossy(),
+        cli::RUNNER_BINARY,
+        runner.display()
+    );
+    Some(ExitCode::from(2))
 }

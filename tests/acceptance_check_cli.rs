@@ -1,9 +1,11 @@
-//! `deepinfer-operator check` as a user runs it: verdict lines and exit codes.
+//! `deepinfer-runner check` as a user runs it: verdict lines and exit codes; and
+//! `deepinfer-operator check`, which hands over to the runner beside it.
 
 use std::path::Path;
 use std::process::Command;
 
-const BIN: &str = env!("CARGO_BIN_EXE_deepinfer-operator");
+const BIN: &str = env!("CARGO_BIN_EXE_deepinfer-runner");
+const OPERATOR: &str = env!("CARGO_BIN_EXE_deepinfer-operator");
 
 fn fixture(name: &str) -> String {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -14,7 +16,11 @@ fn fixture(name: &str) -> String {
 }
 
 fn check(acceptance: &str, outputs: &str) -> (i32, String, String) {
-    let out = Command::new(BIN)
+    check_with(BIN, acceptance, outputs)
+}
+
+fn check_with(bin: &str, acceptance: &str, outputs: &str) -> (i32, String, String) {
+    let out = Command::new(bin)
         .args(["check", "--acceptance", acceptance, "--outputs", outputs])
         .output()
         .unwrap();
@@ -185,4 +191,35 @@ fn the_sheet_of_kept_evidence_is_printed_as_a_table_and_bad_evidence_is_named() 
         Some(2),
         "check needs --acceptance or --sheet"
     );
+}
+
+#[test]
+fn the_operator_binary_hands_a_runner_subcommand_over_to_the_runner_beside_it() {
+    let (acceptance, outputs) = (fixture("acceptance.yaml"), fixture("valid-2-2-2.jsonl"));
+    assert_eq!(
+        check_with(OPERATOR, &acceptance, &outputs),
+        check(&acceptance, &outputs),
+        "the same verdict, exit code and output as the runner's"
+    );
+
+    // Without the runner beside it: a clear error naming the runner and where it was looked for.
+    let alone = std::env::temp_dir().join(format!("operator-alone-{}", std::process::id()));
+    std::fs::create_dir_all(&alone).unwrap();
+    let copy = alone.join("deepinfer-operator");
+    std::fs::copy(OPERATOR, &copy).unwrap();
+    let (code, stdout, stderr) = check_with(copy.to_str().unwrap(), &acceptance, &outputs);
+    let _ = std::fs::remove_dir_all(&alone);
+    assert_eq!((code, stdout.as_str()), (2, ""), "{stderr}");
+    assert!(
+        stderr.contains("`check` is a subcommand of deepinfer-runner")
+            && stderr.contains(&alone.join("deepinfer-runner").display().to_string()),
+        "{stderr}"
+    );
+
+    // The operator's own subcommands stay its own.
+    let out = Command::new(OPERATOR).args(["crd"]).output().unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8(out.stdout)
+        .unwrap()
+        .contains("kind: CustomResourceDefinition"));
 }

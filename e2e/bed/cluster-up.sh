@@ -267,11 +267,14 @@ external_metrics
 
 agent="${NODE_AGENT_BIN:-$root/target/debug/deepinfer-node-agent}"
 operator_bin="${OPERATOR_BIN:-$root/target/debug/deepinfer-operator}"
+# The Jobs' binary, beside the operator's in its image.
+runner_bin="${RUNNER_BIN:-$(dirname "$operator_bin")/deepinfer-runner}"
 if [ ! -x "$agent" ]; then
   echo "cluster-up: $agent is missing; build it first (make build)" >&2; exit 1
 fi
 launch node-agent "$agent" --kubeconfig "$bed/kubeconfig" --topology "${TOPOLOGY:-$here/topology.yaml}" \
   --state-dir "$bed/agent" --own-binary "deepinfer-operator=$operator_bin" \
+  --own-binary "deepinfer-runner=$runner_bin" \
   --own-binary "deepinfer-llama-cpp=$bed_abs/bin/deepinfer-llama-cpp"
 
 # Ready when the nodes are registered and the service-account controller made the default SA.

@@ -1,5 +1,5 @@
 //! A loopback stand-in for the Hugging Face hub, serving fixture checkpoints to
-//! `deepinfer-operator fetch-checkpoint` in tests.
+//! `deepinfer-runner fetch-checkpoint` in tests.
 //!
 //! It answers the two endpoints the fetcher uses, like the real hub:
 //! - `GET /api/models/{repo}/revision/{rev}` → `{"id","sha","siblings":[{"rfilename","size","blobId","lfs"}]}`

@@ -80,7 +80,7 @@ fn outputs(cm: &ConfigMap) -> Vec<Value> {
         .collect()
 }
 
-/// `deepinfer-operator check --sheet` on the evidence as a user saves it with kubectl.
+/// `deepinfer-runner check --sheet` on the evidence as a user saves it with kubectl.
 fn sheet(ns: &str, evidence: &str) -> String {
     let yaml = support::kubectl_ok(&["-n", ns, "get", "configmap", evidence, "-o", "yaml"]);
     let file = std::env::temp_dir().join(format!("{ns}-evidence.yaml"));

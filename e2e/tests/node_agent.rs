@@ -460,6 +460,11 @@ impl OwnAgent {
             .arg(dir.join("state"))
             .arg("--own-binary")
             .arg(format!("deepinfer-operator={}", operator.display()))
+            .arg("--own-binary")
+            .arg(format!(
+                "deepinfer-runner={}",
+                operator.with_file_name("deepinfer-runner").display()
+            ))
             .args(["--workers", "2"])
             .stdout(log.try_clone().expect("log"))
             .stderr(log)

@@ -1,7 +1,7 @@
 //! The engine side of an acceptance run and its hand-off to the judge through a shared
 //! directory.
 //!
-//! In the acceptance pod the engine container runs `deepinfer-operator run-engine` (injected into
+//! In the acceptance pod the engine container runs `deepinfer-runner run-engine` (injected into
 //! the engine image) with no API token: it writes the prompts file, runs the engine command with
 //! its timeout, and leaves in the shared directory the outputs, the log tail and a report
 //! (`engine-report.json`, written last, by rename). The judge container (`accept --engine-dir`)
@@ -365,7 +365,7 @@ pub async fn run_engine_side(args: &RunEngineArgs) -> i32 {
     match engine_side(args).await {
         Ok(()) => 0,
         Err(err) => {
-            eprintln!("deepinfer-operator run-engine: {err:#}");
+            eprintln!("deepinfer-runner run-engine: {err:#}");
             2
         }
     }
@@ -399,7 +399,7 @@ async fn beat(path: PathBuf) {
         n += 1;
         if let Err(err) = tokio::fs::write(&path, format!("{n}\n")).await {
             eprintln!(
-                "deepinfer-operator run-engine: heartbeat {}: {err}",
+                "deepinfer-runner run-engine: heartbeat {}: {err}",
                 path.display()
             );
         }

@@ -41,7 +41,7 @@ pub async fn run(args: &AcceptArgs) -> i32 {
     println!("{message}");
     if let Err(err) = std::fs::write(&args.termination_log, &message) {
         eprintln!(
-            "deepinfer-operator accept: writing {}: {err}",
+            "deepinfer-runner accept: writing {}: {err}",
             args.termination_log.display()
         );
     }

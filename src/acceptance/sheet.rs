@@ -1,5 +1,5 @@
 //! The measurement sheet: what an acceptance run measured, per prompt and in total, printed
-//! from the kept manifest by `deepinfer-operator check --sheet`. Every value comes from the
+//! from the kept manifest by `deepinfer-runner check --sheet`. Every value comes from the
 //! manifest; a value the engine did not report is printed as "not reported", never derived.
 
 use std::fmt::Display;

@@ -84,7 +84,7 @@ pub async fn fetch(args: FetchArgs) -> anyhow::Result<i32> {
         token: std::env::var("HF_TOKEN").ok().filter(|t| !t.is_empty()),
     };
     if let Err(problem) = request.validate() {
-        eprintln!("deepinfer-operator fetch-checkpoint: {problem}");
+        eprintln!("deepinfer-runner fetch-checkpoint: {problem}");
         return Ok(EXIT_BAD_ARGS);
     }
     let report = fetch_checkpoint(&request).await;
@@ -101,9 +101,7 @@ pub async fn fetch(args: FetchArgs) -> anyhow::Result<i32> {
 /// Runs `verify-checkpoint`; returns the process exit code.
 pub async fn verify(args: VerifyArgs) -> anyhow::Result<i32> {
     if args.license.trim().is_empty() || args.revision.trim().is_empty() {
-        eprintln!(
-            "deepinfer-operator verify-checkpoint: --license and --revision must not be empty"
-        );
+        eprintln!("deepinfer-runner verify-checkpoint: --license and --revision must not be empty");
         return Ok(EXIT_BAD_ARGS);
     }
     let expect = Expectations {

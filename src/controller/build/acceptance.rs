@@ -2,7 +2,7 @@
 //! Service and one Job per rank.
 //!
 //! The leader's pod has two containers. The engine container (the image under test) runs the
-//! injected `deepinfer-operator run-engine` with no API token and leaves its outputs in a
+//! injected `deepinfer-runner run-engine` with no API token and leaves its outputs in a
 //! shared `emptyDir`; the judge container (the operator's image) alone holds a token, judges
 //! those outputs, updates the evidence ConfigMap by name and writes the termination message the
 //! operator reads.
@@ -17,6 +17,10 @@ pub fn acceptance_deadline(spec: &DeepInferDeploymentSpec) -> i64 {
 
 /// Where the injected runner lives inside the engine container of an acceptance pod.
 pub const RUNNER_DIR: &str = "/deepinfer/bin";
+
+/// The binary the Jobs of the operator run (`deepinfer-runner`, see `cli`), beside
+/// `deepinfer-operator` in its image; copied into [`RUNNER_DIR`] for the judged engine.
+pub const RUNNER_BINARY: &str = "deepinfer-runner";
 /// The acceptance leader's container that judges; the only one whose termination message the
 /// operator reads.
 pub const JUDGE_CONTAINER: &str = "judge";
@@ -337,7 +341,7 @@ pub fn acceptance_group_job(
     if group.judged && rank == 0 {
         let engine = pod.containers.first_mut()?;
         engine.command = Some(vec![
-            format!("{RUNNER_DIR}/deepinfer-operator"),
+            format!("{RUNNER_DIR}/{RUNNER_BINARY}"),
             "run-engine".into(),
         ]);
         engine.args = Some(runner_args(
@@ -355,10 +359,10 @@ pub fn acceptance_group_job(
         pod.init_containers = Some(vec![Container {
             name: "install-runner".into(),
             image: Some(operator_image.into()),
-            command: Some(vec!["deepinfer-operator".into()]),
+            command: Some(vec![RUNNER_BINARY.into()]),
             args: Some(vec![
                 "install-runner".into(),
-                format!("{RUNNER_DIR}/deepinfer-operator"),
+                format!("{RUNNER_DIR}/{RUNNER_BINARY}"),
             ]),
             volume_mounts: Some(vec![mount("runner", RUNNER_DIR, false)]),
             security_context: Some(SecurityContext {
@@ -500,7 +504,7 @@ fn judge_container(
     Container {
         name: JUDGE_CONTAINER.into(),
         image: Some(operator_image.into()),
-        command: Some(vec!["deepinfer-operator".into(), "accept".into()]),
+        command: Some(vec![RUNNER_BINARY.into(), "accept".into()]),
         args: Some(
             vec![
                 "--spec-file".into(),

@@ -57,7 +57,7 @@ pub fn operator_job(
     let container = Container {
         name: component.as_str().into(),
         image: Some(operator_image.into()),
-        command: Some(vec!["deepinfer-operator".into()]),
+        command: Some(vec![RUNNER_BINARY.into()]),
         args: Some(args),
         env: Some(extra_env),
         volume_mounts: Some(vec![mount("checkpoint", CHECKPOINT_MOUNT, read_only)]),

@@ -510,7 +510,7 @@ fn shm_volume(size: Option<Quantity>) -> Volume {
     }
 }
 
-/// Most the injected runner's directory of an acceptance leader may hold (the operator's binary).
+/// Most the injected runner's directory of an acceptance leader may hold (the runner binary).
 pub const RUNNER_DIR_SIZE: &str = "256Mi";
 /// Most the work directory the engine and the judge share may hold (prompts, outputs, the
 /// engine's log and report; the judge keeps at most about 1 MiB of them as evidence).

@@ -286,7 +286,7 @@ fn the_acceptance_leader_runs_the_injected_runner_in_the_engine_image() {
     assert_eq!(
         engine.command.clone().expect("command"),
         [
-            format!("{RUNNER_DIR}/deepinfer-operator"),
+            format!("{RUNNER_DIR}/deepinfer-runner"),
             "run-engine".to_string()
         ]
     );
@@ -308,7 +308,7 @@ fn the_acceptance_leader_runs_the_injected_runner_in_the_engine_image() {
     );
     assert_eq!(
         judge.command.clone().expect("command"),
-        ["deepinfer-operator", "accept"]
+        ["deepinfer-runner", "accept"]
     );
     let args = judge.args.clone().expect("args");
     assert!(args
@@ -2309,9 +2309,9 @@ fn every_empty_dir_of_engine_and_acceptance_pods_has_a_size_limit() {
     assert_eq!(shm, Some(Quantity(DEFAULT_MEMORY_REQUEST.to_string())));
 }
 
-/// Every container of `job` that runs the operator's binary, its command line parsed by the
+/// Every container of `job` that runs the runner binary, its command line parsed by the
 /// binary's own CLI (as the container will parse it).
-fn parsed_commands(job: &Job) -> Vec<(String, crate::cli::Command)> {
+fn parsed_commands(job: &Job) -> Vec<(String, crate::cli::RunnerCommand)> {
     use clap::Parser;
     let pod = job
         .spec
@@ -2326,7 +2326,7 @@ fn parsed_commands(job: &Job) -> Vec<(String, crate::cli::Command)> {
             c.command
                 .as_ref()
                 .and_then(|cmd| cmd.first())
-                .is_some_and(|bin| bin.ends_with("deepinfer-operator"))
+                .is_some_and(|bin| bin.ends_with(RUNNER_BINARY))
         })
         .map(|c| {
             let words: Vec<String> = c
@@ -2336,7 +2336,7 @@ fn parsed_commands(job: &Job) -> Vec<(String, crate::cli::Command)> {
                 .chain(c.args.iter().flatten())
                 .cloned()
                 .collect();
-            let cli = crate::cli::Cli::try_parse_from(&words)
+            let cli = crate::cli::RunnerCli::try_parse_from(&words)
                 .unwrap_or_else(|e| panic!("container {}: {words:?} does not parse: {e}", c.name));
             (c.name.clone(), cli.command)
         })
@@ -2359,18 +2359,18 @@ fn the_checkpoint_jobs_arguments_parse_back_to_what_the_spec_says() {
     let deadlines = JobDeadlines::default();
     let fetch = fetch_job(&d, "op:1", &deadlines).expect("hub source fetches");
     let mut commands = parsed_commands(&fetch);
-    let Some((_, crate::cli::Command::FetchCheckpoint(f))) = commands.pop() else {
+    let Some((_, crate::cli::RunnerCommand::FetchCheckpoint(f))) = commands.pop() else {
         panic!("the fetch Job runs fetch-checkpoint");
     };
-    assert!(commands.is_empty(), "one container runs the operator");
+    assert!(commands.is_empty(), "one container runs the runner");
     assert_eq!(f.repo, d.spec.model.name);
     assert_eq!(f.revision, "3f1c2a9d8e7b6c5d4e3f2a1b0c9d8e7f6a5b4c3d");
     let verify = verify_job(&d, "op:1", &deadlines);
     let mut commands = parsed_commands(&verify);
-    let Some((_, crate::cli::Command::VerifyCheckpoint(v))) = commands.pop() else {
+    let Some((_, crate::cli::RunnerCommand::VerifyCheckpoint(v))) = commands.pop() else {
         panic!("the verify Job runs verify-checkpoint");
     };
-    assert!(commands.is_empty(), "one container runs the operator");
+    assert!(commands.is_empty(), "one container runs the runner");
     assert_eq!(v.license, d.spec.model.license);
     let layouts: Vec<String> = v.layouts.iter().map(ToString::to_string).collect();
     assert_eq!(layouts, ["prefill=8x1x1x1", "decode=8x2x1x16"]);
@@ -2393,7 +2393,7 @@ fn the_acceptance_leaders_arguments_parse_back_to_the_run_they_judge() {
     let accept = commands
         .iter()
         .find_map(|(_, c)| match c {
-            crate::cli::Command::Accept(a) => Some(a),
+            crate::cli::RunnerCommand::Accept(a) => Some(a),
             _ => None,
         })
         .expect("the judge runs accept");
@@ -2414,7 +2414,7 @@ fn the_acceptance_leaders_arguments_parse_back_to_the_run_they_judge() {
     let engine = commands
         .iter()
         .find_map(|(_, c)| match c {
-            crate::cli::Command::RunEngine(r) => Some(r),
+            crate::cli::RunnerCommand::RunEngine(r) => Some(r),
             _ => None,
         })
         .expect("the judged engine runs run-engine");

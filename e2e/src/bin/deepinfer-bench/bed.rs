@@ -154,8 +154,9 @@ pub struct BenchAgent {
 
 impl BenchAgent {
     /// Writes the topology for `n` deployments and starts `binary` on it, executing the
-    /// operator's own images with `operator`.
+    /// operator's own images with `operator` and the `deepinfer-runner` beside it.
     pub fn start(binary: &Path, operator: &Path, n: usize, log: &Path) -> anyhow::Result<Self> {
+        let operator = &std::path::absolute(operator)?;
         anyhow::ensure!(
             binary.exists(),
             "{} is missing; build it with `cargo build --workspace --bins`",
@@ -177,9 +178,11 @@ impl BenchAgent {
             .arg("--state-dir")
             .arg(&state)
             .arg("--own-binary")
+            .arg(format!("deepinfer-operator={}", operator.display()))
+            .arg("--own-binary")
             .arg(format!(
-                "deepinfer-operator={}",
-                std::path::absolute(operator)?.display()
+                "deepinfer-runner={}",
+                operator.with_file_name("deepinfer-runner").display()
             ))
             .args(["--workers", "32", "--status-heartbeat-seconds", "300"])
             .env("RUST_LOG", "warn")

@@ -117,17 +117,24 @@ fn kept_keys() -> impl Iterator<Item = &'static str> {
 }
 
 impl Marks {
-    /// The entries of `map` under one of `keys` (each one of [`kept_keys`]).
-    fn kept(map: Option<BTreeMap<String, String>>, keys: &[&'static str]) -> Self {
-        let Some(map) = map else {
-            return Self::default();
-        };
+    /// The kept labels of `labels` and the kept annotations of `annotations`.
+    fn kept(
+        labels: Option<BTreeMap<String, String>>,
+        annotations: Option<BTreeMap<String, String>>,
+    ) -> Self {
         let mut packed = Vec::new();
         for (index, key) in kept_keys().enumerate() {
-            let (Some(value), Ok(index)) = (map.get(key), u8::try_from(index)) else {
+            let map = if index < KEPT_LABELS.len() {
+                &labels
+            } else {
+                &annotations
+            };
+            let (Some(value), Ok(index)) =
+                (map.as_ref().and_then(|m| m.get(key)), u8::try_from(index))
+            else {
                 continue;
             };
-            if keys.contains(&key) && packed_len(value).is_some() {
+            if packed_len(value).is_some() {
                 packed.push(index);
                 push_text(&mut packed, Some(value));
             }
@@ -135,30 +142,35 @@ impl Marks {
         Self(packed.into_boxed_slice())
     }
 
-    /// The entries, in the order of the kept keys.
-    fn entries(&self) -> impl Iterator<Item = (&'static str, &str)> {
+    /// The entries, in the order of the kept keys, with the key's index in [`kept_keys`].
+    fn entries(&self) -> impl Iterator<Item = (usize, &'static str, &str)> {
         let mut rest: &[u8] = &self.0;
         std::iter::from_fn(move || {
             let (&index, after) = rest.split_first()?;
             let (value, after) = next_text(after)?;
             rest = after;
-            let key = kept_keys().nth(usize::from(index))?;
-            Some((key, value?))
+            let index = usize::from(index);
+            let key = kept_keys().nth(index)?;
+            Some((index, key, value?))
         })
     }
 
     /// The value of `key`, if kept.
     pub fn get(&self, key: &str) -> Option<&str> {
-        self.entries().find(|(k, _)| *k == key).map(|(_, v)| v)
+        self.entries()
+            .find(|(_, k, _)| *k == key)
+            .map(|(_, _, v)| v)
     }
 
-    /// The entries as the API types hold them (`None` when there are none).
-    fn to_map(&self) -> Option<BTreeMap<String, String>> {
-        (!self.0.is_empty()).then(|| {
-            self.entries()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect()
-        })
+    /// The labels, or (`annotations`) the annotations, as the API types hold them (`None` when
+    /// there are none).
+    fn to_map(&self, annotations: bool) -> Option<BTreeMap<String, String>> {
+        let map: BTreeMap<String, String> = self
+            .entries()
+            .filter(|(index, _, _)| (*index >= KEPT_LABELS.len()) == annotations)
+            .map(|(_, k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        (!map.is_empty()).then_some(map)
     }
 }
 
@@ -355,19 +367,37 @@ impl From<&OwnerReference> for Owner {
 /// Decoding also yields the object's `ObjectMeta` (without labels and annotations), which
 /// [`Incoming`] takes out at once for the watcher and the trigger mappings; a stored object is read
 /// through this type only.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct Slim {
     /// The decoded `ObjectMeta`, from decoding until [`Incoming`] takes it; `None` after.
     wire: Option<Box<ObjectMeta>>,
     /// `namespace/name` (the store's key), the uid and the resourceVersion, in one allocation.
     ids: Texts,
-    generation: Option<i64>,
+    /// [`NO_GENERATION`] for none.
+    generation: i64,
     created: Stamp,
     deleted: Stamp,
     /// Shared by the objects of one cache with the same owners (see [`Slim::share_owners`]).
     owners: std::sync::Arc<[Owner]>,
-    labels: Marks,
-    annotations: Marks,
+    /// The kept labels and annotations.
+    marks: Marks,
+}
+
+/// [`Slim::generation`] of an object without one (the API's are positive).
+const NO_GENERATION: i64 = i64::MIN;
+
+impl Default for Slim {
+    fn default() -> Self {
+        Self {
+            wire: None,
+            ids: Texts::default(),
+            generation: NO_GENERATION,
+            created: Stamp::default(),
+            deleted: Stamp::default(),
+            owners: std::sync::Arc::default(),
+            marks: Marks::default(),
+        }
+    }
 }
 
 fn some_text(s: &str) -> Option<String> {
@@ -433,13 +463,13 @@ impl Slim {
             namespace,
             uid: some_text(self.uid()),
             resource_version: self.ids.owned(2).filter(|v| !v.is_empty()),
-            generation: self.generation,
+            generation: (self.generation != NO_GENERATION).then_some(self.generation),
             creation_timestamp: self.created.time(),
             deletion_timestamp: self.deleted.time(),
             owner_references: (!self.owners.is_empty())
                 .then(|| self.owners.iter().map(Owner::to_api).collect()),
-            labels: self.labels.to_map(),
-            annotations: self.annotations.to_map(),
+            labels: self.marks.to_map(false),
+            annotations: self.marks.to_map(true),
             ..ObjectMeta::default()
         }
     }
@@ -452,8 +482,7 @@ impl<'de> Deserialize<'de> for Slim {
         meta.finalizers = None;
         meta.generate_name = None;
         meta.self_link = None;
-        let labels = Marks::kept(meta.labels.take(), KEPT_LABELS);
-        let annotations = Marks::kept(meta.annotations.take(), KEPT_ANNOTATIONS);
+        let marks = Marks::kept(meta.labels.take(), meta.annotations.take());
         let key = format!(
             "{}/{}",
             meta.namespace.as_deref().unwrap_or_default(),
@@ -465,7 +494,7 @@ impl<'de> Deserialize<'de> for Slim {
                 meta.uid.as_deref(),
                 meta.resource_version.as_deref(),
             ]),
-            generation: meta.generation,
+            generation: meta.generation.unwrap_or(NO_GENERATION),
             created: Stamp::of(meta.creation_timestamp.as_ref()),
             deleted: Stamp::of(meta.deletion_timestamp.as_ref()),
             owners: meta
@@ -474,8 +503,7 @@ impl<'de> Deserialize<'de> for Slim {
                 .flatten()
                 .map(Owner::from)
                 .collect(),
-            labels,
-            annotations,
+            marks,
             wire: Some(Box::new(meta)),
         })
     }
@@ -498,7 +526,7 @@ pub trait Cached: Slimmed + Clone + 'static {
 
     /// The value of a kept label.
     fn label(&self, key: KeptLabel) -> Option<&str> {
-        self.slim().labels.get(key.key())
+        self.slim().marks.get(key.key())
     }
 
     /// The object as the API type, with the fields the cache keeps.
@@ -1665,6 +1693,30 @@ mod tests {
     }
 
     #[test]
+    fn a_cached_pod_with_its_shared_counts_fits_in_112_bytes() {
+        // The cache holds each object in an `Arc` (two counts of 8 bytes): 112 bytes is one of
+        // jemalloc's size classes, the next is 128.
+        assert!(std::mem::size_of::<CachedPod>() + 16 <= 112);
+        let pod: CachedPod = serde_json::from_value(serde_json::json!({"metadata": {
+            "name": "p", "labels": {labels::REVISION: "r1", "other": "x"},
+            "annotations": {APPLIED_HASH_ANNOTATION: "h1", "note": "y"}}}))
+        .expect("pod");
+        let meta = pod.to_api().metadata;
+        assert_eq!(meta.generation, None);
+        assert_eq!(
+            (meta.labels, meta.annotations),
+            (
+                Some(BTreeMap::from([(labels::REVISION.into(), "r1".into())])),
+                Some(BTreeMap::from([(
+                    APPLIED_HASH_ANNOTATION.into(),
+                    "h1".into()
+                )]))
+            ),
+            "labels and annotations kept in one allocation come back apart"
+        );
+    }
+
+    #[test]
     fn packed_texts_read_back_as_written_with_one_byte_of_length_below_254() {
         let long = "ä".repeat(200);
         let texts = [
@@ -1725,7 +1777,7 @@ mod tests {
         let claim = claim.into_shape();
         assert_eq!(claim.phase(), Some("Bound"));
         assert_eq!(claim.slim().name(), "weights");
-        assert_eq!(claim.metadata.annotations, Marks::default());
+        assert_eq!(claim.metadata.marks, Marks::default());
         let pending: CachedClaim =
             serde_json::from_value(serde_json::json!({"metadata": {"name": "w"}}))
                 .expect("decoded");

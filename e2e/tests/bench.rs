@@ -85,8 +85,7 @@ fn bench_drives_every_resource_to_ready_and_prints_every_figure() {
         );
     }
 
-    let phases = figures["phases"].as_array().expect("phases");
-    let names: Vec<&str> = phases.iter().filter_map(|p| p["name"].as_str()).collect();
+    let (phases, names) = phases_of(&figures);
     assert_eq!(
         names,
         [
@@ -201,21 +200,31 @@ fn bench_drives_every_resource_to_ready_and_prints_every_figure() {
         );
     }
 
-    // The floor's rollout alone, from the recording: the set the operator converged to in
-    // `ready` created at once (its worker pods, no Job), then the recorded rollout.
+    floor_from(bench, &operator, &agent, &recording, &figures);
+}
+
+/// The floor's rollout alone, from the recording of the run whose figures are `figures`: the set
+/// the operator converged to in `ready` created at once (its worker pods, no Job), then the
+/// recorded rollout.
+fn floor_from(
+    bench: &str,
+    operator: &std::path::Path,
+    agent: &std::path::Path,
+    recording: &std::path::Path,
+    figures: &Value,
+) {
     let out = Command::new(bench)
         .args(["--timeout-seconds", "300", "--operator"])
-        .arg(&operator)
+        .arg(operator)
         .arg("--node-agent")
-        .arg(&agent)
+        .arg(agent)
         .arg("--floor-from")
-        .arg(&recording)
+        .arg(recording)
         .output()
         .expect("running deepinfer-bench --floor-from");
-    let _ = std::fs::remove_file(&recording);
+    let _ = std::fs::remove_file(recording);
     let from = bench_figures(&out);
-    let phases = from["phases"].as_array().expect("phases");
-    let names: Vec<&str> = phases.iter().filter_map(|p| p["name"].as_str()).collect();
+    let (phases, names) = phases_of(&from);
     assert_eq!(
         names,
         [
@@ -252,6 +261,13 @@ fn bench_drives_every_resource_to_ready_and_prints_every_figure() {
         (sum - writes).abs() < 0.01,
         "the floor's causes add up to {sum}, writes {writes}: {causes:?}"
     );
+}
+
+/// The phases of a run's figures, and their names.
+fn phases_of(figures: &Value) -> (&Vec<Value>, Vec<&str>) {
+    let phases = figures["phases"].as_array().expect("phases");
+    let names = phases.iter().filter_map(|p| p["name"].as_str()).collect();
+    (phases, names)
 }
 
 /// The figures of a finished `deepinfer-bench` run: its `BENCH` line.

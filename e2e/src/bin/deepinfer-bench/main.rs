@@ -486,6 +486,17 @@ async fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Writes `recording` to `file` (`--record`).
+fn write_recording(file: &Path, recording: &Recording) -> anyhow::Result<()> {
+    let writer = std::io::BufWriter::new(std::fs::File::create(file)?);
+    serde_json::to_writer(writer, recording)?;
+    println!(
+        "bench: the operator's side of the run written to {}",
+        file.display()
+    );
+    Ok(())
+}
+
 /// The recording `--record` wrote to `file`.
 fn read_recording(file: &Path) -> anyhow::Result<Recording> {
     let text =
@@ -606,12 +617,7 @@ async fn phases(
             replayed,
             namespaces: recorded,
         };
-        let writer = std::io::BufWriter::new(std::fs::File::create(file)?);
-        serde_json::to_writer(writer, &recording)?;
-        println!(
-            "bench: the operator's side of the run written to {}",
-            file.display()
-        );
+        write_recording(file, &recording)?;
         (replayed, recorded) = (recording.replayed, recording.namespaces);
     }
     delete_all(client, namespaces, timeout).await?;

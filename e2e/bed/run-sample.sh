@@ -10,8 +10,9 @@ k() { "$bed/bin/kubectl" --kubeconfig "$bed/kubeconfig" "$@"; }
 # As the README tells users: the CRD is server-side applied.
 k apply --server-side -f "$root/crds/" >/dev/null
 # Polled rather than `kubectl wait`, which fails while a new CRD's conditions are still null.
+# kubectl's jsonpath filter fails (and prints the whole CRD) while the CRD has no conditions yet.
 established() {
-  [ "$(k get crd/deepinferdeployments.deepinfer.io -o 'jsonpath={.status.conditions[?(@.type=="Established")].status}')" = True ]
+  [ "$(k get crd/deepinferdeployments.deepinfer.io -o 'jsonpath={.status.conditions[?(@.type=="Established")].status}' 2>/dev/null)" = True ]
 }
 for _ in $(seq 150); do established && break; sleep 0.2; done
 established || { echo "the CRD deepinferdeployments.deepinfer.io was not Established within 30 s" >&2; exit 1; }

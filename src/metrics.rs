@@ -373,6 +373,50 @@ impl Collector for HeapCollector {
     }
 }
 
+/// Registers the acceptance runs' counters by result and their duration.
+fn register_acceptance(registry: &mut Registry) -> (Family<ResultLabels, Counter>, Histogram) {
+    let acceptance_runs = Family::<ResultLabels, Counter>::default();
+    for result in ["Passed", "Failed"] {
+        acceptance_runs.get_or_create_owned(&ResultLabels {
+            result: result.to_string(),
+        });
+    }
+    registry.register(
+        "acceptance_runs",
+        "Finished acceptance runs by result (Passed or Failed)",
+        acceptance_runs.clone(),
+    );
+    // 10 s to ~1.5 h: a run loads the model and answers every prompt.
+    let acceptance_duration = Histogram::new([
+        10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 2400.0, 5400.0,
+    ]);
+    registry.register_with_unit(
+        "acceptance_duration",
+        "Wall time of one acceptance run",
+        Unit::Seconds,
+        acceptance_duration.clone(),
+    );
+    (acceptance_runs, acceptance_duration)
+}
+
+/// Registers the client's request counters and latencies, the writes they add up to, and the
+/// allocator's heap figures.
+fn register_requests(registry: &mut Registry, requests: ApiRequests) {
+    registry.register(
+        "api_requests",
+        "Requests to the API server by Kubernetes verb, resource and HTTP code (error: no response)",
+        requests.total.clone(),
+    );
+    registry.register_with_unit(
+        "api_request_duration",
+        "Latency of API requests until the response headers (a watch: until it opened), by verb and resource",
+        Unit::Seconds,
+        requests.latency.clone(),
+    );
+    registry.register_collector(Box::new(WritesCollector(requests)));
+    registry.register_collector(Box::new(HeapCollector));
+}
+
 impl Metrics {
     /// Registers every metric; `requests` are the client's request counters.
     /// (Help texts carry no final period: the encoder appends one.)
@@ -427,48 +471,16 @@ impl Metrics {
             "DeepInferDeployments by status.phase, as last reconciled",
             resources.clone(),
         );
-        let acceptance_runs = Family::<ResultLabels, Counter>::default();
-        for result in ["Passed", "Failed"] {
-            acceptance_runs.get_or_create_owned(&ResultLabels {
-                result: result.to_string(),
-            });
-        }
-        registry.register(
-            "acceptance_runs",
-            "Finished acceptance runs by result (Passed or Failed)",
-            acceptance_runs.clone(),
-        );
-        // 10 s to ~1.5 h: a run loads the model and answers every prompt.
-        let acceptance_duration = Histogram::new([
-            10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 2400.0, 5400.0,
-        ]);
-        registry.register_with_unit(
-            "acceptance_duration",
-            "Wall time of one acceptance run",
-            Unit::Seconds,
-            acceptance_duration.clone(),
-        );
+        let (acceptance_runs, acceptance_duration) = register_acceptance(&mut registry);
         let leader = Gauge::default();
         registry.register(
             "leader",
             "1 while this instance reconciles (holds the leader Lease, or runs without leader election), else 0",
             leader.clone(),
         );
-        registry.register(
-            "api_requests",
-            "Requests to the API server by Kubernetes verb, resource and HTTP code (error: no response)",
-            requests.total.clone(),
-        );
-        registry.register_with_unit(
-            "api_request_duration",
-            "Latency of API requests until the response headers (a watch: until it opened), by verb and resource",
-            Unit::Seconds,
-            requests.latency.clone(),
-        );
-        registry.register_collector(Box::new(WritesCollector(requests)));
+        register_requests(&mut registry, requests);
         let caches = CachesCollector::default();
         registry.register_collector(Box::new(caches.clone()));
-        registry.register_collector(Box::new(HeapCollector));
         let deployments = DeploymentsCollector::default();
         registry.register_collector(Box::new(deployments.clone()));
         Self {

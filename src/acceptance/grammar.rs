@@ -391,53 +391,12 @@ impl Parser {
             let element_start = seq.len();
             match c {
                 '"' => {
-                    let open = self.pos;
-                    self.pos += 1;
-                    loop {
-                        match self.peek() {
-                            None | Some('\n') | Some('\r') => {
-                                return Err(self.error(open, "unterminated string literal"))
-                            }
-                            Some('"') => break,
-                            _ => seq.push(Sym::Char(CharClass::single(self.parse_char()?))),
-                        }
-                    }
-                    self.pos += 1;
+                    self.parse_literal(&mut seq)?;
                     last_start = Some(element_start);
                 }
                 '[' => {
-                    let open = self.pos;
-                    self.pos += 1;
-                    let negated = self.peek() == Some('^');
-                    if negated {
-                        self.pos += 1;
-                    }
-                    let mut ranges = Vec::new();
-                    loop {
-                        match self.peek() {
-                            None => return Err(self.error(open, "unterminated character class")),
-                            Some(']') => break,
-                            _ => {
-                                let lo = self.parse_char()?;
-                                let hi = if self.peek() == Some('-')
-                                    && self.peek_at(1).is_some_and(|c| c != ']')
-                                {
-                                    self.pos += 1;
-                                    self.parse_char()?
-                                } else {
-                                    lo
-                                };
-                                if hi < lo {
-                                    return Err(
-                                        self.error(self.pos, format!("empty range {lo:?}-{hi:?}"))
-                                    );
-                                }
-                                ranges.push((lo, hi));
-                            }
-                        }
-                    }
-                    self.pos += 1;
-                    seq.push(Sym::Char(CharClass { negated, ranges }));
+                    let class = self.parse_class()?;
+                    seq.push(Sym::Char(class));
                     last_start = Some(element_start);
                 }
                 '.' => {
@@ -485,6 +444,56 @@ impl Parser {
             self.skip_space(nested);
         }
         Ok(seq)
+    }
+
+    /// Parses a string literal at `"`: each of its characters a symbol of `seq`.
+    fn parse_literal(&mut self, seq: &mut Vec<Sym>) -> Result<(), GrammarError> {
+        let open = self.pos;
+        self.pos += 1;
+        loop {
+            match self.peek() {
+                None | Some('\n') | Some('\r') => {
+                    return Err(self.error(open, "unterminated string literal"))
+                }
+                Some('"') => break,
+                _ => seq.push(Sym::Char(CharClass::single(self.parse_char()?))),
+            }
+        }
+        self.pos += 1;
+        Ok(())
+    }
+
+    /// Parses a character class at `[`: `[a-z]`, negated as `[^...]`.
+    fn parse_class(&mut self) -> Result<CharClass, GrammarError> {
+        let open = self.pos;
+        self.pos += 1;
+        let negated = self.peek() == Some('^');
+        if negated {
+            self.pos += 1;
+        }
+        let mut ranges = Vec::new();
+        loop {
+            match self.peek() {
+                None => return Err(self.error(open, "unterminated character class")),
+                Some(']') => break,
+                _ => {
+                    let lo = self.parse_char()?;
+                    let hi =
+                        if self.peek() == Some('-') && self.peek_at(1).is_some_and(|c| c != ']') {
+                            self.pos += 1;
+                            self.parse_char()?
+                        } else {
+                            lo
+                        };
+                    if hi < lo {
+                        return Err(self.error(self.pos, format!("empty range {lo:?}-{hi:?}")));
+                    }
+                    ranges.push((lo, hi));
+                }
+            }
+        }
+        self.pos += 1;
+        Ok(CharClass { negated, ranges })
     }
 
     /// Parses `*`, `+`, `?`, `{m}`, `{m,}` or `{m,n}`; `None` as max means unbounded.

@@ -67,24 +67,7 @@ async fn execute(args: &AcceptArgs) -> (AcceptanceSummary, i32) {
         Ok(loaded) => loaded,
         Err(err) => return runner_error(format!("acceptance spec: {err:#}")),
     };
-    let engine_side = match &args.engine_dir {
-        Some(dir) => {
-            let patience = Patience {
-                start: Duration::from_secs(args.engine_start_seconds),
-                grace: ENGINE_REPORT_GRACE,
-                stale: ENGINE_HEARTBEAT_STALE,
-            };
-            match handoff::wait_for_engine(dir, handoff::timeout_of(&spec), patience).await {
-                Ok(side) => side,
-                Err(reason) => lost_engine(dir, &spec, reason),
-            }
-        }
-        None => {
-            let (report, log) =
-                handoff::run_engine(&spec, &args.model_dir, &args.work_dir, &args.serving).await;
-            handoff::beside(&args.work_dir, report, log)
-        }
-    };
+    let engine_side = engine_side(args, &spec).await;
     let EngineSide {
         report,
         log,
@@ -110,33 +93,7 @@ async fn execute(args: &AcceptArgs) -> (AcceptanceSummary, i32) {
         prompt_ids.len(),
     );
 
-    let identity = RunIdentity {
-        deployment: args.owner_name.clone(),
-        revision: args.identity.revision.clone(),
-        image: args.identity.image.clone(),
-        runtime_commit: args.identity.runtime_commit.clone(),
-        template_version: args.identity.template_version,
-        checkpoint_revision: args.identity.checkpoint_revision.clone(),
-        model_dir: args.model_dir.display().to_string(),
-        layout: (&args.identity.layout).into(),
-        roles: args.identity.roles.clone(),
-        role_images: args.identity.role_images.clone().unwrap_or_default(),
-        groups: args.identity.role_groups.clone().unwrap_or_default(),
-        model: Some(args.identity.model_name.clone()).filter(|m| !m.is_empty()),
-        claim: args.identity.checkpoint_claim.clone(),
-        path: args.identity.checkpoint_path.clone(),
-        source_key: args.identity.checkpoint_source_key.clone(),
-        service_owners: args.identity.service_owners.clone().unwrap_or_default(),
-        review: args.identity.review(),
-        started_at,
-        requested_tokens: spec
-            .prompts
-            .iter()
-            .filter_map(|p| Some((p.id.clone(), p.max_tokens?)))
-            .collect(),
-        sampling: spec.default_sampling(),
-        prompt_sampling: super::manifest::prompt_sampling(&spec),
-    };
+    let identity = run_identity(args, &spec, started_at);
     let facts = RunFacts {
         result,
         reason: reason.clone(),
@@ -161,7 +118,7 @@ async fn execute(args: &AcceptArgs) -> (AcceptanceSummary, i32) {
     );
 
     let (prompts, passed) = tally(&verdicts, prompt_ids.len());
-    let mut summary = AcceptanceSummary {
+    let summary = AcceptanceSummary {
         result,
         prompts,
         passed,
@@ -175,10 +132,78 @@ async fn execute(args: &AcceptArgs) -> (AcceptanceSummary, i32) {
         reason,
         revision: args.identity.revision.clone(),
     };
-    match evidence::write(&target(args), &evidence).await {
+    let written = evidence::write(&target(args), &evidence).await;
+    conclude(summary, written)
+}
+
+/// What the engine side left: the report, log and outputs of the engine run beside the judge
+/// (`--engine-dir`), or of the engine the runner starts itself.
+async fn engine_side(args: &AcceptArgs, spec: &crate::api::AcceptanceSpec) -> EngineSide {
+    match &args.engine_dir {
+        Some(dir) => {
+            let patience = Patience {
+                start: Duration::from_secs(args.engine_start_seconds),
+                grace: ENGINE_REPORT_GRACE,
+                stale: ENGINE_HEARTBEAT_STALE,
+            };
+            match handoff::wait_for_engine(dir, handoff::timeout_of(spec), patience).await {
+                Ok(side) => side,
+                Err(reason) => lost_engine(dir, spec, reason),
+            }
+        }
+        None => {
+            let (report, log) =
+                handoff::run_engine(spec, &args.model_dir, &args.work_dir, &args.serving).await;
+            handoff::beside(&args.work_dir, report, log)
+        }
+    }
+}
+
+/// Who ran and what was judged, as the manifest records it.
+fn run_identity(
+    args: &AcceptArgs,
+    spec: &crate::api::AcceptanceSpec,
+    started_at: String,
+) -> RunIdentity {
+    RunIdentity {
+        deployment: args.owner_name.clone(),
+        revision: args.identity.revision.clone(),
+        image: args.identity.image.clone(),
+        runtime_commit: args.identity.runtime_commit.clone(),
+        template_version: args.identity.template_version,
+        checkpoint_revision: args.identity.checkpoint_revision.clone(),
+        model_dir: args.model_dir.display().to_string(),
+        layout: (&args.identity.layout).into(),
+        roles: args.identity.roles.clone(),
+        role_images: args.identity.role_images.clone().unwrap_or_default(),
+        groups: args.identity.role_groups.clone().unwrap_or_default(),
+        model: Some(args.identity.model_name.clone()).filter(|m| !m.is_empty()),
+        claim: args.identity.checkpoint_claim.clone(),
+        path: args.identity.checkpoint_path.clone(),
+        source_key: args.identity.checkpoint_source_key.clone(),
+        service_owners: args.identity.service_owners.clone().unwrap_or_default(),
+        review: args.identity.review(),
+        started_at,
+        requested_tokens: spec
+            .prompts
+            .iter()
+            .filter_map(|p| Some((p.id.clone(), p.max_tokens?)))
+            .collect(),
+        sampling: spec.default_sampling(),
+        prompt_sampling: super::manifest::prompt_sampling(spec),
+    }
+}
+
+/// The summary and exit code once the evidence is written, or a runner error naming why it
+/// could not be (with the run's own reason kept).
+fn conclude(
+    mut summary: AcceptanceSummary,
+    written: anyhow::Result<String>,
+) -> (AcceptanceSummary, i32) {
+    match written {
         Ok(location) => {
             summary.evidence = location;
-            let code = if result == AcceptanceResult::Passed {
+            let code = if summary.result == AcceptanceResult::Passed {
                 exit::PASSED
             } else {
                 exit::FAILED

@@ -341,14 +341,37 @@ async fn run(req: &FetchRequest, report: &mut FetchReport) -> Result<(), String>
         return Ok(());
     }
 
+    let mut files = download(&hub, entries, &req.dest, report).await;
+    report.problems.sort();
+    files.sort_by(|a, b| a.path.cmp(&b.path));
+    if report.problems.is_empty() {
+        write_marker(
+            &req.dest,
+            &FetchMarker {
+                repo: req.repo.clone(),
+                revision: req.revision.clone(),
+                complete: true,
+                files,
+            },
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// Fetches `entries` into `dest`, several at once: the files that are there and intact as
+/// the marker records them, each download or check that failed a problem in `report`.
+async fn download(
+    hub: &Hub<'_>,
+    entries: Vec<Entry>,
+    dest: &Path,
+    report: &mut FetchReport,
+) -> Vec<MarkerFile> {
     report.files = entries.len() as u64;
     let results: Vec<(Entry, Outcome)> = futures::stream::iter(entries)
-        .map(|entry| {
-            let hub = &hub;
-            async move {
-                let outcome = hub.ensure(&entry, &req.dest).await;
-                (entry, outcome)
-            }
+        .map(|entry| async move {
+            let outcome = hub.ensure(&entry, dest).await;
+            (entry, outcome)
         })
         .buffer_unordered(PARALLEL_DOWNLOADS)
         .collect()
@@ -372,21 +395,7 @@ async fn run(req: &FetchRequest, report: &mut FetchReport) -> Result<(), String>
             Err(problem) => report.problems.push(problem),
         }
     }
-    report.problems.sort();
-    files.sort_by(|a, b| a.path.cmp(&b.path));
-    if report.problems.is_empty() {
-        write_marker(
-            &req.dest,
-            &FetchMarker {
-                repo: req.repo.clone(),
-                revision: req.revision.clone(),
-                complete: true,
-                files,
-            },
-        )
-        .await?;
-    }
-    Ok(())
+    files
 }
 
 /// The files of a listing that can be fetched and checked: each inside the destination, not one

@@ -339,58 +339,7 @@ pub fn acceptance_group_job(
     };
     let mut pod = engine_pod_spec(did, &at, &shape, &rendezvous);
     if group.judged && rank == 0 {
-        let engine = pod.containers.first_mut()?;
-        engine.command = Some(vec![
-            format!("{RUNNER_DIR}/{RUNNER_BINARY}"),
-            "run-engine".into(),
-        ]);
-        engine.args = Some(runner_args(
-            did,
-            &role.name,
-            engine.env.as_deref().unwrap_or_default(),
-        ));
-        engine.volume_mounts.get_or_insert_with(Vec::new).extend([
-            mount("runner", RUNNER_DIR, true),
-            mount("acceptance-spec", ACCEPTANCE_SPEC_DIR, true),
-            mount("work", ACCEPTANCE_WORK_DIR, false),
-        ]);
-        pod.containers
-            .push(judge_container(did, names, revision, operator_image));
-        pod.init_containers = Some(vec![Container {
-            name: "install-runner".into(),
-            image: Some(operator_image.into()),
-            command: Some(vec![RUNNER_BINARY.into()]),
-            args: Some(vec![
-                "install-runner".into(),
-                format!("{RUNNER_DIR}/{RUNNER_BINARY}"),
-            ]),
-            volume_mounts: Some(vec![mount("runner", RUNNER_DIR, false)]),
-            security_context: Some(SecurityContext {
-                read_only_root_filesystem: Some(true),
-                ..restricted_container()
-            }),
-            resources: Some(judge_resources()),
-            ..Container::default()
-        }]);
-        let volumes = pod.volumes.get_or_insert_with(Vec::new);
-        volumes.push(scratch_volume("runner", RUNNER_DIR_SIZE));
-        volumes.push(scratch_volume("work", WORK_DIR_SIZE));
-        volumes.push(Volume {
-            name: "acceptance-spec".into(),
-            config_map: Some(ConfigMapVolumeSource {
-                name: names.spec_configmap.clone(),
-                ..ConfigMapVolumeSource::default()
-            }),
-            ..Volume::default()
-        });
-        volumes.push(judge_token_volume());
-        // A pod has one ServiceAccount: the judged leader's is the judge's, whose token may
-        // update this run's evidence and nothing else; `serviceAccountName` of the pod settings
-        // applies to every other rank and group of the run, as in serving. The engine container
-        // gets no token either way.
-        pod.service_account_name = Some(names.service_account.clone());
-        // No container gets a token by default; the judge mounts its own (above).
-        pod.automount_service_account_token = Some(false);
+        judged_leader(&mut pod, did, names, &role.name, revision, operator_image)?;
     }
     let mut job_labels = acceptance_labels(group, revision);
     job_labels.insert(labels::RANK.to_string(), rank.to_string());
@@ -424,6 +373,72 @@ pub fn acceptance_group_job(
     }))
 }
 
+/// Turns rank 0 of the judged group into the judged leader: the engine container runs the
+/// injected `run-engine` with the serving configuration, the judge beside it, the runner
+/// installed by an init container, and the pod runs as the run's judge ServiceAccount.
+fn judged_leader(
+    pod: &mut PodSpec,
+    did: &ValidatedDeployment,
+    names: &AcceptanceNames,
+    role: &str,
+    revision: &str,
+    operator_image: &str,
+) -> Option<()> {
+    let engine = pod.containers.first_mut()?;
+    engine.command = Some(vec![
+        format!("{RUNNER_DIR}/{RUNNER_BINARY}"),
+        "run-engine".into(),
+    ]);
+    engine.args = Some(runner_args(
+        did,
+        role,
+        engine.env.as_deref().unwrap_or_default(),
+    ));
+    engine.volume_mounts.get_or_insert_with(Vec::new).extend([
+        mount("runner", RUNNER_DIR, true),
+        mount("acceptance-spec", ACCEPTANCE_SPEC_DIR, true),
+        mount("work", ACCEPTANCE_WORK_DIR, false),
+    ]);
+    pod.containers
+        .push(judge_container(did, names, revision, operator_image));
+    pod.init_containers = Some(vec![Container {
+        name: "install-runner".into(),
+        image: Some(operator_image.into()),
+        command: Some(vec![RUNNER_BINARY.into()]),
+        args: Some(vec![
+            "install-runner".into(),
+            format!("{RUNNER_DIR}/{RUNNER_BINARY}"),
+        ]),
+        volume_mounts: Some(vec![mount("runner", RUNNER_DIR, false)]),
+        security_context: Some(SecurityContext {
+            read_only_root_filesystem: Some(true),
+            ..restricted_container()
+        }),
+        resources: Some(judge_resources()),
+        ..Container::default()
+    }]);
+    let volumes = pod.volumes.get_or_insert_with(Vec::new);
+    volumes.push(scratch_volume("runner", RUNNER_DIR_SIZE));
+    volumes.push(scratch_volume("work", WORK_DIR_SIZE));
+    volumes.push(Volume {
+        name: "acceptance-spec".into(),
+        config_map: Some(ConfigMapVolumeSource {
+            name: names.spec_configmap.clone(),
+            ..ConfigMapVolumeSource::default()
+        }),
+        ..Volume::default()
+    });
+    volumes.push(judge_token_volume());
+    // A pod has one ServiceAccount: the judged leader's is the judge's, whose token may
+    // update this run's evidence and nothing else; `serviceAccountName` of the pod settings
+    // applies to every other rank and group of the run, as in serving. The engine container
+    // gets no token either way.
+    pod.service_account_name = Some(names.service_account.clone());
+    // No container gets a token by default; the judge mounts its own (above).
+    pod.automount_service_account_token = Some(false);
+    Some(())
+}
+
 /// `run-engine`'s arguments in the judged engine container: the acceptance spec, model and work
 /// directories, then the serving configuration of `role` as the serving pod builder makes it
 /// ([`serving_command`] word by word, the variables to redact, and after `--` exactly
@@ -454,20 +469,10 @@ fn runner_args(did: &ValidatedDeployment, role: &str, env: &[EnvVar]) -> Vec<Str
     args
 }
 
-/// The judge: the operator's image running `accept --engine-dir`, with the service-account
-/// token mounted into it alone, reading the shared directory read-only.
-fn judge_container(
-    did: &ValidatedDeployment,
-    names: &AcceptanceNames,
-    revision: &str,
-    operator_image: &str,
-) -> Container {
+/// What the judge records beside the run's identity: the model, each role's image, the
+/// checkpoint, the service owners and the review annotations.
+fn record_args(did: &ValidatedDeployment) -> Vec<String> {
     let spec = &did.spec;
-    let role = acceptance_role(spec);
-    let layout = role.map(crate::api::RoleLayout::of).unwrap_or_default();
-    let image = role.map_or(spec.runtime.image.as_str(), |r| {
-        spec.runtime.image_of(&r.name)
-    });
     let role_images: BTreeMap<&str, &str> = acceptance_roles(spec)
         .into_iter()
         .map(|r| (r.name.as_str(), spec.runtime.image_of(&r.name)))
@@ -501,6 +506,24 @@ fn judge_container(
             }
         }
     }
+    record
+}
+
+/// The judge: the operator's image running `accept --engine-dir`, with the service-account
+/// token mounted into it alone, reading the shared directory read-only.
+fn judge_container(
+    did: &ValidatedDeployment,
+    names: &AcceptanceNames,
+    revision: &str,
+    operator_image: &str,
+) -> Container {
+    let spec = &did.spec;
+    let role = acceptance_role(spec);
+    let layout = role.map(crate::api::RoleLayout::of).unwrap_or_default();
+    let image = role.map_or(spec.runtime.image.as_str(), |r| {
+        spec.runtime.image_of(&r.name)
+    });
+    let record = record_args(did);
     Container {
         name: JUDGE_CONTAINER.into(),
         image: Some(operator_image.into()),

@@ -255,41 +255,8 @@ pub(super) fn engine_pod_spec(
             shape.devices_per_pod,
             &device_claims,
         )),
-        ports: Some(vec![
-            k8s_openapi::api::core::v1::ContainerPort {
-                name: Some("serve".into()),
-                container_port: SERVE_PORT,
-                protocol: Some("TCP".into()),
-                ..Default::default()
-            },
-            k8s_openapi::api::core::v1::ContainerPort {
-                name: Some("rendezvous".into()),
-                container_port: RENDEZVOUS_PORT,
-                protocol: Some("TCP".into()),
-                ..Default::default()
-            },
-        ]),
-        volume_mounts: Some(
-            [
-                mount("checkpoint", MODEL_MOUNT, true),
-                mount("dshm", "/dev/shm", false),
-            ]
-            .into_iter()
-            .chain(
-                rendezvous
-                    .rank_table
-                    .as_ref()
-                    .map(|_| mount("rank-table", RANK_TABLE_DIR, true)),
-            )
-            .chain(
-                rendezvous
-                    .peers
-                    .as_ref()
-                    .map(|_| mount("role-endpoints", PEER_ENDPOINTS_DIR, true)),
-            )
-            .chain(settings.volume_mounts.iter().flatten().cloned())
-            .collect(),
-        ),
+        ports: Some(engine_ports()),
+        volume_mounts: Some(engine_mounts(rendezvous, &settings)),
         security_context: Some(restricted_container()),
         termination_message_policy: Some("FallbackToLogsOnError".into()),
         ..Container::default()
@@ -357,6 +324,48 @@ pub(super) fn engine_pod_spec(
         security_context: Some(restricted_pod()),
         ..PodSpec::default()
     }
+}
+
+/// The engine's ports: serving and the rendezvous of its group.
+fn engine_ports() -> Vec<k8s_openapi::api::core::v1::ContainerPort> {
+    vec![
+        k8s_openapi::api::core::v1::ContainerPort {
+            name: Some("serve".into()),
+            container_port: SERVE_PORT,
+            protocol: Some("TCP".into()),
+            ..Default::default()
+        },
+        k8s_openapi::api::core::v1::ContainerPort {
+            name: Some("rendezvous".into()),
+            container_port: RENDEZVOUS_PORT,
+            protocol: Some("TCP".into()),
+            ..Default::default()
+        },
+    ]
+}
+
+/// The engine's mounts: the checkpoint (read-only), shared memory, the rank table and the
+/// peers' endpoints where the group has them, then the pod settings' own mounts.
+fn engine_mounts(rendezvous: &Rendezvous, settings: &crate::api::PodSettings) -> Vec<VolumeMount> {
+    [
+        mount("checkpoint", MODEL_MOUNT, true),
+        mount("dshm", "/dev/shm", false),
+    ]
+    .into_iter()
+    .chain(
+        rendezvous
+            .rank_table
+            .as_ref()
+            .map(|_| mount("rank-table", RANK_TABLE_DIR, true)),
+    )
+    .chain(
+        rendezvous
+            .peers
+            .as_ref()
+            .map(|_| mount("role-endpoints", PEER_ENDPOINTS_DIR, true)),
+    )
+    .chain(settings.volume_mounts.iter().flatten().cloned())
+    .collect()
 }
 
 /// The accelerator's node selector for the group's product with the pod settings' labels added;

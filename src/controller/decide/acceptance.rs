@@ -126,51 +126,8 @@ pub fn decide(
     }
     let message = match leader {
         JobState::Missing if upstream.expected == 0 || !upstream.created => return Step::Start,
-        JobState::Missing => {
-            if let Some(why) = unschedulable_of(upstream.pods.iter().copied()) {
-                return Step::WaitingForCapacity(why);
-            }
-            let ended = containers_ended(&upstream.pods);
-            if !ended.is_empty() {
-                return Step::Record {
-                    judgement: unreadable_judgement(
-                        j,
-                        format!(
-                            "the run's {} group(s) ended before the judged group started{ended}",
-                            upstream.roles(j)
-                        ),
-                    ),
-                    stop_leader: true,
-                };
-            }
-            return if upstream.started() >= upstream.expected {
-                Step::StartJudged
-            } else {
-                Step::Running
-            };
-        }
-        JobState::Running => {
-            if let Some(why) = unschedulable_of(run_pods.iter().copied()) {
-                return Step::WaitingForCapacity(why);
-            }
-            let overdue = leader_pods
-                .iter()
-                .filter_map(|p| started_at(p, build::ENGINE_CONTAINER))
-                .any(|t| j.now.duration_since(t).as_secs() > j.deadline_seconds);
-            if !overdue {
-                return Step::Running;
-            }
-            return Step::Record {
-                judgement: unreadable_judgement(
-                    j,
-                    format!(
-                        "the acceptance run did not finish within {} s of starting (spec.acceptance.timeoutSeconds + 300 s)",
-                        j.deadline_seconds
-                    ),
-                ),
-                stop_leader: true,
-            };
-        }
+        JobState::Missing => return upstream_step(upstream, j),
+        JobState::Running => return running_step(leader_pods, run_pods, j),
         JobState::Succeeded(m) | JobState::Failed(m) => m,
     };
     let summary: Option<AcceptanceSummary> = message
@@ -215,6 +172,57 @@ pub fn decide(
     Step::Record {
         judgement: with_upstream(judgement, upstream, j),
         stop_leader: false,
+    }
+}
+
+/// The step while the judged group has no Job yet: the upstream groups of the other roles start
+/// first, and the judged group starts once all of them have started.
+fn upstream_step(upstream: &Upstream<'_>, j: &Judging<'_>) -> Step {
+    if let Some(why) = unschedulable_of(upstream.pods.iter().copied()) {
+        return Step::WaitingForCapacity(why);
+    }
+    let ended = containers_ended(&upstream.pods);
+    if !ended.is_empty() {
+        return Step::Record {
+            judgement: unreadable_judgement(
+                j,
+                format!(
+                    "the run's {} group(s) ended before the judged group started{ended}",
+                    upstream.roles(j)
+                ),
+            ),
+            stop_leader: true,
+        };
+    }
+    if upstream.started() >= upstream.expected {
+        Step::StartJudged
+    } else {
+        Step::Running
+    }
+}
+
+/// The step while the judged leader's Job runs: waiting, waiting for capacity, or a run past
+/// its deadline recorded as failed.
+fn running_step(leader_pods: &[&Pod], run_pods: &[&Pod], j: &Judging<'_>) -> Step {
+    if let Some(why) = unschedulable_of(run_pods.iter().copied()) {
+        return Step::WaitingForCapacity(why);
+    }
+    let overdue = leader_pods
+        .iter()
+        .filter_map(|p| started_at(p, build::ENGINE_CONTAINER))
+        .any(|t| j.now.duration_since(t).as_secs() > j.deadline_seconds);
+    if !overdue {
+        return Step::Running;
+    }
+    Step::Record {
+        judgement: unreadable_judgement(
+            j,
+            format!(
+                "the acceptance run did not finish within {} s of starting (spec.acceptance.timeoutSeconds + 300 s)",
+                j.deadline_seconds
+            ),
+        ),
+        stop_leader: true,
     }
 }
 

@@ -564,6 +564,14 @@ fn memory(op: &OperatorProcess) -> (f64, f64) {
     (bed::rss_mib(op.id()), bed::anon_mib(op.id()))
 }
 
+/// The operator's memory once it serves `/metrics` and a second has passed: idle, before any
+/// resource exists.
+async fn settled_memory(address: SocketAddr, op: &mut OperatorProcess) -> (f64, f64) {
+    metrics(address, op).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    memory(op)
+}
+
 async fn phases(
     args: &Args,
     client: &Client,
@@ -582,9 +590,7 @@ async fn phases(
         run.scope().unwrap_or("every namespace")
     );
     let mut op = run.start();
-    metrics(run.address, &mut op).await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let idle = memory(&op);
+    let idle = settled_memory(run.address, &mut op).await;
 
     let mut recorders = Vec::new();
     for ns in &run.names {

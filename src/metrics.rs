@@ -399,8 +399,7 @@ fn register_acceptance(registry: &mut Registry) -> (Family<ResultLabels, Counter
     (acceptance_runs, acceptance_duration)
 }
 
-/// Registers the client's request counters and latencies, the writes they add up to, and the
-/// allocator's heap figures.
+/// Registers the client's request counters and latencies and the writes they add up to.
 fn register_requests(registry: &mut Registry, requests: ApiRequests) {
     registry.register(
         "api_requests",
@@ -414,7 +413,6 @@ fn register_requests(registry: &mut Registry, requests: ApiRequests) {
         requests.latency.clone(),
     );
     registry.register_collector(Box::new(WritesCollector(requests)));
-    registry.register_collector(Box::new(HeapCollector));
 }
 
 impl Metrics {
@@ -481,6 +479,7 @@ impl Metrics {
         register_requests(&mut registry, requests);
         let caches = CachesCollector::default();
         registry.register_collector(Box::new(caches.clone()));
+        registry.register_collector(Box::new(HeapCollector));
         let deployments = DeploymentsCollector::default();
         registry.register_collector(Box::new(deployments.clone()));
         Self {

@@ -124,7 +124,7 @@ fn status_mib(pid: u32, field: &str) -> f64 {
 }
 
 /// The bed's own processes (API server, etcd, scheduler, controller-manager, its node agent) by
-/// name, from the pid files `cluster-up.sh` wrote.
+/// name, from the pid files `cluster-up.sh` wrote, and the benchmark itself.
 pub fn bed_processes() -> Vec<(String, u32)> {
     let pids = deepinfer_e2e::support::bed_dir().join("pids");
     let mut out: Vec<(String, u32)> = std::fs::read_dir(&pids)
@@ -141,6 +141,9 @@ pub fn bed_processes() -> Vec<(String, u32)> {
                 .collect()
         })
         .unwrap_or_default();
+    // The benchmark itself: the floor's client and caches in the floor's phases, its watches in
+    // all of them. It shares the machine with the bed.
+    out.push(("deepinfer-bench".into(), std::process::id()));
     out.sort();
     out
 }

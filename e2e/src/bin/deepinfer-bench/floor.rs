@@ -36,7 +36,7 @@ use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
     PatchParams, PostParams,
 };
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Client, ResourceExt};
 use serde::{Deserialize, Serialize};
@@ -622,23 +622,24 @@ impl Floor {
         }
     }
 
+    /// The cache's key of the object `name` in this floor's namespace: a look-up by key, not a
+    /// scan of every namespace's objects, since each of the tasks waiting looks again on every
+    /// watch event.
+    fn key<K: kube::Resource<DynamicType = ()>>(&self, name: &str) -> ObjectRef<K> {
+        ObjectRef::new(name).within(&self.ns)
+    }
+
     fn job_done(&self, name: &str) -> bool {
-        self.jobs.state().iter().any(|j| {
-            j.name_any() == name
-                && j.metadata.namespace.as_ref() == Some(&self.ns)
-                && j.status
-                    .as_ref()
-                    .and_then(|s| s.succeeded)
-                    .is_some_and(|n| n >= 1)
+        self.jobs.get(&self.key(name)).is_some_and(|j| {
+            j.status
+                .as_ref()
+                .and_then(|s| s.succeeded)
+                .is_some_and(|n| n >= 1)
         })
     }
 
     fn pod<T>(&self, name: &str, f: impl Fn(&Pod) -> T) -> Option<T> {
-        self.pods
-            .state()
-            .iter()
-            .find(|p| p.name_any() == name && p.metadata.namespace.as_ref() == Some(&self.ns))
-            .map(|p| f(p))
+        self.pods.get(&self.key(name)).map(|p| f(&p))
     }
 
     /// Replays one deployment's steps of one phase, in the order [`plan`] gives; then sets its

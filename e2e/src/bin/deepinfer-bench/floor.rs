@@ -24,8 +24,10 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::jiff::{self, Timestamp};
 use std::time::{Duration, Instant};
-use tokio::sync::Notify;
+use tokio::sync::{Notify, Semaphore};
 
 use deepinfer_operator::api::{labels, DeepInferDeployment, ACCEPTED_POD_CONDITION};
 use deepinfer_operator::metrics::{ApiRequests, Metrics};
@@ -583,6 +585,19 @@ fn plan<'a>(steps: &[&'a Step]) -> Vec<Move<'a>> {
     moves
 }
 
+/// Whether `meta` is of an object not being deleted and created at `since` or later (the API
+/// server keeps whole seconds: a second before `since` counts).
+fn is_created_since(meta: &ObjectMeta, since: Timestamp) -> bool {
+    let second_before = since
+        .checked_sub(jiff::SignedDuration::from_secs(1))
+        .unwrap_or(since);
+    meta.deletion_timestamp.is_none()
+        && meta
+            .creation_timestamp
+            .as_ref()
+            .is_some_and(|t| t.0 >= second_before)
+}
+
 /// The floor in one namespace: its client and caches of Jobs and Pods (shared by the floor's
 /// namespaces), and what the operator did in the namespace it stands in for.
 struct Floor {
@@ -707,6 +722,22 @@ impl Floor {
         Ok(())
     }
 
+    /// Whether the object `name` exists, not being deleted, created at `since` or later: the
+    /// floor's own create, answered 409 AlreadyExists when kube's client sent it again after a
+    /// 504 (the API server stopped waiting for the write, which then went through). Only the floor
+    /// writes in its namespace; an object of the same name left from before (a delete whose
+    /// object is not gone yet) is older or being deleted, and its 409 stays an error.
+    async fn created_since(
+        &self,
+        kind: usize,
+        name: &str,
+        since: Timestamp,
+    ) -> anyhow::Result<bool> {
+        let api = self.api(kind);
+        let found = sent(Repeat::Unanswered, || api.get_opt(name)).await?;
+        Ok(found.is_some_and(|o| is_created_since(&o.metadata, since)))
+    }
+
     /// Creates `batch` at once, the owner's uid `uid.0` replaced by `uid.1`; its pods join
     /// `live`.
     async fn create_batch(
@@ -726,7 +757,14 @@ impl Floor {
                 let body: DynamicObject = serde_json::from_value(self.rewritten(c, uid)?)?;
                 let api = self.api(c.kind);
                 let params = PostParams::default();
-                sent(Repeat::Unsent, || api.create(&params, &body)).await?;
+                let since = Timestamp::now();
+                match sent(Repeat::Unsent, || api.create(&params, &body)).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(status))
+                        if status.code == 409
+                            && self.created_since(c.kind, &c.name, since).await? => {}
+                    Err(e) => return Err(e.into()),
+                }
                 anyhow::Ok(())
             }))
             .await?;
@@ -915,6 +953,7 @@ pub async fn run(
         .enumerate()
         .skip(start)
         .map(|(phase, (name, dids))| (name.clone(), dids, Work::Replay(phase)));
+    let setup_slots = Semaphore::new(SETUP_AT_ONCE);
     let mut figures = Vec::new();
     for (name, dids, work) in setup.into_iter().chain(replayed) {
         let probe =
@@ -923,13 +962,17 @@ pub async fn run(
             let floor = floors
                 .iter()
                 .find(|f| did.metadata.namespace.as_ref() == Some(&f.recorded.namespace));
+            let slots = &setup_slots;
             async move {
                 let floor = floor.ok_or_else(|| {
                     anyhow::anyhow!("floor: no namespace stands in for {}", did.name_any())
                 })?;
                 match work {
                     Work::Replay(phase) => floor.phase(phase, did).await,
-                    Work::Converge(phase) => floor.converge(phase, did).await,
+                    Work::Converge(phase) => {
+                        let _slot = slots.acquire().await?;
+                        floor.converge(phase, did).await
+                    }
                 }
             }
         }))
@@ -940,6 +983,10 @@ pub async fn run(
     watches.task.abort();
     Ok(figures)
 }
+
+/// How many deployments the floor sets up at once (`floor-setup`, compared with nothing): all
+/// 1000 at once flood the API server (Service creates answered 504 after 34 s, again and again).
+const SETUP_AT_ONCE: usize = 100;
 
 /// What the floor does for each deployment in one of its phases.
 #[derive(Clone, Copy)]
@@ -1103,6 +1150,37 @@ fn steps_from_json(steps: &Value) -> anyhow::Result<Vec<Step>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A create answered 409 is the floor's own (sent again by the client after a 504) only if
+    /// the object there was created since the create was first sent and is not being deleted.
+    #[test]
+    fn a_conflict_is_the_floors_own_create_only_for_a_live_object_created_since() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        let since: Timestamp = "2026-12-07T00:33:10.7Z".parse().unwrap();
+        let meta = |created: &str, deleting: bool| ObjectMeta {
+            creation_timestamp: Some(Time(created.parse().unwrap())),
+            deletion_timestamp: deleting.then_some(Time(since)),
+            ..ObjectMeta::default()
+        };
+        assert!(is_created_since(
+            &meta("2026-12-07T00:37:12Z", false),
+            since
+        ));
+        // The API server's whole second may fall before the instant the create was sent.
+        assert!(is_created_since(
+            &meta("2026-12-07T00:33:10Z", false),
+            since
+        ));
+        assert!(!is_created_since(
+            &meta("2026-12-07T00:33:05Z", false),
+            since
+        ));
+        assert!(!is_created_since(
+            &meta("2026-12-07T00:37:12Z", true),
+            since
+        ));
+        assert!(!is_created_since(&ObjectMeta::default(), since));
+    }
 
     fn kind(name: &str) -> usize {
         KINDS

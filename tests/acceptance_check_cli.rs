@@ -94,7 +94,8 @@ fn the_sheet_of_kept_evidence_is_printed_as_a_table_and_bad_evidence_is_named() 
     use deepinfer_operator::acceptance::{self, engine_io, manifest};
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("check-sheet");
     std::fs::create_dir_all(&dir).unwrap();
-    let (spec, compiled) = acceptance::load_spec(Path::new(&fixture("acceptance.yaml"))).unwrap();
+    let (spec, compiled) =
+        acceptance::load_spec(Path::new(&fixture("acceptance.yaml")), None).unwrap();
     let outputs = std::fs::read(fixture("valid-2-2-2.jsonl")).unwrap();
     let parsed = engine_io::parse_outputs(&outputs);
     let verdicts = compiled.judge(&parsed);

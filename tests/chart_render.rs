@@ -136,16 +136,56 @@ fn one<'a>(objs: &'a [Value], kind: &str) -> &'a Value {
     found[0]
 }
 
-/// Roles and ClusterRoles other than the leader-election Role.
+/// Roles and ClusterRoles other than the leader-election and verdict-key Roles.
 fn watch_roles<'a>(objs: &'a [Value], kind: &str) -> Vec<&'a Value> {
     of_kind(objs, kind)
         .into_iter()
         .filter(|r| {
             !r["metadata"]["name"]
                 .as_str()
-                .is_some_and(|n| n.ends_with("-leader-election"))
+                .is_some_and(|n| n.ends_with("-leader-election") || n.ends_with("-verdict-key"))
         })
         .collect()
+}
+
+/// The verdict-key Role and RoleBinding: in `namespace`, `get` of the one Secret named
+/// `deepinfer-operator-verdict-key` and `create` of Secrets (create cannot be limited to a
+/// name), bound to `service_account` there, and the operator told that name.
+fn assert_verdict_key_rbac(objs: &[Value], namespace: &str, service_account: &Value) {
+    let roles: Vec<_> = of_kind(objs, "Role")
+        .into_iter()
+        .filter(|r| {
+            r["metadata"]["name"]
+                .as_str()
+                .is_some_and(|n| n.ends_with("-verdict-key"))
+        })
+        .collect();
+    assert_eq!(roles.len(), 1, "one verdict-key Role");
+    let role = roles[0];
+    assert_eq!(role["metadata"]["namespace"], namespace);
+    assert_eq!(
+        role["rules"],
+        json!([
+            {"apiGroups": [""], "resources": ["secrets"],
+             "resourceNames": ["deepinfer-operator-verdict-key"], "verbs": ["get"]},
+            {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]}
+        ])
+    );
+    let binding = of_kind(objs, "RoleBinding")
+        .into_iter()
+        .find(|b| b["roleRef"]["name"] == role["metadata"]["name"])
+        .expect("a RoleBinding of the verdict-key Role");
+    assert_eq!(binding["metadata"]["namespace"], namespace);
+    assert_eq!(
+        binding["subjects"],
+        json!([{"kind": "ServiceAccount", "name": service_account, "namespace": namespace}])
+    );
+    let deploy = one(objs, "Deployment");
+    let args = deploy["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
+    assert!(
+        args.contains("--verdict-key-secret=deepinfer-operator-verdict-key"),
+        "{args}"
+    );
 }
 
 /// The leader-election Role and RoleBinding: in `namespace`, exactly get/create/update on
@@ -184,6 +224,7 @@ fn assert_leader_election_rbac(objs: &[Value], namespace: &str, service_account:
         binding["subjects"],
         json!([{"kind": "ServiceAccount", "name": service_account, "namespace": namespace}])
     );
+    assert_verdict_key_rbac(objs, namespace, service_account);
 }
 
 /// One row of `config/rbac/needs.yaml`: a verb the operator holds on a resource, and the code

@@ -143,6 +143,28 @@ async fn gpu_prefill_and_decode_are_accepted_together_then_decode_follows_the_re
         }
     };
     let one = support::eventually(TIMEOUT, "one ready prefill leader listed", || listed(1)).await;
+    // Someone who may edit ConfigMaps points the decode engines elsewhere and keeps the
+    // operator's annotations: the next pass writes the file back.
+    let original = cms
+        .get("pd-role-endpoints")
+        .await
+        .expect("the peer endpoints")
+        .data;
+    cms.patch(
+        "pd-role-endpoints",
+        &PatchParams::default(),
+        &Patch::Merge(
+            json!({"data": {"endpoints.json": "{\"prefill\":[\"elsewhere.example:8000\"]}"}}),
+        ),
+    )
+    .await
+    .expect("rewriting the peer endpoints");
+    support::poke(&api, "pd", 2).await;
+    support::eventually(TIMEOUT, "the peer endpoints written back", || {
+        let (cms, original) = (cms.clone(), original.clone());
+        async move { (cms.get("pd-role-endpoints").await.ok()?.data == original).then_some(()) }
+    })
+    .await;
     // Both roles' serving pods are accepted by that run.
     let accepted = |pod: &Pod| {
         pod.status

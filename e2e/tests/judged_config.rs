@@ -32,7 +32,9 @@ fn judged(name: &str, runtime_args: Value) -> Value {
     did["spec"]["runtime"]["args"] = runtime_args;
     did["spec"]["runtime"]["env"] = json!([
         {"name": "DEEPINFER_LOG_LEVEL", "value": "debug"},
-        {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hub", "key": "token"}}}
+        {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hub", "key": "token"}}},
+        // The stand-in engine prints this variable's value on stdout and stderr.
+        {"name": "DEEPINFER_FAKE_ECHO_ENV", "value": "HF_TOKEN"}
     ]);
     did["spec"]["runtime"]["roles"] = json!([{"role": "worker", "args": ["--x"]}]);
     did
@@ -210,6 +212,18 @@ async fn gpu_the_evidence_shows_the_serving_argv_and_env_of_the_same_revision() 
     }
     assert_eq!(env["HF_TOKEN"], contract::REDACTED);
     assert_eq!(env["DEEPINFER_LOG_LEVEL"], "debug");
+    // The engine printed it on stdout and stderr: no evidence key holds it.
+    for (key, value) in evidence.data.iter().flatten() {
+        assert!(
+            !value.contains(SECRET),
+            "the Secret's value is in evidence key {key}"
+        );
+    }
+    let log = &evidence.data.clone().unwrap_or_default()["engine.log"];
+    assert!(
+        log.contains(&format!("HF_TOKEN={}", contract::REDACTED)),
+        "the engine's echo is kept, scrubbed: {log}"
+    );
     let kept = serde_yaml::to_string(&evidence).expect("YAML");
     assert!(
         !kept.contains(SECRET),

@@ -549,7 +549,7 @@ fn commit(n: u32) -> String {
 }
 
 #[tokio::test]
-async fn gpu_six_failing_revisions_in_a_row_never_take_the_serving_revision_down() {
+async fn gpu_seven_failing_revisions_in_a_row_never_take_the_serving_revision_down() {
     let (client, ns, api, op) = setup("sixfail").await;
     create(&api, deployment("sixfail", 2, 8, 1, 0)).await;
     let ready = status_where(&api, "sixfail", "Ready", is_ready).await;
@@ -562,7 +562,8 @@ async fn gpu_six_failing_revisions_in_a_row_never_take_the_serving_revision_down
     let sampler = Sampler::start(&client, &ns.name, "sixfail");
     // Each candidate is a new runtime commit whose engine's outputs break a rule.
     let failing = support::shot_planner_acceptance("invalid-2-2-3.jsonl", "replay");
-    for n in 1..=6 {
+    let mut earlier: Vec<String> = Vec::new();
+    for n in 1..=7 {
         patch(
             &api,
             "sixfail",
@@ -582,12 +583,21 @@ async fn gpu_six_failing_revisions_in_a_row_never_take_the_serving_revision_down
             st.revision,
             sampler.min_endpoints()
         );
+        // No run of an earlier candidate holds devices: none of their Jobs is unfinished.
+        for rev in &earlier {
+            let unfinished = unfinished_jobs(&client, &ns.name, "sixfail", rev).await;
+            assert!(
+                unfinished.is_empty(),
+                "candidate {n}: Jobs of an earlier candidate ({rev}) still run: {unfinished:?}"
+            );
+        }
+        earlier.extend(st.revision.clone());
     }
-    // A few more passes after the sixth verdict.
+    // A few more passes after the last verdict.
     support::poke(&api, "sixfail", 3).await;
     let min_endpoints = sampler.min_endpoints();
-    let (min_groups, _) = sampler.finish("six failing candidates").await;
-    println!("six failing candidates: fewest ready endpoints {min_endpoints}");
+    let (min_groups, _) = sampler.finish("seven failing candidates").await;
+    println!("seven failing candidates: fewest ready endpoints {min_endpoints}");
     assert!(
         min_groups >= 2 && min_endpoints >= 2,
         "with maxUnavailable 0 both groups serve throughout: fewest ready groups {min_groups}, fewest ready endpoints {min_endpoints}"
@@ -892,5 +902,473 @@ async fn gpu_with_license_withdrawal_stop_a_closed_licence_frees_every_device_an
     .await;
     assert_eq!(back.judgements, ready.judgements, "nothing judged again");
     assert_eq!(acceptance_jobs(&client, &ns.name, "stop").await, runs);
+    op.stop().await;
+}
+
+/// The acceptance Jobs of `did` at `revision` that have not finished (they hold devices).
+async fn unfinished_jobs(client: &Client, ns: &str, did: &str, revision: &str) -> Vec<String> {
+    let api: Api<Job> = Api::namespaced(client.clone(), ns);
+    api.list(&ListParams::default().labels(&format!(
+        "deepinfer.io/deployment={did},deepinfer.io/component=acceptance,deepinfer.io/revision={revision}"
+    )))
+    .await
+    .map(|l| l.items)
+    .unwrap_or_default()
+    .into_iter()
+    .filter(|j| {
+        let status = j.status.clone().unwrap_or_default();
+        j.metadata.deletion_timestamp.is_none()
+            && status.succeeded.unwrap_or(0) == 0
+            && !status
+                .conditions
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Failed" && c.status == "True")
+    })
+    .map(|j| j.name_any())
+    .collect()
+}
+
+/// The acceptance Jobs of `did` whose revision is `revision`.
+async fn jobs_of_revision(client: &Client, ns: &str, did: &str, revision: &str) -> Vec<String> {
+    let api: Api<Job> = Api::namespaced(client.clone(), ns);
+    api.list(&ListParams::default().labels(&format!(
+        "deepinfer.io/deployment={did},deepinfer.io/component=acceptance,deepinfer.io/revision={revision}"
+    )))
+    .await
+    .map(|l| l.items.iter().map(ResourceExt::name_any).collect())
+    .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn gpu_a_candidate_superseded_while_its_run_holds_devices_is_ended_and_the_next_goes_ready() {
+    // Two groups of 2 × 8 GPUs fill the bed: a run needs a serving group taken out
+    // (maxUnavailable 1), and there is room for one run only.
+    let (client, ns, api, op) = setup("twocand").await;
+    support::wait_for_free_devices(&client, "nvidia.com/gpu").await;
+    create(&api, deployment("twocand", 2, 16, 0, 1)).await;
+    let ready = status_where(&api, "twocand", "Ready", is_ready).await;
+    // Candidate 1: an engine that never finishes, so its run holds its devices until ended.
+    let mut hanging = support::shot_planner_acceptance("valid-2-2-2.jsonl", "hang");
+    hanging["timeoutSeconds"] = json!(3600);
+    patch(
+        &api,
+        "twocand",
+        json!({"metadata": acceptance_change("a hanging candidate")["metadata"],
+               "spec": {"runtime": {"commit": commit(1)}, "acceptance": hanging}}),
+    )
+    .await;
+    let first = status_where(&api, "twocand", "candidate 1 is the target", |s| {
+        s.revision.is_some() && s.revision != ready.revision
+    })
+    .await
+    .revision
+    .expect("candidate 1's revision");
+    support::eventually(TIMEOUT, "candidate 1's run is under way", || async {
+        let jobs = jobs_of_revision(&client, &ns.name, "twocand", &first).await;
+        (!jobs.is_empty()).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Candidate 2: the judged acceptance section again, a new runtime commit.
+    let started = std::time::Instant::now();
+    patch(
+        &api,
+        "twocand",
+        json!({"spec": {"runtime": {"commit": commit(2)},
+                        "acceptance": support::shot_planner_acceptance("valid-2-2-2.jsonl", "replay")}}),
+    )
+    .await;
+    let done = support::current_status_where(
+        &api,
+        "twocand",
+        "candidate 2 Ready",
+        Duration::from_secs(240),
+        |s| is_ready(s) && s.revision != ready.revision && s.revision.as_deref() != Some(&first),
+    )
+    .await;
+    println!(
+        "candidate 2 ({:?}) Ready {:?} after it was applied",
+        done.revision,
+        started.elapsed()
+    );
+    assert_eq!(done.roles[0].ready_groups, 2);
+    assert_eq!(
+        jobs_of_revision(&client, &ns.name, "twocand", &first).await,
+        Vec::<String>::new(),
+        "no Job of the superseded candidate's run is left"
+    );
+    op.stop().await;
+}
+
+#[tokio::test]
+async fn gpu_a_lost_serving_group_is_rebuilt_while_the_candidate_has_failed() {
+    let (client, ns, api, op) = setup("repair").await;
+    create(&api, deployment("repair", 1, 16, 1, 0)).await;
+    let ready = status_where(&api, "repair", "Ready", is_ready).await;
+    support::eventually(TIMEOUT, "1 ready endpoint", || async {
+        (ready_endpoints(&client, &ns.name, "repair-worker").await == 1).then_some(())
+    })
+    .await;
+    let failing = support::shot_planner_acceptance("invalid-2-2-3.jsonl", "replay");
+    patch(
+        &api,
+        "repair",
+        json!({"metadata": acceptance_change("a failing candidate")["metadata"],
+               "spec": {"runtime": {"commit": commit(1)}, "acceptance": failing}}),
+    )
+    .await;
+    let failed = status_where(&api, "repair", "the candidate recorded Failed", |s| {
+        s.revision != ready.revision
+            && s.judgements.iter().any(|j| {
+                Some(&j.revision) == s.revision.as_ref()
+                    && j.result == deepinfer_operator::api::AcceptanceResult::Failed
+            })
+    })
+    .await;
+    let ready_before = condition(&failed, "Ready").map(|c| c.status.clone());
+    let old = workers(&client, &ns.name, "repair").await;
+    let leader = old
+        .iter()
+        .find(|p| label(p, "deepinfer.io/rank") == "0")
+        .expect("the serving group's rank 0")
+        .clone();
+    let old_uids: BTreeSet<String> = old.iter().filter_map(|p| p.uid()).collect();
+    let pods_api: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let lost_at = std::time::Instant::now();
+    pods_api
+        .delete(&leader.name_any(), &DeleteParams::default())
+        .await
+        .expect("losing the serving group's rank 0");
+    support::eventually(
+        TIMEOUT,
+        "the serving group rebuilt at the serving revision, back in the role Service",
+        || async {
+            let pods = workers(&client, &ns.name, "repair").await;
+            let rebuilt = pods.len() == 2
+                && pods.iter().all(|p| {
+                    pod_ready(p)
+                        && Some(label(p, "deepinfer.io/revision")) == ready.revision.as_deref()
+                        && !old_uids.contains(&p.uid().unwrap_or_default())
+                });
+            (rebuilt && ready_endpoints(&client, &ns.name, "repair-worker").await == 1)
+                .then_some(())
+        },
+    )
+    .await;
+    println!(
+        "serving group rebuilt {:?} after its rank 0 was lost",
+        lost_at.elapsed()
+    );
+    let st = api
+        .get_status("repair")
+        .await
+        .expect("status")
+        .status
+        .expect("a status");
+    assert_eq!(
+        condition(&st, "Ready").map(|c| c.status.clone()),
+        ready_before,
+        "Ready stays as it was"
+    );
+    assert!(has_pass(&st, &ready), "the serving revision's pass is kept");
+    op.stop().await;
+}
+
+#[tokio::test]
+async fn gpu_with_license_withdrawal_stop_a_refused_spec_still_frees_every_device() {
+    let client = support::client().await;
+    support::ensure_crd();
+    let ns = TestNamespace::new(&client, "stoprefused").await;
+    support::checkpoint_claim(&ns.name, "ckpt", &support::fixture_checkpoint(), "model");
+    let api: Api<DeepInferDeployment> = Api::namespaced(client.clone(), &ns.name);
+    let op = Operator::start_with(&ns.name, &["mit"], |s| {
+        s.license_withdrawal = deepinfer_operator::controller::context::LicenseWithdrawal::Stop;
+    })
+    .await;
+    create(&api, deployment("stoprefused", 2, 8, 1, 0)).await;
+    status_where(&api, "stoprefused", "Ready", is_ready).await;
+    // The licence withdrawn in the same edit that makes the spec refused: an engine variable
+    // from a Secret that did not opt in.
+    patch(
+        &api,
+        "stoprefused",
+        json!({"metadata": {"annotations": {"deepinfer.io/license-accepted": null}},
+               "spec": {"runtime": {"env": [{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "not-opted-in", "key": "token"}}}]}}}),
+    )
+    .await;
+    support::eventually(TIMEOUT, "every worker pod deleted", || async {
+        workers(&client, &ns.name, "stoprefused")
+            .await
+            .is_empty()
+            .then_some(())
+    })
+    .await;
+    op.stop().await;
+}
+
+#[tokio::test]
+async fn gpu_a_run_spec_rewritten_during_the_run_is_not_judged_by() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let (client, ns, api, op) = setup("pinned").await;
+    let mut d = deployment("pinned", 1, 8, 1, 0);
+    // An engine whose outputs break the rules (2/2/3 seconds).
+    d["spec"]["acceptance"] = support::shot_planner_acceptance("invalid-2-2-3.jsonl", "replay");
+    // The run waits for a node labelled for it, so that the rewrite lands before it reads.
+    let hold = format!("deepinfer.io/e2e-hold-{}", ns.name);
+    d["spec"]["pod"] = json!({"nodeSelector": {hold.clone(): "yes"}});
+    create(&api, d).await;
+    // As soon as the run's spec ConfigMap exists, someone who may edit ConfigMaps in the
+    // namespace drops its checks: any text would match, and the rules are gone.
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    let rewritten = support::eventually(TIMEOUT, "the run's spec ConfigMap", || async {
+        let list = cms
+            .list(
+                &ListParams::default()
+                    .labels("deepinfer.io/deployment=pinned,deepinfer.io/component=acceptance"),
+            )
+            .await
+            .ok()?;
+        let cm = list
+            .items
+            .into_iter()
+            .find(|c| c.name_any().ends_with("-spec"))?;
+        let text = cm.data.as_ref()?.get("acceptance.yaml")?.clone();
+        let mut spec: serde_yaml::Value = serde_yaml::from_str(&text).ok()?;
+        for prompt in spec["prompts"].as_sequence_mut()? {
+            let prompt = prompt.as_mapping_mut()?;
+            prompt.remove("rules");
+            prompt.insert(
+                "structuredOutput".into(),
+                serde_yaml::from_str("{regex: '(?s).*'}").ok()?,
+            );
+        }
+        let relaxed = serde_yaml::to_string(&spec).ok()?;
+        cms.patch(
+            &cm.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"acceptance.yaml": relaxed}})),
+        )
+        .await
+        .ok()?;
+        Some(cm.name_any())
+    })
+    .await;
+    // Now the run may be placed.
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    let node = nodes
+        .list(&ListParams::default().labels("nvidia.com/gpu.present=true"))
+        .await
+        .expect("nodes")
+        .items
+        .into_iter()
+        .next()
+        .expect("an NVIDIA node")
+        .name_any();
+    let label_node = |value: Option<&str>| {
+        let patch = json!({"metadata": {"labels": {hold.clone(): value}}});
+        let nodes = nodes.clone();
+        let node = node.clone();
+        async move {
+            nodes
+                .patch(&node, &PatchParams::default(), &Patch::Merge(patch))
+                .await
+                .expect("labelling the node");
+        }
+    };
+    label_node(Some("yes")).await;
+    let st = status_where(&api, "pinned", "the run judged", |s| {
+        condition(s, "AcceptancePassed").is_some_and(|c| {
+            c.reason == "AcceptanceFailed" || c.reason == "AcceptancePassed" || c.status == "True"
+        })
+    })
+    .await;
+    let c = condition(&st, "AcceptancePassed").expect("AcceptancePassed");
+    println!(
+        "{rewritten} rewritten; AcceptancePassed: {} {}: {}",
+        c.status, c.reason, c.message
+    );
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("False", "AcceptanceFailed"),
+        "a run whose spec was rewritten is not judged by the rewritten spec"
+    );
+    assert!(
+        st.judgements.iter().all(|j| !j.passed()),
+        "no pass recorded: {:?}",
+        st.judgements
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    label_node(None).await;
+    assert!(
+        workers(&client, &ns.name, "pinned").await.is_empty(),
+        "nothing admitted"
+    );
+    op.stop().await;
+}
+
+/// The `deepinfer.io/accepted` condition status of `pod`, if it has one.
+fn accepted(pod: &Pod) -> Option<String> {
+    pod.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "deepinfer.io/accepted")
+        .map(|c| c.status.clone())
+}
+
+#[tokio::test]
+async fn gpu_a_pass_typed_into_the_status_is_ignored_and_the_revision_judged() {
+    let (client, ns, api, op) = setup("forged").await;
+    let mut d = deployment("forged", 1, 8, 1, 0);
+    d["spec"]["acceptance"] = support::shot_planner_acceptance("invalid-2-2-3.jsonl", "replay");
+    create(&api, d).await;
+    let failed = status_where(&api, "forged", "the revision recorded Failed", |s| {
+        condition(s, "AcceptancePassed").is_some_and(|c| c.reason == "AcceptanceFailed")
+    })
+    .await;
+    // Someone with deepinferdeployments/status rights turns the failure into a pass.
+    let mut forged = serde_json::to_value(&failed).expect("status as JSON");
+    for j in forged["judgements"].as_array_mut().expect("judgements") {
+        j["result"] = json!("Passed");
+        j["passed"] = j["prompts"].clone();
+        j["failedPrompts"] = json!([]);
+    }
+    forged["acceptance"]["result"] = json!("Passed");
+    overwrite_status(&client, &ns.name, "forged", forged).await;
+    support::poke(&api, "forged", 3).await;
+    let st = status_where(&api, "forged", "the revision judged again, Failed", |s| {
+        condition(s, "AcceptancePassed").is_some_and(|c| c.reason == "AcceptanceFailed")
+            && !s.judgements.is_empty()
+            && s.judgements.iter().all(|j| !j.passed())
+    })
+    .await;
+    println!("after the forged pass: {:?}", st.judgements);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let pods = workers(&client, &ns.name, "forged").await;
+    assert!(
+        pods.iter().all(|p| accepted(p).as_deref() != Some("True")),
+        "a forged pass admitted pods: {:?}",
+        pods.iter().map(ResourceExt::name_any).collect::<Vec<_>>()
+    );
+    assert!(pods.is_empty(), "no serving pod of a revision that failed");
+    op.stop().await;
+}
+
+#[tokio::test]
+async fn gpu_evidence_and_a_worker_pod_made_by_a_namespace_user_record_no_pass() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let (client, ns, api, op) = setup("evforge").await;
+    create(&api, deployment("evforge", 1, 8, 1, 0)).await;
+    let ready = status_where(&api, "evforge", "Ready", is_ready).await;
+    let did = api.get("evforge").await.expect("the deployment");
+    let owner = json!([{"apiVersion": "deepinfer.io/v1alpha1", "kind": "DeepInferDeployment",
+                        "name": "evforge", "uid": did.uid().expect("uid"), "controller": true}]);
+    let unjudged = "forgedrevisionforgedrevisionforgedrevisionforgedrev";
+    // A ConfigMap labelled as the deployment's evidence, holding a pass for a revision that was
+    // never judged, and a pod labelled as an owned worker of that revision.
+    let judgement = json!({"revision": unjudged, "result": "Passed", "prompts": 2, "passed": 2,
+                           "roles": ["worker"], "proof": "00".repeat(32)});
+    let cm: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "evforge-evidence-forged", "ownerReferences": owner,
+                     "labels": {"app.kubernetes.io/managed-by": "deepinfer-operator",
+                                "deepinfer.io/deployment": "evforge", "deepinfer.io/component": "evidence"},
+                     "annotations": {"deepinfer.io/judgement": judgement.to_string()}},
+        "data": {"manifest.json": "{}"}
+    }))
+    .expect("a ConfigMap");
+    Api::<ConfigMap>::namespaced(client.clone(), &ns.name)
+        .create(&PostParams::default(), &cm)
+        .await
+        .expect("creating the forged evidence");
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "evforge-worker-forge-0-0", "ownerReferences": owner,
+                     "labels": {"app.kubernetes.io/managed-by": "deepinfer-operator",
+                                "deepinfer.io/deployment": "evforge", "deepinfer.io/component": "worker",
+                                "deepinfer.io/role": "worker", "deepinfer.io/revision": unjudged,
+                                "deepinfer.io/group": "0", "deepinfer.io/rank": "0"}},
+        "spec": {"containers": [{"name": "engine", "image": IMAGE}],
+                 "readinessGates": [{"conditionType": "deepinfer.io/accepted"}]}
+    }))
+    .expect("a pod");
+    let pods_api: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    pods_api
+        .create(&PostParams::default(), &pod)
+        .await
+        .expect("creating the forged worker pod");
+    support::poke(&api, "evforge", 5).await;
+    let mut admitted = false;
+    for _ in 0..20 {
+        if let Ok(p) = pods_api.get("evforge-worker-forge-0-0").await {
+            admitted |= accepted(&p).as_deref() == Some("True");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let st = api
+        .get_status("evforge")
+        .await
+        .expect("status")
+        .status
+        .expect("a status");
+    assert!(
+        st.judgements.iter().all(|j| j.revision != unjudged),
+        "a pass of a revision never judged was recorded: {:?}",
+        st.judgements
+    );
+    assert!(!admitted, "the unjudged revision's pod was admitted");
+    assert!(has_pass(&st, &ready), "the real pass is kept");
+    op.stop().await;
+}
+
+#[tokio::test]
+async fn gpu_a_change_to_a_configmap_the_engines_read_is_judged_before_it_serves() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let (client, ns, api, op) = setup("cmcontent").await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    let cm: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "engine-conf", "labels": {"deepinfer.io/engine-readable": "true"}},
+        "data": {"level": "info"}
+    }))
+    .expect("a ConfigMap");
+    cms.create(&PostParams::default(), &cm)
+        .await
+        .expect("creating the ConfigMap");
+    let mut d = deployment("cmcontent", 1, 8, 1, 0);
+    d["spec"]["runtime"]["env"] = json!([{"name": "ENGINE_LOG_LEVEL",
+        "valueFrom": {"configMapKeyRef": {"name": "engine-conf", "key": "level"}}}]);
+    create(&api, d).await;
+    let ready = status_where(&api, "cmcontent", "Ready", is_ready).await;
+    // The content changes; the spec does not.
+    cms.patch(
+        "engine-conf",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"level": "debug"}})),
+    )
+    .await
+    .expect("changing the ConfigMap");
+    let after = status_where(
+        &api,
+        "cmcontent",
+        "the new content judged and serving",
+        |s| {
+            is_ready(s)
+                && s.revision != ready.revision
+                && s.judgements
+                    .iter()
+                    .any(|j| Some(&j.revision) == s.revision.as_ref() && j.passed())
+        },
+    )
+    .await;
+    println!(
+        "revision {:?} -> {:?} after the ConfigMap changed",
+        ready.revision, after.revision
+    );
+    let pods = workers(&client, &ns.name, "cmcontent").await;
+    assert!(
+        pods.iter()
+            .all(|p| Some(label(p, "deepinfer.io/revision")) == after.revision.as_deref()),
+        "every serving pod reads the judged content"
+    );
     op.stop().await;
 }

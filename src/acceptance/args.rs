@@ -15,6 +15,10 @@ pub struct AcceptArgs {
     /// (the controller mounts it from a ConfigMap).
     #[arg(long)]
     pub spec_file: PathBuf,
+    /// The SHA-256 (hex) the spec file must have: a file that differs is not judged by (the
+    /// operator pins the spec ConfigMap it wrote here, in the immutable pod spec).
+    #[arg(long)]
+    pub spec_sha256: Option<String>,
     /// Local checkpoint directory (holds `config.json` and `*.safetensors`); `{model_dir}`.
     #[arg(long)]
     pub model_dir: PathBuf,

@@ -56,6 +56,9 @@ pub struct RunEngineArgs {
     /// YAML of `spec.acceptance` (prompts inline), as `accept` takes it.
     #[arg(long)]
     pub spec_file: PathBuf,
+    /// The SHA-256 (hex) the spec file must have, as `accept` takes it.
+    #[arg(long)]
+    pub spec_sha256: Option<String>,
     /// Local checkpoint directory; `{model_dir}`.
     #[arg(long)]
     pub model_dir: PathBuf,
@@ -120,13 +123,7 @@ pub fn redacted_record(
     use crate::contract::REDACTED;
     let mut env: BTreeMap<String, String> = vars.into_iter().collect();
     env.insert(crate::contract::env::HF_HUB_OFFLINE.to_string(), "1".into());
-    let mut secrets: Vec<String> = redact
-        .iter()
-        .filter_map(|name| env.get(name).cloned())
-        .filter(|value| !value.is_empty())
-        .collect();
-    // Longest first, so that a value holding another is replaced whole.
-    secrets.sort_by_key(|v| std::cmp::Reverse(v.len()));
+    let secrets = secret_values(&env, redact);
     let scrub = |text: &str| {
         secrets.iter().fold(text.to_string(), |t, secret| {
             t.replace(secret.as_str(), REDACTED)
@@ -140,6 +137,42 @@ pub fn redacted_record(
         };
     }
     (argv.iter().map(|a| scrub(a)).collect(), env)
+}
+
+/// The non-empty values of the variables named in `redact`, longest first (so that a value
+/// holding another is replaced whole).
+fn secret_values(env: &BTreeMap<String, String>, redact: &[String]) -> Vec<String> {
+    let mut secrets: Vec<String> = redact
+        .iter()
+        .filter_map(|name| env.get(name).cloned())
+        .filter(|value| !value.is_empty())
+        .collect();
+    secrets.sort_by_key(|v| std::cmp::Reverse(v.len()));
+    secrets.dedup();
+    secrets
+}
+
+/// `bytes` with every occurrence of each of `secrets` written as [`crate::contract::REDACTED`].
+pub fn scrub_bytes(bytes: &[u8], secrets: &[String]) -> Vec<u8> {
+    let mut out = bytes.to_vec();
+    for secret in secrets.iter().map(String::as_bytes) {
+        if secret.is_empty() || !out.windows(secret.len()).any(|w| w == secret) {
+            continue;
+        }
+        let mut next = Vec::with_capacity(out.len());
+        let mut i = 0;
+        while i < out.len() {
+            if out[i..].starts_with(secret) {
+                next.extend_from_slice(crate::contract::REDACTED.as_bytes());
+                i += secret.len();
+            } else {
+                next.push(out[i]);
+                i += 1;
+            }
+        }
+        out = next;
+    }
+    out
 }
 
 /// What the engine side reports to the judge.
@@ -325,12 +358,22 @@ pub async fn run_engine(
     );
     let devices = devices::inventory().await;
     let run = engine::run(&command, work_dir, timeout).await;
-    let vars = std::env::vars_os().map(|(k, v)| {
-        (
-            k.to_string_lossy().into_owned(),
-            v.to_string_lossy().into_owned(),
-        )
-    });
+    let vars: BTreeMap<String, String> = std::env::vars_os()
+        .map(|(k, v)| {
+            (
+                k.to_string_lossy().into_owned(),
+                v.to_string_lossy().into_owned(),
+            )
+        })
+        .collect();
+    // A secret the engine echoed never reaches the evidence: not in its log, not in its outputs.
+    let secrets = secret_values(&vars, &serving.redact_env);
+    if let Ok(outputs) = std::fs::read(&outputs_file) {
+        let scrubbed = scrub_bytes(&outputs, &secrets);
+        if scrubbed != outputs {
+            let _ = write_atomically(&outputs_file, &scrubbed);
+        }
+    }
     let (argv, env) = redacted_record(vars, &command, &serving.redact_env);
     let report = EngineReport {
         command: argv,
@@ -342,7 +385,7 @@ pub async fn run_engine(
         log_dropped: run.log.dropped,
         error: None,
     };
-    (report, run.log.to_vec())
+    (report, scrub_bytes(&run.log.to_vec(), &secrets))
 }
 
 fn prepare_work_dir(
@@ -377,16 +420,16 @@ async fn engine_side(args: &RunEngineArgs) -> anyhow::Result<()> {
     std::fs::write(dir.join(STARTED_FILE), b"started\n")
         .with_context(|| format!("writing {}", dir.join(STARTED_FILE).display()))?;
     let heartbeat = tokio::spawn(beat(dir.join(HEARTBEAT_FILE)));
-    let (report, log) = match std::fs::read_to_string(&args.spec_file)
-        .with_context(|| format!("reading {}", args.spec_file.display()))
-        .and_then(|text| super::spec_file::parse_spec(&text))
-    {
-        Ok(spec) => run_engine(&spec, &args.model_dir, dir, &args.serving).await,
-        Err(err) => (
-            failed_report(format!("acceptance spec: {err:#}"), Duration::from_secs(1)),
-            Vec::new(),
-        ),
-    };
+    let (report, log) =
+        match super::spec_file::read_pinned(&args.spec_file, args.spec_sha256.as_deref())
+            .and_then(|text| super::spec_file::parse_spec(&text))
+        {
+            Ok(spec) => run_engine(&spec, &args.model_dir, dir, &args.serving).await,
+            Err(err) => (
+                failed_report(format!("acceptance spec: {err:#}"), Duration::from_secs(1)),
+                Vec::new(),
+            ),
+        };
     heartbeat.abort();
     write_atomically(&dir.join(LOG_FILE), &log)?;
     write_atomically(&dir.join(REPORT_FILE), &serde_json::to_vec(&report)?)?;
@@ -718,6 +761,7 @@ mod tests {
         .unwrap();
         let args = RunEngineArgs {
             spec_file,
+            spec_sha256: None,
             model_dir: d.join("no-model"),
             work_dir: d.join("work"),
             serving: ServingArgs::default(),
@@ -776,6 +820,18 @@ mod tests {
     }
 
     #[test]
+    fn secret_values_are_scrubbed_from_logs_and_outputs() {
+        let secrets = vec!["s3cr3t-longer".to_string(), "s3cr3t".to_string()];
+        let text = b"token=s3cr3t-longer and s3cr3t twice s3cr3t\n";
+        let scrubbed = String::from_utf8(scrub_bytes(text, &secrets)).unwrap();
+        assert_eq!(
+            scrubbed,
+            "token=<redacted> and <redacted> twice <redacted>\n"
+        );
+        assert_eq!(scrub_bytes(b"nothing here", &secrets), b"nothing here");
+    }
+
+    #[test]
     fn secret_values_are_redacted_wherever_they_appear() {
         let vars = [
             ("HF_TOKEN", "hf_s3cret"),
@@ -824,6 +880,7 @@ mod tests {
         };
         let args = RunEngineArgs {
             spec_file,
+            spec_sha256: None,
             model_dir: d.join("model"),
             work_dir: work.clone(),
             serving,

@@ -56,7 +56,7 @@ pub fn check_verdicts(args: &CheckArgs) -> anyhow::Result<Vec<Verdict>> {
     let (Some(acceptance), Some(outputs)) = (&args.acceptance, &args.outputs) else {
         anyhow::bail!("check: give --acceptance FILE and --outputs FILE (or --sheet EVIDENCE)");
     };
-    let (_, compiled) = load_spec(acceptance)?;
+    let (_, compiled) = load_spec(acceptance, None)?;
     judge_file(&compiled, outputs)
 }
 

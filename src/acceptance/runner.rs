@@ -63,7 +63,7 @@ async fn execute(args: &AcceptArgs) -> (AcceptanceSummary, i32) {
         (summary, exit::RUNNER_ERROR)
     };
     let started_at = k8s_openapi::jiff::Timestamp::now().to_string();
-    let (spec, compiled) = match load_spec(&args.spec_file) {
+    let (spec, compiled) = match load_spec(&args.spec_file, args.spec_sha256.as_deref()) {
         Ok(loaded) => loaded,
         Err(err) => return runner_error(format!("acceptance spec: {err:#}")),
     };

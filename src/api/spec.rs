@@ -102,6 +102,9 @@ const CEL_ROLE_PRODUCT: &str = "(has(r.accelerator) && has(r.accelerator.product
         .message("spec.accelerator.devicesPerPod exceeds the devices one node of this accelerator type has (NVIDIA: 8, Ascend: 16); lower it and add pods per group instead"),
     validation = Rule::new("self.roles.all(r, !has(r.accelerator) || !has(r.accelerator.devicesPerPod) || r.accelerator.devicesPerPod <= (self.accelerator.type == 'NVIDIA' ? 8 : 16))")
         .message("spec.roles[].accelerator.devicesPerPod exceeds the devices one node of this accelerator type has (NVIDIA: 8, Ascend: 16); lower it and add pods per group instead"),
+    // Same as `controller::validate::validate_serving_command`; the validation table checks both.
+    validation = Rule::new("!has(self.runtime.command) || size(self.runtime.command) == 0 || (has(self.acceptance.engine) && self.acceptance.engine.command.exists(a, a == '{serving_command}'))")
+        .message("spec.runtime.command is set, but spec.acceptance.engine.command (default: DeepInfer's offline example) does not hold {serving_command} as a whole argument, so the acceptance run would not run the command the pods serve with; add \"{serving_command}\" to spec.acceptance.engine.command where the engine's program goes, or remove spec.runtime.command"),
     validation = Rule::new("!has(self.runtime.roles) || self.runtime.roles.all(o, self.roles.exists(r, r.name == o.role))")
         .message("spec.runtime.roles[].role must name a role of spec.roles; fix the name or remove the entry"),
     // Same as `controller::validate::validate_pod_settings`; the validation table checks both.

@@ -114,6 +114,23 @@ impl AcceptanceResult {
 }
 
 impl DeepInferDeploymentStatus {
+    /// The revisions the roles serve as last recorded (`roles[].servingRevision`): a revision
+    /// whose groups were all lost a moment ago still serves there until they are rebuilt.
+    pub fn serving_revisions(&self) -> BTreeSet<String> {
+        self.roles
+            .iter()
+            .filter_map(|r| r.serving_revision.clone())
+            .collect()
+    }
+
+    /// The revision role `role` serves as last recorded.
+    pub fn serving_revision_of(&self, role: &str) -> Option<&str> {
+        self.roles
+            .iter()
+            .find(|r| r.name == role)
+            .and_then(|r| r.serving_revision.as_deref())
+    }
+
     /// The newest recorded judgement of `revision`, whatever spec hash or rerun token it was
     /// made for.
     pub fn latest_judgement(&self, revision: &str) -> Option<&AcceptanceStatus> {
@@ -305,6 +322,11 @@ pub struct AcceptanceStatus {
     /// (`review`) holds those it was started under. Absent when none was annotated.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub review: Option<ReviewRecord>,
+    /// HMAC-SHA256 (hex) over this judgement and the deployment's UID, keyed by the operator's
+    /// verdict key: a judgement without a valid proof neither grants nor withdraws service
+    /// (docs/security.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proof: Option<String>,
 }
 
 /// Review decisions behind an acceptance run, from the resource's annotations when the run

@@ -527,7 +527,10 @@ impl<'c> Executor<'c> {
         if let Some(judgement) = judgement {
             annotations.insert(JUDGEMENT_ANNOTATION.into(), judgement.into());
         }
-        if !meta.annotations().contains_key(PLACEMENT_ANNOTATION) {
+        // The operator's record replaces whatever is there (anyone may annotate a ConfigMap);
+        // only a pass that no longer sees the run's pods (its pods gone, the cache behind the
+        // verdict already recorded) leaves the record in place rather than write an empty one.
+        if !meta.annotations().contains_key(PLACEMENT_ANNOTATION) || !placement.nodes().is_empty() {
             let placement = self.placement_with_domains(placement).await?;
             annotations.insert(
                 PLACEMENT_ANNOTATION.into(),
@@ -623,6 +626,9 @@ impl<'c> Executor<'c> {
         let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.namespace);
         let mut wrote = false;
         for old in retention::evidence_to_delete(&evidence, keep, &pinned) {
+            if !self.ctx.may_write() {
+                return Err(Error::NotLeading);
+            }
             let Some(meta) = evidence
                 .iter()
                 .find(|m| m.name.as_deref() == Some(old.as_str()))

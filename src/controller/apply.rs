@@ -55,7 +55,10 @@ where
     K: Resource + k8s_openapi::Resource + Clone + DeserializeOwned + Serialize + std::fmt::Debug,
 {
     if let Some(existing) = existing {
-        if applied_hash(existing).is_some() && applied_hash(existing) == applied_hash(desired) {
+        if applied_hash(existing).is_some()
+            && applied_hash(existing) == applied_hash(desired)
+            && !content_drifted(desired, existing)
+        {
             return Ok(false);
         }
         return force_apply(api, desired).await;
@@ -65,6 +68,26 @@ where
     }
     // Ours, and the cache had not caught up: apply as for a cached object.
     force_apply(api, desired).await
+}
+
+/// Whether `existing` (a cached ConfigMap, which carries the hash of its content as observed)
+/// holds other data than `desired`: someone edited it and kept the applied hash. Objects of
+/// other kinds carry no such hash and never drift here.
+pub fn content_drifted<K: Resource + Serialize>(desired: &K, existing: &K) -> bool {
+    use crate::controller::cached::{content_hash, OBSERVED_CONTENT_ANNOTATION};
+    let Some(seen) = existing
+        .meta()
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(OBSERVED_CONTENT_ANNOTATION))
+    else {
+        return false;
+    };
+    let data: std::collections::BTreeMap<String, String> = serde_json::to_value(desired)
+        .ok()
+        .and_then(|v| serde_json::from_value(v.get("data")?.clone()).ok())
+        .unwrap_or_default();
+    format!("{:016x}", content_hash(&data)) != *seen
 }
 
 /// `None` when `found` has the same controller owner as `desired` (this resource controls it),
@@ -224,6 +247,8 @@ where
 /// it: the pod leaves every Service's endpoints at once).
 pub async fn set_accepted(api: &Api<Pod>, mark: &Mark) -> Result<(), Error> {
     let patch = serde_json::json!({
+        // A precondition: the API server refuses a patch whose UID is not the pod's.
+        "metadata": {"uid": mark.uid},
         "status": {"conditions": [{
             "type": ACCEPTED_POD_CONDITION,
             "status": if mark.accepted { "True" } else { "False" },

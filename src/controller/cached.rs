@@ -1387,11 +1387,14 @@ impl Cached for CachedClaim {
 
 /// An object of kind `K` of which a pass reads the metadata only (Services, budgets, rank-table
 /// and peer-endpoints ConfigMaps, ResourceClaimTemplates: existing objects are compared by their
-/// applied hash or matched by name). Nothing but the metadata is decoded.
+/// applied hash or matched by name). Nothing but the metadata is decoded, and of a ConfigMap's
+/// `data` a hash of it ([`content_hash`]): an edit that kept the applied hash is still seen.
 #[derive(Debug, Deserialize)]
 pub struct CachedMeta<K> {
     #[serde(default)]
     metadata: Slim,
+    #[serde(default, rename = "data", deserialize_with = "hash_of_data")]
+    content: Option<u64>,
     #[serde(skip)]
     kind: PhantomData<fn() -> K>,
 }
@@ -1400,9 +1403,29 @@ impl<K> Clone for CachedMeta<K> {
     fn clone(&self) -> Self {
         Self {
             metadata: self.metadata.clone(),
+            content: self.content,
             kind: PhantomData,
         }
     }
+}
+
+/// Annotation the cached copy of a ConfigMap carries (never written to the API server): the
+/// [`content_hash`] of its `data` as the watch delivered it, in hex.
+pub const OBSERVED_CONTENT_ANNOTATION: &str = "deepinfer.io/observed-content";
+
+/// A hash of a ConfigMap's `data`, the same for the cached copy and for the object the operator
+/// builds.
+pub fn content_hash(data: &std::collections::BTreeMap<String, String>) -> u64 {
+    let bytes = serde_json::to_vec(data).unwrap_or_default();
+    let digest = ring::digest::digest(&ring::digest::SHA256, &bytes);
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest.as_ref()[..8]);
+    u64::from_be_bytes(first)
+}
+
+fn hash_of_data<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    let data: Option<std::collections::BTreeMap<String, String>> = Deserialize::deserialize(d)?;
+    Ok(data.as_ref().map(content_hash))
 }
 
 impl<K> Slimmed for CachedMeta<K> {
@@ -1421,10 +1444,18 @@ where
 {
     type Api = K;
 
-    /// The object with its metadata and every other field at its default.
+    /// The object with its metadata and every other field at its default (a ConfigMap's
+    /// content hash as [`OBSERVED_CONTENT_ANNOTATION`]).
     fn to_api(&self) -> K {
         let mut object = K::default();
         *object.metadata_mut() = self.metadata.full();
+        if let Some(hash) = self.content {
+            object
+                .metadata_mut()
+                .annotations
+                .get_or_insert_with(Default::default)
+                .insert(OBSERVED_CONTENT_ANNOTATION.into(), format!("{hash:016x}"));
+        }
         object
     }
 }
@@ -1842,5 +1873,34 @@ mod tests {
             Some("ckpt")
         );
         assert_eq!(claim(serde_json::json!({"volume": {"claimName": 3}})), None);
+    }
+
+    #[test]
+    fn a_cached_configmap_keeps_a_hash_of_its_data_so_an_edit_that_kept_the_applied_hash_is_seen() {
+        use k8s_openapi::api::core::v1::ConfigMap;
+        let written = serde_json::json!({
+            "metadata": {"name": "t", "namespace": "team", "uid": "c-1",
+                         "annotations": {APPLIED_HASH_ANNOTATION: "h1"}},
+            "data": {"rank_table.json": "{\"status\":\"completed\"}"}
+        });
+        let desired: ConfigMap = serde_json::from_value(written.clone()).expect("ConfigMap");
+        let cached: CachedMeta<ConfigMap> = serde_json::from_value(written).expect("cached");
+        let seen = cached.to_api();
+        assert!(seen.data.is_none(), "the content itself is not kept");
+        assert!(!crate::controller::apply::content_drifted(&desired, &seen));
+        let edited: CachedMeta<ConfigMap> = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "t", "namespace": "team", "uid": "c-1",
+                         "annotations": {APPLIED_HASH_ANNOTATION: "h1"}},
+            "data": {"rank_table.json": "{\"status\":\"completed\",\"server_list\":[]}"}
+        }))
+        .expect("cached");
+        assert!(crate::controller::apply::content_drifted(
+            &desired,
+            &edited.to_api()
+        ));
+        // A Service has no data: nothing to compare.
+        let service: CachedMeta<k8s_openapi::api::core::v1::Service> =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "s"}})).expect("cached");
+        assert!(service.to_api().metadata.annotations.is_none());
     }
 }

@@ -84,6 +84,11 @@ pub struct RunArgs {
     /// freed; the groups are made again from the recorded judgement, with no new run).
     #[arg(long, env = "DEEPINFER_LICENSE_WITHDRAWAL", value_enum, default_value_t = LicenseWithdrawal::Withhold)]
     pub license_withdrawal: LicenseWithdrawal,
+    /// The Secret holding the key that proves the operator's judgements, `NAME` (in the
+    /// operator's own namespace, `POD_NAMESPACE`) or `NAMESPACE/NAME`; created with a random key
+    /// when missing. Only the operator's ServiceAccount may read it (docs/security.md).
+    #[arg(long, env = "DEEPINFER_VERDICT_KEY_SECRET")]
+    pub verdict_key_secret: Option<String>,
     /// Most acceptance runs under way at once, over every deployment the operator watches; runs
     /// beyond it wait in the order they asked (`AcceptanceQueued`). 0: no limit.
     #[arg(
@@ -243,6 +248,10 @@ pub struct Context {
     pub record_node_domains: bool,
     /// What a closed licence gate does to the pods.
     pub license_withdrawal: LicenseWithdrawal,
+    /// Where the verdict key is kept (namespace, name).
+    pub verdict_key_secret: (String, String),
+    /// The verdict key, once read (or created).
+    pub verdict_key: tokio::sync::OnceCell<super::proof::VerdictKey>,
     /// Acceptance runs admitted and waiting under that limit.
     pub acceptance_queue: std::sync::Mutex<decide::fleet::Queue>,
     /// Whether this instance may write (set once it leads; open without leader election).
@@ -331,6 +340,19 @@ impl Context {
             .copied()
     }
 
+    /// The key the operator's judgements are proved with, read from (or created in) its Secret
+    /// once.
+    pub async fn verdict_key(&self) -> Result<&super::proof::VerdictKey, Error> {
+        let (ns, name) = &self.verdict_key_secret;
+        self.verdict_key
+            .get_or_try_init(|| async {
+                super::proof::load_or_create(&self.client, ns, name)
+                    .await
+                    .map_err(|e| Error::api("read or create", "Secret", &format!("{ns}/{name}"), e))
+            })
+            .await
+    }
+
     /// Whether the API server serves DeepInferRoles (the CRD of `crds/` is installed), resolved
     /// once before the watches start: roles with `scaling: external` need them.
     pub async fn scaled_roles(&self) -> Result<bool, Error> {
@@ -392,6 +414,30 @@ pub struct Settings {
     pub record_node_domains: bool,
     /// What a closed licence gate does to the pods.
     pub license_withdrawal: LicenseWithdrawal,
+    /// The Secret holding the verdict key, `NAME` or `NAMESPACE/NAME` (`--verdict-key-secret`);
+    /// `None`: [`super::proof::DEFAULT_SECRET_NAME`].
+    pub verdict_key_secret: Option<String>,
+}
+
+impl Settings {
+    /// Namespace and name of the verdict key Secret: as given, else in the operator's own
+    /// namespace (`POD_NAMESPACE`), else the first watched namespace, else `default`.
+    pub fn verdict_key_secret(&self) -> (String, String) {
+        let given = self.verdict_key_secret.clone();
+        let given = given.unwrap_or_else(|| super::proof::DEFAULT_SECRET_NAME.to_string());
+        if let Some((ns, name)) = given.split_once('/') {
+            return (ns.to_string(), name.to_string());
+        }
+        let ns = std::env::var("POD_NAMESPACE")
+            .ok()
+            .filter(|n| !n.is_empty())
+            .or_else(|| match &self.namespaces {
+                Namespaces::Listed(listed) => listed.first().cloned(),
+                Namespaces::All => None,
+            })
+            .unwrap_or_else(|| "default".to_string());
+        (ns, given)
+    }
 }
 
 /// What a closed licence gate does to a deployment's pods (`--license-withdrawal`).
@@ -429,6 +475,7 @@ impl Settings {
             max_concurrent_acceptance_runs: 0,
             record_node_domains: false,
             license_withdrawal: LicenseWithdrawal::Withhold,
+            verdict_key_secret: None,
         }
     }
 }
@@ -470,6 +517,7 @@ impl From<&RunArgs> for Settings {
             max_concurrent_acceptance_runs: a.max_concurrent_acceptance_runs,
             record_node_domains: a.record_node_domains,
             license_withdrawal: a.license_withdrawal,
+            verdict_key_secret: a.verdict_key_secret.clone(),
         }
     }
 }
@@ -512,6 +560,8 @@ pub fn context(
         record_node_domains: settings.record_node_domains,
         acceptance_queue: std::sync::Mutex::default(),
         license_withdrawal: settings.license_withdrawal,
+        verdict_key_secret: settings.verdict_key_secret(),
+        verdict_key: tokio::sync::OnceCell::new(),
         placement_retries: std::sync::Mutex::default(),
         status_written: std::sync::Mutex::default(),
         status_written_at: std::sync::Mutex::default(),

@@ -19,6 +19,7 @@ mod outage;
 pub mod placement;
 pub mod plan;
 pub mod pods;
+pub mod proof;
 mod reconcile;
 pub mod status;
 pub mod text;

@@ -89,14 +89,31 @@ pub struct Observed {
 
 /// The pods of the Job `job` as the API server has them now (a list straight from it, not the
 /// cache).
-pub async fn pods_of_job_now(client: &Client, ns: &str, job: &str) -> Result<Vec<Pod>, Error> {
+pub async fn pods_of_job_now(
+    client: &Client,
+    ns: &str,
+    job: &str,
+    uid: &str,
+) -> Result<Vec<Pod>, Error> {
     let api: Api<Pod> = Api::namespaced(client.clone(), ns);
     let lp = kube::api::ListParams::default().labels(&format!("{JOB_NAME_LABEL}={job}"));
     tracing::info!(%job, "the Job finished but the cache holds no summary of its pod; reading its pods directly");
-    api.list(&lp)
+    let pods = api
+        .list(&lp)
         .await
         .map(|l| l.items)
-        .map_err(|e| Error::api("list", "Pod", &format!("{ns}/{job} pods"), e))
+        .map_err(|e| Error::api("list", "Pod", &format!("{ns}/{job} pods"), e))?;
+    // The label is anyone's to copy: only the pods the Job itself controls are its pods.
+    Ok(pods
+        .into_iter()
+        .filter(|p| {
+            p.metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.controller == Some(true) && o.uid == uid)
+        })
+        .collect())
 }
 
 /// Longest a pass waits for the stores to take in the operator's own writes.
@@ -1145,6 +1162,18 @@ impl Observed {
             .iter()
             .filter_map(|p| p.labels().get(labels::REVISION).cloned())
             .collect()
+    }
+
+    /// Revisions that serve: those with worker pods, and those the roles served on as last
+    /// recorded in `known` (their groups may all be lost and being rebuilt). Their
+    /// ControllerRevisions and newest judgements are kept.
+    pub fn revisions_serving(
+        &self,
+        known: &crate::api::DeepInferDeploymentStatus,
+    ) -> std::collections::BTreeSet<String> {
+        let mut out = self.revisions_with_pods();
+        out.extend(known.serving_revisions());
+        out
     }
 
     /// Pods of the Job of this name.

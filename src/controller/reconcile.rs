@@ -209,6 +209,10 @@ async fn write_status(
     }
     let reference = obj.object_ref(&api_resource());
     for (news, c) in status::news(previous, &next, failing) {
+        // No Event from a replica that stopped leading after its status write.
+        if !ctx.may_write() {
+            return Err(Error::NotLeading);
+        }
         let event = Event {
             type_: match news {
                 status::News::Normal => EventType::Normal,
@@ -279,12 +283,17 @@ pub async fn pass(
     let valid = match spec {
         SpecFound::Valid(valid) => valid,
         SpecFound::Refused(gate, after) => {
+            // The licence stop is carried out whatever the spec says: nothing of the spec is
+            // needed to delete every pod and run.
+            if !open && p.settings.license_withdrawal == LicenseWithdrawal::Stop {
+                p.exec.run(&plan::workers::stop_all(&p.observed)).await?;
+            }
             outcome.spec = gate;
             return Ok((outcome, after));
         }
     };
     outcome.spec = Gate::Passed(Reason::Complete, "spec is valid".into());
-    let revision = build::revision(&valid.spec);
+    let revision = build::revision_of(&valid);
     outcome.revision = Some(revision.clone());
     if !open {
         return p.closed(&valid, &revision, outcome).await;
@@ -336,11 +345,13 @@ impl<'c> Pass<'c> {
     ) -> Result<Pass<'c>, Error> {
         let observed = observe(ctx, did, pod_groups).await?;
         let exec = Executor::new(ctx, did);
-        let known = recall(&exec, previous, status_whole, &observed).await?;
+        let key = ctx.verdict_key().await?;
+        let uid = did.uid().unwrap_or_default();
+        let known = recall(&exec, previous, status_whole, &observed, key, &uid).await?;
         Ok(Pass {
             ctx,
             exec,
-            settings: Settings::of(ctx),
+            settings: Settings::of(ctx, key),
             licence: license_gate(
                 did.annotations(),
                 &did.spec.model.license,
@@ -366,7 +377,8 @@ impl<'c> Pass<'c> {
                 reason: self.licence.reason(),
             }),
             judgements: self.known.judgements.clone(),
-            acceptance_status: previous.and_then(|p| p.acceptance.clone()),
+            // The status's own, when it is proved (see `recall`).
+            acceptance_status: previous.and(self.known.acceptance.clone()),
             ..Outcome::default()
         }
     }
@@ -392,6 +404,7 @@ impl<'c> Pass<'c> {
         outcome: &mut Outcome,
     ) -> Result<Judged, Error> {
         let mut judged = Judged::default();
+        self.end_superseded(did, outcome).await;
         if let Err(e) = self
             .exec
             .run(&plan::claims::claim_templates(did, &self.observed))
@@ -422,7 +435,7 @@ impl<'c> Pass<'c> {
                 }
             };
         } else if outcome.checkpoint.passed() {
-            let revision = build::revision(&did.spec);
+            let revision = build::revision_of(did);
             match self.acceptance(did, &revision).await {
                 Ok(found) => {
                     judged.leader = Some(found.unjudged.clone());
@@ -438,13 +451,66 @@ impl<'c> Pass<'c> {
         Ok(judged)
     }
 
+    /// The pods of the Job `job` (as cached) read from the API server: those it controls.
+    async fn pods_of_job_now(
+        &self,
+        ns: &str,
+        job: &str,
+    ) -> Result<Vec<k8s_openapi::api::core::v1::Pod>, Error> {
+        let uid = self
+            .observed
+            .job(job)
+            .and_then(|j| j.metadata.uid.clone())
+            .unwrap_or_default();
+        pods_of_job_now(&self.ctx.client, ns, job, &uid).await
+    }
+
+    /// Ends every acceptance run that is not the target's, recording the verdicts the finished
+    /// ones wrote. A failure is logged and tried again by the next pass: it stops nothing else
+    /// (the entitlement of every pod is enforced whatever happens here).
+    async fn end_superseded(&mut self, did: &ValidatedDeployment, outcome: &mut Outcome) {
+        let revision = build::revision_of(did);
+        let target = Run::of(did, &revision, &self.observed).names.key;
+        let plan = plan::acceptance::superseded(
+            did,
+            &self.observed,
+            &target,
+            &self.known,
+            self.settings.verdict_key,
+        );
+        if plan.acts.is_empty() {
+            return;
+        }
+        if let Err(e) = self.exec.run(&plan.acts).await {
+            self.ctx.metrics.reconcile_failed(e.metric_label());
+            warn!(error = %e, "ending the acceptance runs of earlier targets failed; trying again");
+            return;
+        }
+        if plan.found.ended > 0 {
+            tracing::info!(
+                jobs = plan.found.ended,
+                "ended the acceptance runs of configurations that are no longer the target"
+            );
+        }
+        for judged in plan.found.recorded {
+            self.record(judged);
+        }
+        outcome.judgements = self.known.judgements.clone();
+    }
+
+    /// Records a judgement among those known (kept as long as its revision serves).
+    fn record(&mut self, judged: crate::api::AcceptanceStatus) {
+        let serving = self.observed.revisions_serving(&self.known);
+        self.known.judgements = record_judgement(&self.known.judgements, judged, &serving);
+    }
+
     async fn checkpoint(
         &self,
         did: &ValidatedDeployment,
         previous: Option<&DeepInferDeploymentStatus>,
     ) -> Result<plan::checkpoint::Found, Error> {
         let fresh = match plan::checkpoint::verify_to_read(did, previous, &self.observed) {
-            Some(job) => Some(pods_of_job_now(&self.ctx.client, &did.namespace, &job).await?),
+            Some(job) => Some(self.pods_of_job_now(&did.namespace, &job).await?),
             None => None,
         };
         let plan = plan::checkpoint::checkpoint(
@@ -471,7 +537,7 @@ impl<'c> Pass<'c> {
             &self.known,
             revision,
         ) {
-            Some(job) => Some(pods_of_job_now(&self.ctx.client, &did.namespace, &job).await?),
+            Some(job) => Some(self.pods_of_job_now(&did.namespace, &job).await?),
             None => None,
         };
         let input = plan::acceptance::Input {
@@ -512,11 +578,7 @@ impl<'c> Pass<'c> {
             self.ctx
                 .metrics
                 .acceptance_finished(judged.result.as_str(), found.seconds);
-            self.known.judgements = record_judgement(
-                &self.known.judgements,
-                judged.clone(),
-                &self.observed.revisions_with_pods(),
-            );
+            self.record(judged.clone());
             outcome.judgements = self.known.judgements.clone();
             outcome.acceptance_status = Some(judged);
         }
@@ -681,8 +743,20 @@ async fn recall(
     previous: Option<&DeepInferDeploymentStatus>,
     status_whole: bool,
     observed: &Observed,
+    key: &crate::controller::proof::VerdictKey,
+    uid: &str,
 ) -> Result<DeepInferDeploymentStatus, Error> {
     let mut known = previous.cloned().unwrap_or_default();
+    // Only the operator's own judgements are judgements (see `proof`).
+    let (judgements, unproved) = memory::proved(std::mem::take(&mut known.judgements), key, uid);
+    known.judgements = judgements;
+    known.acceptance = known.acceptance.filter(|a| key.verifies(uid, a));
+    if unproved > 0 {
+        tracing::warn!(
+            unproved,
+            "the status holds judgements without a valid proof: they are not judgements of this operator and are ignored"
+        );
+    }
     if let Some(a) = known.acceptance.clone() {
         let hash = a.spec_hash.clone().unwrap_or_default();
         let token = a.rerun_token.clone().unwrap_or_default();
@@ -695,7 +769,8 @@ async fn recall(
         }
     }
     if memory::needs_recall(&known, status_whole, &observed.workers) {
-        let recalled = memory::recalled(&exec.evidence_metas().await?);
+        let (recalled, _) =
+            memory::proved(memory::recalled(&exec.evidence_metas().await?), key, uid);
         tracing::info!(
             recalled = recalled.len(),
             "the status does not hold every judgement; recalled them from the evidence"

@@ -237,6 +237,7 @@ pub fn validate_spec(
         validate_pod_count(spec, limits, &mut errors);
     }
     validate_acceptance(&spec.acceptance, &mut errors);
+    validate_serving_command(spec, &mut errors);
     if let Some(scheduling) = &spec.scheduling {
         validate_scheduling(scheduling, &mut errors);
     }
@@ -1128,6 +1129,24 @@ fn validate_acceptance(acceptance: &AcceptanceSpec, errors: &mut Vec<FieldError>
     {
         // Same as the CEL rules on `EngineCommand.command`.
         errors.push(FieldError::new("spec.acceptance.engine.command", problem));
+    }
+}
+
+/// `spec.runtime.command` is what serving pods run: the acceptance template must run it too
+/// (`{serving_command}`), or the verdict would be about another program. Same as the CEL rule on
+/// the spec.
+fn validate_serving_command(spec: &DeepInferDeploymentSpec, errors: &mut Vec<FieldError>) {
+    let runs_it = spec.acceptance.engine.as_ref().is_some_and(|engine| {
+        engine
+            .command
+            .iter()
+            .any(|a| a == crate::contract::placeholder::SERVING_COMMAND)
+    });
+    if !spec.runtime.command.is_empty() && !runs_it {
+        errors.push(FieldError::new(
+            "spec.runtime.command",
+            "is set, but spec.acceptance.engine.command (default: DeepInfer's offline example) does not hold {serving_command} as a whole argument, so the acceptance run would not run the command the pods serve with; add \"{serving_command}\" to spec.acceptance.engine.command where the engine's program goes, or remove spec.runtime.command",
+        ));
     }
 }
 

@@ -18,6 +18,10 @@ pub struct ValidatedDeployment {
     /// Whether multi-pod groups are placed as PodGroups on this cluster (the operator's
     /// `--gang-scheduling`, resolved; set by the reconciler, false from validation).
     pub pod_groups: bool,
+    /// The Secrets and ConfigMaps engine containers read, as (kind, name, uid, resourceVersion):
+    /// their content is part of what serves, so a change of it is a new revision; empty from
+    /// validation alone.
+    pub served: Vec<(String, String, String, String)>,
 }
 
 impl std::ops::Deref for ValidatedDeployment {
@@ -43,7 +47,15 @@ impl ValidatedDeployment {
             claim,
             checkpoint_dir,
             pod_groups: false,
+            served: Vec::new(),
         }
+    }
+
+    /// The same resource, whose engines read the Secrets and ConfigMaps `served` (see
+    /// [`crate::controller::decide::references::served_content`]).
+    pub fn reading(mut self, served: Vec<(String, String, String, String)>) -> Self {
+        self.served = served;
+        self
     }
 
     /// The same resource, its groups placed as PodGroups or not.

@@ -656,6 +656,31 @@ pub fn cases() -> Vec<Case> {
             Invalid("spec.acceptance.engine.command")
         ),
         case!(
+            "runtime command run by the acceptance template",
+            nvidia,
+            |s| {
+                s["runtime"]["command"] = json!(["/opt/engine/serve"]);
+                s["acceptance"]["engine"] = json!({"command": ["{serving_command}", "{serving_args}", "--prompts", "{prompts_file}"]});
+            },
+            Valid
+        ),
+        case!(
+            "runtime command that the default acceptance template would not run",
+            nvidia,
+            |s| s["runtime"]["command"] = json!(["/bin/false"]),
+            Invalid("spec.runtime.command")
+        ),
+        case!(
+            "runtime command that the acceptance template leaves out",
+            nvidia,
+            |s| {
+                s["runtime"]["command"] = json!(["/bin/false"]);
+                s["acceptance"]["engine"] =
+                    json!({"command": ["engine", "{serving_args}", "--prompts", "{prompts_file}"]});
+            },
+            Invalid("spec.runtime.command")
+        ),
+        case!(
             "acceptance template with the serving args inside an argument",
             nvidia,
             |s| s["acceptance"]["engine"] =

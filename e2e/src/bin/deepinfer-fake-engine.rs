@@ -170,6 +170,17 @@ fn main() -> ExitCode {
     }
 }
 
+/// An engine that prints what it was given: the value of the variable `DEEPINFER_FAKE_ECHO_ENV`
+/// names goes to stdout and stderr (a Secret an engine logs must still never reach the evidence).
+fn echo_env() {
+    let Ok(name) = std::env::var("DEEPINFER_FAKE_ECHO_ENV") else {
+        return;
+    };
+    let value = std::env::var(&name).unwrap_or_default();
+    println!("deepinfer-fake-engine: {name}={value}");
+    eprintln!("deepinfer-fake-engine: {name} is {value}");
+}
+
 fn run(args: &Args) -> anyhow::Result<ExitCode> {
     eprintln!(
         "deepinfer-fake-engine: stand-in engine, no model is run (mode {:?})",
@@ -181,6 +192,7 @@ fn run(args: &Args) -> anyhow::Result<ExitCode> {
         args.model_name.display()
     );
     check_contract_env()?;
+    echo_env();
     check_peer_wiring()?;
     wait_for_rank_table()?;
     let (Some(prompts), Some(output)) = (&args.prompts, &args.output) else {

@@ -108,13 +108,27 @@ pub struct AcceptanceNames {
     /// The whole [`full_hash`] of the revision and token the run hash is cut from, in every
     /// run Job's [`JUDGES_ANNOTATION`].
     pub key: String,
+    /// What the run judges besides the revision (`<token>/<spec hash>`), in every run Job's
+    /// [`RUN_ANNOTATION`]; empty for names recovered from a key.
+    pub judges: String,
+    /// SHA-256 (hex) of the spec file the run's spec ConfigMap holds
+    /// ([`acceptance_spec_yaml`]), pinned in the judged leader's arguments; empty when unknown.
+    pub spec_sha256: String,
 }
 
 impl AcceptanceNames {
     /// Names for `did` at `revision` with rerun token `token`.
     pub fn new(did: &str, revision: &str, token: &str) -> Self {
         let hash = short_hash(&(revision, token), RUN_HASH_LENGTH);
-        Self::named(did, &hash, full_hash(&(revision, token)))
+        Self {
+            judges: token.to_string(),
+            ..Self::named(did, &hash, full_hash(&(revision, token)))
+        }
+    }
+
+    /// Whether `judges` (a [`RUN_ANNOTATION`]) and `revision` are what the run of `key` judges.
+    pub fn judges_key(revision: &str, judges: &str, key: &str) -> bool {
+        full_hash(&(revision, judges)) == key
     }
 
     /// Names of the run of `did` whose key ([`JUDGES_ANNOTATION`] of each of its Jobs) is
@@ -134,6 +148,8 @@ impl AcceptanceNames {
             service_account: format!("{did}-acceptance"),
             key,
             run,
+            judges: String::new(),
+            spec_sha256: String::new(),
         }
     }
 
@@ -141,6 +157,13 @@ impl AcceptanceNames {
     /// [`crate::controller::validate::validate_acceptance_job_names`]).
     pub fn job(&self, rank: i32) -> String {
         format!("{}-{rank}", self.run)
+    }
+
+    /// Whether a Job named `name` is one of this run's: every group's name, and so every rank's
+    /// Job, starts with the run's name less its last two characters (see [`Self::groups`]).
+    pub fn holds_job(&self, name: &str) -> bool {
+        let stem = self.run.get(..self.run.len().saturating_sub(2));
+        name.starts_with(stem.unwrap_or(&self.run))
     }
 
     /// The run's groups, one per role of [`acceptance_roles`], the judged role's first.
@@ -214,6 +237,22 @@ pub fn acceptance_rbac(
 /// The ConfigMap carrying the resolved acceptance spec (prompts inline) for the engine side and
 /// the judge, and, for a run with a decode group and upstream roles, the run's `endpoints.json`
 /// (mounted into the decode group alone).
+/// The spec file of an acceptance run: `spec.acceptance` with its prompts resolved, as YAML.
+pub fn acceptance_spec_yaml(spec: &crate::api::AcceptanceSpec) -> String {
+    serde_yaml::to_string(spec).unwrap_or_default()
+}
+
+/// The `--spec-sha256` arguments that pin the run's spec file (none when it is not known).
+fn spec_pin(names: &AcceptanceNames) -> Vec<String> {
+    if names.spec_sha256.is_empty() {
+        return Vec::new();
+    }
+    vec![
+        crate::acceptance::spec_file::SPEC_SHA256_FLAG.into(),
+        names.spec_sha256.clone(),
+    ]
+}
+
 pub fn acceptance_spec_configmap(
     did: &ValidatedDeployment,
     names: &AcceptanceNames,
@@ -349,10 +388,10 @@ pub fn acceptance_group_job(
     // own timeout ends the run; the controller ends a pod stuck past it (see `acceptance_deadline`).
     Some(stamp(Job {
         metadata: ObjectMeta {
-            annotations: Some(BTreeMap::from([(
-                JUDGES_ANNOTATION.to_string(),
-                names.key.clone(),
-            )])),
+            annotations: Some(BTreeMap::from([
+                (JUDGES_ANNOTATION.to_string(), names.key.clone()),
+                (RUN_ANNOTATION.to_string(), names.judges.clone()),
+            ])),
             ..owned_meta(did, group.job(rank), job_labels)
         },
         spec: Some(JobSpec {
@@ -389,11 +428,13 @@ fn judged_leader(
         format!("{RUNNER_DIR}/{RUNNER_BINARY}"),
         "run-engine".into(),
     ]);
-    engine.args = Some(runner_args(
+    let mut args = spec_pin(names);
+    args.extend(runner_args(
         did,
         role,
         engine.env.as_deref().unwrap_or_default(),
     ));
+    engine.args = Some(args);
     engine.volume_mounts.get_or_insert_with(Vec::new).extend([
         mount("runner", RUNNER_DIR, true),
         mount("acceptance-spec", ACCEPTANCE_SPEC_DIR, true),
@@ -562,6 +603,7 @@ fn judge_container(
                 did.uid().unwrap_or_default(),
             ]
             .into_iter()
+            .chain(spec_pin(names))
             .chain(record)
             .collect(),
         ),

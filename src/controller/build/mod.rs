@@ -64,6 +64,11 @@ pub const RENDEZVOUS_PORT: i32 = crate::contract::serve::RENDEZVOUS_PORT;
 /// acceptance runs): the whole [`full_hash`] of what it judges. Its name carries a short form
 /// only; a Job of the right name whose annotation differs is never read.
 pub const JUDGES_ANNOTATION: &str = "deepinfer.io/judges";
+/// Annotation of an acceptance run's Jobs: what the run judges besides its revision (the rerun
+/// token and the acceptance spec hash, `<token>/<spec hash>`), whose hash with the revision is
+/// the run's key ([`JUDGES_ANNOTATION`]): a run that stopped being the target can still have its
+/// verdict recorded for the revision, spec and token it was made for.
+pub const RUN_ANNOTATION: &str = "deepinfer.io/run";
 /// Annotation holding the hash of the applied object, so unchanged objects are never re-applied.
 pub const APPLIED_HASH_ANNOTATION: &str = "deepinfer.io/applied-hash";
 /// Non-root user engine and Job containers run as (HwHiAiUser's uid on Ascend images).
@@ -180,6 +185,12 @@ pub fn revision(spec: &DeepInferDeploymentSpec) -> String {
         // Absent when every role has the deployment's shape, likewise.
         #[serde(skip_serializing_if = "Vec::is_empty")]
         devices: Vec<(&'a str, crate::api::DeviceShape)>,
+        // Absent when no probe runs a command, likewise.
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        probes: Vec<(&'static str, &'a [String])>,
+        // Absent when no node selector picks the product, likewise.
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        selected_products: Vec<(&'a str, &'a str)>,
     }
     let mut layouts: Vec<_> = spec
         .roles
@@ -203,7 +214,59 @@ pub fn revision(spec: &DeepInferDeploymentSpec) -> String {
         sampling: judged_sampling(&spec.acceptance),
         pod: engine_settings(spec),
         devices: own_device_shapes(spec),
+        probes: exec_probes(spec),
+        selected_products: selected_products(spec),
     })
+}
+
+/// The commands of the engine's exec probes (startup, readiness, liveness): they run inside
+/// the serving engine, so they are part of what is judged, as the engine's own command is.
+fn exec_probes(spec: &DeepInferDeploymentSpec) -> Vec<(&'static str, &[String])> {
+    let runtime = &spec.runtime;
+    [
+        ("startup", &runtime.startup_probe),
+        ("readiness", &runtime.readiness_probe),
+        ("liveness", &runtime.liveness_probe),
+    ]
+    .into_iter()
+    .filter_map(|(kind, probe)| {
+        let command = probe.as_ref()?.exec.as_ref()?.command.as_deref()?;
+        Some((kind, command))
+    })
+    .collect()
+}
+
+/// The device product each role's pods are placed on where a node selector (`spec.pod`,
+/// `spec.roles[].pod`) picks it rather than `accelerator.product`: the product is part of what
+/// is judged whichever field selects it.
+fn selected_products(spec: &DeepInferDeploymentSpec) -> Vec<(&str, &str)> {
+    let key = spec.accelerator.kind.product_label_key();
+    let mut out: Vec<(&str, &str)> = spec
+        .roles
+        .iter()
+        .filter(|role| spec.device_shape(role).product.is_none())
+        .filter_map(|role| {
+            let selector = role
+                .pod
+                .as_ref()
+                .and_then(|p| p.node_selector.as_ref())
+                .or_else(|| spec.pod.as_ref()?.node_selector.as_ref())?;
+            Some((role.name.as_str(), selector.get(key)?.as_str()))
+        })
+        .collect();
+    out.sort_unstable();
+    out
+}
+
+/// The revision of a validated deployment: [`revision`] of its spec, and, when its engines read
+/// Secrets or ConfigMaps, the identity and resourceVersion of each
+/// ([`ValidatedDeployment::served`]): a changed content is judged again before it serves.
+pub fn revision_of(did: &ValidatedDeployment) -> String {
+    let spec = revision(&did.spec);
+    if did.served.is_empty() {
+        return spec;
+    }
+    full_hash(&(spec, &did.served))
 }
 
 /// The device shape of every role whose shape differs from `spec.accelerator`'s, by role name:

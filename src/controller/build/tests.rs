@@ -507,6 +507,44 @@ fn the_revision_covers_the_template_version_and_resources_but_not_probes_or_roll
     assert_ne!(revision(&a.spec), revision(&sized.spec));
 }
 
+#[test]
+fn an_exec_probe_and_a_product_picked_by_node_selector_are_part_of_the_revision() {
+    let a = raw(
+        json!({"type": "NVIDIA"}),
+        json!([{"name": "worker", "replicas": 1, "parallel": {"tensor": 8}}]),
+    );
+    let mut exec = a.clone();
+    exec.spec.runtime.liveness_probe = Some(k8s_openapi::api::core::v1::Probe {
+        exec: Some(k8s_openapi::api::core::v1::ExecAction {
+            command: Some(vec!["/bin/sh".into(), "-c".into(), "kill 1".into()]),
+        }),
+        ..Default::default()
+    });
+    assert_ne!(
+        revision(&a.spec),
+        revision(&exec.spec),
+        "a command run inside the engine is judged"
+    );
+    let selected = |product: &str| {
+        let mut d = a.clone();
+        d.spec.pod = Some(
+            serde_json::from_value(json!({"nodeSelector": {"nvidia.com/gpu.product": product}}))
+                .expect("pod settings"),
+        );
+        revision(&d.spec)
+    };
+    assert_ne!(selected("NVIDIA-H200"), selected("NVIDIA-B200"));
+    assert_ne!(revision(&a.spec), selected("NVIDIA-H200"));
+    let mut other_label = a.clone();
+    other_label.spec.pod =
+        Some(serde_json::from_value(json!({"nodeSelector": {"zone": "a"}})).expect("pod settings"));
+    assert_eq!(
+        revision(&a.spec),
+        revision(&other_label.spec),
+        "a node selector that picks no product only moves the pods"
+    );
+}
+
 /// Hash of the engine container of a fixed resource, recorded at [`TEMPLATE_VERSION`].
 const ENGINE_AT_TEMPLATE_VERSION: (i32, &str) = (5, "b02e90b32771ea2e");
 
@@ -1119,6 +1157,7 @@ fn per_role_runtime_settings_reach_only_their_roles_engines() {
     );
     let decode_image = format!("r.example.com/decode@sha256:{}", "cd".repeat(32));
     d.spec.runtime.command = vec!["deepinfer-serve".into()];
+    d.spec.acceptance.engine = Some(serving_command_template());
     d.spec.runtime.roles = vec![crate::api::RoleRuntime {
         role: "decode".into(),
         image: Some(decode_image.clone()),
@@ -1631,6 +1670,23 @@ fn an_ascend_acceptance_group_mounts_a_rank_table_of_its_own() {
     assert!(acceptance_rank_table(&nvidia, &names.groups(&nvidia.spec)[0], "r", &[]).is_none());
 }
 
+/// An acceptance template that runs `spec.runtime.command` (`{serving_command}`), as a spec
+/// that sets one must have.
+fn serving_command_template() -> crate::api::EngineCommand {
+    crate::api::EngineCommand {
+        command: [
+            "{serving_command}",
+            "{serving_args}",
+            "--prompts",
+            "{prompts_file}",
+            "--output",
+            "{outputs_file}",
+        ]
+        .map(String::from)
+        .to_vec(),
+    }
+}
+
 /// The judged rank 0's engine container and a serving rank 0's of the same role, for a
 /// disaggregated spec with a serving command, runtime args, role args and a secret variable.
 fn judged_and_serving_engines() -> (Container, Container) {
@@ -1642,6 +1698,7 @@ fn judged_and_serving_engines() -> (Container, Container) {
         ]),
     );
     d.spec.runtime.command = vec!["deepinfer-serve".into(), "--no-banner".into()];
+    d.spec.acceptance.engine = Some(serving_command_template());
     d.spec.runtime.env = vec![EnvVar {
         name: "HF_TOKEN".into(),
         value: None,
@@ -2731,9 +2788,18 @@ fn a_full_hash_gives_back_the_short_hash_of_the_same_value() {
     for value in [("rev0", ""), ("rev1", "rerun-1"), ("a", "b")] {
         let key = full_hash(&value);
         assert_eq!(short_of_full_hash(&key, 64), Some(short_hash(&value, 64)));
+        let names = AcceptanceNames::new("flash", value.0, value.1);
+        assert_eq!(
+            names.judges, value.1,
+            "what the run judges besides the revision"
+        );
+        assert!(AcceptanceNames::judges_key(value.0, value.1, &key));
         assert_eq!(
             AcceptanceNames::of_key("flash", &key),
-            Some(AcceptanceNames::new("flash", value.0, value.1))
+            Some(AcceptanceNames {
+                judges: String::new(),
+                ..names
+            })
         );
     }
     assert_eq!(short_of_full_hash("not-a-hash", 16), None);

@@ -226,6 +226,28 @@ fn running_step(leader_pods: &[&Pod], run_pods: &[&Pod], j: &Judging<'_>) -> Ste
     }
 }
 
+/// The judgement the summary `s` of a run that stopped being the target makes of `revision`
+/// under acceptance spec `spec_hash` and rerun token `token`, the run's `roles` judged first.
+pub fn judged_summary(
+    s: AcceptanceSummary,
+    revision: &str,
+    spec_hash: &str,
+    token: &str,
+    roles: Vec<String>,
+) -> AcceptanceStatus {
+    let j = Judging {
+        revision,
+        spec_hash,
+        token,
+        prompts: s.prompts,
+        deadline_seconds: 0,
+        roles: &roles,
+        review: None,
+        now: k8s_openapi::jiff::Timestamp::now(),
+    };
+    judged(s, &j)
+}
+
 /// The judgement the judge's summary `s` makes of the run `j`.
 fn judged(s: AcceptanceSummary, j: &Judging<'_>) -> AcceptanceStatus {
     AcceptanceStatus {
@@ -241,6 +263,7 @@ fn judged(s: AcceptanceSummary, j: &Judging<'_>) -> AcceptanceStatus {
         template_version: Some(build::TEMPLATE_VERSION),
         roles: j.roles.to_vec(),
         review: j.review.cloned(),
+        proof: None,
     }
 }
 
@@ -277,6 +300,7 @@ fn unreadable_judgement(j: &Judging<'_>, why: String) -> AcceptanceStatus {
         template_version: Some(crate::controller::build::TEMPLATE_VERSION),
         roles: j.roles.to_vec(),
         review: j.review.cloned(),
+        proof: None,
     }
 }
 

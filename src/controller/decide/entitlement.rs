@@ -100,6 +100,9 @@ pub fn of_revision(
 pub struct Mark {
     /// Pod name.
     pub pod: String,
+    /// The UID of the pod as observed: the patch carries it as a precondition, so a pod made
+    /// again under the same name is never marked on its predecessor's entitlement.
+    pub uid: String,
     /// New status: true grants, false withdraws.
     pub accepted: bool,
     /// Condition reason.
@@ -139,6 +142,7 @@ pub fn decide(
         if change {
             marks.push(Mark {
                 pod: pod.name_any(),
+                uid: pod.metadata.uid.clone().unwrap_or_default(),
                 accepted: e.entitled,
                 reason: e.reason,
                 message: e.message,
@@ -191,6 +195,7 @@ mod tests {
         Pod {
             metadata: ObjectMeta {
                 name: Some(name.into()),
+                uid: Some(format!("uid-{name}")),
                 labels: Some(BTreeMap::from([(
                     labels::REVISION.to_string(),
                     revision.to_string(),
@@ -284,6 +289,7 @@ mod tests {
             marks,
             [Mark {
                 pod: "p0".into(),
+                uid: "uid-p0".into(),
                 accepted: true,
                 reason: PodReason::Entitled,
                 message: "revision a passed acceptance".into(),

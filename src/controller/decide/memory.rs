@@ -106,6 +106,21 @@ pub fn recalled(evidence: &[ObjectMeta]) -> Vec<AcceptanceStatus> {
     found.into_iter().map(|(_, j)| j).collect()
 }
 
+/// Of `judgements`, those whose proof verifies for the deployment `uid`, and how many did not.
+pub fn proved(
+    judgements: Vec<AcceptanceStatus>,
+    key: &crate::controller::proof::VerdictKey,
+    uid: &str,
+) -> (Vec<AcceptanceStatus>, usize) {
+    let all = judgements.len();
+    let kept: Vec<AcceptanceStatus> = judgements
+        .into_iter()
+        .filter(|j| key.verifies(uid, j))
+        .collect();
+    let unproved = all - kept.len();
+    (kept, unproved)
+}
+
 /// `known` made whole with `recalled`: an entry whose result is unknown is replaced by the
 /// record of the same run, and records of runs `known` lacks follow its entries, newest first.
 pub fn merge(known: &[AcceptanceStatus], recalled: Vec<AcceptanceStatus>) -> Vec<AcceptanceStatus> {

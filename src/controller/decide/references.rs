@@ -67,6 +67,32 @@ pub struct Reference {
     pub field: String,
 }
 
+/// The Secrets and ConfigMaps serving engines read (the prompts ConfigMap is the judge's input,
+/// part of the acceptance spec hash instead), as (kind, name, uid, resourceVersion) from what
+/// observe found, sorted: part of the revision, so that content changed after a run is judged
+/// again before a pod started later reads it.
+pub fn served_content(
+    spec: &DeepInferDeploymentSpec,
+    seen: &Seen,
+) -> Vec<(String, String, String, String)> {
+    let mut out: Vec<(String, String, String, String)> = engine_references(spec)
+        .into_iter()
+        .filter(|r| r.field != PROMPTS_FROM_FIELD)
+        .filter_map(|r| {
+            let meta = seen.get(&(r.kind, r.name.clone()))?.as_ref()?;
+            Some((
+                r.kind.as_str().to_string(),
+                r.name,
+                meta.uid.clone().unwrap_or_default(),
+                meta.resource_version.clone().unwrap_or_default(),
+            ))
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
 /// What observe found of each referenced object, by kind and name: its metadata, or `None` when
 /// it does not exist.
 pub type Seen = BTreeMap<(Kind, String), Option<ObjectMeta>>;

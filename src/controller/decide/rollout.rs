@@ -72,6 +72,9 @@ pub struct RoleInput<'a> {
     pub groups: Vec<Group>,
     /// Revision of the current spec.
     pub target: &'a str,
+    /// The revision the role served on as last recorded: new groups are made of it while the
+    /// target has no pass and no group of a passed revision is left (all lost at once).
+    pub last_serving: Option<&'a str>,
     /// Revisions whose newest judgement is a pass.
     pub passed: &'a BTreeSet<String>,
     /// Revisions whose pods the operator can build (the target, and those whose spec it kept).
@@ -176,6 +179,14 @@ fn serving_revision(live: &[&Group], target: &str) -> Option<String> {
         .map(|(r, _)| r.to_string())
 }
 
+/// The revision the role served on as last recorded, while it still has a pass and can be built.
+fn last_serving(input: &RoleInput<'_>) -> Option<String> {
+    input
+        .last_serving
+        .filter(|r| input.passed.contains(*r) && input.buildable.contains(*r))
+        .map(str::to_string)
+}
+
 /// Lowest index not used by any live group of `revision`.
 fn free_index(groups: &[Group], taken: &[(String, i32)], revision: &str) -> i32 {
     let used: BTreeSet<i32> = groups
@@ -228,7 +239,7 @@ pub fn plan(input: &RoleInput<'_>) -> RolePlan {
         ready_groups: count(ready),
         updated_groups: count(updated),
         rolling_out: (target_passed && has_old).then(|| target.to_string()),
-        serving_revision: serving_revision(&live, target),
+        serving_revision: serving_revision(&live, target).or_else(|| last_serving(input)),
         ..RoleStatus::default()
     };
     let mut plan = RolePlan {
@@ -409,10 +420,12 @@ fn hold(input: &RoleInput<'_>, desired: i32, healthy: &[&Group], plan: &mut Role
         }
     }
     revisions.sort_by_key(|(r, n, ready)| (std::cmp::Reverse(*n), std::cmp::Reverse(*ready), *r));
+    // Every group lost at once: the revision the role served on as last recorded.
     let base = revisions
         .first()
         .map(|(r, _, _)| r.to_string())
-        .filter(|r| input.buildable.contains(r));
+        .filter(|r| input.buildable.contains(r))
+        .or_else(|| last_serving(input));
     let serving_n = count(serving.len());
     if serving_n > keep {
         removal_order(&mut serving, input.passed);
@@ -491,6 +504,7 @@ mod tests {
         hold: Option<String>,
         partition: i32,
         mode: Mode,
+        last_serving: Option<&'static str>,
     }
 
     impl Case {
@@ -507,6 +521,7 @@ mod tests {
                 hold: None,
                 partition: 0,
                 mode: Mode::Serving,
+                last_serving: None,
             }
         }
 
@@ -523,6 +538,7 @@ mod tests {
                 },
                 groups: self.groups.clone(),
                 target: self.target,
+                last_serving: self.last_serving,
                 passed: &passed,
                 buildable: &buildable,
                 licence_open: self.licence_open,
@@ -1016,5 +1032,25 @@ mod tests {
         );
         assert!(matches!(&suspended.progress, Progress::Suspended(_)));
         assert!(plan_of(&[], 0, Mode::Suspended).actions.is_empty());
+    }
+
+    #[test]
+    fn a_serving_revision_whose_groups_were_all_lost_is_rebuilt_while_the_target_failed() {
+        // B failed (no pass); A served one group, which broke and went whole.
+        let mut case = Case::new(1, B, vec![]);
+        case.passed = vec![A];
+        case.last_serving = Some(A);
+        let p = case.plan();
+        assert_eq!(actions(&p), ["+a0"], "{p:?}");
+        assert_eq!(p.status.serving_revision.as_deref(), Some(A));
+        // Its broken group is deleted and a new one made at once.
+        case.groups = vec![g(A, 0, Health::Broken("rank 0 is gone".into()))];
+        assert_eq!(actions(&case.plan()), ["-a0", "+a1"]);
+        // A revision that lost its pass is not rebuilt.
+        case.passed = vec![];
+        case.groups = vec![];
+        let p = case.plan();
+        assert_eq!(actions(&p), Vec::<String>::new());
+        assert_eq!(p.status.serving_revision, None);
     }
 }

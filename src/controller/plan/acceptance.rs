@@ -58,8 +58,13 @@ impl Run {
             observed.prompts.as_ref(),
         );
         let spec_hash = judge::judged_spec_hash(&did.spec.acceptance, resolved.as_ref().ok());
-        let names =
+        let mut names =
             AcceptanceNames::new(&did.name_any(), revision, &format!("{token}/{spec_hash}"));
+        if let Ok(spec) = &resolved {
+            names.spec_sha256 = crate::acceptance::spec_file::sha256_hex(
+                build::acceptance_spec_yaml(spec).as_bytes(),
+            );
+        }
         Self {
             token,
             spec_hash,
@@ -399,7 +404,7 @@ fn shared_objects<'o>(
     spec: &AcceptanceSpec,
 ) -> Vec<Act<'o>> {
     let (did, names) = (input.did, &input.run.names);
-    let spec_yaml = serde_yaml::to_string(spec).unwrap_or_default();
+    let spec_yaml = build::acceptance_spec_yaml(spec);
     let in_flight = in_flight_evidence(&did.name_any(), observed);
     let (sa, role, binding) = build::acceptance_rbac(did, names, &in_flight);
     vec![
@@ -512,6 +517,10 @@ fn record<'o>(
     judgement: AcceptanceStatus,
     stop_leader: bool,
 ) -> Plan<'o, Found> {
+    let judgement = input
+        .settings
+        .verdict_key
+        .seal(&input.did.uid().unwrap_or_default(), judgement);
     // Where each rank ran, recorded before any of the run's Jobs (and so its pods) is deleted:
     // a failure here leaves the run as it is for the next pass.
     let placement = build::run_placement(input.did, groups, &|job| observed.pods_of_job(job));
@@ -554,7 +563,7 @@ fn record<'o>(
             value,
         });
     }
-    let with_pods = observed.revisions_with_pods();
+    let with_pods = observed.revisions_serving(input.known);
     let known = &input.known.judgements;
     let kept: Vec<String> = known
         .iter()
@@ -666,6 +675,144 @@ fn stop<'o>(
     acts
 }
 
+/// What ending the runs that are not the target's found: the verdicts they wrote, to record.
+#[derive(Clone, Debug, Default)]
+pub struct Superseded {
+    /// Judgements of finished runs not recorded yet (for their own revision, spec and token).
+    pub recorded: Vec<AcceptanceStatus>,
+    /// Jobs deleted because their run stopped being the target's.
+    pub ended: usize,
+}
+
+/// Every acceptance run of the deployment `did` other than the target's (key `target`), seen
+/// as a whole: a run whose leader finished has its verdict recorded (for the revision, spec and
+/// token it was made for, so that a rollback reuses it) unless it is already; every Job of
+/// such a run that has not finished is deleted with the run's Services, PodGroups and rank
+/// tables, so that at most one run of the deployment holds devices. A Job whose name is not the
+/// one its own key gives is not known to be a run's and is left alone.
+pub fn superseded<'o>(
+    deployment: &ValidatedDeployment,
+    observed: &'o Observed,
+    target: &str,
+    known: &DeepInferDeploymentStatus,
+    verdict_key: &crate::controller::proof::VerdictKey,
+) -> Plan<'o, Superseded> {
+    let did = &deployment.name_any();
+    let uid = deployment.uid().unwrap_or_default();
+    let mut runs: std::collections::BTreeMap<&str, Vec<&'o Job>> = Default::default();
+    for job in observed.jobs.iter().filter(|j| {
+        Component::of(j.labels()) == Some(Component::Acceptance)
+            && j.metadata.deletion_timestamp.is_none()
+    }) {
+        let Some(key) = job.annotations().get(build::JUDGES_ANNOTATION) else {
+            continue;
+        };
+        let ours = build::AcceptanceNames::of_key(did, key)
+            .is_some_and(|names| names.holds_job(&job.name_any()));
+        if key != target && ours {
+            runs.entry(key.as_str()).or_default().push(job);
+        }
+    }
+    let mut plan = Plan::only(Superseded::default());
+    for (key, jobs) in runs {
+        let Some(names) = build::AcceptanceNames::of_key(did, key) else {
+            continue;
+        };
+        let leader = names.job(0);
+        if let Some(judgement) = superseded_verdict(observed, &names, &jobs, known) {
+            let judgement = verdict_key.seal(&uid, judgement);
+            if judgement.evidence.as_deref() == Some(names.evidence_configmap.as_str()) {
+                if let Ok(value) = serde_json::to_string(&judgement) {
+                    plan.acts.push(Act::Annotate {
+                        configmap: names.evidence_configmap.clone(),
+                        key: JUDGEMENT_ANNOTATION,
+                        value,
+                    });
+                }
+            }
+            plan.found.recorded.push(judgement);
+        }
+        let groups: BTreeSet<&str> = jobs
+            .iter()
+            .filter_map(|j| j.labels().get(labels::GROUP).map(String::as_str))
+            .collect();
+        for job in jobs.iter().filter(|j| {
+            matches!(
+                job_state(observed, &j.name_any(), build::JUDGE_CONTAINER),
+                JobState::Running
+            ) || j.name_any() != leader
+        }) {
+            plan.acts.push(Act::delete(*job));
+            plan.found.ended += 1;
+        }
+        plan.acts.extend(run_scoped(&observed.services, &groups));
+        plan.acts.extend(run_scoped(&observed.pod_groups, &groups));
+        plan.acts.extend(run_scoped(&observed.rank_tables, &groups));
+    }
+    plan
+}
+
+/// Deletes of the acceptance objects in `objects` of the run groups named `groups`.
+fn run_scoped<'o, K: act::Kind>(objects: &'o [K], groups: &BTreeSet<&str>) -> Vec<Act<'o>> {
+    objects
+        .iter()
+        .filter(|o| {
+            let labels = o.labels();
+            Component::of(labels) == Some(Component::Acceptance)
+                && labels
+                    .get(labels::GROUP)
+                    .is_some_and(|g| groups.contains(g.as_str()))
+                && o.meta().deletion_timestamp.is_none()
+        })
+        .map(Act::delete)
+        .collect()
+}
+
+/// The verdict a superseded run's leader wrote, when it finished with a summary, its Job says
+/// what it judged (and that hashes to the run's key), and no judgement of that revision, spec
+/// and token is recorded.
+fn superseded_verdict(
+    observed: &Observed,
+    names: &build::AcceptanceNames,
+    jobs: &[&Job],
+    known: &DeepInferDeploymentStatus,
+) -> Option<AcceptanceStatus> {
+    let leader = names.job(0);
+    let job = jobs.iter().find(|j| j.name_any() == leader)?;
+    let message = match job_state(observed, &leader, build::JUDGE_CONTAINER) {
+        JobState::Succeeded(m) | JobState::Failed(m) => m?,
+        JobState::Running | JobState::Missing => return None,
+    };
+    let revision = job.labels().get(labels::REVISION)?;
+    let judges = job.annotations().get(build::RUN_ANNOTATION)?;
+    if !build::AcceptanceNames::judges_key(revision, judges, &names.key) {
+        return None;
+    }
+    let (token, spec_hash) = judges.rsplit_once('/')?;
+    if known
+        .recorded_judgement(revision, spec_hash, token)
+        .is_some()
+    {
+        return None;
+    }
+    let summary: crate::acceptance::AcceptanceSummary =
+        serde_json::from_str(message.trim()).ok()?;
+    let mut roles: Vec<String> = job
+        .labels()
+        .get(labels::ROLE)
+        .cloned()
+        .into_iter()
+        .collect();
+    for role in jobs.iter().filter_map(|j| j.labels().get(labels::ROLE)) {
+        if !roles.contains(role) {
+            roles.push(role.clone());
+        }
+    }
+    Some(judge::judged_summary(
+        summary, revision, spec_hash, token, roles,
+    ))
+}
+
 /// The evidence ConfigMaps of this deployment's acceptance runs whose Jobs are still running.
 fn in_flight_evidence(did: &str, observed: &Observed) -> Vec<String> {
     running_jobs(observed)
@@ -772,35 +919,17 @@ mod tests {
 
         /// A pod of `job` whose engine runs since `since` (seconds).
         fn engine_pod(&self, job: &str, since: i64) -> Pod {
-            let mut labels = std::collections::BTreeMap::new();
-            labels.insert(
-                super::super::super::cached::JOB_NAME_LABEL.to_string(),
-                job.to_string(),
-            );
-            Pod {
-                metadata: ObjectMeta {
-                    name: Some(format!("{job}-x")),
-                    labels: Some(labels),
-                    ..ObjectMeta::default()
+            pod_of_job(
+                job,
+                "Running",
+                build::ENGINE_CONTAINER,
+                ContainerState {
+                    running: Some(ContainerStateRunning {
+                        started_at: Some(Time(Timestamp::from_second(since).expect("time"))),
+                    }),
+                    ..ContainerState::default()
                 },
-                status: Some(PodStatus {
-                    phase: Some("Running".into()),
-                    container_statuses: Some(vec![ContainerStatus {
-                        name: build::ENGINE_CONTAINER.into(),
-                        state: Some(ContainerState {
-                            running: Some(ContainerStateRunning {
-                                started_at: Some(Time(
-                                    Timestamp::from_second(since).expect("time"),
-                                )),
-                            }),
-                            ..ContainerState::default()
-                        }),
-                        ..ContainerStatus::default()
-                    }]),
-                    ..PodStatus::default()
-                }),
-                ..Pod::default()
-            }
+            )
         }
 
         fn leader(&self) -> String {
@@ -1084,5 +1213,128 @@ mod tests {
             described(&plan.acts),
             [format!("delete Job {}", case.leader())]
         );
+    }
+
+    /// A pod of `job` in `phase` whose `container` is in `state`.
+    fn pod_of_job(job: &str, phase: &str, container: &str, state: ContainerState) -> Pod {
+        let mut labels = std::collections::BTreeMap::new();
+        labels.insert(
+            super::super::super::cached::JOB_NAME_LABEL.to_string(),
+            job.to_string(),
+        );
+        Pod {
+            metadata: ObjectMeta {
+                name: Some(format!("{job}-x")),
+                labels: Some(labels),
+                ..ObjectMeta::default()
+            },
+            status: Some(PodStatus {
+                phase: Some(phase.into()),
+                container_statuses: Some(vec![ContainerStatus {
+                    name: container.into(),
+                    state: Some(state),
+                    ..ContainerStatus::default()
+                }]),
+                ..PodStatus::default()
+            }),
+            ..Pod::default()
+        }
+    }
+
+    /// The pod of `job` whose judge ended with `message`.
+    fn judged_pod(job: &str, message: &str) -> Pod {
+        pod_of_job(
+            job,
+            "Succeeded",
+            build::JUDGE_CONTAINER,
+            ContainerState {
+                terminated: Some(k8s_openapi::api::core::v1::ContainerStateTerminated {
+                    message: Some(message.into()),
+                    ..Default::default()
+                }),
+                ..ContainerState::default()
+            },
+        )
+    }
+
+    #[test]
+    fn a_run_that_stopped_being_the_target_is_ended_and_its_written_verdict_recorded() {
+        let mut earlier = Case::new();
+        let mut raw = fixture::raw();
+        raw.spec.runtime.commit = "1111111".into();
+        earlier.did = fixture::valid(raw);
+        earlier.revision = build::revision(&earlier.did.spec);
+        let old = earlier.run();
+        let (old_leader, old_follower) = (old.names.job(0), old.names.job(1));
+        let target = Case::new().run().names.key;
+        let uid = earlier.did.uid().unwrap_or_default();
+        let key = fixture::verdict_key();
+
+        // Under way: every Job of the earlier run goes, nothing is recorded.
+        let mut observed = fixture::observed_bound();
+        observed.jobs = vec![earlier.job(0, "running"), earlier.job(1, "running")];
+        let plan = superseded(&earlier.did, &observed, &target, &earlier.known, key);
+        assert_eq!(
+            described(&plan.acts),
+            [
+                format!("delete Job {old_leader}"),
+                format!("delete Job {old_follower}"),
+            ]
+        );
+        assert_eq!(plan.found.ended, 2);
+        assert!(plan.found.recorded.is_empty());
+        // The target's own run is left to the acceptance stage.
+        let plan = superseded(&earlier.did, &observed, &old.names.key, &earlier.known, key);
+        assert!(plan.acts.is_empty(), "{:?}", described(&plan.acts));
+
+        // Finished with a verdict: recorded for the run's own revision, spec and token, proved,
+        // kept beside its evidence; the follower goes, the finished leader stays for its TTL.
+        let summary = serde_json::json!({
+            "result": "Passed", "prompts": 2, "passed": 2, "evidence": old.names.evidence_configmap,
+            "reason": "all 2 prompts passed", "revision": earlier.revision,
+        })
+        .to_string();
+        observed.jobs = vec![earlier.job(0, "succeeded"), earlier.job(1, "running")];
+        observed.job_pods = vec![judged_pod(&old_leader, &summary)];
+        let plan = superseded(&earlier.did, &observed, &target, &earlier.known, key);
+        assert_eq!(
+            described(&plan.acts),
+            [
+                format!(
+                    "annotate ConfigMap {} {JUDGEMENT_ANNOTATION}",
+                    old.names.evidence_configmap
+                ),
+                format!("delete Job {old_follower}"),
+            ]
+        );
+        let recorded = &plan.found.recorded;
+        assert_eq!(recorded.len(), 1);
+        assert_eq!(recorded[0].revision, earlier.revision);
+        assert_eq!(
+            recorded[0].spec_hash.as_deref(),
+            Some(old.spec_hash.as_str())
+        );
+        assert_eq!(recorded[0].result, AcceptanceResult::Passed);
+        assert!(
+            key.verifies(&uid, &recorded[0]),
+            "the recorded verdict is proved"
+        );
+        // Recorded already: not again.
+        let known = DeepInferDeploymentStatus {
+            judgements: recorded.clone(),
+            ..DeepInferDeploymentStatus::default()
+        };
+        let plan = superseded(&earlier.did, &observed, &target, &known, key);
+        assert!(plan.found.recorded.is_empty());
+
+        // A leader whose annotation does not hash to its key is not read.
+        let mut tampered = earlier.job(0, "succeeded");
+        tampered
+            .annotations_mut()
+            .insert(build::RUN_ANNOTATION.into(), "/another-spec".into());
+        observed.jobs = vec![tampered];
+        let plan = superseded(&earlier.did, &observed, &target, &earlier.known, key);
+        assert!(plan.found.recorded.is_empty());
+        assert!(plan.acts.is_empty(), "a finished leader holds no devices");
     }
 }

@@ -53,6 +53,15 @@ pub fn did() -> ValidatedDeployment {
     valid(raw())
 }
 
+/// The verdict key of the tests.
+pub fn verdict_key() -> &'static crate::controller::proof::VerdictKey {
+    static KEY: std::sync::OnceLock<crate::controller::proof::VerdictKey> =
+        std::sync::OnceLock::new();
+    KEY.get_or_init(|| {
+        crate::controller::proof::VerdictKey::new(b"the tests' verdict key, 32 bytes")
+    })
+}
+
 /// Default settings.
 pub fn settings() -> Settings<'static> {
     static DEADLINES: JobDeadlines = JobDeadlines {
@@ -62,6 +71,7 @@ pub fn settings() -> Settings<'static> {
     static LIMITS: std::sync::OnceLock<DeviceLimits> = std::sync::OnceLock::new();
     static HUBS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
     Settings {
+        verdict_key: verdict_key(),
         operator_image: "deepinfer-operator:test",
         deadlines: &DEADLINES,
         allowed_hub_endpoints: HUBS.get_or_init(|| vec!["https://huggingface.co".into()]),

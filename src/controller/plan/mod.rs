@@ -66,6 +66,8 @@ pub struct Settings<'a> {
     pub partial_group_timeout: Duration,
     /// What a closed licence gate does to the pods.
     pub license_withdrawal: LicenseWithdrawal,
+    /// The key every judgement recorded is proved with.
+    pub verdict_key: &'a crate::controller::proof::VerdictKey,
 }
 
 impl<'a> Settings<'a> {
@@ -83,8 +85,8 @@ impl<'a> Settings<'a> {
         Act::create(job)
     }
 
-    /// The settings of a running operator.
-    pub fn of(ctx: &'a Context) -> Self {
+    /// The settings of a running operator whose verdict key is `verdict_key`.
+    pub fn of(ctx: &'a Context, verdict_key: &'a crate::controller::proof::VerdictKey) -> Self {
         Self {
             operator_image: &ctx.operator_image,
             deadlines: &ctx.job_deadlines,
@@ -93,6 +95,7 @@ impl<'a> Settings<'a> {
             limits: &ctx.limits,
             partial_group_timeout: ctx.partial_group_timeout,
             license_withdrawal: ctx.license_withdrawal,
+            verdict_key,
         }
     }
 }

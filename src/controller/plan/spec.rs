@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::super::decide::references::{engine_gate, Seen};
+use super::super::decide::references::{engine_gate, served_content, Seen};
 use super::super::status::Gate;
 use super::super::validate::{summarize, validate, DeviceLimits};
 use super::super::validated::ValidatedDeployment;
@@ -56,7 +56,8 @@ pub fn spec(
     if let Some(refused) = engine_gate(&valid.namespace, &valid.spec, referenced) {
         return SpecFound::Refused(refused, Some(Duration::from_secs(15)));
     }
-    SpecFound::Valid(Box::new(valid))
+    let served = served_content(&valid.spec, referenced);
+    SpecFound::Valid(Box::new(valid.reading(served)))
 }
 
 #[cfg(test)]
@@ -108,5 +109,52 @@ mod tests {
             panic!("a domain device needs PodGroups");
         };
         assert!(message.contains("--gang-scheduling"), "{message}");
+    }
+
+    #[test]
+    fn the_content_serving_engines_read_is_part_of_the_revision() {
+        use crate::controller::decide::references::{Kind, ENGINE_READABLE_LABEL};
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+        let mut did = sample();
+        did.spec.runtime.env = vec![serde_json::from_value(serde_json::json!(
+            {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "tok", "key": "t"}}}
+        ))
+        .expect("env")];
+        let seen = |version: &str| {
+            Seen::from([(
+                (Kind::Secret, "tok".to_string()),
+                Some(ObjectMeta {
+                    name: Some("tok".into()),
+                    uid: Some("u-tok".into()),
+                    resource_version: Some(version.into()),
+                    labels: Some(BTreeMap::from([(
+                        ENGINE_READABLE_LABEL.to_string(),
+                        "true".to_string(),
+                    )])),
+                    ..ObjectMeta::default()
+                }),
+            )])
+        };
+        let revision = |seen: &Seen| match spec(&did, &limits(), false, seen, &BTreeMap::new()) {
+            SpecFound::Valid(v) => crate::controller::build::revision_of(&v),
+            SpecFound::Refused(g, _) => panic!("refused: {g:?}"),
+        };
+        assert_eq!(revision(&seen("10")), revision(&seen("10")));
+        assert_ne!(
+            revision(&seen("10")),
+            revision(&seen("11")),
+            "the Secret's content changed: judged again"
+        );
+        // No reference: the spec's revision alone, as before.
+        let plain = sample();
+        let SpecFound::Valid(v) =
+            spec(&plain, &limits(), false, &Seen::default(), &BTreeMap::new())
+        else {
+            panic!("valid");
+        };
+        assert_eq!(
+            crate::controller::build::revision_of(&v),
+            crate::controller::build::revision(&plain.spec)
+        );
     }
 }

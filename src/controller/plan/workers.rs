@@ -97,6 +97,7 @@ fn passed_for(input: &Input<'_>, observed: &Observed) -> impl Fn(&str) -> BTreeS
         .iter()
         .filter_map(|p| p.labels().get(labels::REVISION).cloned())
         .chain(std::iter::once(input.target.to_string()))
+        .chain(input.known.serving_revisions())
         .collect();
     let unsettled =
         entitlement::unsettled_in_service(&observed.workers, input.licence, Some(input.known));
@@ -232,6 +233,7 @@ fn role_plan<'o>(
         rollout: role.rollout.clone(),
         groups: views.iter().map(|(g, _)| g.clone()).collect(),
         target: input.target,
+        last_serving: input.known.serving_revision_of(&role.name),
         passed,
         buildable: &specs.keys().cloned().collect(),
         licence_open: input.acting,
@@ -498,8 +500,23 @@ fn all<K>(existing: &[K]) -> Vec<&K> {
     existing.iter().collect()
 }
 
+/// Deletes of every worker pod and every running acceptance Job (a closed licence with
+/// `--license-withdrawal=stop` on a spec that is refused, so that no group can be planned).
+pub fn stop_all(observed: &Observed) -> Vec<Act<'_>> {
+    let (mut acts, _) = super::acceptance::stop_running(observed);
+    acts.extend(
+        observed
+            .workers
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .map(Act::delete),
+    );
+    acts
+}
+
 /// Keeps a ControllerRevision for the target (so its groups can be rebuilt once the spec moves
-/// on) and deletes those of revisions that no longer have pods.
+/// on) and deletes those of revisions that no longer serve (no pods, and no role recorded
+/// serving on them).
 fn revisions<'o>(input: &Input<'_>, observed: &'o Observed, target_kept: bool) -> Vec<Act<'o>> {
     let mut acts = Vec::new();
     if !target_kept {
@@ -515,7 +532,7 @@ fn revisions<'o>(input: &Input<'_>, observed: &'o Observed, target_kept: bool) -
             None,
         ));
     }
-    let live = observed.revisions_with_pods();
+    let live = observed.revisions_serving(input.known);
     acts.extend(
         observed
             .revisions

@@ -601,6 +601,32 @@ impl Deflated {
     }
 }
 
+/// The names under `configMapKeyRef` and `configMap` keys anywhere in `spec` (engine variables,
+/// volumes, projected sources), each once.
+fn config_maps_named(spec: &Value) -> Box<[Box<str>]> {
+    fn walk(v: &Value, out: &mut Vec<Box<str>>) {
+        match v {
+            Value::Object(map) => {
+                for (key, value) in map {
+                    if key == "configMapKeyRef" || key == "configMap" {
+                        if let Some(name) = value.get("name").and_then(Value::as_str) {
+                            if !out.iter().any(|n| &**n == name) {
+                                out.push(name.into());
+                            }
+                        }
+                    }
+                    walk(value, out);
+                }
+            }
+            Value::Array(items) => items.iter().for_each(|i| walk(i, out)),
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk(spec, &mut out);
+    out.into_boxed_slice()
+}
+
 /// A `DeepInferDeployment` as the controller's cache keeps it: its metadata (without
 /// `managedFields` and the last-applied annotation; its labels and annotations are kept with the
 /// rest, below), the ConfigMap its `spec.acceptance.promptsFrom` names and its checkpoint's
@@ -614,6 +640,10 @@ pub struct CachedDeployment {
     pub metadata: ObjectMeta,
     /// `spec.acceptance.promptsFrom.name`, when set.
     pub prompts_from: Option<String>,
+    /// The ConfigMaps engine containers read (`configMapKeyRef` of an engine variable,
+    /// `configMap` volumes and projected sources): their content is part of the revision, so a
+    /// change to one starts a pass.
+    pub engine_config_maps: Box<[Box<str>]>,
     /// The checkpoint's PersistentVolumeClaim (`spec.model.source.hub.claimName`, else
     /// `spec.model.source.volume.claimName`), when set.
     pub checkpoint_claim: Option<String>,
@@ -638,6 +668,10 @@ impl CachedDeployment {
                 .map(str::to_string)
         };
         let prompts_from = spec_str("/acceptance/promptsFrom/name");
+        let engine_config_maps = fields
+            .get("spec")
+            .map(config_maps_named)
+            .unwrap_or_default();
         let checkpoint_claim = spec_str("/model/source/hub/claimName")
             .or_else(|| spec_str("/model/source/volume/claimName"));
         let mut marks = Map::new();
@@ -662,9 +696,16 @@ impl CachedDeployment {
         Self {
             metadata,
             prompts_from,
+            engine_config_maps,
             checkpoint_claim,
             body: Deflated::of(&Value::Object(fields).to_string()),
         }
+    }
+
+    /// Whether the resource refers to the ConfigMap `name` (its prompts, or one its engines read).
+    pub fn refers_to_config_map(&self, name: &str) -> bool {
+        self.prompts_from.as_deref() == Some(name)
+            || self.engine_config_maps.iter().any(|n| &**n == name)
     }
 
     /// The whole object as JSON, with `apiVersion` and `kind` of `ar`.
@@ -1823,6 +1864,20 @@ mod tests {
         let cached: CachedDeployment = serde_json::from_value(full.clone()).expect("decoded");
         assert_eq!(cached.prompts_from.as_deref(), Some("prompts"));
         assert_eq!(cached.checkpoint_claim, None);
+        assert!(cached.refers_to_config_map("prompts"));
+        assert!(!cached.refers_to_config_map("other"));
+        // The ConfigMaps its engines read: a change to one starts a pass.
+        let engines: CachedDeployment = serde_json::from_value(object(serde_json::json!({
+            "runtime": {"env": [{"name": "L", "valueFrom": {"configMapKeyRef": {"name": "conf", "key": "l"}}}]},
+            "roles": [{"name": "worker", "pod": {"volumes": [
+                {"name": "v", "configMap": {"name": "vol"}},
+                {"name": "p", "projected": {"sources": [{"configMap": {"name": "proj"}}]}}]}}],
+        })))
+        .expect("decoded");
+        for name in ["conf", "vol", "proj"] {
+            assert!(engines.refers_to_config_map(name), "{name}");
+        }
+        assert!(!engines.refers_to_config_map("prompts"));
         let mut expected = full;
         let meta = expected["metadata"].as_object_mut().expect("meta");
         meta.remove("managedFields");

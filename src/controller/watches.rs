@@ -336,14 +336,14 @@ fn triggered(
         .watches_stream(config_maps, {
             let (cache, ar, metrics) = (cache.clone(), ar.clone(), metrics.clone());
             move |cm| {
-                referrers_noted(&cache, &cm.metadata, &ar, &metrics, |d| {
-                    d.prompts_from.as_deref()
+                referrers_noted(&cache, &cm.metadata, &ar, &metrics, |d, name| {
+                    d.refers_to_config_map(name)
                 })
             }
         })
         .watches_stream(claims, move |claim| {
-            referrers_noted(&cache, claim.meta(), &ar, &metrics, |d| {
-                d.checkpoint_claim.as_deref()
+            referrers_noted(&cache, claim.meta(), &ar, &metrics, |d, name| {
+                d.checkpoint_claim.as_deref() == Some(name)
             })
         })
 }
@@ -587,37 +587,37 @@ fn feed<K: Send + 'static>(
     tokio::spawn(events.for_each(|_| async {}))
 }
 
-/// The resources among `dids` whose field `named` (the ConfigMap of
-/// `spec.acceptance.promptsFrom`, the checkpoint's claim) names the object `namespace/name` (a
-/// resource refers to objects of its own namespace only).
+/// The resources among `dids` that `refer` to the object `namespace/name` (a ConfigMap of their
+/// prompts or that their engines read, the checkpoint's claim; a resource refers to objects of
+/// its own namespace only).
 fn referrers(
     dids: &[Arc<CachedDeployment>],
     namespace: Option<&str>,
     name: &str,
     ar: &ApiResource,
-    named: fn(&CachedDeployment) -> Option<&str>,
+    refer: fn(&CachedDeployment, &str) -> bool,
 ) -> Vec<ObjectRef<CachedDeployment>> {
     dids.iter()
         .filter(|d| d.namespace().as_deref() == namespace)
-        .filter(|d| named(d) == Some(name))
+        .filter(|d| refer(d, name))
         .map(|d| ObjectRef::from_obj_with(d.as_ref(), ar.clone()))
         .collect()
 }
 
-/// The resources that refer to an object through `named`, each noted as triggered by its event.
+/// The resources that `refer` to an object, each noted as triggered by its event.
 fn referrers_noted(
     cache: &kube::runtime::reflector::Store<CachedDeployment>,
     meta: &kube::core::ObjectMeta,
     ar: &ApiResource,
     metrics: &crate::metrics::Metrics,
-    named: fn(&CachedDeployment) -> Option<&str>,
+    refer: fn(&CachedDeployment, &str) -> bool,
 ) -> Vec<ObjectRef<CachedDeployment>> {
     let referrers = referrers(
         &cache.state(),
         meta.namespace.as_deref(),
         meta.name.as_deref().unwrap_or_default(),
         ar,
-        named,
+        refer,
     );
     for r in &referrers {
         metrics.triggered(&phase_key(
@@ -845,10 +845,12 @@ mod tests {
             did("b", "four", Some("prompts")),
         ];
         let names = |ns: &str, cm: &str| -> Vec<String> {
-            referrers(&dids, Some(ns), cm, &ar, |d| d.prompts_from.as_deref())
-                .into_iter()
-                .map(|r| format!("{}/{}", r.namespace.unwrap_or_default(), r.name))
-                .collect()
+            referrers(&dids, Some(ns), cm, &ar, |d, name| {
+                d.refers_to_config_map(name)
+            })
+            .into_iter()
+            .map(|r| format!("{}/{}", r.namespace.unwrap_or_default(), r.name))
+            .collect()
         };
         assert_eq!(names("a", "prompts"), ["a/one"]);
         assert_eq!(names("b", "prompts"), ["b/four"]);

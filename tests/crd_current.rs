@@ -78,6 +78,10 @@ fn crd_has_status_subresource_and_printer_columns() {
             ("Model", ".spec.model.name"),
             ("Accelerator", ".spec.accelerator.type"),
             ("Ready", ".status.conditions[?(@.type==\"Ready\")].status"),
+            (
+                "Available",
+                ".status.conditions[?(@.type==\"Available\")].status"
+            ),
             ("Phase", ".status.phase"),
             ("Groups", ".status.groups"),
             ("Revision", ".status.servingRevision"),
@@ -113,4 +117,47 @@ fn crd_status_conditions_are_a_list_map_keyed_by_type() {
         required.contains(&Value::from("type")),
         "a list-map key must be required: {required:?}"
     );
+}
+
+/// The most bytes the CRD may take as JSON: client-side `kubectl apply` (and Argo CD's default
+/// sync) copies the whole object into the `kubectl.kubernetes.io/last-applied-configuration`
+/// annotation, and the API server allows at most 262,144 bytes of annotations; the margin leaves
+/// room for fields to come.
+const MOST_CRD_BYTES: usize = 200 * 1024;
+
+#[test]
+fn each_crd_fits_client_side_apply_with_margin() {
+    let path = |file: &str| format!("{}/crds/{file}", env!("CARGO_MANIFEST_DIR"));
+    for file in [
+        "deepinfer.io_deepinferdeployments.yaml",
+        "deepinfer.io_deepinferroles.yaml",
+    ] {
+        let text = std::fs::read_to_string(path(file)).expect("the committed CRD");
+        let value: Value = serde_yaml::from_str(&text).expect("YAML");
+        let bytes = serde_json::to_vec(&value).expect("JSON").len();
+        println!("{file}: {bytes} bytes as JSON (at most {MOST_CRD_BYTES})");
+        assert!(
+            bytes <= MOST_CRD_BYTES,
+            "{file} is {bytes} bytes as JSON, over {MOST_CRD_BYTES}: client-side apply copies it into an annotation of at most 262,144 bytes"
+        );
+    }
+}
+
+#[test]
+fn pod_volumes_offer_only_the_types_an_engine_pod_may_use() {
+    let crd = crd();
+    let spec = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+        ["properties"];
+    for pod in [&spec["pod"], &spec["roles"]["items"]["properties"]["pod"]] {
+        let types: Vec<&str> = pod["properties"]["volumes"]["items"]["properties"]
+            .as_object()
+            .expect("volume properties")
+            .keys()
+            .map(String::as_str)
+            .collect();
+        let mut expected: Vec<&str> = deepinfer_operator::api::ALLOWED_VOLUME_TYPES.to_vec();
+        expected.push("name");
+        expected.sort_unstable();
+        assert_eq!(types, expected);
+    }
 }

@@ -153,3 +153,21 @@ async fn gpu_kstatus_follows_a_resource_from_in_progress_to_current_to_failed_an
     op.stop().await;
     monitor.assert_clean().await;
 }
+
+/// Client-side `kubectl apply` of `crds/` (what Argo CD's default sync and many pipelines do)
+/// installs the CRDs: the whole object fits the last-applied annotation. Then server-side apply
+/// takes them over, and client-side apply works again after it.
+#[tokio::test]
+async fn the_crds_install_by_client_side_and_by_server_side_apply() {
+    let crds = support::repo_root().join("crds");
+    let crds = crds.to_str().expect("utf-8 path");
+    for args in [
+        vec!["apply", "-f", crds],
+        vec!["apply", "--server-side", "--force-conflicts", "-f", crds],
+        vec!["apply", "-f", crds],
+    ] {
+        let (ok, out, err) = support::kubectl(&args);
+        assert!(ok, "kubectl {args:?} failed: {err}{out}");
+    }
+    support::ensure_crd();
+}

@@ -583,6 +583,11 @@ async fn gpu_seven_failing_revisions_in_a_row_never_take_the_serving_revision_do
             st.revision,
             sampler.min_endpoints()
         );
+        assert!(
+            condition(&st, "Available").is_some_and(|c| c.status == "True"),
+            "candidate {n}: the serving revision serves on, Available: {:?}",
+            condition(&st, "Available")
+        );
         // No run of an earlier candidate holds devices: none of their Jobs is unfinished.
         for rev in &earlier {
             let unfinished = unfinished_jobs(&client, &ns.name, "sixfail", rev).await;

@@ -7,15 +7,14 @@ use std::fmt::Write as _;
 use kube::CustomResourceExt;
 use serde_json::Value;
 
-use super::{DeepInferDeployment, DeepInferRoleDefinition};
+use super::DeepInferRoleDefinition;
 
 /// Path of the committed reference, relative to the repository root.
 pub const API_REFERENCE_PATH: &str = "docs/api-reference.md";
 
 /// The API reference of `DeepInferDeployment`, then of `DeepInferRole`.
 pub fn api_reference() -> String {
-    let crd =
-        serde_json::to_value(DeepInferDeployment::crd()).expect("a CRD always serialises to JSON");
+    let crd = super::curated_crd();
     let role = serde_json::to_value(DeepInferRoleDefinition::crd())
         .expect("a CRD always serialises to JSON");
     format!("{}\n{}", render(&crd), render(&role))

@@ -70,6 +70,7 @@ const CEL_ROLE_PRODUCT: &str = "(has(r.accelerator) && has(r.accelerator.product
     printcolumn = r#"{"name":"Model","type":"string","priority":1,"jsonPath":".spec.model.name"}"#,
     printcolumn = r#"{"name":"Accelerator","type":"string","priority":1,"jsonPath":".spec.accelerator.type"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Available","type":"string","description":"Every role serves at least the groups its rollout allows, whatever revision is being judged","jsonPath":".status.conditions[?(@.type==\"Available\")].status"}"#,
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
     printcolumn = r#"{"name":"Groups","type":"string","description":"Ready serving groups over desired groups, every role","jsonPath":".status.groups"}"#,
     printcolumn = r#"{"name":"Revision","type":"string","description":"The revision that serves (short form, as in pod names)","jsonPath":".status.servingRevision"}"#,
@@ -313,7 +314,7 @@ fn pod_rule(at: &str, index: usize) -> kube::core::Rule {
             format!("{at}.serviceAccountName must be the name of a ServiceAccount (a DNS subdomain: lowercase letters, digits, '-' and '.')"),
         ),
         2 => (
-            format!("!has(self.volumes) || self.volumes.all(v, !has(v.hostPath) && ({}))", types.join(" || ")),
+            format!("!has(self.volumes) || self.volumes.all(v, {})", types.join(" || ")),
             format!("{at}.volumes may only use the volume types the restricted Pod Security Standard allows: configMap, csi, downwardAPI, emptyDir, ephemeral, persistentVolumeClaim, projected or secret; hostPath and other node or network volumes are refused; use a PersistentVolumeClaim instead"),
         ),
         3 => (

@@ -267,9 +267,16 @@ pub struct RoleStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rolling_out: Option<String>,
     /// Revision of most of this role's ready groups (on a tie, the one being rolled out to,
-    /// else the first by name); absent while no group is ready.
+    /// else the first by name). While no group is ready: the revision it served on as last
+    /// recorded, as long as that revision keeps its pass (its groups are rebuilt from it);
+    /// else absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub serving_revision: Option<String>,
+    /// The fewest ready groups the role's rollout allows (`replicas - maxUnavailable`, at least
+    /// 1 while `replicas` is above 0): the role is available while `readyGroups` is at least
+    /// this, whatever revision is being judged.
+    #[serde(default)]
+    pub min_available_groups: i32,
     /// Groups of this role deleted in a row because they stayed partly placed (some ranks
     /// bound, others unschedulable) past `--partial-group-timeout`; cleared once every group
     /// is placed. New groups wait a backoff after each (15 s, doubling, at most 5 min).
@@ -487,6 +494,9 @@ pub mod conditions {
     pub const WORKERS_READY: &str = "WorkersReady";
     /// Accepted and serving: the one condition GitOps tools wait on.
     pub const READY: &str = "Ready";
+    /// Serving at the capacity the rollout allows (every role at least `replicas -
+    /// maxUnavailable` ready groups), whatever revision is being judged; as a Deployment's.
+    pub const AVAILABLE: &str = "Available";
     /// kstatus: the operator is still working towards the spec.
     pub const RECONCILING: &str = "Reconciling";
     /// kstatus: progress needs a change to the resource (or the cluster).
@@ -540,6 +550,10 @@ pub enum Reason {
     GroupsReady = "GroupsReady",
     /// Accepted and every group ready.
     Ready = "Ready",
+    /// Every role serves at least the groups its rollout allows.
+    MinimumGroupsAvailable = "MinimumGroupsAvailable",
+    /// A role serves fewer groups than its rollout allows.
+    MinimumGroupsUnavailable = "MinimumGroupsUnavailable",
     /// The operator is applying the spec.
     Progressing = "Progressing",
     /// Nothing left to do.

@@ -340,15 +340,25 @@ impl Context {
             .copied()
     }
 
-    /// The key the operator's judgements are proved with, read from (or created in) its Secret
-    /// once.
+    /// The key the operator's judgements are proved with, read from its Secret once, or
+    /// created there when missing (a write: only by a replica that may write).
     pub async fn verdict_key(&self) -> Result<&super::proof::VerdictKey, Error> {
         let (ns, name) = &self.verdict_key_secret;
+        let failed = |verb, e| Error::api(verb, "Secret", &format!("{ns}/{name}"), e);
         self.verdict_key
             .get_or_try_init(|| async {
-                super::proof::load_or_create(&self.client, ns, name)
+                if let Some(key) = super::proof::load(&self.client, ns, name)
                     .await
-                    .map_err(|e| Error::api("read or create", "Secret", &format!("{ns}/{name}"), e))
+                    .map_err(|e| failed("get", e))?
+                {
+                    return Ok(key);
+                }
+                if !self.may_write() {
+                    return Err(Error::NotLeading);
+                }
+                super::proof::create(&self.client, ns, name)
+                    .await
+                    .map_err(|e| failed("create", e))
             })
             .await
     }

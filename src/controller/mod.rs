@@ -221,9 +221,10 @@ fn crd_listed<T>(listed: Result<T, kube::Error>, namespace: Option<&str>) -> any
             e.message
         ),
         Err(kube::Error::Api(e)) if e.code == 404 => anyhow::bail!(
-            "the DeepInferDeployment CRD (deepinferdeployments.deepinfer.io) is not installed; install it with \
-             `deepinfer-operator crd | kubectl apply --server-side -f -` (Kubernetes >= 1.25) or \
-             `kubectl create -f crds/deepinfer.io_deepinferdeployments.yaml`, or install the Helm chart"
+            "the DeepInferDeployment CRD (deepinferdeployments.deepinfer.io) is not installed; install both \
+             CRDs, deepinferdeployments.deepinfer.io and deepinferroles.deepinfer.io, with \
+             `kubectl apply --server-side -f crds/` (or `kubectl apply -f crds/`; Kubernetes >= 1.29), \
+             or install the Helm chart, which carries them"
         ),
         Err(e) => Err(anyhow::anyhow!("checking that the DeepInferDeployment CRD is installed: {e}")),
     }

@@ -78,17 +78,25 @@ fn unhex(text: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
-/// The verdict key from Secret `namespace/name`, created with a random key when missing (the
-/// operator's ServiceAccount may create Secrets in its own namespace and read that one).
-pub async fn load_or_create(
+/// The verdict key from Secret `namespace/name`, if it exists and holds one.
+pub async fn load(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<VerdictKey>, kube::Error> {
+    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    Ok(api.get_opt(name).await?.as_ref().and_then(key_of))
+}
+
+/// Creates Secret `namespace/name` with a random key and returns it (the operator's
+/// ServiceAccount may create Secrets in its own namespace and read that one); when another
+/// replica created it first, theirs.
+pub async fn create(
     client: &Client,
     namespace: &str,
     name: &str,
 ) -> Result<VerdictKey, kube::Error> {
     let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
-    if let Some(key) = api.get_opt(name).await?.as_ref().and_then(key_of) {
-        return Ok(key);
-    }
     let mut secret_bytes = [0u8; KEY_BYTES];
     ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut secret_bytes)
         .map_err(|_| kube::Error::Service("the system's random source failed".into()))?;

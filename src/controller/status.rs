@@ -298,6 +298,7 @@ pub fn compute(
     ];
     let stalled = outcome.stalled();
     conditions.push(ready_condition(prev, outcome, generation, &now));
+    conditions.push(available_condition(prev, &outcome.roles, generation, &now));
     conditions.push(reconciling_condition(prev, outcome, generation, &now));
     conditions.push(match stalled {
         Some((reason, message)) => {
@@ -367,6 +368,66 @@ fn ready_condition(
             .unwrap_or((Reason::Progressing, "reconciling"))
     };
     condition(prev, ct::READY, "False", reason, message, generation, now)
+}
+
+/// `Available`: True while every role serves at least the groups its rollout allows
+/// ([`RoleStatus::min_available_groups`]), whatever revision is being judged, failed or rolled
+/// out: what a Deployment's `Available` says, for on-call and for tools that ask "does it serve".
+fn available_condition(
+    prev: &[Condition],
+    roles: &[RoleStatus],
+    generation: Option<i64>,
+    now: &Time,
+) -> Condition {
+    let counts = |rs: &[&RoleStatus]| {
+        rs.iter()
+            .map(|r| {
+                format!(
+                    "{} {}/{} ready (at least {})",
+                    r.name, r.ready_groups, r.desired_groups, r.min_available_groups
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let short: Vec<&RoleStatus> = roles
+        .iter()
+        .filter(|r| r.ready_groups < r.min_available_groups)
+        .collect();
+    let (status, reason, message) = if roles.is_empty() {
+        (
+            "False",
+            Reason::MinimumGroupsUnavailable,
+            "no serving group: no role is provisioned".to_string(),
+        )
+    } else if short.is_empty() {
+        (
+            "True",
+            Reason::MinimumGroupsAvailable,
+            format!(
+                "every role serves at least the groups its rollout allows: {}",
+                counts(&roles.iter().collect::<Vec<_>>())
+            ),
+        )
+    } else {
+        (
+            "False",
+            Reason::MinimumGroupsUnavailable,
+            format!(
+                "fewer ready groups than the rollout allows: {}",
+                counts(&short)
+            ),
+        )
+    };
+    condition(
+        prev,
+        ct::AVAILABLE,
+        status,
+        reason,
+        &message,
+        generation,
+        now,
+    )
 }
 
 /// `Reconciling`: True while work is in progress; False when done, stalled or held (the hold
@@ -605,6 +666,46 @@ mod tests {
         outcome.roles.clear();
         let s = compute(None, &outcome, Some(1), at);
         assert_eq!((s.groups, s.serving_revision), (None, None));
+    }
+
+    #[test]
+    fn available_says_the_roles_serve_at_the_floor_their_rollout_allows_whatever_is_judged() {
+        let at = t("2026-01-01T00:00:00Z");
+        let available = |outcome: &Outcome| {
+            let s = compute(None, outcome, Some(1), at.clone());
+            let c = s
+                .conditions
+                .iter()
+                .find(|c| c.type_ == ct::AVAILABLE)
+                .expect("Available is always written")
+                .clone();
+            (c.status, c.reason)
+        };
+        // A candidate that failed acceptance: not Ready, but the old revision serves both groups.
+        let mut outcome = ready_outcome();
+        outcome.acceptance = Gate::Failed(Reason::AcceptanceFailed, "2/2/3".into());
+        let floor = |mut r: RoleStatus, min: i32| {
+            r.min_available_groups = min;
+            r
+        };
+        outcome.roles = vec![floor(role("worker", 2, 2, Some("old")), 2)];
+        assert_eq!(
+            available(&outcome),
+            ("True".to_string(), "MinimumGroupsAvailable".to_string())
+        );
+        // One group lost with maxUnavailable 0: below the floor.
+        outcome.roles = vec![floor(role("worker", 1, 2, Some("old")), 2)];
+        assert_eq!(
+            available(&outcome),
+            ("False".to_string(), "MinimumGroupsUnavailable".to_string())
+        );
+        // With maxUnavailable 1 one group is enough; none is not.
+        outcome.roles = vec![floor(role("worker", 1, 2, Some("old")), 1)];
+        assert_eq!(available(&outcome).0, "True");
+        outcome.roles = vec![floor(role("worker", 0, 2, None), 1)];
+        assert_eq!(available(&outcome).0, "False");
+        outcome.roles.clear();
+        assert_eq!(available(&outcome).0, "False", "nothing provisioned");
     }
 
     /// The Events a sequence of outcomes publishes: (condition type, reason, warning) per write.

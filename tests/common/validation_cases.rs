@@ -181,6 +181,7 @@ pub fn cases() -> Vec<Case> {
             nvidia,
             |s| {
                 s["runtime"]["command"] = json!(["deepinfer-serve"]);
+                s["acceptance"]["engine"] = json!({"command": ["{serving_command}", "--offline", "{serving_args}", "--prompts", "{prompts_file}"]});
                 s["runtime"]["roles"] = json!([
                     {"role": "prefill", "args": ["--chunked-prefill"], "env": [{"name": "A", "value": "1"}]},
                     {"role": "decode", "image": format!("r.example.com/decode@sha256:{}", "cd".repeat(32))}

@@ -240,6 +240,11 @@ pub fn plan(input: &RoleInput<'_>) -> RolePlan {
         updated_groups: count(updated),
         rolling_out: (target_passed && has_old).then(|| target.to_string()),
         serving_revision: serving_revision(&live, target).or_else(|| last_serving(input)),
+        min_available_groups: if desired > 0 {
+            (desired - input.rollout.max_unavailable.max(0)).max(1)
+        } else {
+            0
+        },
         ..RoleStatus::default()
     };
     let mut plan = RolePlan {
@@ -1043,6 +1048,10 @@ mod tests {
         let p = case.plan();
         assert_eq!(actions(&p), ["+a0"], "{p:?}");
         assert_eq!(p.status.serving_revision.as_deref(), Some(A));
+        assert_eq!(
+            p.status.min_available_groups, 1,
+            "1 replica, maxUnavailable 0"
+        );
         // Its broken group is deleted and a new one made at once.
         case.groups = vec![g(A, 0, Health::Broken("rank 0 is gone".into()))];
         assert_eq!(actions(&case.plan()), ["-a0", "+a1"]);

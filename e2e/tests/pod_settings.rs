@@ -145,8 +145,8 @@ async fn gpu_pull_secret_toleration_and_priority_class_place_a_deployment_on_a_t
         );
     }
 
-    // On-call's view: Ready, phase, groups, serving revision and reason; model and accelerator
-    // with -o wide only.
+    // On-call's view: Ready, Available, phase, groups, serving revision and reason; model and
+    // accelerator with -o wide only.
     let table = support::kubectl_ok(&["-n", &ns.name, "get", "did", "tainted"]);
     let mut lines = table.lines();
     let header: Vec<&str> = lines
@@ -156,7 +156,16 @@ async fn gpu_pull_secret_toleration_and_priority_class_place_a_deployment_on_a_t
         .collect();
     assert_eq!(
         header,
-        ["NAME", "READY", "PHASE", "GROUPS", "REVISION", "REASON", "AGE"],
+        [
+            "NAME",
+            "READY",
+            "AVAILABLE",
+            "PHASE",
+            "GROUPS",
+            "REVISION",
+            "REASON",
+            "AGE"
+        ],
         "{table}"
     );
     let row: Vec<&str> = lines
@@ -165,9 +174,10 @@ async fn gpu_pull_secret_toleration_and_priority_class_place_a_deployment_on_a_t
         .split_whitespace()
         .collect();
     assert_eq!(
-        row.get(..6).map(<[&str]>::to_vec),
+        row.get(..7).map(<[&str]>::to_vec),
         Some(vec![
             "tainted",
+            "True",
             "True",
             "Ready",
             "1/1",

@@ -2,13 +2,18 @@
 //! every file it takes a name from, no two files may reach each other beyond the circles listed
 //! in `KNOWN`, a list that only shrinks.
 //!
-//! An arrow is any path in code that names an item of another file: a `use` (groups, renames and
-//! globs expanded; a glob counts for the names the file mentions), a path in an expression, a
-//! type or an attribute (`crate::…`, `super::…`, `self::…`, a child module's name, or a name a
-//! `use` brought in for a module). It runs to the file that defines the item, through any
-//! `pub use` on the way, so a `mod.rs` that only re-exports ties nothing; a child that takes an
-//! item its parent defines, while the parent uses the child, is a circle. `#[cfg(test)]` items,
-//! test-only files and comments are not read.
+//! An arrow is any path in code that names an item of another file: a `use` (groups and renames
+//! expanded), a path in an expression, a type or an attribute (`crate::…`, `super::…`,
+//! `self::…`, a child module's name, or a name a `use` brought in for a module), and a name the
+//! file mentions that a glob `use` (`use super::*;`, or a `mod.rs`'s own `pub use child::*;`)
+//! brings in. It runs to the file that defines the item, through any `pub use` on the way, named
+//! or glob, as Rust resolves it: a `use super::*` in `a/x.rs` takes the items `a/mod.rs`
+//! defines or imports and, through its `pub use y::*`, the public items of `a/y.rs`, so `x.rs`
+//! naming one of those has an arrow to `y.rs`. A `mod.rs` that only re-exports ties nothing; a
+//! child that takes an item its parent defines, while the parent uses the child, is a circle.
+//! A name a file defines, imports by name or binds itself (`let name`, `name: …`) is its own,
+//! not the glob's (a bound name still counts where it is called: `name(…)`). `#[cfg(test)]`
+//! items, test-only files and comments are not read.
 //!
 //! Run alone with `cargo test --test import_circles -- --nocapture` (it prints the circles that
 //! still stand, listed in `KNOWN`); a failure lists each new circle with the names
@@ -26,11 +31,15 @@ enum Token {
     /// `::`
     PathSep,
     Punct(char),
-    /// A string, character or number literal.
+    /// A character, number, byte or raw string literal.
     Literal,
+    /// A string literal, reduced to the names it would capture as a format string (`{name}`,
+    /// `{name:?}`).
+    Str(Vec<String>),
 }
 
-/// The tokens of Rust source without comments, with literals reduced to [`Token::Literal`].
+/// The tokens of Rust source without comments, with literals reduced to [`Token::Literal`] and
+/// [`Token::Str`].
 fn tokens(source: &str) -> Vec<Token> {
     let chars: Vec<char> = source.chars().collect();
     let mut out = Vec::new();
@@ -61,8 +70,12 @@ fn tokens(source: &str) -> Vec<Token> {
                 }
             }
         } else if c == '"' {
-            i = skip_string(&chars, i + 1);
-            out.push(Token::Literal);
+            let end = skip_string(&chars, i + 1);
+            let body: String = chars[i + 1..end.saturating_sub(1).max(i + 1)]
+                .iter()
+                .collect();
+            out.push(Token::Str(captured_names(&body)));
+            i = end;
         } else if c == '\'' {
             // A character literal ('x', '\n', '\u{..}') or a lifetime ('a).
             if next == Some('\\') {
@@ -140,6 +153,41 @@ fn tokens(source: &str) -> Vec<Token> {
             out.push(Token::Punct(c));
             i += 1;
         }
+    }
+    out
+}
+
+/// The names the body of a string literal captures if it is a format string: `{name}` and
+/// `{name:…}`, not `{{`, positions (`{0}`) or empty braces.
+fn captured_names(body: &str) -> Vec<String> {
+    let chars: Vec<char> = body.chars().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < chars.len() {
+        if chars[i] != '{' {
+            i += 1;
+            continue;
+        }
+        if chars.get(i + 1) == Some(&'{') {
+            i += 2;
+            continue;
+        }
+        let start = i + 1;
+        let mut end = start;
+        while end < chars.len() && (chars[end].is_alphanumeric() || chars[end] == '_') {
+            end += 1;
+        }
+        let name: String = chars[start..end].iter().collect();
+        let closed = matches!(chars.get(end), Some('}' | ':'));
+        if closed
+            && name
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_alphabetic() || c == '_')
+        {
+            out.push(name);
+        }
+        i = end.max(i + 1);
     }
     out
 }
@@ -401,28 +449,49 @@ fn absolute(modules: &BTreeSet<Module>, current: &Module, path: &[String]) -> Op
     Some(base)
 }
 
-/// The longest prefix of a path that is a module, and whether it is all of the path.
-type ModuleOfPath<'a> = dyn Fn(&[String]) -> Option<(Module, bool)> + 'a;
-
-/// What a file offers by name: the items it defines and the names it re-exports.
+/// What a file offers by name: the items it defines and the names it brings in with `use`.
 #[derive(Default)]
 struct Offer {
+    /// Items defined outside any block.
     defined: BTreeSet<String>,
+    /// The defined items declared `pub` in any form (`pub`, `pub(crate)`, `pub(super)`, …): the
+    /// ones a glob passes on to a module that is not inside this one.
+    public: BTreeSet<String>,
     /// `pub use a::b as c;`: `c` -> `a::b`, absolute.
     reexported: BTreeMap<String, Vec<String>>,
+    /// `use a::b as c;` without `pub`: seen only inside the module (a child's `use super::*`
+    /// takes them).
+    imported: BTreeMap<String, Vec<String>>,
     /// `pub use a::*;`: absolute module paths.
     globs: Vec<Vec<String>>,
+    /// `use a::*;` without `pub`: seen only inside the module, as `imported`.
+    private_globs: Vec<Vec<String>>,
 }
 
-/// Whether the `use` at `i` is `pub` (`pub use`, `pub(crate) use`, …).
-fn is_pub_use(t: &[Token], i: usize) -> bool {
+/// Whether the token before `i` closes a `pub` visibility (`pub`, `pub(crate)`, …).
+fn is_pub_at(t: &[Token], i: usize) -> bool {
     let before = |n: usize| i.checked_sub(n).and_then(|at| t.get(at));
     before(1) == Some(&Token::Ident("pub".into()))
         || (before(1) == Some(&Token::Punct(')'))
             && (2..6).any(|n| before(n) == Some(&Token::Ident("pub".into()))))
 }
 
-/// The items each file defines outside any block, and what it re-exports.
+/// Whether the item whose keyword is at `i` is `pub`, past qualifiers (`pub const fn`,
+/// `pub(crate) async fn`, `pub extern "C" fn`).
+fn is_pub_item(t: &[Token], mut i: usize) -> bool {
+    while i > 0
+        && match &t[i - 1] {
+            Token::Ident(w) => matches!(w.as_str(), "const" | "async" | "unsafe" | "extern"),
+            Token::Literal | Token::Str(_) => true,
+            _ => false,
+        }
+    {
+        i -= 1;
+    }
+    is_pub_at(t, i)
+}
+
+/// The items each file defines outside any block, and what it brings in with `use`.
 fn offers(files: &[File], modules: &BTreeSet<Module>) -> BTreeMap<Module, Offer> {
     let mut out = BTreeMap::new();
     for file in files {
@@ -452,16 +521,25 @@ fn offers(files: &[File], modules: &BTreeSet<Module>) -> BTreeMap<Module, Offer>
                     };
                     if let (true, Some(name)) = (keyword, name) {
                         offer.defined.insert(name.clone());
+                        if is_pub_item(t, i) {
+                            offer.public.insert(name.clone());
+                        }
                     }
-                    if word == "use" && is_pub_use(t, i) {
+                    if word == "use" {
+                        let public = is_pub_at(t, i);
                         for (path, local) in use_tree(t, i + 1, &[]).0 {
                             let Some(abs) = absolute(modules, &file.module, &path) else {
                                 continue;
                             };
-                            if local.is_empty() {
-                                offer.globs.push(abs);
-                            } else {
-                                offer.reexported.insert(local, abs);
+                            match (local.is_empty(), public) {
+                                (true, true) => offer.globs.push(abs),
+                                (true, false) => offer.private_globs.push(abs),
+                                (false, true) => {
+                                    offer.reexported.insert(local, abs);
+                                }
+                                (false, false) => {
+                                    offer.imported.insert(local, abs);
+                                }
                             }
                         }
                     }
@@ -474,188 +552,326 @@ fn offers(files: &[File], modules: &BTreeSet<Module>) -> BTreeMap<Module, Offer>
     out
 }
 
-/// Arrows of the library: `(from, to) -> the paths that make it`. A name taken through a
-/// re-export is an arrow to the file that defines it.
-fn arrows(files: &[File]) -> BTreeMap<(PathBuf, PathBuf), BTreeSet<String>> {
-    let modules: BTreeSet<Module> = files.iter().map(|f| f.module.clone()).collect();
-    let paths: BTreeMap<&Module, &PathBuf> = files.iter().map(|f| (&f.module, &f.path)).collect();
-    let offers = offers(files, &modules);
-    // The longest prefix of `path` that is a module, and whether it is all of `path`.
-    let module_of_path = |path: &[String]| -> Option<(Module, bool)> {
+/// The library as one namespace: its modules, the file of each and what each offers.
+struct Library<'a> {
+    modules: BTreeSet<Module>,
+    paths: BTreeMap<Module, &'a PathBuf>,
+    offers: BTreeMap<Module, Offer>,
+}
+
+impl<'a> Library<'a> {
+    fn new(files: &'a [File]) -> Self {
+        let modules: BTreeSet<Module> = files.iter().map(|f| f.module.clone()).collect();
+        let offers = offers(files, &modules);
+        Library {
+            paths: files.iter().map(|f| (f.module.clone(), &f.path)).collect(),
+            modules,
+            offers,
+        }
+    }
+
+    /// The longest prefix of `path` that is a module, and whether it is all of `path`.
+    fn module_of_path(&self, path: &[String]) -> Option<(Module, bool)> {
         (0..=path.len()).rev().find_map(|n| {
             let prefix = path[..n].to_vec();
-            modules
+            self.modules
                 .contains(&prefix)
                 .then_some((prefix, n == path.len()))
         })
-    };
-    // The file that defines what `path` names, following re-exports.
-    fn defining<'a>(
-        path: &[String],
-        hops: usize,
-        module_of_path: &ModuleOfPath<'_>,
-        offers: &BTreeMap<Module, Offer>,
-        paths: &BTreeMap<&Module, &'a PathBuf>,
-    ) -> Option<&'a PathBuf> {
-        let (module, whole) = module_of_path(path)?;
-        let here = paths.get(&module).copied();
+    }
+
+    /// The file that defines what the absolute `path` names, as code in module `viewer` sees it,
+    /// following re-exports (named and glob); the file of the longest module prefix when the
+    /// name is not found.
+    fn defining(&self, path: &[String], viewer: &Module, hops: usize) -> Option<&'a PathBuf> {
+        let (module, whole) = self.module_of_path(path)?;
+        let here = self.paths.get(&module).copied();
         if whole {
             // A path that ends at a module names an item of its parent of the same name
             // (`fn revision` beside `mod revision`): a module alone is never used by a path.
             let parent = &module[..module.len().saturating_sub(1)];
-            let item = offers
+            let item = self
+                .offers
                 .get(parent)
                 .is_some_and(|o| module.last().is_some_and(|n| o.defined.contains(n)));
             return if item {
-                paths.get(&parent.to_vec()).copied()
+                self.paths.get(parent).copied()
             } else {
                 here
             };
         }
-        if hops > 8 {
-            return here;
-        }
         let name = &path[module.len()];
-        let offer = offers.get(&module)?;
-        if offer.defined.contains(name) {
-            return here;
-        }
         let rest = &path[module.len() + 1..];
-        if let Some(target) = offer.reexported.get(name) {
+        self.offered(&module, name, rest, viewer, hops).or(here)
+    }
+
+    /// The file that defines `name` (followed by `rest`) as module `module` offers it to code in
+    /// module `viewer`: an item it defines (a private one only to itself and its descendants), a
+    /// name it re-exports or imports (an import likewise), a path through a child module, else the
+    /// first of its globs (private ones likewise) that offers the name to `module`, recursively.
+    /// `None` when `module` does not offer `name` to `viewer`.
+    fn offered(
+        &self,
+        module: &Module,
+        name: &str,
+        rest: &[String],
+        viewer: &Module,
+        hops: usize,
+    ) -> Option<&'a PathBuf> {
+        if hops > 8 {
+            return None;
+        }
+        let offer = self.offers.get(module)?;
+        let inside = viewer.starts_with(module);
+        if offer.defined.contains(name) {
+            return (inside || offer.public.contains(name))
+                .then(|| self.paths.get(module).copied())
+                .flatten();
+        }
+        let named = offer
+            .reexported
+            .get(name)
+            .or_else(|| inside.then(|| offer.imported.get(name)).flatten());
+        // What a `use` brings in is what the module that holds it sees.
+        if let Some(target) = named {
             let mut next = target.clone();
             next.extend(rest.iter().cloned());
-            return defining(&next, hops + 1, module_of_path, offers, paths).or(here);
+            return self.defining(&next, module, hops + 1);
         }
-        for glob in &offer.globs {
-            let offered = offers
-                .get(glob)
-                .is_some_and(|o| o.defined.contains(name) || o.reexported.contains_key(name));
-            if offered {
-                let mut next = glob.clone();
-                next.extend(path[module.len()..].iter().cloned());
-                return defining(&next, hops + 1, module_of_path, offers, paths).or(here);
-            }
+        // A child module is used only by a path through it.
+        let mut child = module.clone();
+        child.push(name.to_string());
+        if self.modules.contains(&child) {
+            return (!rest.is_empty())
+                .then(|| {
+                    child.extend(rest.iter().cloned());
+                    self.defining(&child, module, hops + 1)
+                })
+                .flatten();
         }
-        here
+        let private: &[Vec<String>] = if inside { &offer.private_globs } else { &[] };
+        offer
+            .globs
+            .iter()
+            .chain(private)
+            .find_map(|glob| self.offered(glob, name, rest, module, hops + 1))
     }
-    let mut arrows: BTreeMap<(PathBuf, PathBuf), BTreeSet<String>> = BTreeMap::new();
-    for file in files {
-        let t = &file.tokens;
-        let idents: BTreeMap<&str, usize> = t.iter().fold(BTreeMap::new(), |mut m, tok| {
-            if let Token::Ident(w) = tok {
-                *m.entry(w.as_str()).or_insert(0) += 1;
+}
+
+/// Keywords after which an identifier is being defined or bound, not used.
+const BINDERS: &[&str] = &[
+    "fn",
+    "struct",
+    "enum",
+    "trait",
+    "type",
+    "const",
+    "static",
+    "mod",
+    "let",
+    "mut",
+    "ref",
+    "for",
+    "union",
+    "macro_rules",
+];
+
+/// The paths in `t` that may start with a name brought in by a glob: an identifier outside any
+/// `use`, not after `.` or `::` (a field, a method, a later segment), not before a lone `:` (a
+/// field or binding being named), not after a keyword that defines or binds it, with the `::`
+/// segments after it; and the names a string captures as a format string (`"{NAME}"`). A name
+/// the file also binds (`let name`, `name: …`, `for name`) counts only where it is called or a
+/// path goes through it (`name(`, `name!`, `name::`): elsewhere it is the local. Names in
+/// `shadowed` (defined by the file or imported by name) are left out: they take precedence over
+/// glob imports.
+fn glob_candidates(t: &[Token], shadowed: &BTreeSet<String>) -> BTreeSet<Vec<String>> {
+    let binds = |i: usize| {
+        let previous = i.checked_sub(1).map(|p| &t[p]);
+        matches!(previous, Some(Token::Ident(w)) if BINDERS.contains(&w.as_str()))
+            || t.get(i + 1) == Some(&Token::Punct(':'))
+    };
+    let bound: BTreeSet<&str> = (0..t.len())
+        .filter(|&i| binds(i))
+        .filter_map(|i| match &t[i] {
+            Token::Ident(w) => Some(w.as_str()),
+            _ => None,
+        })
+        .collect();
+    let mut out = BTreeSet::new();
+    let mut next = 0;
+    while next < t.len() {
+        let i = next;
+        next += 1;
+        if let Token::Str(names) = &t[i] {
+            // A format string's captured names are locals where the file binds them.
+            let names = names
+                .iter()
+                .filter(|n| !shadowed.contains(n.as_str()) && !bound.contains(n.as_str()));
+            out.extend(names.map(|n| vec![n.clone()]));
+            continue;
+        }
+        let Token::Ident(word) = &t[i] else { continue };
+        if word == "use" {
+            // The paths of a `use` are resolved as such, not as names in code.
+            next = use_tree(t, i + 1, &[]).1;
+            continue;
+        }
+        let called = matches!(t.get(i + 1), Some(Token::Punct('(' | '!') | Token::PathSep));
+        if binds(i)
+            || matches!(
+                i.checked_sub(1).map(|p| &t[p]),
+                Some(Token::Punct('.') | Token::PathSep)
+            )
+            || shadowed.contains(word)
+            || (bound.contains(word.as_str()) && !called)
+        {
+            continue;
+        }
+        let mut path = vec![word.clone()];
+        let mut j = i + 1;
+        while let (Some(Token::PathSep), Some(Token::Ident(segment))) = (t.get(j), t.get(j + 1)) {
+            path.push(segment.clone());
+            j += 2;
+        }
+        out.insert(path);
+    }
+    out
+}
+
+/// The arrows from one file: the file each name it takes comes from, with the paths that name
+/// it. A name taken through a re-export or a glob is an arrow to the file that defines it.
+fn file_arrows<'a>(file: &File, lib: &Library<'a>) -> BTreeMap<&'a PathBuf, BTreeSet<String>> {
+    let t = &file.tokens;
+    let idents: BTreeMap<&str, usize> = t.iter().fold(BTreeMap::new(), |mut m, tok| {
+        if let Token::Ident(w) = tok {
+            *m.entry(w.as_str()).or_insert(0) += 1;
+        }
+        m
+    });
+    // `current` for `self`/`super`: the file's module plus the inline modules around `i`.
+    let mut inline: Vec<(String, i32)> = Vec::new();
+    let mut depth = 0i32;
+    // Names a `use` bound to a module (`use super::build;`), resolved when a path starts so.
+    let mut module_aliases: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    // Names a `use` bound by name (they shadow glob imports), and the modules of its globs.
+    let mut named: BTreeSet<String> = BTreeSet::new();
+    let mut globs: Vec<(Vec<String>, Module)> = Vec::new();
+    let mut found: Vec<(Vec<String>, Module)> = Vec::new();
+    let mut i = 0;
+    while i < t.len() {
+        let mut current = file.module.clone();
+        current.extend(inline.iter().map(|(m, _)| m.clone()));
+        match &t[i] {
+            Token::Punct('{') => {
+                depth += 1;
+                i += 1;
             }
-            m
-        });
-        // `current` for `self`/`super`: the file's module plus the inline modules around `i`.
-        let mut inline: Vec<(String, i32)> = Vec::new();
-        let mut depth = 0i32;
-        // Names a `use` bound to a module (`use super::build;`), resolved when a path starts so.
-        let mut module_aliases: BTreeMap<String, Vec<String>> = BTreeMap::new();
-        let mut found: Vec<Vec<String>> = Vec::new();
-        let mut i = 0;
-        while i < t.len() {
-            let mut current = file.module.clone();
-            current.extend(inline.iter().map(|(m, _)| m.clone()));
-            match &t[i] {
-                Token::Punct('{') => {
+            Token::Punct('}') => {
+                if inline.last().is_some_and(|(_, d)| *d == depth) {
+                    inline.pop();
+                }
+                depth -= 1;
+                i += 1;
+            }
+            Token::Ident(word) if word == "mod" => {
+                if let (Some(Token::Ident(name)), Some(Token::Punct('{'))) =
+                    (t.get(i + 1), t.get(i + 2))
+                {
+                    inline.push((name.clone(), depth + 1));
                     depth += 1;
+                    i += 3;
+                } else {
                     i += 1;
                 }
-                Token::Punct('}') => {
-                    if inline.last().is_some_and(|(_, d)| *d == depth) {
-                        inline.pop();
+            }
+            Token::Ident(word) if word == "use" => {
+                let public = is_pub_at(t, i);
+                let (used, after) = use_tree(t, i + 1, &[]);
+                for (path, local) in used {
+                    if !local.is_empty() {
+                        named.insert(local.clone());
                     }
-                    depth -= 1;
-                    i += 1;
-                }
-                Token::Ident(word) if word == "mod" => {
-                    if let (Some(Token::Ident(name)), Some(Token::Punct('{'))) =
-                        (t.get(i + 1), t.get(i + 2))
-                    {
-                        inline.push((name.clone(), depth + 1));
-                        depth += 1;
-                        i += 3;
-                    } else {
-                        i += 1;
-                    }
-                }
-                Token::Ident(word) if word == "use" => {
-                    let public = is_pub_use(t, i);
-                    let (used, after) = use_tree(t, i + 1, &[]);
-                    for (path, local) in used {
-                        let Some(abs) = absolute(&modules, &current, &path) else {
-                            continue;
-                        };
-                        match module_of_path(&abs) {
-                            // A module brought in by name: the paths that start with it count.
-                            Some((_, true)) if !local.is_empty() => {
-                                module_aliases.insert(local, abs);
-                            }
-                            // A glob: the names of that module this file mentions.
-                            Some((module, true)) => {
-                                if public {
-                                    continue;
-                                }
-                                if let Some(offer) = offers.get(&module) {
-                                    let names = offer
-                                        .defined
-                                        .iter()
-                                        .chain(offer.reexported.keys())
-                                        .filter(|n| idents.contains_key(n.as_str()));
-                                    for name in names {
-                                        let mut item = module.clone();
-                                        item.push(name.clone());
-                                        found.push(item);
-                                    }
-                                }
-                            }
-                            // A re-export counts only where the file itself uses the name.
-                            Some(_)
-                                if public
-                                    && idents.get(local.as_str()).copied().unwrap_or(0) <= 1 => {}
-                            Some(_) => found.push(abs),
-                            None => {}
+                    let Some(abs) = absolute(&lib.modules, &current, &path) else {
+                        continue;
+                    };
+                    match lib.module_of_path(&abs) {
+                        // A module brought in by name: the paths that start with it count.
+                        Some((_, true)) if !local.is_empty() => {
+                            module_aliases.insert(local, abs);
                         }
+                        // A glob (`pub` or not): the names of it the file mentions count.
+                        Some((module, true)) => globs.push((module, current.clone())),
+                        // A re-export counts only where the file itself uses the name.
+                        Some(_)
+                            if public && idents.get(local.as_str()).copied().unwrap_or(0) <= 1 => {}
+                        Some(_) => found.push((abs, current.clone())),
+                        None => {}
                     }
-                    i = after;
                 }
-                Token::Ident(_) => {
-                    let mut path = Vec::new();
-                    let mut j = i;
-                    while let Some(Token::Ident(word)) = t.get(j) {
-                        path.push(word.clone());
-                        if t.get(j + 1) != Some(&Token::PathSep) {
-                            break;
+                i = after;
+            }
+            Token::Ident(_) => {
+                let mut path = Vec::new();
+                let mut j = i;
+                while let Some(Token::Ident(word)) = t.get(j) {
+                    path.push(word.clone());
+                    if t.get(j + 1) != Some(&Token::PathSep) {
+                        break;
+                    }
+                    j += 2;
+                }
+                let previous_is_sep = i > 0 && t[i - 1] == Token::PathSep;
+                if path.len() > 1 && !previous_is_sep {
+                    let abs = match module_aliases.get(&path[0]) {
+                        Some(module) => {
+                            let mut abs = module.clone();
+                            abs.extend(path[1..].iter().cloned());
+                            Some(abs)
                         }
-                        j += 2;
-                    }
-                    let previous_is_sep = i > 0 && t[i - 1] == Token::PathSep;
-                    if path.len() > 1 && !previous_is_sep {
-                        let abs = match module_aliases.get(&path[0]) {
-                            Some(module) => {
-                                let mut abs = module.clone();
-                                abs.extend(path[1..].iter().cloned());
-                                Some(abs)
-                            }
-                            None => absolute(&modules, &current, &path),
-                        };
-                        found.extend(abs);
-                    }
-                    i = j + 1;
+                        None => absolute(&lib.modules, &current, &path),
+                    };
+                    found.extend(abs.map(|abs| (abs, current.clone())));
                 }
-                _ => i += 1,
+                i = j + 1;
+            }
+            _ => i += 1,
+        }
+    }
+    let mut out: BTreeMap<&'a PathBuf, BTreeSet<String>> = BTreeMap::new();
+    for (abs, viewer) in found {
+        if let Some(to) = lib.defining(&abs, &viewer, 0) {
+            out.entry(to).or_default().insert(abs.join("::"));
+        }
+    }
+    // Names through globs: the file's own items and names it imports by name shadow them.
+    if !globs.is_empty() {
+        let mut shadowed = named;
+        if let Some(offer) = lib.offers.get(&file.module) {
+            shadowed.extend(offer.defined.iter().cloned());
+        }
+        for path in glob_candidates(t, &shadowed) {
+            let through = globs.iter().find_map(|(glob, viewer)| {
+                let to = lib.offered(glob, &path[0], &path[1..], viewer, 0)?;
+                Some((glob, to))
+            });
+            if let Some((glob, to)) = through {
+                let mut abs = glob.clone();
+                abs.extend(path.iter().cloned());
+                out.entry(to).or_default().insert(abs.join("::"));
             }
         }
-        for abs in found {
-            if let Some(to) = defining(&abs, 0, &module_of_path, &offers, &paths) {
-                if *to != file.path {
-                    arrows
-                        .entry((file.path.clone(), to.clone()))
-                        .or_default()
-                        .insert(abs.join("::"));
-                }
-            }
+    }
+    out.remove(&file.path);
+    out
+}
+
+/// Arrows of the library: `(from, to) -> the paths that make it`.
+fn arrows(files: &[File]) -> BTreeMap<(PathBuf, PathBuf), BTreeSet<String>> {
+    let lib = Library::new(files);
+    let mut arrows = BTreeMap::new();
+    for file in files {
+        for (to, names) in file_arrows(file, &lib) {
+            arrows.insert((file.path.clone(), to.clone()), names);
         }
     }
     arrows
@@ -832,6 +1048,77 @@ fn a_child_taking_an_item_of_the_parent_that_uses_it_is_a_circle() {
     assert!(
         text.contains("src/a/child.rs -> src/a/mod.rs: a::Parent")
             && text.contains("src/a/mod.rs -> src/a/child.rs"),
+        "{text}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// The reader through globs: a name a file takes with `use super::*` that its parent re-exports
+/// with `pub use sibling::*` ties the file to the sibling that defines it, and so does a name a
+/// `mod.rs` uses from its own glob re-export, or a format string captures; a private item does
+/// not pass a glob re-export, and a name the file binds itself is its own.
+#[test]
+fn a_name_through_a_glob_re_export_ties_the_file_that_defines_it() {
+    let dir = std::env::temp_dir().join(format!("import-circles-globs-{}", std::process::id()));
+    let write = |rel: &str, text: &str| {
+        let path = dir.join(rel);
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+        std::fs::write(path, text).expect("write");
+    };
+    write("lib.rs", "pub mod a;\n");
+    write(
+        "a/mod.rs",
+        "mod x;\nmod y;\nmod z;\npub use x::*;\npub use y::*;\npub use z::*;\n\
+         pub fn shared() {}\n",
+    );
+    write(
+        "a/x.rs",
+        "use super::*;\npub const FX: u8 = 1;\npub fn fx() { shared(); fz(); }\nfn helper() {}\n",
+    );
+    write(
+        "a/y.rs",
+        "use super::*;\npub fn fy(fx: u8) -> String { helper(); format!(\"{fx}\") }\n",
+    );
+    write("a/z.rs", "use super::*;\npub fn fz() { fy(0); }\n");
+    let (files, found) = report(&dir);
+    assert_eq!(files, 5);
+    assert!(found.is_empty(), "{found:?}");
+
+    write(
+        "a/y.rs",
+        "use super::*;\npub fn fy(n: u8) -> String { fx(); format!(\"{FX:>2}{n}\") }\n",
+    );
+    let (_, found) = report(&dir);
+    assert_eq!(found.len(), 1, "{found:?}");
+    let (members, text) = &found[0];
+    assert_eq!(
+        members,
+        &["src/a/x.rs", "src/a/y.rs", "src/a/z.rs"],
+        "{text}"
+    );
+    assert!(
+        text.contains("src/a/x.rs -> src/a/z.rs: a::fz")
+            && text.contains("src/a/y.rs -> src/a/x.rs: a::FX, a::fx")
+            && text.contains("src/a/z.rs -> src/a/y.rs: a::fy"),
+        "{text}"
+    );
+
+    write(
+        "a/y.rs",
+        "use super::*;\npub fn fy(n: u8) -> u8 { shared(); n }\n",
+    );
+    write(
+        "a/mod.rs",
+        "mod x;\nmod y;\nmod z;\npub use x::*;\npub use y::*;\npub use z::*;\n\
+         pub fn shared() {}\npub fn twice() { fy(1); }\n",
+    );
+    let (_, found) = report(&dir);
+    assert_eq!(found.len(), 1, "{found:?}");
+    let (members, text) = &found[0];
+    assert_eq!(members, &["src/a/mod.rs", "src/a/y.rs"], "{text}");
+    assert!(
+        text.contains("src/a/mod.rs -> src/a/y.rs: a::y::fy")
+            && text.contains("src/a/y.rs -> src/a/mod.rs: a::shared"),
         "{text}"
     );
     std::fs::remove_dir_all(&dir).ok();

@@ -7,7 +7,35 @@
 //! those outputs, updates the evidence ConfigMap by name and writes the termination message the
 //! operator reads.
 
-use super::*;
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::batch::v1::{Job, JobSpec};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, ConfigMapProjection, ConfigMapVolumeSource, Container, DownwardAPIProjection,
+    DownwardAPIVolumeFile, EnvVar, KeyToPath, ObjectFieldSelector, PodSpec, PodTemplateSpec,
+    ProjectedVolumeSource, ResourceRequirements, SecurityContext, Service, ServiceAccount,
+    ServiceAccountTokenProjection, Volume, VolumeProjection,
+};
+use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::ResourceExt;
+
+use crate::api::{labels, Component, DeepInferDeploymentSpec};
+use crate::controller::validated::ValidatedDeployment;
+
+use super::job::{checkpoint_key, checkpoint_revision};
+use super::peers::{run_endpoints_json, PeerWiring, PEER_ENDPOINTS_KEY};
+use super::pod::{
+    engine_pod_spec, redacted_env_names, serving_args, serving_command, RankOf, Rendezvous,
+};
+use super::rank_table::{rank_table_name, uses_rank_tables};
+use super::run::{acceptance_labels, acceptance_role, acceptance_roles, AcceptanceNames, RunGroup};
+use super::{
+    deployment_labels, env, env_field, group_shape, model_dir, mount, owned_meta,
+    restricted_container, scratch_volume, stamp, JUDGES_ANNOTATION, RUNNER_BINARY, RUNNER_DIR,
+    RUNNER_DIR_SIZE, RUN_ANNOTATION, TEMPLATE_VERSION, WORK_DIR_SIZE,
+};
 
 /// Seconds after the acceptance leader's engine container started by which the run must have
 /// ended: the engine side's own timeout plus five minutes for the judge's wait and the evidence.
@@ -15,12 +43,6 @@ pub fn acceptance_deadline(spec: &DeepInferDeploymentSpec) -> i64 {
     i64::from(spec.acceptance.timeout_seconds) + 300
 }
 
-/// Where the injected runner lives inside the engine container of an acceptance pod.
-pub const RUNNER_DIR: &str = "/deepinfer/bin";
-
-/// The binary the Jobs of the operator run (`deepinfer-runner`, see `cli`), beside
-/// `deepinfer-operator` in its image; copied into [`RUNNER_DIR`] for the judged engine.
-pub const RUNNER_BINARY: &str = "deepinfer-runner";
 /// The acceptance leader's container that judges; the only one whose termination message the
 /// operator reads.
 pub const JUDGE_CONTAINER: &str = "judge";
@@ -33,8 +55,6 @@ pub const RERUN_REASON_FLAG: &str = "--rerun-reason";
 pub const CHANGE_REASON_FLAG: &str = "--acceptance-change-reason";
 /// The judge's argument recording annotation `deepinfer.io/acceptance-change-reviewer`.
 pub const CHANGE_REVIEWER_FLAG: &str = "--acceptance-change-reviewer";
-/// The container that runs the engine (every engine pod's).
-pub const ENGINE_CONTAINER: &str = "engine";
 /// Where the judge's service-account token is mounted (the path in-cluster clients read).
 pub const JUDGE_TOKEN_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 /// Lifetime requested for the judge's projected token (the kubelet renews it before expiry).
@@ -45,148 +65,6 @@ pub const ACCEPTANCE_SPEC_DIR: &str = "/deepinfer/spec";
 pub const ACCEPTANCE_SPEC_KEY: &str = "acceptance.yaml";
 /// The directory the engine and the judge share (prompts, outputs, log, report).
 pub const ACCEPTANCE_WORK_DIR: &str = "/deepinfer/work";
-
-/// The role whose group runs the acceptance workload and is judged: `worker` (colocated) if
-/// present, else `decode`, else the first role.
-pub fn acceptance_role(spec: &DeepInferDeploymentSpec) -> Option<&RoleSpec> {
-    ["worker", "decode"]
-        .iter()
-        .find_map(|n| spec.roles.iter().find(|r| r.name == *n))
-        .or_else(|| spec.roles.first())
-}
-
-/// The roles an acceptance run includes, one group of each: the judged role first, then every
-/// other role of the spec in spec order. A role's serving pods may serve only on a run that
-/// included it.
-pub fn acceptance_roles(spec: &DeepInferDeploymentSpec) -> Vec<&RoleSpec> {
-    let Some(judged) = acceptance_role(spec) else {
-        return Vec::new();
-    };
-    std::iter::once(judged)
-        .chain(spec.roles.iter().filter(|r| r.name != judged.name))
-        .collect()
-}
-
-/// One group of an acceptance run: its role, and the name its rendezvous Service, PodGroup and
-/// Jobs (`<name>-<rank>`) share.
-#[derive(Clone, Debug)]
-pub struct RunGroup<'a> {
-    /// The group's role.
-    pub role: &'a RoleSpec,
-    /// `<run>` for the judged role's group; for the others, the run's name with its last two
-    /// hash characters replaced by `-<first letter of the role>` (role names start with distinct
-    /// letters, and no run name has a `-` there).
-    pub name: String,
-    /// Whether this is the judged role's group, whose rank 0 runs the workload beside the judge.
-    pub judged: bool,
-}
-
-impl RunGroup<'_> {
-    /// Job of one rank of this group.
-    pub fn job(&self, rank: i32) -> String {
-        format!("{}-{rank}", self.name)
-    }
-}
-
-/// Hex characters of the run hash in acceptance object names: 64 bits, so that no two runs (of
-/// different revisions, acceptance specs or rerun tokens) can be made to share a name, and so
-/// reuse each other's Jobs or verdicts.
-pub const RUN_HASH_LENGTH: usize = 16;
-
-/// Names of one acceptance run of `revision` (a new rerun token gives new names).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct AcceptanceNames {
-    /// Prefix shared by the run's objects: `<name>-accept-<run hash>`, the hash over the
-    /// revision and the token (rerun annotation and acceptance spec hash).
-    pub run: String,
-    /// ConfigMap holding the resolved acceptance spec.
-    pub spec_configmap: String,
-    /// ConfigMap the judge writes the manifest and outputs into (the operator creates it).
-    pub evidence_configmap: String,
-    /// ServiceAccount (and Role, RoleBinding) the judge acts as.
-    pub service_account: String,
-    /// The whole [`full_hash`] of the revision and token the run hash is cut from, in every
-    /// run Job's [`JUDGES_ANNOTATION`].
-    pub key: String,
-    /// What the run judges besides the revision (`<token>/<spec hash>`), in every run Job's
-    /// [`RUN_ANNOTATION`]; empty for names recovered from a key.
-    pub judges: String,
-    /// SHA-256 (hex) of the spec file the run's spec ConfigMap holds
-    /// ([`acceptance_spec_yaml`]), pinned in the judged leader's arguments; empty when unknown.
-    pub spec_sha256: String,
-}
-
-impl AcceptanceNames {
-    /// Names for `did` at `revision` with rerun token `token`.
-    pub fn new(did: &str, revision: &str, token: &str) -> Self {
-        let hash = short_hash(&(revision, token), RUN_HASH_LENGTH);
-        Self {
-            judges: token.to_string(),
-            ..Self::named(did, &hash, full_hash(&(revision, token)))
-        }
-    }
-
-    /// Whether `judges` (a [`RUN_ANNOTATION`]) and `revision` are what the run of `key` judges.
-    pub fn judges_key(revision: &str, judges: &str, key: &str) -> bool {
-        full_hash(&(revision, judges)) == key
-    }
-
-    /// Names of the run of `did` whose key ([`JUDGES_ANNOTATION`] of each of its Jobs) is
-    /// `key`: every name is a function of the deployment and the key, so a Job tells its run's
-    /// objects (the evidence ConfigMap among them) without its arguments being read. `None` for a
-    /// key that is not a [`full_hash`].
-    pub fn of_key(did: &str, key: &str) -> Option<Self> {
-        let hash = short_of_full_hash(key, RUN_HASH_LENGTH)?;
-        Some(Self::named(did, &hash, key.to_string()))
-    }
-
-    fn named(did: &str, hash: &str, key: String) -> Self {
-        let run = format!("{did}-accept-{hash}");
-        Self {
-            spec_configmap: format!("{run}-spec"),
-            evidence_configmap: format!("{did}-evidence-{hash}"),
-            service_account: format!("{did}-acceptance"),
-            key,
-            run,
-            judges: String::new(),
-            spec_sha256: String::new(),
-        }
-    }
-
-    /// Job of one rank of the judged role's group: `<run>-<rank>`, at most 63 characters (see
-    /// [`crate::controller::validate::validate_acceptance_job_names`]).
-    pub fn job(&self, rank: i32) -> String {
-        format!("{}-{rank}", self.run)
-    }
-
-    /// Whether a Job named `name` is one of this run's: every group's name, and so every rank's
-    /// Job, starts with the run's name less its last two characters (see [`Self::groups`]).
-    pub fn holds_job(&self, name: &str) -> bool {
-        let stem = self.run.get(..self.run.len().saturating_sub(2));
-        name.starts_with(stem.unwrap_or(&self.run))
-    }
-
-    /// The run's groups, one per role of [`acceptance_roles`], the judged role's first.
-    pub fn groups<'a>(&self, spec: &'a DeepInferDeploymentSpec) -> Vec<RunGroup<'a>> {
-        acceptance_roles(spec)
-            .into_iter()
-            .enumerate()
-            .map(|(i, role)| RunGroup {
-                role,
-                name: if i == 0 {
-                    self.run.clone()
-                } else {
-                    // As long as the run's own name, so every Job name keeps the length
-                    // `validate_acceptance_job_names` (and the CRD's rule) allows for.
-                    let letter = role.name.chars().next().unwrap_or('r');
-                    let stem = self.run.get(..self.run.len().saturating_sub(2));
-                    format!("{}-{letter}", stem.unwrap_or(&self.run))
-                },
-                judged: i == 0,
-            })
-            .collect()
-    }
-}
 
 /// The ServiceAccount, Role and RoleBinding that let the judge read and update the evidence
 /// ConfigMap of the run being started, by name, and nothing else (no create, list or other
@@ -297,16 +175,6 @@ pub fn acceptance_evidence_configmap(
         revision,
         &crate::acceptance::evidence::Evidence::default(),
     )
-}
-
-/// Labels of a run group's objects (the Job's pods add the deployment and rank).
-pub(super) fn acceptance_labels(group: &RunGroup<'_>, revision: &str) -> BTreeMap<String, String> {
-    BTreeMap::from([
-        Component::Acceptance.label(),
-        (labels::REVISION.to_string(), revision.to_string()),
-        (labels::GROUP.to_string(), group.name.clone()),
-        (labels::ROLE.to_string(), group.role.name.clone()),
-    ])
 }
 
 /// Whether a run group's pods join a rendezvous Service: a multi-pod group, and every group of

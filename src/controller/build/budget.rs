@@ -1,6 +1,15 @@
 //! A PodDisruptionBudget per role.
 
-use super::*;
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::ResourceExt;
+
+use crate::api::{labels, Component, RoleSpec};
+use crate::controller::validated::ValidatedDeployment;
+
+use super::{group_shape, owned_meta, role_service_name, stamp};
 
 /// Name of a role's PodDisruptionBudget (the same as its Service).
 pub fn budget_name(did: &str, role: &str) -> String {

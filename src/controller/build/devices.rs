@@ -5,15 +5,19 @@
 //! allocated by the scheduler; with `domainDeviceClassName`, one template from which each
 //! multi-pod group's PodGroup gets one claim on a domain device that all its pods share.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::core::v1::{PodResourceClaim, ResourceClaim as ContainerClaim};
+use k8s_openapi::api::core::v1::{PodResourceClaim, PodSpec, ResourceClaim as ContainerClaim};
 use k8s_openapi::api::resource::v1::{
     DeviceClaim, DeviceRequest, ExactDeviceRequest, ResourceClaimSpec, ResourceClaimTemplate,
     ResourceClaimTemplateSpec,
 };
+use kube::ResourceExt;
 
-use super::*;
+use crate::api::Component;
+use crate::controller::validated::ValidatedDeployment;
+
+use super::{group_shape, owned_meta, short_hash, stamp, GroupShape};
 
 /// Name of the claim in engine pods (`spec.resourceClaims[].name`) and of the device request in
 /// the template.

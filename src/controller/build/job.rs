@@ -1,6 +1,22 @@
 //! The operator's own Jobs over the checkpoint volume: fetch and verify.
 
-use super::*;
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::batch::v1::{Job, JobSpec};
+use k8s_openapi::api::core::v1::{
+    Container, EnvVar, EnvVarSource, PodSpec, PodTemplateSpec, SecurityContext,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::ResourceExt;
+
+use crate::api::{Component, DeepInferDeploymentSpec};
+use crate::controller::validated::ValidatedDeployment;
+
+use super::{
+    checkpoint_volume, deployment_labels, full_hash, join_path, mount, owned_meta,
+    restricted_container, restricted_pod, stamp, CHECKPOINT_MOUNT, JUDGES_ANNOTATION,
+    RUNNER_BINARY,
+};
 
 /// The fetch Job's container name (and component label value).
 pub const FETCH: &str = Component::Fetch.as_str();

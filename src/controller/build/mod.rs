@@ -2,7 +2,10 @@
 //!
 //! Every builder is a pure function of the resource (and, for Jobs, the operator's own image),
 //! so pod specs are unit-tested without a cluster. This module holds what every kind shares
-//! (names, labels, hashing, the revision); one submodule per object kind builds that kind.
+//! (names, labels, hashing, the revision); one submodule per object kind builds that kind, and
+//! `run` holds an acceptance run's names and groups, which several kinds share. Each submodule
+//! imports what it takes by name, and none takes a name from a submodule that takes one from
+//! it (`tests/import_circles.rs`).
 
 mod acceptance;
 mod budget;
@@ -13,6 +16,7 @@ mod pod;
 mod pod_group;
 mod rank_table;
 mod revision;
+mod run;
 mod run_placement;
 mod scaling;
 mod service;
@@ -26,30 +30,24 @@ pub use pod::*;
 pub use pod_group::*;
 pub use rank_table::*;
 pub use revision::*;
+pub use run::*;
 pub use run_placement::*;
 pub use scaling::*;
 pub use service::*;
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
-    Affinity, Capabilities, ConfigMap, ConfigMapProjection, ConfigMapVolumeSource, Container,
-    DownwardAPIProjection, DownwardAPIVolumeFile, EmptyDirVolumeSource, EnvVar, EnvVarSource,
-    KeyToPath, ObjectFieldSelector, PersistentVolumeClaimVolumeSource, Pod, PodAffinity,
-    PodAffinityTerm, PodReadinessGate, PodSchedulingGroup, PodSecurityContext, PodSpec,
-    PodTemplateSpec, ProjectedVolumeSource, ResourceRequirements, SeccompProfile, SecurityContext,
-    Service, ServiceAccount, ServiceAccountTokenProjection, ServicePort, ServiceSpec, Toleration,
-    Volume, VolumeMount, VolumeProjection,
+    Capabilities, EmptyDirVolumeSource, EnvVar, EnvVarSource, ObjectFieldSelector,
+    PersistentVolumeClaimVolumeSource, PodSecurityContext, ResourceRequirements, SeccompProfile,
+    SecurityContext, Toleration, Volume, VolumeMount,
 };
-use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::{Resource, ResourceExt};
 use serde::Serialize;
 
-use crate::api::{labels, Component, DeepInferDeploymentSpec, RoleSpec, ACCEPTED_POD_CONDITION};
+use crate::api::{labels, DeepInferDeploymentSpec, RoleSpec};
 pub use crate::controller::validated::ValidatedDeployment;
 
 /// Where the checkpoint volume is mounted in engine containers.
@@ -71,6 +69,13 @@ pub const JUDGES_ANNOTATION: &str = "deepinfer.io/judges";
 pub const RUN_ANNOTATION: &str = "deepinfer.io/run";
 /// Annotation holding the hash of the applied object, so unchanged objects are never re-applied.
 pub const APPLIED_HASH_ANNOTATION: &str = "deepinfer.io/applied-hash";
+/// The container that runs the engine (every engine pod's).
+pub const ENGINE_CONTAINER: &str = "engine";
+/// Where the injected runner lives inside the engine container of an acceptance pod.
+pub const RUNNER_DIR: &str = "/deepinfer/bin";
+/// The binary the Jobs of the operator run (`deepinfer-runner`, see `cli`), beside
+/// `deepinfer-operator` in its image; copied into [`RUNNER_DIR`] for the judged engine.
+pub const RUNNER_BINARY: &str = "deepinfer-runner";
 /// Non-root user engine and Job containers run as (HwHiAiUser's uid on Ascend images).
 const RUN_AS_USER: i64 = 1000;
 /// Version of the engine pod template this operator builds. It is part of the revision, so a

@@ -5,7 +5,21 @@
 //! groups come and go; a ConfigMap volume is updated in place, so decode pods are never restarted
 //! for it.
 
-use super::*;
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    ConfigMap, ConfigMapVolumeSource, EnvVar, KeyToPath, Pod, Volume,
+};
+use kube::ResourceExt;
+
+use crate::api::{Component, DeepInferDeploymentSpec};
+use crate::controller::validated::ValidatedDeployment;
+
+use super::run::{AcceptanceNames, RunGroup};
+use super::{
+    env, group_service_name, owned_meta, pod_name, role_service_name, short_revision, stamp,
+    SERVE_PORT,
+};
 
 /// Where decode engines find `endpoints.json`.
 pub const PEER_ENDPOINTS_DIR: &str = "/deepinfer/peers";

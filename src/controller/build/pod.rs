@@ -1,7 +1,31 @@
 //! Engine pods: the pod spec shared by serving and acceptance ranks, worker pods with their
 //! probes, resources and readiness gate.
 
-use super::*;
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    Affinity, Container, EnvVar, Pod, PodAffinity, PodAffinityTerm, PodReadinessGate,
+    PodSchedulingGroup, PodSpec, ResourceRequirements, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::ResourceExt;
+
+use crate::api::{labels, Component, DeepInferDeploymentSpec, RoleSpec, ACCEPTED_POD_CONDITION};
+use crate::controller::validated::ValidatedDeployment;
+
+use super::devices::{container_device_claims, pod_device_claims};
+use super::peers::{PeerWiring, PEER_ENDPOINTS_DIR};
+use super::rank_table::{
+    rank_table_name, rank_table_volume, uses_rank_tables, RANK_TABLE_DIR, RANK_TABLE_KEY,
+};
+use super::{
+    checkpoint_volume, env, env_field, group_selector, group_service_name, group_shape, model_dir,
+    mount, owned_meta, pod_name, restricted_container, restricted_pod, shm_volume, stamp,
+    tolerations, GroupShape, DEFAULT_CPU_REQUEST, DEFAULT_MEMORY_REQUEST, ENGINE_CONTAINER,
+    HEALTH_PATH, MODEL_MOUNT, RENDEZVOUS_PORT, SERVE_PORT, STARTUP_SECONDS,
+};
 
 /// Engine resources: `spec.runtime.resources` (default CPU and memory requests, so the pod is
 /// never BestEffort) with the accelerator's devices: the extended resource as both request and

@@ -2,12 +2,21 @@
 //! acceptance run, gang-scheduled so that the scheduler binds every rank of a group or none, and kept
 //! inside one scale-up domain where the scheduler places groups by topology.
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::api::scheduling::v1beta1::{
     GangSchedulingPolicy, PodGroup, PodGroupSchedulingConstraints, PodGroupSchedulingPolicy,
     PodGroupSpec, TopologyConstraint,
 };
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::ResourceExt;
 
-use super::*;
+use crate::api::{Component, RoleSpec};
+use crate::controller::validated::ValidatedDeployment;
+
+use super::devices::pod_group_domain_claims;
+use super::run::RunGroup;
+use super::{group_selector, group_service_name, group_shape, owned_meta, stamp};
 
 /// A gang of `pods` pods named by `metadata`, kept inside one scale-up domain when it has more
 /// than one pod (the API server keeps the topology constraint only where topology-aware workload
@@ -15,7 +24,7 @@ use super::*;
 /// `domainDeviceClassName`, claiming the domain device its pods share. Its priority class is
 /// its pods' (`priorityClassName` of the role's pod settings): the scheduler places a pod of a
 /// PodGroup only at the PodGroup's priority, which is immutable (so the class is part of the
-/// revision, see [`revision`]).
+/// revision, see [`revision`](fn@super::revision)).
 fn gang(did: &ValidatedDeployment, metadata: ObjectMeta, role: &RoleSpec) -> PodGroup {
     let pods = group_shape(&did.spec, role).pods;
     let domain_key = did.spec.accelerator.scale_up_domain_key();
@@ -70,7 +79,7 @@ pub fn acceptance_pod_group(
             owned_meta(
                 did,
                 group.name.clone(),
-                super::acceptance::acceptance_labels(group, revision),
+                super::run::acceptance_labels(group, revision),
             ),
             group.role,
         )

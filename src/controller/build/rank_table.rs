@@ -8,9 +8,17 @@
 //! restarts for it. Rank ids follow the pod's rank (`rank × devicesPerPod + device position`),
 //! so a recreated pod takes the rank ids of the one it replaces.
 
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{ConfigMap, ConfigMapVolumeSource, Pod, Volume};
+use kube::ResourceExt;
 use serde::{Deserialize, Serialize};
 
-use super::*;
+use crate::api::{labels, Component, DeepInferDeploymentSpec, RoleSpec};
+use crate::controller::validated::ValidatedDeployment;
+
+use super::run::RunGroup;
+use super::{group_selector, group_service_name, group_shape, owned_meta, stamp, GroupShape};
 
 /// Where the rank table is mounted (MindCluster's path).
 pub const RANK_TABLE_DIR: &str = "/user/serverid/devindex/config";
@@ -222,7 +230,7 @@ pub fn acceptance_rank_table(
     pods: &[&Pod],
 ) -> Option<ConfigMap> {
     uses_rank_tables(&did.spec).then(|| {
-        let extra = super::acceptance::acceptance_labels(group, revision);
+        let extra = super::run::acceptance_labels(group, revision);
         table_configmap(did, rank_table_name(&group.name), extra, group.role, pods)
     })
 }
@@ -305,6 +313,7 @@ pub(super) fn rank_table_volume(configmap: &str) -> Volume {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     fn pod(rank: i32, ip: Option<&str>, allocation: Option<serde_json::Value>) -> Pod {
         let mut annotations = BTreeMap::new();

@@ -1,6 +1,13 @@
 //! ControllerRevisions: the spec of each revision, to rebuild its groups later.
 
-use super::*;
+use std::collections::BTreeMap;
+
+use kube::ResourceExt;
+
+use crate::api::{labels, Component, DeepInferDeploymentSpec};
+use crate::controller::validated::ValidatedDeployment;
+
+use super::{owned_meta, stamp};
 
 /// Name of the ControllerRevision keeping the spec of `revision`.
 pub fn controller_revision_name(did: &str, revision: &str) -> String {

@@ -4,8 +4,15 @@
 //! domain labels are filled in when the record is written (the operator reads nodes only then,
 //! and only when it may).
 
-use super::*;
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+
 use crate::acceptance::placement::{Placement, RankDevices, RankPlacement, PLACEMENT_RANK_LIMIT};
+use crate::controller::validated::ValidatedDeployment;
+
+use super::group_shape;
+use super::rank_table::{allocation, allocation_annotation, uses_rank_tables};
+use super::run::RunGroup;
 
 /// The run's placement: for each group (judged role first) and rank, the rank's pods bound to a
 /// node (a rank whose Job made a second pod has a row for each), else one row for its unbound

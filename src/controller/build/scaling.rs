@@ -1,7 +1,13 @@
 //! The `DeepInferRole` of a role with `scaling: external`: its scale target.
 
-use super::*;
-use crate::api::{role_object_name, DeepInferRole, DeepInferRoleSpec};
+use std::collections::BTreeMap;
+
+use kube::ResourceExt;
+
+use crate::api::{labels, role_object_name, Component, DeepInferRole, DeepInferRoleSpec, RoleSpec};
+use crate::controller::validated::ValidatedDeployment;
+
+use super::owned_meta;
 
 /// The `DeepInferRole` of `role`, its `spec.replicas` seeded from the role's `replicas` (it is
 /// created once: from then on the autoscaler owns that field).

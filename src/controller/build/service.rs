@@ -1,6 +1,19 @@
 //! Services: a headless Service per group for rendezvous, a Service per role for traffic.
 
-use super::*;
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::ResourceExt;
+
+use crate::api::{labels, Component};
+use crate::controller::validated::ValidatedDeployment;
+
+use super::{
+    group_selector, group_service_name, owned_meta, role_service_name, stamp, RENDEZVOUS_PORT,
+    SERVE_PORT,
+};
 
 /// Headless Service of a group: stable DNS for rendezvous, published before readiness.
 pub fn group_service(did: &ValidatedDeployment, role: &str, revision: &str, group: i32) -> Service {

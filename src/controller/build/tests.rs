@@ -1,7 +1,12 @@
 //! Unit tests of the builders.
 
 use super::*;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::json;
+
+use crate::api::ACCEPTED_POD_CONDITION;
 
 const IMAGE: &str = "registry.example.com/deepinfer@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 

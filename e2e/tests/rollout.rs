@@ -910,8 +910,8 @@ async fn gpu_with_license_withdrawal_stop_a_closed_licence_frees_every_device_an
     op.stop().await;
 }
 
-/// The acceptance Jobs of `did` at `revision` that have not finished (they hold devices).
-async fn unfinished_jobs(client: &Client, ns: &str, did: &str, revision: &str) -> Vec<String> {
+/// The acceptance Jobs of `did` at `revision`.
+async fn run_jobs(client: &Client, ns: &str, did: &str, revision: &str) -> Vec<Job> {
     let api: Api<Job> = Api::namespaced(client.clone(), ns);
     api.list(&ListParams::default().labels(&format!(
         "deepinfer.io/deployment={did},deepinfer.io/component=acceptance,deepinfer.io/revision={revision}"
@@ -919,30 +919,34 @@ async fn unfinished_jobs(client: &Client, ns: &str, did: &str, revision: &str) -
     .await
     .map(|l| l.items)
     .unwrap_or_default()
-    .into_iter()
-    .filter(|j| {
-        let status = j.status.clone().unwrap_or_default();
-        j.metadata.deletion_timestamp.is_none()
-            && status.succeeded.unwrap_or(0) == 0
-            && !status
-                .conditions
-                .unwrap_or_default()
-                .iter()
-                .any(|c| c.type_ == "Failed" && c.status == "True")
-    })
-    .map(|j| j.name_any())
-    .collect()
 }
 
-/// The acceptance Jobs of `did` whose revision is `revision`.
+/// The acceptance Jobs of `did` at `revision` that have not finished (they hold devices).
+async fn unfinished_jobs(client: &Client, ns: &str, did: &str, revision: &str) -> Vec<String> {
+    run_jobs(client, ns, did, revision)
+        .await
+        .into_iter()
+        .filter(|j| {
+            let status = j.status.clone().unwrap_or_default();
+            j.metadata.deletion_timestamp.is_none()
+                && status.succeeded.unwrap_or(0) == 0
+                && !status
+                    .conditions
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|c| c.type_ == "Failed" && c.status == "True")
+        })
+        .map(|j| j.name_any())
+        .collect()
+}
+
+/// The names of the acceptance Jobs of `did` whose revision is `revision`.
 async fn jobs_of_revision(client: &Client, ns: &str, did: &str, revision: &str) -> Vec<String> {
-    let api: Api<Job> = Api::namespaced(client.clone(), ns);
-    api.list(&ListParams::default().labels(&format!(
-        "deepinfer.io/deployment={did},deepinfer.io/component=acceptance,deepinfer.io/revision={revision}"
-    )))
-    .await
-    .map(|l| l.items.iter().map(ResourceExt::name_any).collect())
-    .unwrap_or_default()
+    run_jobs(client, ns, did, revision)
+        .await
+        .iter()
+        .map(ResourceExt::name_any)
+        .collect()
 }
 
 #[tokio::test]

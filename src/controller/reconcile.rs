@@ -404,7 +404,9 @@ impl<'c> Pass<'c> {
         outcome: &mut Outcome,
     ) -> Result<Judged, Error> {
         let mut judged = Judged::default();
-        self.end_superseded(did, outcome).await;
+        let revision = build::revision_of(did);
+        let run = Run::of(did, &revision, &self.observed);
+        self.end_superseded(did, &run, outcome).await;
         if let Err(e) = self
             .exec
             .run(&plan::claims::claim_templates(did, &self.observed))
@@ -435,8 +437,7 @@ impl<'c> Pass<'c> {
                 }
             };
         } else if outcome.checkpoint.passed() {
-            let revision = build::revision_of(did);
-            match self.acceptance(did, &revision).await {
+            match self.acceptance(did, &revision, &run).await {
                 Ok(found) => {
                     judged.leader = Some(found.unjudged.clone());
                     judged.needs_room = found.needs_room.clone();
@@ -468,13 +469,16 @@ impl<'c> Pass<'c> {
     /// Ends every acceptance run that is not the target's, recording the verdicts the finished
     /// ones wrote. A failure is logged and tried again by the next pass: it stops nothing else
     /// (the entitlement of every pod is enforced whatever happens here).
-    async fn end_superseded(&mut self, did: &ValidatedDeployment, outcome: &mut Outcome) {
-        let revision = build::revision_of(did);
-        let target = Run::of(did, &revision, &self.observed).names.key;
+    async fn end_superseded(
+        &mut self,
+        did: &ValidatedDeployment,
+        run: &Run,
+        outcome: &mut Outcome,
+    ) {
         let plan = plan::acceptance::superseded(
             did,
             &self.observed,
-            &target,
+            &run.names.key,
             &self.known,
             self.settings.verdict_key,
         );
@@ -528,22 +532,18 @@ impl<'c> Pass<'c> {
         &self,
         did: &ValidatedDeployment,
         revision: &str,
+        run: &Run,
     ) -> Result<plan::acceptance::Found, Error> {
-        let run = Run::of(did, revision, &self.observed);
-        let fresh = match plan::acceptance::leader_to_read(
-            did,
-            &run,
-            &self.observed,
-            &self.known,
-            revision,
-        ) {
-            Some(job) => Some(self.pods_of_job_now(&did.namespace, &job).await?),
-            None => None,
-        };
+        let fresh =
+            match plan::acceptance::leader_to_read(did, run, &self.observed, &self.known, revision)
+            {
+                Some(job) => Some(self.pods_of_job_now(&did.namespace, &job).await?),
+                None => None,
+            };
         let input = plan::acceptance::Input {
             did,
             revision,
-            run: &run,
+            run,
             fresh: fresh.as_deref(),
             known: &self.known,
             settings: self.settings,

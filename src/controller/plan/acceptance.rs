@@ -58,13 +58,8 @@ impl Run {
             observed.prompts.as_ref(),
         );
         let spec_hash = judge::judged_spec_hash(&did.spec.acceptance, resolved.as_ref().ok());
-        let mut names =
+        let names =
             AcceptanceNames::new(&did.name_any(), revision, &format!("{token}/{spec_hash}"));
-        if let Ok(spec) = &resolved {
-            names.spec_sha256 = crate::acceptance::spec_file::sha256_hex(
-                build::acceptance_spec_yaml(spec).as_bytes(),
-            );
-        }
         Self {
             token,
             spec_hash,
@@ -434,6 +429,13 @@ fn start_groups<'o>(
     groups: &[RunGroup<'_>],
 ) -> Vec<Act<'o>> {
     let (did, revision) = (input.did, input.revision);
+    // The judged leader pins the spec file the run's ConfigMap holds (hashed only here, when
+    // Jobs are made, not on every pass).
+    let mut names = input.run.names.clone();
+    if let Ok(spec) = &input.run.resolved {
+        names.spec_sha256 =
+            crate::acceptance::spec_file::sha256_hex(build::acceptance_spec_yaml(spec).as_bytes());
+    }
     let mut acts = Vec::new();
     for group in groups {
         // A pass that starts groups again (the judged group waits for the others' engines)
@@ -460,7 +462,7 @@ fn start_groups<'o>(
         acts.extend((0..pods).rev().filter_map(|rank| {
             build::acceptance_group_job(
                 did,
-                &input.run.names,
+                &names,
                 group,
                 rank,
                 revision,

@@ -10,7 +10,7 @@ use std::path::Path;
 use deepinfer_operator::acceptance::{engine, engine_io};
 use deepinfer_operator::contract::{self, Item, Presence};
 use deepinfer_operator::controller::build;
-use deepinfer_operator::controller::validate::validate;
+use deepinfer_operator::controller::gates::spec::validate::validate;
 
 fn document() -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/engine-contract.md");

@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use deepinfer_operator::api::{AcceptanceSpec, DeepInferDeployment};
-use deepinfer_operator::controller::validate::{validate_spec, DeviceLimits};
+use deepinfer_operator::controller::gates::spec::validate::{validate_spec, DeviceLimits};
 
 /// The `DeepInferDeployment`s among the YAML files directly in `dir`.
 fn samples_in(dir: &Path) -> Vec<(String, DeepInferDeployment)> {

@@ -362,7 +362,7 @@ impl Operator {
     pub async fn start_with_limits(
         ns: &str,
         licenses: &[&str],
-        limits: deepinfer_operator::controller::validate::DeviceLimits,
+        limits: deepinfer_operator::controller::gates::spec::validate::DeviceLimits,
     ) -> Self {
         Self::start_with(ns, licenses, |s| s.limits = limits).await
     }

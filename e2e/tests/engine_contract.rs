@@ -10,7 +10,7 @@ use std::process::Command;
 
 use deepinfer_operator::acceptance::{engine, engine_io, handoff};
 use deepinfer_operator::contract;
-use deepinfer_operator::controller::{build, validate::validate};
+use deepinfer_operator::controller::{build, gates::spec::validate::validate};
 
 const FAKE_ENGINE: &str = env!("CARGO_BIN_EXE_deepinfer-fake-engine");
 

@@ -342,7 +342,7 @@ async fn gpu_an_invalid_spec_stalls_alone_while_its_neighbour_converges() {
     // A fleet of 4-GPU nodes: the API server admits devicesPerPod 8 (the CRD's bound is the
     // largest node of any fleet), the operator, told its nodes' size, refuses it.
     let (client, ns, api) = setup("invalid").await;
-    let limits = deepinfer_operator::controller::validate::DeviceLimits {
+    let limits = deepinfer_operator::controller::gates::spec::validate::DeviceLimits {
         nvidia: 4,
         ..Default::default()
     };

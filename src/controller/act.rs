@@ -1,4 +1,4 @@
-//! Act stage: the one place a pass writes. A stage's plan (see [`super::plan`]) is a list of
+//! Act stage: the one place a pass writes. A stage's plan (see [`crate::controller::gates`]) is a list of
 //! [`Act`]s; [`Executor::run`] carries them out in order and stops at the first that fails, so
 //! that an act that depends on an earlier one (a group's pods on its PodGroup) never runs
 //! without it. Housekeeping acts (a finished Job's TTL, old evidence, warnings) are best effort:
@@ -25,14 +25,14 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::events::{Event, EventType};
 use kube::{Client, Resource, ResourceExt};
 
-use super::apply;
-use super::decide::entitlement::Mark;
-use super::decide::memory::JUDGEMENT_ANNOTATION;
-use super::decide::retention;
-use super::error::Error;
-use super::text::truncate;
 use crate::acceptance::placement::{Placement, PLACEMENT_ANNOTATION};
 use crate::api::{labels, Component, DeepInferRole, DeepInferRoleStatus};
+use crate::controller::apply;
+use crate::controller::error::Error;
+use crate::controller::gates::acceptance::memory::JUDGEMENT_ANNOTATION;
+use crate::controller::gates::housekeeping::retention;
+use crate::controller::gates::licence::entitlement::Mark;
+use crate::controller::text::truncate;
 
 /// A kind of object the operator writes (see [`Object`]).
 pub trait Kind: Resource + Sized {
@@ -341,9 +341,9 @@ fn deletable<K: Resource>(existing: &[K], chosen: impl Fn(&str) -> bool) -> Vec<
 
 /// Carries out the acts of one deployment's pass.
 pub struct Executor<'c> {
-    ctx: &'c super::context::Context,
+    ctx: &'c crate::controller::context::Context,
     client: &'c Client,
-    recorder: &'c super::events::Recorder,
+    recorder: &'c crate::controller::events::Recorder,
     namespace: String,
     name: String,
     uid: String,
@@ -353,7 +353,7 @@ pub struct Executor<'c> {
 impl<'c> Executor<'c> {
     /// An executor writing in the deployment's namespace, publishing events about it.
     pub fn new<K: Resource<DynamicType = ()>>(
-        ctx: &'c super::context::Context,
+        ctx: &'c crate::controller::context::Context,
         deployment: &K,
     ) -> Self {
         let meta = deployment.meta();
@@ -460,7 +460,7 @@ impl<'c> Executor<'c> {
         let params = PatchParams::apply(apply::FIELD_MANAGER).force();
         match api.patch_status(name, &params, &Patch::Apply(&patch)).await {
             Ok(written) => {
-                super::observe::note_written(&written);
+                crate::controller::observe::note_written(&written);
                 Ok(true)
             }
             Err(kube::Error::Api(e)) if e.code == 404 => Ok(false),

@@ -9,11 +9,11 @@ use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::build::applied_hash;
-use super::decide::entitlement::Mark;
-use super::error::Error;
-use super::observe::note_written;
 use crate::api::ACCEPTED_POD_CONDITION;
+use crate::controller::build::applied_hash;
+use crate::controller::error::Error;
+use crate::controller::gates::licence::entitlement::Mark;
+use crate::controller::observe::note_written;
 
 /// The one field manager the operator applies with.
 pub const FIELD_MANAGER: &str = "deepinfer-operator";

@@ -26,11 +26,11 @@ use kube::core::{ApiResource, DynamicResourceScope};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::build::{
-    APPLIED_HASH_ANNOTATION, ASCEND_910_ANNOTATION, ASCEND_NPU_ANNOTATION, JUDGES_ANNOTATION,
-};
 use crate::api::{
     labels, DeepInferRole, DeepInferRoleSpec, DeepInferRoleStatus, ACCEPTED_POD_CONDITION,
+};
+use crate::controller::build::{
+    APPLIED_HASH_ANNOTATION, ASCEND_910_ANNOTATION, ASCEND_NPU_ANNOTATION, JUDGES_ANNOTATION,
 };
 
 /// The label the Job controller sets on its pods, naming their Job.

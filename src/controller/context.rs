@@ -11,10 +11,10 @@ use kube::runtime::reflector::ObjectRef;
 use kube::Client;
 use tracing::info;
 
-use super::cached::CachedDeployment;
-use super::error::Error;
-use super::validate::DeviceLimits;
-use super::{build, decide, events, observe, outage, placement};
+use crate::controller::cached::CachedDeployment;
+use crate::controller::error::Error;
+use crate::controller::gates::spec::validate::DeviceLimits;
+use crate::controller::{build, events, gates, observe, outage, placement};
 
 /// `run` arguments.
 #[derive(Args, Debug, Clone)]
@@ -36,7 +36,7 @@ pub struct RunArgs {
     /// Hub endpoints a fetch Job may download from and send a hub token to (comma-separated);
     /// a spec naming another endpoint is refused (`HubEndpointNotAllowed`). Compared without
     /// case in scheme and host, default port or trailing `/`.
-    #[arg(long, env = "DEEPINFER_ALLOWED_HUB_ENDPOINTS", value_delimiter = ',', default_value = super::decide::references::DEFAULT_HUB_ENDPOINT)]
+    #[arg(long, env = "DEEPINFER_ALLOWED_HUB_ENDPOINTS", value_delimiter = ',', default_value = crate::controller::gates::spec::references::DEFAULT_HUB_ENDPOINT)]
     pub allowed_hub_endpoints: Vec<String>,
     /// Image of this operator, used for its own Jobs (fetch, verify, the acceptance judge) and the injection into the engine image.
     #[arg(long, env = "DEEPINFER_OPERATOR_IMAGE", default_value = concat!("deepinfer-operator:", env!("CARGO_PKG_VERSION")))]
@@ -59,11 +59,11 @@ pub struct RunArgs {
     pub verify_deadline_seconds: i64,
     /// Evidence ConfigMaps kept per DeepInferDeployment (the newest, and always the one its
     /// status points at); older ones are deleted when a new judgement is recorded.
-    #[arg(long, env = "DEEPINFER_KEEP_EVIDENCE", default_value_t = decide::retention::DEFAULT_KEEP_EVIDENCE, value_parser = clap::value_parser!(u16).range(1..))]
+    #[arg(long, env = "DEEPINFER_KEEP_EVIDENCE", default_value_t = gates::housekeeping::retention::DEFAULT_KEEP_EVIDENCE, value_parser = clap::value_parser!(u16).range(1..))]
     pub keep_evidence: u16,
     /// `ttlSecondsAfterFinished` of finished Jobs: given at creation from an hour
     /// (`TTL_AT_CREATION_MIN`), a shorter one once the Job's verdict is in status.
-    #[arg(long, env = "DEEPINFER_FINISHED_JOB_TTL_SECONDS", default_value_t = decide::retention::DEFAULT_FINISHED_JOB_TTL_SECONDS, value_parser = clap::value_parser!(i32).range(0..))]
+    #[arg(long, env = "DEEPINFER_FINISHED_JOB_TTL_SECONDS", default_value_t = gates::housekeeping::retention::DEFAULT_FINISHED_JOB_TTL_SECONDS, value_parser = clap::value_parser!(i32).range(0..))]
     pub finished_job_ttl_seconds: i32,
     /// Gang scheduling of multi-pod groups: `auto` makes every serving group and multi-pod
     /// acceptance run a `scheduling.k8s.io/v1beta1` PodGroup where the API server serves it,
@@ -225,7 +225,7 @@ pub struct Context {
     /// Deadlines of the fetch and verify Jobs.
     pub job_deadlines: build::JobDeadlines,
     /// What is kept of evidence and finished Jobs.
-    pub retention: decide::retention::Retention,
+    pub retention: gates::housekeeping::retention::Retention,
     /// Mutating requests (everything but GET/LIST/WATCH) this controller sent.
     pub writes: Arc<AtomicU64>,
     /// Reconcile passes run.
@@ -251,9 +251,9 @@ pub struct Context {
     /// Where the verdict key is kept (namespace, name).
     pub verdict_key_secret: (String, String),
     /// The verdict key, once read (or created).
-    pub verdict_key: tokio::sync::OnceCell<super::proof::VerdictKey>,
+    pub verdict_key: tokio::sync::OnceCell<crate::controller::gates::acceptance::proof::VerdictKey>,
     /// Acceptance runs admitted and waiting under that limit.
-    pub acceptance_queue: std::sync::Mutex<decide::fleet::Queue>,
+    pub acceptance_queue: std::sync::Mutex<gates::acceptance::fleet::Queue>,
     /// Whether this instance may write (set once it leads; open without leader election).
     pub fence: std::sync::OnceLock<crate::leader::Fence>,
     /// The watchdog's latest retry per (resource UID, role): the pass after a deletion may
@@ -266,7 +266,7 @@ pub struct Context {
     /// at its status write, so it waits for the store instead.
     pub status_written: std::sync::Mutex<std::collections::HashMap<String, u64>>,
     /// When this process last wrote each resource's status (`namespace/name`): a change of
-    /// progress alone (`status::only_progress_differs`) waits [`super::status::PROGRESS_HOLD`]
+    /// progress alone (`status::only_progress_differs`) waits [`crate::controller::status::PROGRESS_HOLD`]
     /// after it.
     status_written_at: std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>,
     /// Resources whose pass could not reach the API server, reconciled once it answers.
@@ -297,7 +297,7 @@ impl Context {
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         if at.len() >= 1024 {
-            at.retain(|_, t| now.duration_since(*t) < super::status::PROGRESS_HOLD);
+            at.retain(|_, t| now.duration_since(*t) < crate::controller::status::PROGRESS_HOLD);
         }
         at.insert(key.to_string(), now);
     }
@@ -309,7 +309,7 @@ impl Context {
             .status_written_at
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        let left = super::status::PROGRESS_HOLD.checked_sub(at.get(key)?.elapsed());
+        let left = crate::controller::status::PROGRESS_HOLD.checked_sub(at.get(key)?.elapsed());
         if left.is_none() {
             at.remove(key);
         }
@@ -342,21 +342,24 @@ impl Context {
 
     /// The key the operator's judgements are proved with, read from its Secret once, or
     /// created there when missing (a write: only by a replica that may write).
-    pub async fn verdict_key(&self) -> Result<&super::proof::VerdictKey, Error> {
+    pub async fn verdict_key(
+        &self,
+    ) -> Result<&crate::controller::gates::acceptance::proof::VerdictKey, Error> {
         let (ns, name) = &self.verdict_key_secret;
         let failed = |verb, e| Error::api(verb, "Secret", &format!("{ns}/{name}"), e);
         self.verdict_key
             .get_or_try_init(|| async {
-                if let Some(key) = super::proof::load(&self.client, ns, name)
-                    .await
-                    .map_err(|e| failed("get", e))?
+                if let Some(key) =
+                    crate::controller::gates::acceptance::proof::load(&self.client, ns, name)
+                        .await
+                        .map_err(|e| failed("get", e))?
                 {
                     return Ok(key);
                 }
                 if !self.may_write() {
                     return Err(Error::NotLeading);
                 }
-                super::proof::create(&self.client, ns, name)
+                crate::controller::gates::acceptance::proof::create(&self.client, ns, name)
                     .await
                     .map_err(|e| failed("create", e))
             })
@@ -411,7 +414,7 @@ pub struct Settings {
     /// Deadlines of the fetch and verify Jobs.
     pub job_deadlines: build::JobDeadlines,
     /// What is kept of evidence and finished Jobs.
-    pub retention: decide::retention::Retention,
+    pub retention: gates::housekeeping::retention::Retention,
     /// Gang scheduling as asked.
     pub gang_scheduling: placement::GangScheduling,
     /// How long a group may stay partly placed.
@@ -425,7 +428,7 @@ pub struct Settings {
     /// What a closed licence gate does to the pods.
     pub license_withdrawal: LicenseWithdrawal,
     /// The Secret holding the verdict key, `NAME` or `NAMESPACE/NAME` (`--verdict-key-secret`);
-    /// `None`: [`super::proof::DEFAULT_SECRET_NAME`].
+    /// `None`: [`crate::controller::gates::acceptance::proof::DEFAULT_SECRET_NAME`].
     pub verdict_key_secret: Option<String>,
 }
 
@@ -434,7 +437,9 @@ impl Settings {
     /// namespace (`POD_NAMESPACE`), else the first watched namespace, else `default`.
     pub fn verdict_key_secret(&self) -> (String, String) {
         let given = self.verdict_key_secret.clone();
-        let given = given.unwrap_or_else(|| super::proof::DEFAULT_SECRET_NAME.to_string());
+        let given = given.unwrap_or_else(|| {
+            crate::controller::gates::acceptance::proof::DEFAULT_SECRET_NAME.to_string()
+        });
         if let Some((ns, name)) = given.split_once('/') {
             return (ns.to_string(), name.to_string());
         }
@@ -474,11 +479,13 @@ impl Settings {
         Self {
             namespaces: Namespaces::one(namespace),
             accepted_licenses,
-            allowed_hub_endpoints: vec![super::decide::references::DEFAULT_HUB_ENDPOINT.into()],
+            allowed_hub_endpoints: vec![
+                crate::controller::gates::spec::references::DEFAULT_HUB_ENDPOINT.into(),
+            ],
             operator_image: concat!("deepinfer-operator:", env!("CARGO_PKG_VERSION")).into(),
             limits: DeviceLimits::default(),
             job_deadlines: build::JobDeadlines::default(),
-            retention: decide::retention::Retention::default(),
+            retention: gates::housekeeping::retention::Retention::default(),
             gang_scheduling: placement::GangScheduling::Auto,
             partial_group_timeout: DEFAULT_PARTIAL_GROUP_TIMEOUT,
             max_concurrent_reconciles: DEFAULT_MAX_CONCURRENT_RECONCILES,
@@ -517,7 +524,7 @@ impl From<&RunArgs> for Settings {
                 fetch_seconds: a.fetch_deadline_seconds,
                 verify_seconds: a.verify_deadline_seconds,
             },
-            retention: decide::retention::Retention {
+            retention: gates::housekeeping::retention::Retention {
                 keep_evidence: a.keep_evidence,
                 finished_job_ttl_seconds: a.finished_job_ttl_seconds,
             },

@@ -4,7 +4,7 @@
 //!
 //! Owned objects come from [`Caches`]: one watch per kind over the operator's objects
 //! (label `app.kubernetes.io/managed-by=deepinfer-operator`), decoded into the slimmer shapes of
-//! [`super::cached`], which keep only the fields the decide, build and status code reads, and
+//! [`crate::controller::cached`], which keep only the fields the decide, build and status code reads, and
 //! stored once each in a [`Cache`] that finds them by name and by owner. A pass reads no list;
 //! it waits only until every store has its first full list. The checkpoint's
 //! PersistentVolumeClaim comes from a store of every claim in scope, cut down to its name and
@@ -24,7 +24,7 @@
 //! TTL controller removes it and its pods), are left out of the pod cache ([`DoneJobs`]): no pass
 //! reads them again. A pass that reads such a Job again (its verdict is wanted once more) takes
 //! it out of [`DoneJobs`], and its pods are read from the API server until their events bring
-//! them back (see [`crate::controller::decide::jobs::needs_fresh_pods`]).
+//! them back (see [`crate::controller::gates::jobs::needs_fresh_pods`]).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -43,12 +43,12 @@ use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
-use super::cached::{
+use crate::api::{labels, Component, DeepInferDeployment, DeepInferRole};
+use crate::controller::cached::{
     Cached, CachedClaim, CachedJob, CachedMeta, CachedPod, CachedPodGroup, CachedRevision,
     CachedRole, Incoming, KeptLabel, JOB_NAME_LABEL,
 };
-use super::error::Error;
-use crate::api::{labels, Component, DeepInferDeployment, DeepInferRole};
+use crate::controller::error::Error;
 
 /// The owned objects of one resource, as read at the start of a pass.
 #[derive(Clone, Debug, Default)]
@@ -84,7 +84,7 @@ pub struct Observed {
     pub scaled_roles: Vec<DeepInferRole>,
     /// Metadata of the Secrets and ConfigMaps the spec would hand on (the hub token, what
     /// engine containers read), read by a metadata-only GET: `None` where one does not exist.
-    pub referenced: super::decide::references::Seen,
+    pub referenced: crate::controller::gates::spec::references::Seen,
 }
 
 /// The pods of the Job `job` as the API server has them now (a list straight from it, not the
@@ -474,9 +474,9 @@ impl Caches {
     }
 
     /// The acceptance runs under way in the operator's scope (see
-    /// [`crate::controller::decide::fleet::run_key`]; every Job of a run carries its key in the
+    /// [`crate::controller::gates::acceptance::fleet::run_key`]; every Job of a run carries its key in the
     /// `deepinfer.io/judges` annotation): runs with an acceptance Job that has not finished.
-    pub fn acceptance_runs(&self) -> crate::controller::decide::fleet::Runs {
+    pub fn acceptance_runs(&self) -> crate::controller::gates::acceptance::fleet::Runs {
         let jobs: Vec<Job> = self
             .jobs
             .read()
@@ -484,7 +484,7 @@ impl Caches {
             .iter()
             .map(|e| Kept(e.0.clone()).to_api())
             .collect();
-        let mut runs = crate::controller::decide::fleet::Runs::default();
+        let mut runs = crate::controller::gates::acceptance::fleet::Runs::default();
         for j in jobs
             .iter()
             .filter(|j| Component::of(j.labels()) == Some(Component::Acceptance))
@@ -494,14 +494,14 @@ impl Caches {
                 .get(crate::controller::build::JUDGES_ANNOTATION)
                 .zip(j.labels().get(labels::DEPLOYMENT))
                 .map(|(key, deployment)| {
-                    crate::controller::decide::fleet::run_key(
+                    crate::controller::gates::acceptance::fleet::run_key(
                         &j.namespace().unwrap_or_default(),
                         deployment,
                         key,
                     )
                 });
             let Some(key) = key else { continue };
-            if !crate::controller::decide::retention::finished(j) {
+            if !crate::controller::gates::housekeeping::retention::finished(j) {
                 runs.under_way.insert(key.clone());
             }
             runs.seen.insert(key);
@@ -657,7 +657,7 @@ pub struct CacheWriter<K> {
 
 /// The Jobs (by uid) whose pods the pod cache leaves out: finished, their verdict in status,
 /// and given a time to live, so that no pass reads their pods again and the TTL controller
-/// removes them (see [`crate::controller::plan::housekeeping::uncache`]). A Job leaves the set when a
+/// removes them (see [`crate::controller::gates::housekeeping::uncache`]). A Job leaves the set when a
 /// pass reads it again, when it is deleted, or when a relist of Jobs no longer has it.
 #[derive(Debug, Default)]
 pub struct DoneJobs(std::sync::RwLock<HashSet<Box<str>>>);
@@ -946,7 +946,7 @@ impl<K: Cached> Cache<K> {
 struct Kept<K>(Arc<K>);
 
 impl<K: Cached> Kept<K> {
-    fn slim(&self) -> &super::cached::Slim {
+    fn slim(&self) -> &crate::controller::cached::Slim {
         self.0.slim()
     }
 
@@ -1024,10 +1024,12 @@ async fn referenced(
     client: &Client,
     ns: &str,
     spec: &crate::api::DeepInferDeploymentSpec,
-) -> Result<super::decide::references::Seen, Error> {
-    use super::decide::references::{engine_references, hub_token_reference, Kind};
+) -> Result<crate::controller::gates::spec::references::Seen, Error> {
+    use crate::controller::gates::spec::references::{
+        engine_references, hub_token_reference, Kind,
+    };
     use k8s_openapi::api::core::v1::Secret;
-    let mut seen = super::decide::references::Seen::new();
+    let mut seen = crate::controller::gates::spec::references::Seen::new();
     for r in hub_token_reference(spec)
         .into_iter()
         .chain(engine_references(spec))
@@ -1187,9 +1189,9 @@ impl Observed {
 
 #[cfg(test)]
 mod tests {
-    use super::super::cached::LAST_APPLIED;
     use super::*;
-    use crate::controller::{build, decide, placement, pods};
+    use crate::controller::cached::LAST_APPLIED;
+    use crate::controller::{build, gates, placement, pods};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
     fn meta_with_noise(extra: serde_json::Value) -> serde_json::Value {
@@ -1288,20 +1290,20 @@ mod tests {
         let full = ended_pod();
         let trimmed = cached(&full);
         assert_eq!(
-            decide::jobs::pod_trouble(&trimmed),
-            decide::jobs::pod_trouble(&full)
+            gates::jobs::pod_trouble(&trimmed),
+            gates::jobs::pod_trouble(&full)
         );
         assert_eq!(
-            decide::jobs::containers_ended(&[&trimmed]),
-            decide::jobs::containers_ended(&[&full])
+            gates::jobs::containers_ended(&[&trimmed]),
+            gates::jobs::containers_ended(&[&full])
         );
         assert_eq!(
-            decide::jobs::termination_message([&trimmed].into_iter(), "engine"),
+            gates::jobs::termination_message([&trimmed].into_iter(), "engine"),
             Some("killed".to_string())
         );
         assert_eq!(
-            decide::jobs::started_at(&trimmed, "engine"),
-            decide::jobs::started_at(&full, "engine")
+            gates::jobs::started_at(&trimmed, "engine"),
+            gates::jobs::started_at(&full, "engine")
         );
         let status = |p: &Pod| {
             let s = p.status.clone().expect("status");
@@ -1343,20 +1345,20 @@ mod tests {
         );
         assert!(pods::pod_ready(&trimmed) && pods::is_accepted(&trimmed));
         assert_eq!(
-            decide::jobs::pod_trouble(&trimmed),
-            decide::jobs::pod_trouble(&full)
+            gates::jobs::pod_trouble(&trimmed),
+            gates::jobs::pod_trouble(&full)
         );
         assert_eq!(
-            decide::jobs::unschedulable(&trimmed),
-            decide::jobs::unschedulable(&full)
+            gates::jobs::unschedulable(&trimmed),
+            gates::jobs::unschedulable(&full)
         );
         assert_eq!(
-            decide::jobs::started_at(&trimmed, "engine"),
-            decide::jobs::started_at(&full, "engine")
+            gates::jobs::started_at(&trimmed, "engine"),
+            gates::jobs::started_at(&full, "engine")
         );
         assert_eq!(
-            decide::jobs::containers_ended(&[&trimmed]),
-            decide::jobs::containers_ended(&[&full])
+            gates::jobs::containers_ended(&[&trimmed]),
+            gates::jobs::containers_ended(&[&full])
         );
         assert_eq!(
             placement::partial_placement(&[&trimmed], 2),
@@ -1422,11 +1424,11 @@ mod tests {
         assert_eq!(read(&full).1.len(), 2);
         for state in [build::JUDGE_CONTAINER, "other"] {
             assert_eq!(
-                format!("{:?}", decide::jobs::state_of(Some(&trimmed), &[], state)),
-                format!("{:?}", decide::jobs::state_of(Some(&full), &[], state))
+                format!("{:?}", gates::jobs::state_of(Some(&trimmed), &[], state)),
+                format!("{:?}", gates::jobs::state_of(Some(&full), &[], state))
             );
         }
-        assert!(decide::retention::finished(&trimmed));
+        assert!(gates::housekeeping::retention::finished(&trimmed));
         assert_eq!(
             build::evidence_of_job("flash", &trimmed),
             build::evidence_of_job("flash", &full)
@@ -1438,8 +1440,8 @@ mod tests {
             build::templates_in_use(template(&full).as_ref())
         );
         assert_eq!(
-            decide::retention::jobs_to_expire(std::slice::from_ref(&trimmed), &[]),
-            decide::retention::jobs_to_expire(std::slice::from_ref(&full), &[])
+            gates::housekeeping::retention::jobs_to_expire(std::slice::from_ref(&trimmed), &[]),
+            gates::housekeeping::retention::jobs_to_expire(std::slice::from_ref(&full), &[])
         );
         assert!(template(&trimmed).is_some_and(|p| p.containers[0].env.is_none()));
         // What the Job judges is read from the cache: a Job made for this run is not foreign.
@@ -1449,10 +1451,10 @@ mod tests {
         };
         let key = build::AcceptanceNames::new("flash", "r1", "").key;
         assert_eq!(
-            decide::jobs::foreign_job(&observed, "flash-accept-0", &key),
+            gates::jobs::foreign_job(&observed, "flash-accept-0", &key),
             None
         );
-        assert!(decide::jobs::foreign_job(&observed, "flash-accept-0", "another-key").is_some());
+        assert!(gates::jobs::foreign_job(&observed, "flash-accept-0", "another-key").is_some());
     }
 
     #[test]

@@ -7,12 +7,12 @@ use std::collections::HashSet;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use super::cached::CachedDeployment;
+use crate::controller::cached::CachedDeployment;
 use futures::channel::mpsc;
 use kube::runtime::reflector::ObjectRef;
 use kube::Client;
 
-use super::error::Error;
+use crate::controller::error::Error;
 
 /// How often the API server is asked whether it answers again while resources wait for it.
 const PROBE_INTERVAL: Duration = Duration::from_millis(500);

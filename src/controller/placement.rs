@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 
-use super::decide::jobs::unschedulable_of;
+use crate::controller::gates::jobs::unschedulable_of;
 
 /// API group and version of the native gang-scheduling API.
 pub const POD_GROUP_API: &str = "scheduling.k8s.io/v1beta1";

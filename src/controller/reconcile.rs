@@ -21,23 +21,25 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use tracing::warn;
 
-use super::act::{Act, Executor};
-use super::cached::CachedDeployment;
-use super::context::{Context, LicenseWithdrawal};
-use super::decide::{self, entitlement, fleet::Admission, memory, rejected::rejected_gate};
-use super::error::Error;
-use super::observe::{self, observe, pods_of_job_now, Observed};
-use super::plan::{self, acceptance::Run, spec::SpecFound, Settings};
-use super::status::{self, Gate, LicenceSeen, Outcome};
-use super::text::{phase_key, truncate};
-use super::validate::{license_gate, LicenseVerdict};
-use super::validated::ValidatedDeployment;
-use super::{apply, build, outage};
 use crate::api::api_resource;
 use crate::api::{
     record_judgement, DeepInferDeployment, DeepInferDeploymentStatus, Reason,
     LICENSE_ACCEPTED_ANNOTATION,
 };
+use crate::controller::act::{Act, Executor};
+use crate::controller::cached::CachedDeployment;
+use crate::controller::context::{Context, LicenseWithdrawal};
+use crate::controller::error::Error;
+use crate::controller::gates::acceptance::{fleet::Admission, memory};
+use crate::controller::gates::licence::entitlement;
+use crate::controller::gates::rejected::rejected_gate;
+use crate::controller::gates::spec::validate::{license_gate, LicenseVerdict};
+use crate::controller::gates::{self, acceptance::Run, spec::SpecFound, Settings};
+use crate::controller::observe::{self, observe, pods_of_job_now, Observed};
+use crate::controller::status::{self, Gate, LicenceSeen, Outcome};
+use crate::controller::text::{phase_key, truncate};
+use crate::controller::validated::ValidatedDeployment;
+use crate::controller::{apply, build, outage};
 
 pub(crate) fn error_policy(obj: Arc<CachedDeployment>, err: &Error, ctx: Arc<Context>) -> Action {
     ctx.metrics.reconcile_failed(err.metric_label());
@@ -87,9 +89,9 @@ async fn reconcile_pass(obj: Arc<CachedDeployment>, ctx: Arc<Context>) -> Result
     let mut raw = obj.to_value(&api_resource()).map_err(Error::Serde)?;
     // The status is read on its own, as far as it can be: a status this release cannot read
     // whole never makes the resource unreadable, and its judgements are recalled (see
-    // `decide::memory`).
+    // `gates::acceptance::memory`).
     let stored = raw.as_object_mut().and_then(|o| o.remove("status"));
-    let (previous, status_whole) = decide::memory::read_status(stored.as_ref());
+    let (previous, status_whole) = gates::acceptance::memory::read_status(stored.as_ref());
     let did: DeepInferDeployment = match serde_json::from_value(raw) {
         Ok(d) => d,
         Err(e) => {
@@ -111,7 +113,7 @@ async fn reconcile_pass(obj: Arc<CachedDeployment>, ctx: Arc<Context>) -> Result
     }
     let (outcome, next) = pass(&did, previous.as_ref(), status_whole, &ctx).await?;
     let held = write_status(&ctx, &obj, &ns, previous.as_ref(), &outcome).await?;
-    Ok(match plan::earliest(next, held) {
+    Ok(match gates::earliest(next, held) {
         Some(after) => Action::requeue(after),
         None => Action::await_change(),
     })
@@ -257,9 +259,9 @@ pub async fn pass(
     let mut p = Pass::read(ctx, did, previous, status_whole, pod_groups).await?;
     let mut outcome = p.first_outcome(did, previous);
     // Each role's group count: the spec's, or its DeepInferRole's for a role scaled externally.
-    let scaled = plan::scaling::scaled(did, &p.observed.scaled_roles, ctx.scaled_roles().await?);
+    let scaled = gates::scaling::scaled(did, &p.observed.scaled_roles, ctx.scaled_roles().await?);
     let spec = match &scaled {
-        Ok(s) => plan::spec::spec(
+        Ok(s) => gates::spec::spec(
             &s.did,
             &ctx.limits,
             pod_groups,
@@ -277,7 +279,7 @@ pub async fn pass(
     outcome.withdrawn = p.enforce().await?;
     if !open {
         p.exec
-            .run(&plan::checkpoint::stop_fetching(&p.observed))
+            .run(&gates::checkpoint::stop_fetching(&p.observed))
             .await?;
     }
     let valid = match spec {
@@ -286,7 +288,7 @@ pub async fn pass(
             // The licence stop is carried out whatever the spec says: nothing of the spec is
             // needed to delete every pod and run.
             if !open && p.settings.license_withdrawal == LicenseWithdrawal::Stop {
-                p.exec.run(&plan::workers::stop_all(&p.observed)).await?;
+                p.exec.run(&gates::workers::stop_all(&p.observed)).await?;
             }
             outcome.spec = gate;
             return Ok((outcome, after));
@@ -309,16 +311,16 @@ pub async fn pass(
         .await
     {
         outcome.workers = p.workers_failed(&e);
-        retry = retry.or(plan::retry_after(&outcome.workers));
+        retry = retry.or(gates::retry_after(&outcome.workers));
     }
-    let keep = plan::housekeeping::unjudged_jobs(&valid, previous, &p.observed, judged.leader);
+    let keep = gates::housekeeping::unjudged_jobs(&valid, previous, &p.observed, judged.leader);
     let ttl = p.settings.retention.finished_job_ttl_seconds;
     // Housekeeping: failures are logged, never a failed pass.
     let _ = p
         .exec
-        .run(&plan::housekeeping::tidy(&p.observed, &keep, ttl))
+        .run(&gates::housekeeping::tidy(&p.observed, &keep, ttl))
         .await;
-    Ok((outcome.clone(), Some(plan::next_look(&outcome, retry))))
+    Ok((outcome.clone(), Some(gates::next_look(&outcome, retry))))
 }
 
 /// What the judging stages left for the rest of the pass.
@@ -409,7 +411,10 @@ impl<'c> Pass<'c> {
         self.end_superseded(did, &run, outcome).await;
         if let Err(e) = self
             .exec
-            .run(&plan::claims::claim_templates(did, &self.observed))
+            .run(&gates::workers::claims::claim_templates(
+                did,
+                &self.observed,
+            ))
             .await
         {
             judged.stalled = Some(rejected_gate(&e).ok_or(e)?);
@@ -422,17 +427,17 @@ impl<'c> Pass<'c> {
             }
             Err(e) => {
                 outcome.checkpoint = self.api_failure(&e);
-                judged.retry = plan::retry_after(&outcome.checkpoint);
+                judged.retry = gates::retry_after(&outcome.checkpoint);
             }
         }
         if did.spec.suspend {
-            let plan = plan::acceptance::suspended(&self.observed);
+            let plan = gates::acceptance::suspended(&self.observed);
             outcome.acceptance = match self.exec.run(&plan.acts).await {
                 Ok(_) => plan.found.gate,
                 Err(e) => {
                     // Only an API failure is retried soon; a held gate waits for a change.
                     let gate = self.api_failure(&e);
-                    judged.retry = judged.retry.or(plan::retry_after(&gate));
+                    judged.retry = judged.retry.or(gates::retry_after(&gate));
                     gate
                 }
             };
@@ -445,7 +450,7 @@ impl<'c> Pass<'c> {
                 }
                 Err(e) => {
                     outcome.acceptance = self.api_failure(&e);
-                    judged.retry = judged.retry.or(plan::retry_after(&outcome.acceptance));
+                    judged.retry = judged.retry.or(gates::retry_after(&outcome.acceptance));
                 }
             }
         }
@@ -475,7 +480,7 @@ impl<'c> Pass<'c> {
         run: &Run,
         outcome: &mut Outcome,
     ) {
-        let plan = plan::acceptance::superseded(
+        let plan = gates::acceptance::superseded(
             did,
             &self.observed,
             &run.names.key,
@@ -512,12 +517,12 @@ impl<'c> Pass<'c> {
         &self,
         did: &ValidatedDeployment,
         previous: Option<&DeepInferDeploymentStatus>,
-    ) -> Result<plan::checkpoint::Found, Error> {
-        let fresh = match plan::checkpoint::verify_to_read(did, previous, &self.observed) {
+    ) -> Result<gates::checkpoint::Found, Error> {
+        let fresh = match gates::checkpoint::verify_to_read(did, previous, &self.observed) {
             Some(job) => Some(self.pods_of_job_now(&did.namespace, &job).await?),
             None => None,
         };
-        let plan = plan::checkpoint::checkpoint(
+        let plan = gates::checkpoint::checkpoint(
             did,
             previous,
             &self.observed,
@@ -533,14 +538,18 @@ impl<'c> Pass<'c> {
         did: &ValidatedDeployment,
         revision: &str,
         run: &Run,
-    ) -> Result<plan::acceptance::Found, Error> {
-        let fresh =
-            match plan::acceptance::leader_to_read(did, run, &self.observed, &self.known, revision)
-            {
-                Some(job) => Some(self.pods_of_job_now(&did.namespace, &job).await?),
-                None => None,
-            };
-        let input = plan::acceptance::Input {
+    ) -> Result<gates::acceptance::Found, Error> {
+        let fresh = match gates::acceptance::leader_to_read(
+            did,
+            run,
+            &self.observed,
+            &self.known,
+            revision,
+        ) {
+            Some(job) => Some(self.pods_of_job_now(&did.namespace, &job).await?),
+            None => None,
+        };
+        let input = gates::acceptance::Input {
             did,
             revision,
             run,
@@ -549,7 +558,8 @@ impl<'c> Pass<'c> {
             settings: self.settings,
             now: self.now,
         };
-        let plan = plan::acceptance::acceptance(&input, &self.observed, &mut |run| self.admit(run));
+        let plan =
+            gates::acceptance::acceptance(&input, &self.observed, &mut |run| self.admit(run));
         self.exec.run(&plan.acts).await?;
         Ok(plan.found)
     }
@@ -569,7 +579,7 @@ impl<'c> Pass<'c> {
 
     /// Takes the acceptance stage's finding into the outcome; a judgement made in this pass is
     /// recorded (and counted) now that its acts are done.
-    fn take(&mut self, found: plan::acceptance::Found, outcome: &mut Outcome) {
+    fn take(&mut self, found: gates::acceptance::Found, outcome: &mut Outcome) {
         outcome.acceptance = found.gate;
         if let Some(status) = found.status {
             outcome.acceptance_status = Some(status);
@@ -601,7 +611,7 @@ impl<'c> Pass<'c> {
         }
         let mut stopped_runs = 0;
         if stop {
-            let (acts, n) = plan::acceptance::stop_running(&self.observed);
+            let (acts, n) = gates::acceptance::stop_running(&self.observed);
             self.exec.run(&acts).await?;
             stopped_runs = n;
         }
@@ -626,7 +636,7 @@ impl<'c> Pass<'c> {
         outcome: &mut Outcome,
     ) -> Result<(), Error> {
         let remembered = self.remembered(did);
-        let input = plan::workers::Input {
+        let input = gates::workers::Input {
             did,
             target: revision,
             known: &self.known,
@@ -638,13 +648,13 @@ impl<'c> Pass<'c> {
             settings: self.settings,
             now: self.now,
         };
-        let plan = plan::workers::workers(&input, &self.observed);
+        let plan = gates::workers::workers(&input, &self.observed);
         self.remember(did, &plan.found.retries);
-        outcome.workers = plan::withdrawn_or(outcome.withdrawn.as_ref(), plan.found.gate);
+        outcome.workers = gates::withdrawn_or(outcome.withdrawn.as_ref(), plan.found.gate);
         outcome.roles = plan.found.roles;
         outcome.wake_after = plan.found.wake;
         self.exec.run(&plan.acts).await?;
-        let scaling = plan::scaling::keep(
+        let scaling = gates::scaling::keep(
             did,
             &outcome.roles,
             &self.observed.scaled_roles,
@@ -654,7 +664,7 @@ impl<'c> Pass<'c> {
     }
 
     /// This operator's placement retry records of the deployment's roles.
-    fn remembered(&self, did: &ValidatedDeployment) -> BTreeMap<String, plan::workers::Retry> {
+    fn remembered(&self, did: &ValidatedDeployment) -> BTreeMap<String, gates::workers::Retry> {
         let uid = did.uid().unwrap_or_default();
         let Ok(memory) = self.ctx.placement_retries.lock() else {
             return BTreeMap::new();
@@ -672,7 +682,7 @@ impl<'c> Pass<'c> {
     fn remember(
         &self,
         did: &ValidatedDeployment,
-        retries: &[(String, Option<plan::workers::Retry>)],
+        retries: &[(String, Option<gates::workers::Retry>)],
     ) {
         let uid = did.uid().unwrap_or_default();
         if let Ok(mut memory) = self.ctx.placement_retries.lock() {
@@ -743,7 +753,7 @@ async fn recall(
     previous: Option<&DeepInferDeploymentStatus>,
     status_whole: bool,
     observed: &Observed,
-    key: &crate::controller::proof::VerdictKey,
+    key: &crate::controller::gates::acceptance::proof::VerdictKey,
     uid: &str,
 ) -> Result<DeepInferDeploymentStatus, Error> {
     let mut known = previous.cloned().unwrap_or_default();

@@ -19,7 +19,7 @@ pub fn phase_key(namespace: &str, name: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::truncate;
+    use crate::controller::text::truncate;
 
     #[test]
     fn truncate_cuts_on_a_character_boundary_and_marks_the_cut() {

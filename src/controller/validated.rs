@@ -1,5 +1,5 @@
 //! The deployment the builders take: a resource whose name and spec passed validation
-//! ([`crate::controller::validate::validate`] makes it), with what validation established kept
+//! ([`crate::controller::gates::spec::validate::validate`] makes it), with what validation established kept
 //! as plain fields.
 
 use crate::api::DeepInferDeployment;
@@ -52,7 +52,7 @@ impl ValidatedDeployment {
     }
 
     /// The same resource, whose engines read the Secrets and ConfigMaps `served` (see
-    /// [`crate::controller::decide::references::served_content`]).
+    /// [`crate::controller::gates::spec::references::served_content`]).
     pub fn reading(mut self, served: Vec<(String, String, String, String)>) -> Self {
         self.served = served;
         self

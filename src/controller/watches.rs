@@ -13,15 +13,15 @@ use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Client, Resource, ResourceExt};
 use tracing::{info, warn};
 
-use super::cached::{self, Cached, CachedDeployment, Incoming};
-use super::context::{Context, Namespaces};
-use super::error::Error;
-use super::merged::Merged;
-use super::reconcile::{error_policy, reconcile};
-use super::text::phase_key;
-use super::{decide, observe, placement};
 use crate::api::api_resource;
 use crate::api::labels;
+use crate::controller::cached::{self, Cached, CachedDeployment, Incoming};
+use crate::controller::context::{Context, Namespaces};
+use crate::controller::error::Error;
+use crate::controller::merged::Merged;
+use crate::controller::reconcile::{error_policy, reconcile};
+use crate::controller::text::phase_key;
+use crate::controller::{gates, observe, placement};
 
 /// What every watch of one controller loop shares, resolved once before any watch starts.
 struct Scope {
@@ -407,7 +407,7 @@ fn of_job(meta: &kube::core::ObjectMeta) -> bool {
 
 /// Which pod events are news for a pass. Every event of a pod that is not a Job's is. A Job's
 /// status says nothing of a pod that cannot make progress without a person (its image, its
-/// configuration, no place to run: [`decide::jobs::pod_trouble`]), so a Job's pod's event is
+/// configuration, no place to run: [`gates::jobs::pod_trouble`]), so a Job's pod's event is
 /// news when the pod enters such trouble, changes its kind of trouble, or leaves it; the rest of
 /// its life shows in its Job's status. The scheduler rewrites an unschedulable pod's message on
 /// every retry; those rewrites are not news. Remembers the trouble of the Job pods that are in
@@ -427,7 +427,7 @@ impl JobPodNews {
         );
         let trouble = match meta.deletion_timestamp {
             Some(_) => None,
-            None => decide::jobs::pod_trouble(&pod.shape().to_api()).map(|t| t.reason),
+            None => gates::jobs::pod_trouble(&pod.shape().to_api()).map(|t| t.reason),
         };
         let mut seen = self.0.lock().unwrap_or_else(|e| e.into_inner());
         match trouble {

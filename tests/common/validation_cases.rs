@@ -5,7 +5,7 @@
 #![allow(dead_code)]
 
 use deepinfer_operator::api::DeepInferDeploymentSpec;
-use deepinfer_operator::controller::validate::{
+use deepinfer_operator::controller::gates::spec::validate::{
     validate, validate_spec, DeviceLimits, MAX_NAME_LENGTH,
 };
 use serde_json::{json, Value};

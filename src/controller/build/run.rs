@@ -117,7 +117,7 @@ impl AcceptanceNames {
     }
 
     /// Job of one rank of the judged role's group: `<run>-<rank>`, at most 63 characters (see
-    /// [`crate::controller::validate::validate_acceptance_job_names`]).
+    /// [`crate::controller::gates::spec::validate::validate_acceptance_job_names`]).
     pub fn job(&self, rank: i32) -> String {
         format!("{}-{rank}", self.run)
     }

@@ -15,7 +15,8 @@ fn did(accelerator: serde_json::Value, roles: serde_json::Value) -> ValidatedDep
 }
 
 fn valid(d: crate::api::DeepInferDeployment) -> ValidatedDeployment {
-    crate::controller::validate::validate(&d, &Default::default()).expect("valid test resource")
+    crate::controller::gates::spec::validate::validate(&d, &Default::default())
+        .expect("valid test resource")
 }
 
 fn raw(
@@ -654,7 +655,7 @@ fn acceptance_run_names_carry_a_64_bit_hash_of_revision_and_token() {
         AcceptanceNames::new("flash", "rev1", "token/spek").run
     );
     // At the longest name, ranks up to 99 fit a Job name (and its pods' job-name label).
-    let longest = "a".repeat(crate::controller::validate::MAX_NAME_LENGTH);
+    let longest = "a".repeat(crate::controller::gates::spec::validate::MAX_NAME_LENGTH);
     let names = AcceptanceNames::new(&longest, "rev1", "");
     assert_eq!(names.job(99).len(), 63);
     assert_eq!(names.job(100).len(), 64);
@@ -1910,7 +1911,7 @@ fn the_revision_covers_the_acceptance_sampling_section_and_prompt_overrides() {
     );
     // The judged spec hash covers the whole section, sampling included.
     let hash = |acceptance: &crate::api::AcceptanceSpec| {
-        crate::controller::decide::acceptance::judged_spec_hash(acceptance, None)
+        crate::controller::gates::acceptance::decide::judged_spec_hash(acceptance, None)
     };
     let mut sampled = a.spec.acceptance.clone();
     sampled.sampling = Some(crate::api::AcceptanceSampling {
@@ -2647,7 +2648,7 @@ fn each_role_places_requests_and_is_accepted_in_its_own_device_shape() {
         ]
     );
     // What a group waiting for devices is told it needs.
-    use crate::controller::decide::acceptance::capacity_need;
+    use crate::controller::gates::acceptance::decide::capacity_need;
     assert_eq!(
         capacity_need(&d.spec, prefill),
         "1 pod(s) × 4 nvidia.com/gpu (4 devices) on nvidia.com/gpu.product=NVIDIA-H200 nodes"

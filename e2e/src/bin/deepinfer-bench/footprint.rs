@@ -20,7 +20,7 @@ use deepinfer_operator::controller::cached::{
     Cached, CachedClaim, CachedDeployment, CachedJob, CachedMeta, CachedPod, CachedPodGroup,
     CachedRevision, Incoming, Slimmed,
 };
-use deepinfer_operator::controller::decide::retention;
+use deepinfer_operator::controller::gates::housekeeping::retention;
 use deepinfer_operator::controller::observe;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;

@@ -3,6 +3,10 @@
 //! rank tables, the peer endpoints, serving PodGroups, PodDisruptionBudgets and the
 //! ControllerRevision of the target.
 
+pub mod claims;
+pub mod decide;
+pub mod rollout;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -12,21 +16,23 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
-use super::super::act::{self, Act};
-use super::super::build;
-use super::super::decide::entitlement;
-use super::super::decide::rollout::{
-    self, Action as GroupAction, Health, Mode, Progress, RoleInput,
-};
-use super::super::decide::workers::{group_views, placement_retry, workers_gate, Watchdog};
-use super::super::observe::{named, Observed};
-use super::super::placement::partial_placement;
-use super::super::status::Gate;
-use super::super::validate::LicenseVerdict;
-use super::super::validated::ValidatedDeployment;
-use super::{earliest, Plan, Settings};
 use crate::api::Reason;
 use crate::api::{labels, Component, DeepInferDeploymentStatus, RoleStatus};
+use crate::controller::act::{self, Act};
+use crate::controller::build;
+use crate::controller::gates::licence::entitlement;
+use crate::controller::gates::spec::validate::LicenseVerdict;
+use crate::controller::gates::workers::decide::{
+    group_views, placement_retry, workers_gate, Watchdog,
+};
+use crate::controller::gates::workers::rollout::{
+    Action as GroupAction, Health, Mode, Progress, RoleInput,
+};
+use crate::controller::gates::{earliest, Plan, Settings};
+use crate::controller::observe::{named, Observed};
+use crate::controller::placement::partial_placement;
+use crate::controller::status::Gate;
+use crate::controller::validated::ValidatedDeployment;
 
 /// A role's placement retry record kept by this operator: (retries, last retry).
 pub type Retry = (i32, Timestamp);
@@ -503,7 +509,7 @@ fn all<K>(existing: &[K]) -> Vec<&K> {
 /// Deletes of every worker pod and every running acceptance Job (a closed licence with
 /// `--license-withdrawal=stop` on a spec that is refused, so that no group can be planned).
 pub fn stop_all(observed: &Observed) -> Vec<Act<'_>> {
-    let (mut acts, _) = super::acceptance::stop_running(observed);
+    let (mut acts, _) = crate::controller::gates::acceptance::stop_running(observed);
     acts.extend(
         observed
             .workers
@@ -551,8 +557,8 @@ fn revisions<'o>(input: &Input<'_>, observed: &'o Observed, target_kept: bool) -
 mod tests {
     use super::*;
     use crate::api::{AcceptanceResult, AcceptanceStatus};
-    use crate::controller::plan::fixture::{self, described};
-    use crate::controller::validate::license_gate;
+    use crate::controller::gates::fixture::{self, described};
+    use crate::controller::gates::spec::validate::license_gate;
     use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
 
     struct Case {

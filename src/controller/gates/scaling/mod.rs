@@ -9,15 +9,15 @@ use std::collections::BTreeMap;
 
 use kube::ResourceExt;
 
-use super::super::act::{delete_named, Act};
-use super::super::build;
-use super::super::observe::named;
-use super::super::status::Gate;
-use super::super::validated::ValidatedDeployment;
 use crate::api::{
     role_object_name, role_selector, DeepInferDeployment, DeepInferRole, DeepInferRoleStatus,
     Reason, RoleScaling, RoleStatus,
 };
+use crate::controller::act::{delete_named, Act};
+use crate::controller::build;
+use crate::controller::observe::named;
+use crate::controller::status::Gate;
+use crate::controller::validated::ValidatedDeployment;
 
 /// The resource as the later stages take it, and where each count it took from elsewhere came
 /// from.
@@ -122,11 +122,11 @@ pub fn keep<'o>(
 
 #[cfg(test)]
 mod tests {
-    use super::super::fixture::{described, raw, valid};
-    use super::super::spec::{spec, SpecFound};
     use super::*;
-    use crate::controller::decide::references::Seen;
-    use crate::controller::validate::DeviceLimits;
+    use crate::controller::gates::fixture::{described, raw, valid};
+    use crate::controller::gates::spec::references::Seen;
+    use crate::controller::gates::spec::validate::DeviceLimits;
+    use crate::controller::gates::spec::{spec, SpecFound};
 
     fn external(mut did: DeepInferDeployment) -> DeepInferDeployment {
         did.spec.roles[0].scaling = RoleScaling::External;

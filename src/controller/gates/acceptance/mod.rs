@@ -4,6 +4,11 @@
 //! then the judged group; its verdict is read from the judge's termination message only, and
 //! recorded with the run's Jobs stopped and the judgement kept beside its evidence.
 
+pub mod decide;
+pub mod fleet;
+pub mod memory;
+pub mod proof;
+
 use std::collections::BTreeSet;
 
 use k8s_openapi::api::batch::v1::Job;
@@ -11,21 +16,21 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
-use super::super::act::{self, Act};
-use super::super::build::{self, AcceptanceNames, RunGroup};
-use super::super::decide::acceptance::{self as judge, Step};
-use super::super::decide::checkpoint::running_job_gate;
-use super::super::decide::fleet::Admission;
-use super::super::decide::jobs::{self, foreign_job, job_state, JobState};
-use super::super::decide::memory::JUDGEMENT_ANNOTATION;
-use super::super::observe::{named, Observed};
-use super::super::status::Gate;
-use super::super::validated::ValidatedDeployment;
-use super::{Plan, Settings};
 use crate::api::{
     labels, pinned, AcceptanceSpec, AcceptanceStatus, Component, DeepInferDeploymentStatus, Reason,
     ReviewRecord, RERUN_ACCEPTANCE_ANNOTATION,
 };
+use crate::controller::act::{self, Act};
+use crate::controller::build::{self, AcceptanceNames, RunGroup};
+use crate::controller::gates::acceptance::decide::{self as judge, Step};
+use crate::controller::gates::acceptance::fleet::Admission;
+use crate::controller::gates::acceptance::memory::JUDGEMENT_ANNOTATION;
+use crate::controller::gates::checkpoint::decide::running_job_gate;
+use crate::controller::gates::jobs::{self, foreign_job, job_state, JobState};
+use crate::controller::gates::{Plan, Settings};
+use crate::controller::observe::{named, Observed};
+use crate::controller::status::Gate;
+use crate::controller::validated::ValidatedDeployment;
 
 /// What identifies one acceptance run of a revision: the rerun token, the prompts as resolved
 /// (from `promptsFrom`) and the hash of what is judged, and the names derived from them.
@@ -139,7 +144,7 @@ pub struct Input<'a> {
 }
 
 /// The acceptance stage. `admit` asks the fleet's queue whether a run (by
-/// [`super::super::decide::fleet::run_key`]) may start now.
+/// [`crate::controller::gates::acceptance::fleet::run_key`]) may start now.
 pub fn acceptance<'o>(
     input: &Input<'_>,
     observed: &'o Observed,
@@ -365,7 +370,11 @@ fn start<'o>(
             missing,
         )));
     }
-    let key = super::super::decide::fleet::run_key(&did.namespace, &did.name_any(), &run.names.key);
+    let key = crate::controller::gates::acceptance::fleet::run_key(
+        &did.namespace,
+        &did.name_any(),
+        &run.names.key,
+    );
     if let Admission::Queued {
         position,
         under_way,
@@ -697,7 +706,7 @@ pub fn superseded<'o>(
     observed: &'o Observed,
     target: &str,
     known: &DeepInferDeploymentStatus,
-    verdict_key: &crate::controller::proof::VerdictKey,
+    verdict_key: &crate::controller::gates::acceptance::proof::VerdictKey,
 ) -> Plan<'o, Superseded> {
     let did = &deployment.name_any();
     let uid = deployment.uid().unwrap_or_default();
@@ -861,7 +870,7 @@ pub fn suspended(observed: &Observed) -> Plan<'_, Found> {
 mod tests {
     use super::*;
     use crate::api::AcceptanceResult;
-    use crate::controller::plan::fixture::{self, described};
+    use crate::controller::gates::fixture::{self, described};
     use k8s_openapi::api::core::v1::{
         ContainerState, ContainerStateRunning, ContainerStatus, PodStatus,
     };
@@ -1221,7 +1230,7 @@ mod tests {
     fn pod_of_job(job: &str, phase: &str, container: &str, state: ContainerState) -> Pod {
         let mut labels = std::collections::BTreeMap::new();
         labels.insert(
-            super::super::super::cached::JOB_NAME_LABEL.to_string(),
+            crate::controller::cached::JOB_NAME_LABEL.to_string(),
             job.to_string(),
         );
         Pod {

@@ -6,14 +6,15 @@
 //! judged. The pods of a finished Job whose verdict is in status and that has its time to live
 //! leave the pod cache: no pass reads them again.
 
+pub mod retention;
+
 use kube::ResourceExt;
 
-use super::super::act::Act;
-use super::super::build;
-use super::super::decide::retention;
-use super::super::observe::Observed;
-use super::super::validated::ValidatedDeployment;
 use crate::api::{Component, DeepInferDeploymentStatus};
+use crate::controller::act::Act;
+use crate::controller::build;
+use crate::controller::observe::Observed;
+use crate::controller::validated::ValidatedDeployment;
 
 /// The Jobs whose verdict is not in status at the start of the pass. `judged`: the acceptance
 /// stage ran and named the run it reads (`Some(None)`: no run of its is unjudged); `None`: it

@@ -1,29 +1,31 @@
 //! Plan stage: one pure function per stage of a pass (spec, claim templates, checkpoint,
 //! acceptance, workers, housekeeping) from what the pass observed to a [`Plan`]: what the stage
 //! found (its gate and status) and the [`Act`]s that carry it out, for the executor
-//! ([`super::act::Executor`]). A stage reads the snapshot and never changes it; its answers to
-//! single questions come from [`super::decide`], its objects from [`super::build`].
+//! ([`crate::controller::act::Executor`]). A stage reads the snapshot and never changes it; its answers to
+//! single questions come from [`crate::controller::decide`], its objects from [`crate::controller::build`].
 
 pub mod acceptance;
 pub mod checkpoint;
-pub mod claims;
 #[cfg(test)]
 pub mod fixture;
 pub mod housekeeping;
+pub mod jobs;
+pub mod licence;
+pub mod rejected;
 pub mod scaling;
 pub mod spec;
 pub mod workers;
 
 use std::time::Duration;
 
-use super::act::Act;
-use super::build::JobDeadlines;
-use super::context::Context;
-use super::context::LicenseWithdrawal;
-use super::decide::retention::Retention;
-use super::status::{Gate, Outcome};
-use super::validate::DeviceLimits;
 use crate::api::Reason;
+use crate::controller::act::Act;
+use crate::controller::build::JobDeadlines;
+use crate::controller::context::Context;
+use crate::controller::context::LicenseWithdrawal;
+use crate::controller::gates::housekeeping::retention::Retention;
+use crate::controller::gates::spec::validate::DeviceLimits;
+use crate::controller::status::{Gate, Outcome};
 
 /// What one stage found, and the acts that carry it out.
 #[derive(Debug)]
@@ -67,7 +69,7 @@ pub struct Settings<'a> {
     /// What a closed licence gate does to the pods.
     pub license_withdrawal: LicenseWithdrawal,
     /// The key every judgement recorded is proved with.
-    pub verdict_key: &'a crate::controller::proof::VerdictKey,
+    pub verdict_key: &'a crate::controller::gates::acceptance::proof::VerdictKey,
 }
 
 impl<'a> Settings<'a> {
@@ -86,7 +88,10 @@ impl<'a> Settings<'a> {
     }
 
     /// The settings of a running operator whose verdict key is `verdict_key`.
-    pub fn of(ctx: &'a Context, verdict_key: &'a crate::controller::proof::VerdictKey) -> Self {
+    pub fn of(
+        ctx: &'a Context,
+        verdict_key: &'a crate::controller::gates::acceptance::proof::VerdictKey,
+    ) -> Self {
         Self {
             operator_image: &ctx.operator_image,
             deadlines: &ctx.job_deadlines,
@@ -101,7 +106,7 @@ impl<'a> Settings<'a> {
 }
 
 /// Reasons of a gate whose Job's pod cannot make progress (see
-/// [`super::decide::checkpoint::running_job_gate`]).
+/// [`crate::controller::gates::checkpoint::decide::running_job_gate`]).
 const STUCK_POD_REASONS: [Reason; 4] = [
     Reason::ImagePullFailed,
     Reason::ContainerConfigError,

@@ -47,7 +47,10 @@ pub fn running_job_gate(
     deadline_seconds: Option<i64>,
     running: Gate,
 ) -> Gate {
-    let Some(trouble) = pods.iter().find_map(|p| super::jobs::pod_trouble(p)) else {
+    let Some(trouble) = pods
+        .iter()
+        .find_map(|p| crate::controller::gates::jobs::pod_trouble(p))
+    else {
         return running;
     };
     let (claim, phase) = claim;
@@ -112,7 +115,7 @@ pub fn judge_verify_job(
 
 /// The checkpoint gate's verdict from the verifier's report (the shared
 /// [`crate::checkpoint::VerifyReport`]).
-/// `ended` says how the Job's containers ended (see [`super::jobs::containers_ended`]), for a
+/// `ended` says how the Job's containers ended (see [`crate::controller::gates::jobs::containers_ended`]), for a
 /// Job that left no readable report.
 pub fn judge_verify_report(
     job: &str,
@@ -315,18 +318,17 @@ mod tests {
     #[test]
     fn a_verifier_killed_from_outside_says_how_it_ended() {
         use k8s_openapi::api::core::v1::{Pod, PodStatus};
-        let pod = Pod {
-            status: Some(PodStatus {
-                container_statuses: Some(vec![super::super::jobs::ended_container(
-                    "verify",
-                    137,
-                    "OOMKilled",
-                )]),
-                ..PodStatus::default()
-            }),
-            ..Pod::default()
-        };
-        let ended = super::super::jobs::containers_ended(&[&pod]);
+        let pod =
+            Pod {
+                status: Some(PodStatus {
+                    container_statuses: Some(vec![
+                        crate::controller::gates::jobs::ended_container("verify", 137, "OOMKilled"),
+                    ]),
+                    ..PodStatus::default()
+                }),
+                ..Pod::default()
+            };
+        let ended = crate::controller::gates::jobs::containers_ended(&[&pod]);
         let (gate, status) = judge_verify_report(
             "flash-verify-1",
             "k".into(),

@@ -4,14 +4,14 @@
 use k8s_openapi::api::batch::v1::{Job, JobCondition, JobStatus};
 use serde_json::json;
 
-use super::super::act::Act;
-use super::super::build::{self, JobDeadlines};
-use super::super::decide::retention::Retention;
-use super::super::observe::Observed;
-use super::super::validate::{validate, DeviceLimits};
-use super::super::validated::ValidatedDeployment;
-use super::Settings;
 use crate::api::DeepInferDeployment;
+use crate::controller::act::Act;
+use crate::controller::build::{self, JobDeadlines};
+use crate::controller::gates::housekeeping::retention::Retention;
+use crate::controller::gates::spec::validate::{validate, DeviceLimits};
+use crate::controller::gates::Settings;
+use crate::controller::observe::Observed;
+use crate::controller::validated::ValidatedDeployment;
 
 const IMAGE: &str =
     "r.example/e@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
@@ -54,11 +54,13 @@ pub fn did() -> ValidatedDeployment {
 }
 
 /// The verdict key of the tests.
-pub fn verdict_key() -> &'static crate::controller::proof::VerdictKey {
-    static KEY: std::sync::OnceLock<crate::controller::proof::VerdictKey> =
+pub fn verdict_key() -> &'static crate::controller::gates::acceptance::proof::VerdictKey {
+    static KEY: std::sync::OnceLock<crate::controller::gates::acceptance::proof::VerdictKey> =
         std::sync::OnceLock::new();
     KEY.get_or_init(|| {
-        crate::controller::proof::VerdictKey::new(b"the tests' verdict key, 32 bytes")
+        crate::controller::gates::acceptance::proof::VerdictKey::new(
+            b"the tests' verdict key, 32 bytes",
+        )
     })
 }
 
@@ -148,7 +150,7 @@ pub fn described(acts: &[Act<'_>]) -> Vec<String> {
 pub fn created_job_ttls(acts: &[Act<'_>]) -> Vec<Option<i32>> {
     acts.iter()
         .filter_map(|a| match a {
-            Act::Create(super::super::act::Object::Job(job)) => {
+            Act::Create(crate::controller::act::Object::Job(job)) => {
                 Some(job.spec.as_ref().and_then(|s| s.ttl_seconds_after_finished))
             }
             _ => None,

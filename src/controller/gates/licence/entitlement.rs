@@ -10,8 +10,8 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
 use crate::api::{labels, AcceptanceResult, DeepInferDeploymentStatus, PodReason};
+use crate::controller::gates::spec::validate::LicenseVerdict;
 use crate::controller::pods::accepted_condition;
-use crate::controller::validate::LicenseVerdict;
 
 /// Whether pods of one revision may serve, and why (not).
 #[derive(Clone, Debug, PartialEq, Eq)]

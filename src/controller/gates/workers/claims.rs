@@ -6,10 +6,10 @@ use std::collections::BTreeSet;
 
 use kube::ResourceExt;
 
-use super::super::act::Act;
-use super::super::build;
-use super::super::observe::Observed;
-use super::super::validated::ValidatedDeployment;
+use crate::controller::act::Act;
+use crate::controller::build;
+use crate::controller::observe::Observed;
+use crate::controller::validated::ValidatedDeployment;
 
 /// The claim templates stage's acts (none without a DeviceClass).
 pub fn claim_templates<'o>(did: &ValidatedDeployment, observed: &'o Observed) -> Vec<Act<'o>> {

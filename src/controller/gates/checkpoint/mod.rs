@@ -2,22 +2,24 @@
 //! then the claim must be there (bound, for a volume source), a hub source must be allowed, and
 //! the fetch Job (hub) then the verify Job run once each and are judged when they end.
 
+pub mod decide;
+
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
-use super::super::act::Act;
-use super::super::build;
-use super::super::decide::checkpoint::{
+use crate::api::{CheckpointStatus, Component, DeepInferDeploymentStatus, Reason};
+use crate::controller::act::Act;
+use crate::controller::build;
+use crate::controller::gates::checkpoint::decide::{
     claim_gate, judge_verify_job, running_job_gate, verified_message,
 };
-use super::super::decide::jobs::{self, foreign_job, job_state, JobState};
-use super::super::decide::references::hub_gate;
-use super::super::observe::Observed;
-use super::super::status::Gate;
-use super::super::text::truncate;
-use super::super::validated::ValidatedDeployment;
-use super::{Plan, Settings};
-use crate::api::{CheckpointStatus, Component, DeepInferDeploymentStatus, Reason};
+use crate::controller::gates::jobs::{self, foreign_job, job_state, JobState};
+use crate::controller::gates::spec::references::hub_gate;
+use crate::controller::gates::{Plan, Settings};
+use crate::controller::observe::Observed;
+use crate::controller::status::Gate;
+use crate::controller::text::truncate;
+use crate::controller::validated::ValidatedDeployment;
 
 /// What the checkpoint stage found: its gate and, once verified, the checkpoint's facts.
 pub type Found = (Gate, Option<CheckpointStatus>);
@@ -171,7 +173,7 @@ pub fn stop_fetching(observed: &Observed) -> Vec<Act<'_>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::plan::fixture::{self, described};
+    use crate::controller::gates::fixture::{self, described};
 
     fn reason(gate: &Gate) -> &'static str {
         match gate {

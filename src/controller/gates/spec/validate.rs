@@ -5,7 +5,7 @@
 //! `tests/validation_table.rs` runs one table of cases through both this module and the
 //! CRD's CEL rules and requires them to agree.
 
-use super::validated::ValidatedDeployment;
+use crate::controller::validated::ValidatedDeployment;
 use std::collections::BTreeMap;
 use std::fmt;
 

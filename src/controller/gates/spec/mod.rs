@@ -2,14 +2,17 @@
 //! only the cluster can tell (gang scheduling for a domain device), and the Secrets and
 //! ConfigMaps engine containers read, which must have opted in.
 
+pub mod references;
+pub mod validate;
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::super::decide::references::{engine_gate, served_content, Seen};
-use super::super::status::Gate;
-use super::super::validate::{summarize, validate, DeviceLimits};
-use super::super::validated::ValidatedDeployment;
 use crate::api::{DeepInferDeployment, Reason};
+use crate::controller::gates::spec::references::{engine_gate, served_content, Seen};
+use crate::controller::gates::spec::validate::{summarize, validate, DeviceLimits};
+use crate::controller::status::Gate;
+use crate::controller::validated::ValidatedDeployment;
 
 /// A spec the stages may act on, or its refusal.
 #[derive(Debug)]
@@ -22,7 +25,7 @@ pub enum SpecFound {
 
 /// The spec stage of `did` (`pod_groups`: whether multi-pod groups are PodGroups here;
 /// `referenced`: what the pass saw of the Secrets and ConfigMaps the spec names; `sources`: the
-/// fields whose values were read from elsewhere, and where, as [`super::scaling::Scaled`] says,
+/// fields whose values were read from elsewhere, and where, as [`crate::controller::gates::scaling::Scaled`] says,
 /// so that a refusal names the field to change).
 pub fn spec(
     did: &DeepInferDeployment,
@@ -63,7 +66,7 @@ pub fn spec(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::plan::fixture::raw as sample;
+    use crate::controller::gates::fixture::raw as sample;
 
     fn limits() -> DeviceLimits {
         DeviceLimits::default()
@@ -113,7 +116,7 @@ mod tests {
 
     #[test]
     fn the_content_serving_engines_read_is_part_of_the_revision() {
-        use crate::controller::decide::references::{Kind, ENGINE_READABLE_LABEL};
+        use crate::controller::gates::spec::references::{Kind, ENGINE_READABLE_LABEL};
         use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
         let mut did = sample();
         did.spec.runtime.env = vec![serde_json::from_value(serde_json::json!(

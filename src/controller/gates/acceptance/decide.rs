@@ -5,7 +5,6 @@
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::jiff::Timestamp;
 
-use super::jobs::{containers_ended, started_at, unschedulable_of, JobState};
 use crate::acceptance::AcceptanceSummary;
 use crate::api::{
     AcceptancePrompt, AcceptanceResult, AcceptanceSpec, AcceptanceStatus, DeepInferDeploymentSpec,
@@ -13,6 +12,7 @@ use crate::api::{
     ACCEPTANCE_CHANGE_REVIEWER_ANNOTATION, RERUN_ACCEPTANCE_ANNOTATION, RERUN_REASON_ANNOTATION,
 };
 use crate::controller::build;
+use crate::controller::gates::jobs::{containers_ended, started_at, unschedulable_of, JobState};
 use crate::controller::status::Gate;
 
 /// What is being judged.
@@ -788,11 +788,12 @@ mod tests {
     fn ended(code: i32) -> Pod {
         let mut pod = running_since("2026-01-01T00:00:00Z");
         if let Some(status) = pod.status.as_mut() {
-            status.container_statuses = Some(vec![super::super::jobs::ended_container(
-                build::ENGINE_CONTAINER,
-                code,
-                "Error",
-            )]);
+            status.container_statuses =
+                Some(vec![crate::controller::gates::jobs::ended_container(
+                    build::ENGINE_CONTAINER,
+                    code,
+                    "Error",
+                )]);
         }
         pod
     }

@@ -379,7 +379,7 @@ mod tests {
 
     fn spec(extra: serde_json::Value) -> DeepInferDeploymentSpec {
         let sample: DeepInferDeployment = serde_yaml::from_str(include_str!(
-            "../../../config/samples/nvidia-colocated.yaml"
+            "../../../../config/samples/nvidia-colocated.yaml"
         ))
         .expect("sample");
         let mut base = serde_json::to_value(&sample.spec).expect("json");

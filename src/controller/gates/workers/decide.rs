@@ -8,10 +8,10 @@ use kube::ResourceExt;
 
 use k8s_openapi::jiff::Timestamp;
 
-use super::acceptance::capacity_need;
-use super::jobs::unschedulable_of;
-use super::rollout::{self, Group, Health, Progress};
 use crate::api::{labels, Reason, RoleStatus};
+use crate::controller::gates::acceptance::decide::capacity_need;
+use crate::controller::gates::jobs::unschedulable_of;
+use crate::controller::gates::workers::rollout::{self, Group, Health, Progress};
 use crate::controller::placement::partial_placement;
 use crate::controller::status::Gate;
 use crate::controller::validated::ValidatedDeployment;
@@ -351,7 +351,8 @@ mod tests {
     use serde_json::json;
 
     fn did() -> ValidatedDeployment {
-        crate::controller::validate::validate(&raw(), &Default::default()).expect("valid")
+        crate::controller::gates::spec::validate::validate(&raw(), &Default::default())
+            .expect("valid")
     }
 
     fn raw() -> crate::api::DeepInferDeployment {
@@ -568,7 +569,7 @@ mod tests {
         });
         oom.status = Some(PodStatus {
             phase: Some("Failed".into()),
-            container_statuses: Some(vec![super::super::jobs::ended_container(
+            container_statuses: Some(vec![crate::controller::gates::jobs::ended_container(
                 "engine",
                 137,
                 "OOMKilled",

@@ -15,22 +15,19 @@ use crate::api::Reason;
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Node, ObjectReference, Pod, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, Pod, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::api::resource::v1::ResourceClaimTemplate;
 use k8s_openapi::api::scheduling::v1beta1::PodGroup;
-use kube::api::{Api, ListParams, Patch, PatchParams};
-use kube::core::PartialObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType};
 use kube::{Client, Resource, ResourceExt};
 
-use crate::acceptance::placement::{Placement, PLACEMENT_ANNOTATION};
-use crate::api::{labels, Component, DeepInferRole, DeepInferRoleStatus};
+use crate::api::{DeepInferRole, DeepInferRoleStatus};
 use crate::controller::apply;
 use crate::controller::error::Error;
-use crate::controller::gates::acceptance::memory::JUDGEMENT_ANNOTATION;
-use crate::controller::gates::housekeeping::retention;
 use crate::controller::gates::licence::entitlement::Mark;
 use crate::controller::text::truncate;
 
@@ -88,14 +85,6 @@ macro_rules! kinds {
                 match self {
                     $(Object::$variant(o) => {
                         apply::create_once(&Api::<$ty>::namespaced(client.clone(), ns), o.as_ref()).await
-                    })*
-                }
-            }
-
-            async fn apply_uncached(&self, client: &Client, ns: &str) -> Result<bool, Error> {
-                match self {
-                    $(Object::$variant(o) => {
-                        apply::apply_uncached(&Api::<$ty>::namespaced(client.clone(), ns), o.as_ref()).await
                     })*
                 }
             }
@@ -161,33 +150,17 @@ pub enum Act<'a> {
     Create(Object),
     /// Server-side apply, skipped when the cached copy already carries the applied hash.
     Apply(Applied<'a>),
-    /// Server-side apply of an object of a kind the operator does not cache (the judge's RBAC, a
-    /// run's spec ConfigMap): read first, skipped when it carries the applied hash already.
-    ApplyUncached(Object),
     /// Delete the cached object, its UID as precondition.
     Delete(Held<'a>),
     /// Set a worker pod's `deepinfer.io/accepted` condition.
     Mark(Mark),
-    /// Keep a judgement beside its evidence: the evidence ConfigMap's annotation `key`.
+    /// Annotate an evidence ConfigMap: a judgement kept beside its evidence, where each rank of
+    /// the run ran ([`crate::acceptance::placement::PLACEMENT_ANNOTATION`]).
     Annotate {
         /// The evidence ConfigMap.
         configmap: String,
-        /// Annotation key.
-        key: &'static str,
-        /// Annotation value.
-        value: String,
-    },
-    /// Record where each rank of a judged run ran on its evidence ConfigMap (annotation
-    /// [`PLACEMENT_ANNOTATION`]), once: an evidence ConfigMap that has it already keeps it. With
-    /// `--record-node-domains` the domain label of each rank's node is read first. The verdict's
-    /// judgement, when given, goes into the same write.
-    RecordPlacement {
-        /// The evidence ConfigMap.
-        configmap: String,
-        /// The record, domains not yet read.
-        placement: Placement,
-        /// The judgement kept beside its evidence ([`JUDGEMENT_ANNOTATION`]), in the same write.
-        judgement: Option<String>,
+        /// Annotations by key.
+        annotations: BTreeMap<&'static str, String>,
     },
     /// Write a DeepInferRole's status (server-side apply of the status subresource).
     RoleStatus {
@@ -211,14 +184,9 @@ pub enum Act<'a> {
         /// The deployment's other Jobs.
         read: Vec<String>,
     },
-    /// Housekeeping: delete the deployment's evidence ConfigMaps beyond the newest `keep`,
-    /// never one named in `pinned`.
-    PruneEvidence {
-        /// Evidence kept.
-        keep: usize,
-        /// Evidence never deleted.
-        pinned: Vec<String>,
-    },
+    /// Housekeeping: delete an evidence ConfigMap beyond those kept (as read, its UID as
+    /// precondition).
+    DeleteEvidence(&'a ObjectMeta),
     /// Housekeeping: a Warning event on the deployment.
     Warn {
         /// Event reason.
@@ -241,11 +209,6 @@ impl<'a> Act<'a> {
         Act::Create(desired.object())
     }
 
-    /// Apply `desired`, of a kind the cache does not hold, over what the API server has.
-    pub fn apply_uncached<K: Kind>(desired: K) -> Self {
-        Act::ApplyUncached(desired.object())
-    }
-
     /// Delete the cached `observed`.
     pub fn delete<K: Kind>(observed: &'a K) -> Self {
         Act::Delete(observed.held())
@@ -257,7 +220,7 @@ impl<'a> Act<'a> {
             self,
             Act::Expire { .. }
                 | Act::UncachePods { .. }
-                | Act::PruneEvidence { .. }
+                | Act::DeleteEvidence(..)
                 | Act::Warn { .. }
         )
     }
@@ -266,22 +229,15 @@ impl<'a> Act<'a> {
     pub fn describe(&self) -> String {
         match self {
             Act::Create(o) => format!("create {}", o.describe()),
-            Act::ApplyUncached(o) => format!("apply {}", o.describe()),
             Act::Apply(a) => format!("apply {}", a.describe()),
             Act::Delete(h) => format!("delete {}", h.describe()),
             Act::Mark(m) => format!("mark Pod {} accepted={}", m.pod, m.accepted),
-            Act::Annotate { configmap, key, .. } => format!("annotate ConfigMap {configmap} {key}"),
-            Act::RecordPlacement {
+            Act::Annotate {
                 configmap,
-                judgement,
-                ..
+                annotations,
             } => {
-                let and = if judgement.is_some() {
-                    format!(" {JUDGEMENT_ANNOTATION}")
-                } else {
-                    String::new()
-                };
-                format!("annotate ConfigMap {configmap} {PLACEMENT_ANNOTATION}{and}")
+                let keys: Vec<&str> = annotations.keys().copied().collect();
+                format!("annotate ConfigMap {configmap} {}", keys.join(" "))
             }
             Act::RoleStatus { name, status } => format!(
                 "write status of DeepInferRole {name}: {} serving",
@@ -293,7 +249,10 @@ impl<'a> Act<'a> {
                 done.len(),
                 read.len()
             ),
-            Act::PruneEvidence { keep, .. } => format!("prune evidence beyond {keep}"),
+            Act::DeleteEvidence(meta) => format!(
+                "delete ConfigMap {} (evidence beyond those kept)",
+                meta.name.as_deref().unwrap_or_default()
+            ),
             Act::Warn { reason, .. } => format!("warn {reason}"),
         }
     }
@@ -345,8 +304,6 @@ pub struct Executor<'c> {
     client: &'c Client,
     recorder: &'c crate::controller::events::Recorder,
     namespace: String,
-    name: String,
-    uid: String,
     reference: ObjectReference,
 }
 
@@ -362,8 +319,6 @@ impl<'c> Executor<'c> {
             client: &ctx.client,
             recorder: &ctx.recorder,
             namespace: meta.namespace.clone().unwrap_or_default(),
-            name: meta.name.clone().unwrap_or_default(),
-            uid: meta.uid.clone().unwrap_or_default(),
             reference: deployment.object_ref(&()),
         }
     }
@@ -393,7 +348,6 @@ impl<'c> Executor<'c> {
         let (client, ns) = (self.client, self.namespace.as_str());
         match act {
             Act::Create(object) => object.create(client, ns).await,
-            Act::ApplyUncached(object) => object.apply_uncached(client, ns).await,
             Act::Apply(applied) => applied.apply(client, ns).await,
             Act::Delete(held) => held.delete(client, ns).await.map(|()| true),
             Act::Mark(mark) => {
@@ -402,19 +356,10 @@ impl<'c> Executor<'c> {
             }
             Act::Annotate {
                 configmap,
-                key,
-                value,
+                annotations,
             } => {
-                let patch = serde_json::json!({"metadata": {"annotations": {*key: value}}});
+                let patch = serde_json::json!({"metadata": {"annotations": annotations}});
                 self.merge_patch::<ConfigMap>("annotate", configmap, &patch)
-                    .await
-            }
-            Act::RecordPlacement {
-                configmap,
-                placement,
-                judgement,
-            } => {
-                self.record_placement(configmap, placement, judgement.as_deref())
                     .await
             }
             Act::RoleStatus { name, status } => self.role_status(name, status).await,
@@ -426,7 +371,11 @@ impl<'c> Executor<'c> {
                 self.ctx.caches.uncache_job_pods(done, read);
                 Ok(false)
             }
-            Act::PruneEvidence { keep, pinned } => self.prune_evidence(*keep, pinned).await,
+            Act::DeleteEvidence(meta) => {
+                let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+                tracing::info!(configmap = ?meta.name, "deleting evidence beyond those kept");
+                apply::delete_owned(&api, meta).await.map(|()| true)
+            }
             Act::Warn {
                 reason,
                 action,
@@ -501,145 +450,6 @@ impl<'c> Executor<'c> {
                 e,
             )),
         }
-    }
-
-    /// [`Act::RecordPlacement`]: nothing when the evidence is gone or has its placement
-    /// already; else the record, with each rank's domain when nodes are read, as the annotation.
-    async fn record_placement(
-        &self,
-        configmap: &str,
-        placement: &Placement,
-        judgement: Option<&str>,
-    ) -> Result<bool, Error> {
-        let configmaps: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.namespace);
-        let meta = configmaps.get_metadata_opt(configmap).await.map_err(|e| {
-            Error::api(
-                "get",
-                "ConfigMap",
-                &format!("{}/{configmap}", self.namespace),
-                e,
-            )
-        })?;
-        let Some(meta) = meta else {
-            return Ok(false);
-        };
-        let mut annotations = serde_json::Map::new();
-        if let Some(judgement) = judgement {
-            annotations.insert(JUDGEMENT_ANNOTATION.into(), judgement.into());
-        }
-        // The operator's record replaces whatever is there (anyone may annotate a ConfigMap);
-        // only a pass that no longer sees the run's pods (its pods gone, the cache behind the
-        // verdict already recorded) leaves the record in place rather than write an empty one.
-        if !meta.annotations().contains_key(PLACEMENT_ANNOTATION) || !placement.nodes().is_empty() {
-            let placement = self.placement_with_domains(placement).await?;
-            annotations.insert(
-                PLACEMENT_ANNOTATION.into(),
-                placement.annotation_value().into(),
-            );
-        }
-        if annotations.is_empty() {
-            return Ok(false);
-        }
-        let patch = serde_json::json!({"metadata": {"annotations": annotations}});
-        self.merge_patch::<ConfigMap>("annotate", configmap, &patch)
-            .await
-    }
-
-    /// `placement` with each rank's node domain read, or saying why it was not.
-    async fn placement_with_domains(&self, placement: &Placement) -> Result<Placement, Error> {
-        Ok(if self.ctx.record_node_domains {
-            self.with_domains(placement.clone()).await?
-        } else {
-            Placement {
-                domains_not_read: Some(
-                    "the operator reads no nodes (--record-node-domains is off)".into(),
-                ),
-                ..placement.clone()
-            }
-        })
-    }
-
-    /// `placement` with each rank's domain: its node's value of the domain label. A node gone
-    /// meanwhile has none; when the operator may not read nodes, the record says so.
-    async fn with_domains(&self, placement: Placement) -> Result<Placement, Error> {
-        let nodes: Api<Node> = Api::all(self.client.clone());
-        let mut domains = BTreeMap::new();
-        for node in placement.nodes() {
-            match nodes.get_metadata_opt(&node).await {
-                Ok(meta) => {
-                    let domain = meta.and_then(|m| m.labels().get(&placement.domain_key).cloned());
-                    domains.insert(node, domain);
-                }
-                Err(kube::Error::Api(e)) if e.code == 403 => {
-                    return Ok(Placement {
-                        domains_not_read: Some(format!(
-                            "the operator may not get nodes ({}); grant its ServiceAccount get on nodes",
-                            e.message
-                        )),
-                        ..placement
-                    });
-                }
-                Err(e) => return Err(Error::api("get", "Node", &node, e)),
-            }
-        }
-        Ok(placement.with_domains(|node| domains.get(node).cloned().flatten()))
-    }
-
-    /// The metadata of the deployment's evidence ConfigMaps (read as metadata only: evidence is
-    /// up to 1 MiB each).
-    pub async fn evidence_metas(
-        &self,
-    ) -> Result<Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>, Error> {
-        let metas: Api<PartialObjectMeta<ConfigMap>> =
-            Api::namespaced(self.client.clone(), &self.namespace);
-        let lp = ListParams::default().labels(&format!(
-            "{}={},{}={}",
-            labels::DEPLOYMENT,
-            self.name,
-            labels::COMPONENT,
-            Component::Evidence.as_str()
-        ));
-        let list = metas.list(&lp).await.map_err(|e| {
-            Error::api(
-                "list",
-                "ConfigMap",
-                &format!("{}/{} evidence", self.namespace, self.name),
-                e,
-            )
-        })?;
-        Ok(list
-            .items
-            .into_iter()
-            .map(|m| m.metadata)
-            .filter(|m| {
-                m.owner_references
-                    .iter()
-                    .flatten()
-                    .any(|o| o.uid == self.uid)
-            })
-            .collect())
-    }
-
-    async fn prune_evidence(&self, keep: usize, pinned: &[String]) -> Result<bool, Error> {
-        let evidence = self.evidence_metas().await?;
-        let pinned: Vec<&str> = pinned.iter().map(String::as_str).collect();
-        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.namespace);
-        let mut wrote = false;
-        for old in retention::evidence_to_delete(&evidence, keep, &pinned) {
-            if !self.ctx.may_write() {
-                return Err(Error::NotLeading);
-            }
-            let Some(meta) = evidence
-                .iter()
-                .find(|m| m.name.as_deref() == Some(old.as_str()))
-            else {
-                continue;
-            };
-            tracing::info!(configmap = %old, keep, "deleting evidence beyond the newest kept");
-            apply::delete_owned(&api, meta).await?;
-            wrote = true;
-        }
-        Ok(wrote)
     }
 }
 

@@ -111,29 +111,6 @@ where
     })
 }
 
-/// Brings about `desired` of a kind the operator does not cache (the judge's ServiceAccount,
-/// Role and RoleBinding, a run's spec ConfigMap): read first, so that an object this resource
-/// controls that already carries the applied hash costs no write; created when missing; applied
-/// with force when this resource controls it and it differs; a [`Error::NameConflict`] when
-/// another owner (or none) controls it. Returns whether a write was made.
-pub async fn apply_uncached<K>(api: &Api<K>, desired: &K) -> Result<bool, Error>
-where
-    K: Resource + k8s_openapi::Resource + Clone + DeserializeOwned + Serialize + std::fmt::Debug,
-{
-    let name = desired.name_any();
-    let found = api
-        .get_opt(&name)
-        .await
-        .map_err(|e| Error::api("get", <K as k8s_openapi::Resource>::KIND, &name, e))?;
-    match found {
-        None => apply_if_changed(api, desired, None).await,
-        Some(found) => match conflict(&found, desired) {
-            Some(e) => Err(e),
-            None => apply_if_changed(api, desired, Some(&found)).await,
-        },
-    }
-}
-
 /// Server-side applies `desired` with force under the operator's field manager.
 async fn force_apply<K>(api: &Api<K>, desired: &K) -> Result<bool, Error>
 where

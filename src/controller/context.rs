@@ -14,7 +14,7 @@ use tracing::info;
 use crate::controller::cached::CachedDeployment;
 use crate::controller::error::Error;
 use crate::controller::gates::spec::validate::DeviceLimits;
-use crate::controller::{build, events, gates, observe, outage, placement};
+use crate::controller::{build, events, fleet, gates, observe, outage, placement};
 
 /// `run` arguments.
 #[derive(Args, Debug, Clone)]
@@ -253,7 +253,7 @@ pub struct Context {
     /// The verdict key, once read (or created).
     pub verdict_key: tokio::sync::OnceCell<crate::controller::gates::acceptance::proof::VerdictKey>,
     /// Acceptance runs admitted and waiting under that limit.
-    pub acceptance_queue: std::sync::Mutex<gates::acceptance::fleet::Queue>,
+    pub acceptance_queue: std::sync::Mutex<fleet::Queue>,
     /// Whether this instance may write (set once it leads; open without leader election).
     pub fence: std::sync::OnceLock<crate::leader::Fence>,
     /// The watchdog's latest retry per (resource UID, role): the pass after a deletion may

@@ -85,6 +85,110 @@ pub struct Observed {
     /// Metadata of the Secrets and ConfigMaps the spec would hand on (the hub token, what
     /// engine containers read), read by a metadata-only GET: `None` where one does not exist.
     pub referenced: crate::controller::gates::spec::references::Seen,
+    /// What the pass read fresh because a gate asked for it ([`Read`]).
+    pub fresh: Fresh,
+}
+
+/// A read a gate asks for beyond the caches, done before the pass plans again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Read {
+    /// The pods of a finished Job whose summary the cache does not hold, from the API server.
+    JobPods(String),
+    /// Whether the fleet's queue lets this run start ([`crate::controller::fleet::run_key`]).
+    Admission(String),
+    /// The metadata of the deployment's evidence ConfigMaps.
+    Evidence,
+    /// The scale-up domain (the value of label `key`) of each of these nodes.
+    Domains {
+        /// The nodes.
+        nodes: Vec<String>,
+        /// The domain label.
+        key: String,
+    },
+}
+
+/// What the pass read because a gate asked for it.
+#[derive(Clone, Debug, Default)]
+pub struct Fresh {
+    /// Pods of Jobs as the API server has them now, by Job.
+    pub job_pods: std::collections::BTreeMap<String, Vec<Pod>>,
+    /// The fleet queue's answer, by run.
+    pub admission: std::collections::BTreeMap<String, crate::controller::fleet::Admission>,
+    /// Metadata of the deployment's evidence ConfigMaps.
+    pub evidence: Option<Vec<ObjectMeta>>,
+    /// Each node's domain (`None`: the node has none, or is gone), or why no node was read.
+    pub domains: Option<Result<std::collections::BTreeMap<String, Option<String>>, String>>,
+}
+
+impl Fresh {
+    /// Whether `read` is done.
+    pub fn has(&self, read: &Read) -> bool {
+        match read {
+            Read::JobPods(job) => self.job_pods.contains_key(job),
+            Read::Admission(run) => self.admission.contains_key(run),
+            Read::Evidence => self.evidence.is_some(),
+            Read::Domains { .. } => self.domains.is_some(),
+        }
+    }
+
+    /// The pods of `job` as read now, when they were.
+    pub fn pods_of(&self, job: Option<&String>) -> Option<&[Pod]> {
+        self.job_pods.get(job?).map(Vec::as_slice)
+    }
+}
+
+/// The metadata of the evidence ConfigMaps of the deployment `name` (UID `uid`) in `ns`, read as
+/// metadata only (evidence is up to 1 MiB each).
+pub async fn evidence_metas(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    uid: &str,
+) -> Result<Vec<ObjectMeta>, Error> {
+    let metas: Api<kube::core::PartialObjectMeta<ConfigMap>> = Api::namespaced(client.clone(), ns);
+    let lp = kube::api::ListParams::default().labels(&format!(
+        "{}={name},{}={}",
+        labels::DEPLOYMENT,
+        labels::COMPONENT,
+        Component::Evidence.as_str()
+    ));
+    let list = metas
+        .list(&lp)
+        .await
+        .map_err(|e| Error::api("list", "ConfigMap", &format!("{ns}/{name} evidence"), e))?;
+    Ok(list
+        .items
+        .into_iter()
+        .map(|m| m.metadata)
+        .filter(|m| m.owner_references.iter().flatten().any(|o| o.uid == uid))
+        .collect())
+}
+
+/// Each of `nodes`' value of the label `key` (`None`: the node has none, or is gone); `Err` says
+/// why none was read when the operator may not get nodes.
+pub async fn node_domains(
+    client: &Client,
+    nodes: &[String],
+    key: &str,
+) -> Result<Result<std::collections::BTreeMap<String, Option<String>>, String>, Error> {
+    let api: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    let mut domains = std::collections::BTreeMap::new();
+    for node in nodes {
+        match api.get_metadata_opt(node).await {
+            Ok(meta) => {
+                let domain = meta.and_then(|m| m.labels().get(key).cloned());
+                domains.insert(node.clone(), domain);
+            }
+            Err(kube::Error::Api(e)) if e.code == 403 => {
+                return Ok(Err(format!(
+                    "the operator may not get nodes ({}); grant its ServiceAccount get on nodes",
+                    e.message
+                )))
+            }
+            Err(e) => return Err(Error::api("get", "Node", node, e)),
+        }
+    }
+    Ok(Ok(domains))
 }
 
 /// The pods of the Job `job` as the API server has them now (a list straight from it, not the
@@ -474,9 +578,9 @@ impl Caches {
     }
 
     /// The acceptance runs under way in the operator's scope (see
-    /// [`crate::controller::gates::acceptance::fleet::run_key`]; every Job of a run carries its key in the
+    /// [`crate::controller::fleet::run_key`]; every Job of a run carries its key in the
     /// `deepinfer.io/judges` annotation): runs with an acceptance Job that has not finished.
-    pub fn acceptance_runs(&self) -> crate::controller::gates::acceptance::fleet::Runs {
+    pub fn acceptance_runs(&self) -> crate::controller::fleet::Runs {
         let jobs: Vec<Job> = self
             .jobs
             .read()
@@ -484,7 +588,7 @@ impl Caches {
             .iter()
             .map(|e| Kept(e.0.clone()).to_api())
             .collect();
-        let mut runs = crate::controller::gates::acceptance::fleet::Runs::default();
+        let mut runs = crate::controller::fleet::Runs::default();
         for j in jobs
             .iter()
             .filter(|j| Component::of(j.labels()) == Some(Component::Acceptance))
@@ -494,7 +598,7 @@ impl Caches {
                 .get(crate::controller::build::JUDGES_ANNOTATION)
                 .zip(j.labels().get(labels::DEPLOYMENT))
                 .map(|(key, deployment)| {
-                    crate::controller::gates::acceptance::fleet::run_key(
+                    crate::controller::fleet::run_key(
                         &j.namespace().unwrap_or_default(),
                         deployment,
                         key,
@@ -1144,6 +1248,7 @@ pub async fn observe(
             Vec::new()
         },
         scaled_roles: owned_in(&caches.scaled_roles, &ns, &name, &uid, None),
+        fresh: Fresh::default(),
         pod_groups: if pod_groups {
             owned_in(&caches.pod_groups, &ns, &name, &uid, None)
         } else {

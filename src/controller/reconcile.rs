@@ -23,23 +23,24 @@ use tracing::warn;
 
 use crate::api::api_resource;
 use crate::api::{
-    record_judgement, DeepInferDeployment, DeepInferDeploymentStatus, Reason,
-    LICENSE_ACCEPTED_ANNOTATION,
+    DeepInferDeployment, DeepInferDeploymentStatus, Reason, LICENSE_ACCEPTED_ANNOTATION,
 };
-use crate::controller::act::{Act, Executor};
+use crate::controller::act::Executor;
 use crate::controller::cached::CachedDeployment;
-use crate::controller::context::{Context, LicenseWithdrawal};
+use crate::controller::context::Context;
 use crate::controller::error::Error;
-use crate::controller::gates::acceptance::{fleet::Admission, memory};
-use crate::controller::gates::licence::entitlement;
-use crate::controller::gates::rejected::rejected_gate;
-use crate::controller::gates::spec::validate::{license_gate, LicenseVerdict};
-use crate::controller::gates::{self, acceptance::Run, spec::SpecFound, Settings};
-use crate::controller::observe::{self, observe, pods_of_job_now, Observed};
+use crate::controller::fleet::Admission;
+use crate::controller::gates::acceptance::memory;
+use crate::controller::gates::acceptance::proof::VerdictKey;
+use crate::controller::gates::licence::licence_gate;
+use crate::controller::gates::spec::{self, SpecFound};
+use crate::controller::gates::workers::Retry;
+use crate::controller::gates::{self, scaling, Settings};
+use crate::controller::observe::{self, observe, pods_of_job_now, Observed, Read};
+use crate::controller::pass::{self, Findings, GateId, GatePlan, OnFailure, Snapshot};
 use crate::controller::status::{self, Gate, LicenceSeen, Outcome};
 use crate::controller::text::{phase_key, truncate};
-use crate::controller::validated::ValidatedDeployment;
-use crate::controller::{apply, build, outage};
+use crate::controller::{apply, outage};
 
 pub(crate) fn error_policy(obj: Arc<CachedDeployment>, err: &Error, ctx: Arc<Context>) -> Action {
     ctx.metrics.reconcile_failed(err.metric_label());
@@ -237,523 +238,233 @@ async fn write_status(
     Ok(None)
 }
 
-/// What a pass read before it plans: the snapshot, the licence gate and the judgements known.
-struct Pass<'c> {
-    ctx: &'c Context,
-    exec: Executor<'c>,
-    settings: Settings<'c>,
-    observed: Observed,
-    licence: LicenseVerdict,
-    known: DeepInferDeploymentStatus,
-    now: Timestamp,
-}
-
-/// Runs one pass for `did`; returns what was found and when to look again.
+/// Runs one pass for `did`: reads what is there, plans every gate, carries the plans out gate by
+/// gate; returns what was found and when to look again.
 pub async fn pass(
     did: &DeepInferDeployment,
     previous: Option<&DeepInferDeploymentStatus>,
     status_whole: bool,
     ctx: &Context,
 ) -> Result<(Outcome, Option<Duration>), Error> {
+    let key = ctx.verdict_key().await?;
+    let settings = Settings::of(ctx, key);
+    let mut snapshot = read(ctx, did, previous, status_whole, key).await?;
+    let first = Findings::new(first_outcome(did, &snapshot, previous), &snapshot.known);
+    // A gate that waits for a read (a finished Job's pods, the fleet's queue, the evidence)
+    // gets it, and every gate is planned again.
+    for _ in 0..GateId::ALL.len() {
+        let needs = {
+            let plans = pass::plan(&snapshot, settings, None, &mut first.clone());
+            let fresh = &snapshot.observed.fresh;
+            let needs = plans.into_iter().flat_map(|(p, _)| p.needs);
+            needs.filter(|r| !fresh.has(r)).collect::<Vec<Read>>()
+        };
+        if needs.is_empty() {
+            break;
+        }
+        read_fresh(ctx, did, &mut snapshot.observed, needs).await?;
+    }
+    let exec = Executor::new(ctx, did);
+    let (mut findings, mut from) = (first, None);
+    loop {
+        let mut f = findings.clone();
+        let plans = pass::plan(&snapshot, settings, from, &mut f);
+        let Some((i, e)) = carry_out(&exec, &plans).await else {
+            findings = f;
+            break;
+        };
+        let (id, after) = (
+            plans[i].0.id,
+            plans.get(i + 1).map_or(f.clone(), |p| p.1.clone()),
+        );
+        ctx.metrics.reconcile_failed(e.metric_label());
+        if plans[i].0.on_failure == OnFailure::Log {
+            warn!(gate = ?id, error = %e, "a gate's writes failed; trying again on the next pass");
+        }
+        let Some(f) = Findings::failed(id, plans[i].1.clone(), after, &e) else {
+            return Err(e);
+        };
+        findings = f;
+        from = GateId::ALL.into_iter().find(|g| *g > id);
+    }
+    done(ctx, did, &findings);
+    Ok(findings.into_outcome(&snapshot))
+}
+
+/// Carries out each gate's acts in order; the first failure stops them, naming its gate.
+async fn carry_out(
+    exec: &Executor<'_>,
+    plans: &[(GatePlan<'_>, Findings)],
+) -> Option<(usize, Error)> {
+    for (i, (plan, _)) in plans.iter().enumerate() {
+        if let Err(e) = exec.run(&plan.acts).await {
+            return Some((i, e));
+        }
+    }
+    None
+}
+
+/// What the pass did, counted and remembered once its acts are done.
+fn done(ctx: &Context, did: &DeepInferDeployment, f: &Findings) {
+    if f.ended > 0 {
+        tracing::info!(
+            jobs = f.ended,
+            "ended the acceptance runs of configurations that are no longer the target"
+        );
+    }
+    if let Some((result, seconds)) = &f.finished {
+        ctx.metrics.acceptance_finished(result, *seconds);
+    }
+    if let Some(summary) = &f.outcome.withdrawn {
+        tracing::info!(%summary, "withdrew service");
+    }
+    let uid = did.uid().unwrap_or_default();
+    if let Ok(mut memory) = ctx.placement_retries.lock() {
+        for (role, record) in &f.retries {
+            let key = (uid.clone(), role.clone());
+            match record {
+                Some(record) => memory.insert(key, *record),
+                None => memory.remove(&key),
+            };
+        }
+    }
+}
+
+/// Everything the pass plans from: the owned objects, the judgements known, the licence gate
+/// and the spec as validated (each role's group count the spec's, or its DeepInferRole's).
+async fn read(
+    ctx: &Context,
+    did: &DeepInferDeployment,
+    previous: Option<&DeepInferDeploymentStatus>,
+    status_whole: bool,
+    key: &VerdictKey,
+) -> Result<Snapshot, Error> {
     let pod_groups = ctx.pod_groups().await?;
-    let mut p = Pass::read(ctx, did, previous, status_whole, pod_groups).await?;
-    let mut outcome = p.first_outcome(did, previous);
-    // Each role's group count: the spec's, or its DeepInferRole's for a role scaled externally.
-    let scaled = gates::scaling::scaled(did, &p.observed.scaled_roles, ctx.scaled_roles().await?);
+    let observed = observe(ctx, did, pod_groups).await?;
+    let uid = did.uid().unwrap_or_default();
+    let known = recall(ctx, did, previous, status_whole, &observed, key, &uid).await?;
+    let licence = licence_gate(
+        did.annotations(),
+        &did.spec.model.license,
+        &ctx.accepted_licenses,
+    );
+    let scaled = scaling::scaled(did, &observed.scaled_roles, ctx.scaled_roles().await?);
     let spec = match &scaled {
-        Ok(s) => gates::spec::spec(
+        Ok(s) => spec::spec(
             &s.did,
             &ctx.limits,
             pod_groups,
-            &p.observed.referenced,
+            &observed.referenced,
             &s.sources,
         ),
         Err(refused) => SpecFound::Refused(refused.clone(), None),
     };
-    let open = p.licence.is_accepted();
-    let judged = match &spec {
-        SpecFound::Valid(valid) if open => p.judge(valid, previous, &mut outcome).await?,
-        _ => Judged::default(),
-    };
-    // Entitlement, once, with every verdict now known.
-    outcome.withdrawn = p.enforce().await?;
-    if !open {
-        p.exec
-            .run(&gates::checkpoint::stop_fetching(&p.observed))
-            .await?;
-    }
-    let valid = match spec {
-        SpecFound::Valid(valid) => valid,
-        SpecFound::Refused(gate, after) => {
-            // The licence stop is carried out whatever the spec says: nothing of the spec is
-            // needed to delete every pod and run.
-            if !open && p.settings.license_withdrawal == LicenseWithdrawal::Stop {
-                p.exec.run(&gates::workers::stop_all(&p.observed)).await?;
+    let (target, refused) = Snapshot::of_spec(spec, &observed);
+    Ok(Snapshot {
+        remembered: remembered(ctx, did),
+        licence_message: pass::licence_message(&licence, did),
+        observed,
+        previous: previous.cloned(),
+        known,
+        licence,
+        refused,
+        target,
+        now: Timestamp::now(),
+    })
+}
+
+/// Does the reads the gates asked for.
+async fn read_fresh(
+    ctx: &Context,
+    did: &DeepInferDeployment,
+    observed: &mut Observed,
+    needs: Vec<Read>,
+) -> Result<(), Error> {
+    let (ns, name) = (did.namespace().unwrap_or_default(), did.name_any());
+    for need in needs {
+        match need {
+            Read::JobPods(job) => {
+                let uid = observed.job(&job).and_then(|j| j.metadata.uid.clone());
+                let pods =
+                    pods_of_job_now(&ctx.client, &ns, &job, &uid.unwrap_or_default()).await?;
+                observed.fresh.job_pods.insert(job, pods);
             }
-            outcome.spec = gate;
-            return Ok((outcome, after));
+            Read::Admission(run) => {
+                let admission = admit(ctx, &run);
+                observed.fresh.admission.insert(run, admission);
+            }
+            Read::Evidence => {
+                let uid = did.uid().unwrap_or_default();
+                observed.fresh.evidence =
+                    Some(observe::evidence_metas(&ctx.client, &ns, &name, &uid).await?);
+            }
+            Read::Domains { nodes, key } => {
+                observed.fresh.domains =
+                    Some(observe::node_domains(&ctx.client, &nodes, &key).await?);
+            }
         }
+    }
+    Ok(())
+}
+
+/// Whether the fleet's queue lets the run start (`--max-concurrent-acceptance-runs`).
+fn admit(ctx: &Context, run: &str) -> Admission {
+    let Some(limit) = ctx.max_concurrent_acceptance_runs else {
+        return Admission::Start;
     };
-    outcome.spec = Gate::Passed(Reason::Complete, "spec is valid".into());
-    let revision = build::revision_of(&valid);
-    outcome.revision = Some(revision.clone());
-    if !open {
-        return p.closed(&valid, &revision, outcome).await;
-    }
-    outcome.license = Gate::Passed(p.licence.reason(), licence_message(&p, &valid));
-    if let Some(stalled) = judged.stalled {
-        outcome.workers = stalled;
-        return Ok((outcome, None));
-    }
-    let mut retry = judged.retry;
-    if let Err(e) = p
-        .workers(&valid, &revision, &judged.needs_room, false, &mut outcome)
-        .await
-    {
-        outcome.workers = p.workers_failed(&e);
-        retry = retry.or(gates::retry_after(&outcome.workers));
-    }
-    let keep = gates::housekeeping::unjudged_jobs(&valid, previous, &p.observed, judged.leader);
-    let ttl = p.settings.retention.finished_job_ttl_seconds;
-    // Housekeeping: failures are logged, never a failed pass.
-    let _ = p
-        .exec
-        .run(&gates::housekeeping::tidy(&p.observed, &keep, ttl))
-        .await;
-    Ok((outcome.clone(), Some(gates::next_look(&outcome, retry))))
+    let runs = ctx.caches.acceptance_runs();
+    ctx.acceptance_queue
+        .lock()
+        .map(|mut q| q.ask(run, &runs, Some(limit), Timestamp::now()))
+        .unwrap_or(Admission::Start)
 }
 
-/// What the judging stages left for the rest of the pass.
-#[derive(Default)]
-struct Judged {
-    /// A claim template the API server refused: the workers stage stalls on it.
-    stalled: Option<Gate>,
-    /// Look again this soon (an API failure of a stage).
-    retry: Option<Duration>,
-    /// Roles whose group of the acceptance run waits for devices.
-    needs_room: Vec<String>,
-    /// The acceptance stage's unjudged leader (`None`: the stage did not run to a plan, so every
-    /// acceptance Job keeps its verdict's place).
-    leader: Option<Option<String>>,
+/// The outcome before any gate: the licence as seen and the judgements known.
+fn first_outcome(
+    did: &DeepInferDeployment,
+    s: &Snapshot,
+    previous: Option<&DeepInferDeploymentStatus>,
+) -> Outcome {
+    Outcome {
+        licence: Some(LicenceSeen {
+            license: did.spec.model.license.clone(),
+            annotation: did.annotations().get(LICENSE_ACCEPTED_ANNOTATION).cloned(),
+            accepted: s.licence.is_accepted(),
+            reason: s.licence.reason(),
+        }),
+        judgements: s.known.judgements.clone(),
+        // The status's own, when it is proved (see `recall`).
+        acceptance_status: previous.and(s.known.acceptance.clone()),
+        ..Outcome::default()
+    }
 }
 
-impl<'c> Pass<'c> {
-    async fn read(
-        ctx: &'c Context,
-        did: &DeepInferDeployment,
-        previous: Option<&DeepInferDeploymentStatus>,
-        status_whole: bool,
-        pod_groups: bool,
-    ) -> Result<Pass<'c>, Error> {
-        let observed = observe(ctx, did, pod_groups).await?;
-        let exec = Executor::new(ctx, did);
-        let key = ctx.verdict_key().await?;
-        let uid = did.uid().unwrap_or_default();
-        let known = recall(&exec, previous, status_whole, &observed, key, &uid).await?;
-        Ok(Pass {
-            ctx,
-            exec,
-            settings: Settings::of(ctx, key),
-            licence: license_gate(
-                did.annotations(),
-                &did.spec.model.license,
-                &ctx.accepted_licenses,
-            ),
-            observed,
-            known,
-            now: Timestamp::now(),
+/// This operator's placement retry records of the deployment's roles.
+fn remembered(ctx: &Context, did: &DeepInferDeployment) -> BTreeMap<String, Retry> {
+    let uid = did.uid().unwrap_or_default();
+    let Ok(memory) = ctx.placement_retries.lock() else {
+        return BTreeMap::new();
+    };
+    did.spec
+        .roles
+        .iter()
+        .filter_map(|r| {
+            let record = memory.get(&(uid.clone(), r.name.clone()))?;
+            Some((r.name.clone(), *record))
         })
-    }
-
-    /// The outcome before any stage: the licence as seen and the judgements known.
-    fn first_outcome(
-        &self,
-        did: &DeepInferDeployment,
-        previous: Option<&DeepInferDeploymentStatus>,
-    ) -> Outcome {
-        Outcome {
-            licence: Some(LicenceSeen {
-                license: did.spec.model.license.clone(),
-                annotation: did.annotations().get(LICENSE_ACCEPTED_ANNOTATION).cloned(),
-                accepted: self.licence.is_accepted(),
-                reason: self.licence.reason(),
-            }),
-            judgements: self.known.judgements.clone(),
-            // The status's own, when it is proved (see `recall`).
-            acceptance_status: previous.and(self.known.acceptance.clone()),
-            ..Outcome::default()
-        }
-    }
-
-    /// Brings every worker pod's `deepinfer.io/accepted` condition in line with its
-    /// entitlement; returns what was withdrawn.
-    async fn enforce(&self) -> Result<Option<String>, Error> {
-        let marks = entitlement::decide(&self.observed.workers, &self.licence, Some(&self.known));
-        let withdrawn = entitlement::withdrawn_summary(&marks);
-        if let Some(summary) = &withdrawn {
-            tracing::info!(%summary, "withdrew service");
-        }
-        let acts: Vec<Act<'_>> = marks.into_iter().map(Act::Mark).collect();
-        self.exec.run(&acts).await?;
-        Ok(withdrawn)
-    }
-
-    /// The stages that judge the target: claim templates, checkpoint, acceptance.
-    async fn judge(
-        &mut self,
-        did: &ValidatedDeployment,
-        previous: Option<&DeepInferDeploymentStatus>,
-        outcome: &mut Outcome,
-    ) -> Result<Judged, Error> {
-        let mut judged = Judged::default();
-        let revision = build::revision_of(did);
-        let run = Run::of(did, &revision, &self.observed);
-        self.end_superseded(did, &run, outcome).await;
-        if let Err(e) = self
-            .exec
-            .run(&gates::workers::claims::claim_templates(
-                did,
-                &self.observed,
-            ))
-            .await
-        {
-            judged.stalled = Some(rejected_gate(&e).ok_or(e)?);
-            return Ok(judged);
-        }
-        match self.checkpoint(did, previous).await {
-            Ok((gate, status)) => {
-                outcome.checkpoint = gate;
-                outcome.checkpoint_status = status;
-            }
-            Err(e) => {
-                outcome.checkpoint = self.api_failure(&e);
-                judged.retry = gates::retry_after(&outcome.checkpoint);
-            }
-        }
-        if did.spec.suspend {
-            let plan = gates::acceptance::suspended(&self.observed);
-            outcome.acceptance = match self.exec.run(&plan.acts).await {
-                Ok(_) => plan.found.gate,
-                Err(e) => {
-                    // Only an API failure is retried soon; a held gate waits for a change.
-                    let gate = self.api_failure(&e);
-                    judged.retry = judged.retry.or(gates::retry_after(&gate));
-                    gate
-                }
-            };
-        } else if outcome.checkpoint.passed() {
-            match self.acceptance(did, &revision, &run).await {
-                Ok(found) => {
-                    judged.leader = Some(found.unjudged.clone());
-                    judged.needs_room = found.needs_room.clone();
-                    self.take(found, outcome);
-                }
-                Err(e) => {
-                    outcome.acceptance = self.api_failure(&e);
-                    judged.retry = judged.retry.or(gates::retry_after(&outcome.acceptance));
-                }
-            }
-        }
-        Ok(judged)
-    }
-
-    /// The pods of the Job `job` (as cached) read from the API server: those it controls.
-    async fn pods_of_job_now(
-        &self,
-        ns: &str,
-        job: &str,
-    ) -> Result<Vec<k8s_openapi::api::core::v1::Pod>, Error> {
-        let uid = self
-            .observed
-            .job(job)
-            .and_then(|j| j.metadata.uid.clone())
-            .unwrap_or_default();
-        pods_of_job_now(&self.ctx.client, ns, job, &uid).await
-    }
-
-    /// Ends every acceptance run that is not the target's, recording the verdicts the finished
-    /// ones wrote. A failure is logged and tried again by the next pass: it stops nothing else
-    /// (the entitlement of every pod is enforced whatever happens here).
-    async fn end_superseded(
-        &mut self,
-        did: &ValidatedDeployment,
-        run: &Run,
-        outcome: &mut Outcome,
-    ) {
-        let plan = gates::acceptance::superseded(
-            did,
-            &self.observed,
-            &run.names.key,
-            &self.known,
-            self.settings.verdict_key,
-        );
-        if plan.acts.is_empty() {
-            return;
-        }
-        if let Err(e) = self.exec.run(&plan.acts).await {
-            self.ctx.metrics.reconcile_failed(e.metric_label());
-            warn!(error = %e, "ending the acceptance runs of earlier targets failed; trying again");
-            return;
-        }
-        if plan.found.ended > 0 {
-            tracing::info!(
-                jobs = plan.found.ended,
-                "ended the acceptance runs of configurations that are no longer the target"
-            );
-        }
-        for judged in plan.found.recorded {
-            self.record(judged);
-        }
-        outcome.judgements = self.known.judgements.clone();
-    }
-
-    /// Records a judgement among those known (kept as long as its revision serves).
-    fn record(&mut self, judged: crate::api::AcceptanceStatus) {
-        let serving = self.observed.revisions_serving(&self.known);
-        self.known.judgements = record_judgement(&self.known.judgements, judged, &serving);
-    }
-
-    async fn checkpoint(
-        &self,
-        did: &ValidatedDeployment,
-        previous: Option<&DeepInferDeploymentStatus>,
-    ) -> Result<gates::checkpoint::Found, Error> {
-        let fresh = match gates::checkpoint::verify_to_read(did, previous, &self.observed) {
-            Some(job) => Some(self.pods_of_job_now(&did.namespace, &job).await?),
-            None => None,
-        };
-        let plan = gates::checkpoint::checkpoint(
-            did,
-            previous,
-            &self.observed,
-            fresh.as_deref(),
-            self.settings,
-        );
-        self.exec.run(&plan.acts).await?;
-        Ok(plan.found)
-    }
-
-    async fn acceptance(
-        &self,
-        did: &ValidatedDeployment,
-        revision: &str,
-        run: &Run,
-    ) -> Result<gates::acceptance::Found, Error> {
-        let fresh = match gates::acceptance::leader_to_read(
-            did,
-            run,
-            &self.observed,
-            &self.known,
-            revision,
-        ) {
-            Some(job) => Some(self.pods_of_job_now(&did.namespace, &job).await?),
-            None => None,
-        };
-        let input = gates::acceptance::Input {
-            did,
-            revision,
-            run,
-            fresh: fresh.as_deref(),
-            known: &self.known,
-            settings: self.settings,
-            now: self.now,
-        };
-        let plan =
-            gates::acceptance::acceptance(&input, &self.observed, &mut |run| self.admit(run));
-        self.exec.run(&plan.acts).await?;
-        Ok(plan.found)
-    }
-
-    /// Whether the fleet's queue lets the run start (`--max-concurrent-acceptance-runs`).
-    fn admit(&self, run: &str) -> Admission {
-        let Some(limit) = self.ctx.max_concurrent_acceptance_runs else {
-            return Admission::Start;
-        };
-        let runs = self.ctx.caches.acceptance_runs();
-        self.ctx
-            .acceptance_queue
-            .lock()
-            .map(|mut q| q.ask(run, &runs, Some(limit), self.now))
-            .unwrap_or(Admission::Start)
-    }
-
-    /// Takes the acceptance stage's finding into the outcome; a judgement made in this pass is
-    /// recorded (and counted) now that its acts are done.
-    fn take(&mut self, found: gates::acceptance::Found, outcome: &mut Outcome) {
-        outcome.acceptance = found.gate;
-        if let Some(status) = found.status {
-            outcome.acceptance_status = Some(status);
-        }
-        if let Some(judged) = found.recorded {
-            self.ctx
-                .metrics
-                .acceptance_finished(judged.result.as_str(), found.seconds);
-            self.record(judged.clone());
-            outcome.judgements = self.known.judgements.clone();
-            outcome.acceptance_status = Some(judged);
-        }
-    }
-
-    /// The licence gate is closed. Withheld (the default): nothing is created or deleted, the
-    /// pods keep their devices and the roles' status still says where they are. Stopped: every
-    /// serving pod and running acceptance Job goes, freeing the devices; the judgements stay for
-    /// when it reopens.
-    async fn closed(
-        &self,
-        did: &ValidatedDeployment,
-        revision: &str,
-        mut outcome: Outcome,
-    ) -> Result<(Outcome, Option<Duration>), Error> {
-        let stop = self.settings.license_withdrawal == LicenseWithdrawal::Stop;
-        let mut message = licence_message(self, did);
-        if let Some(withdrawn) = &outcome.withdrawn {
-            message = format!("{message}; {withdrawn}");
-        }
-        let mut stopped_runs = 0;
-        if stop {
-            let (acts, n) = gates::acceptance::stop_running(&self.observed);
-            self.exec.run(&acts).await?;
-            stopped_runs = n;
-        }
-        self.workers(did, revision, &[], stop, &mut outcome).await?;
-        if stop {
-            outcome.workers = Gate::Progressing(
-                Reason::ServingWithdrawn,
-                format!("licence gate closed and --license-withdrawal=stop: every serving pod deleted, {stopped_runs} running acceptance Job(s) deleted; the recorded judgements are kept, and the groups come back without a new run once the licence is accepted again"),
-            );
-        }
-        outcome.license = Gate::Failed(self.licence.reason(), message);
-        Ok((outcome, None))
-    }
-
-    /// The workers stage: its finding goes into the outcome; returns the error of its acts.
-    async fn workers(
-        &self,
-        did: &ValidatedDeployment,
-        revision: &str,
-        needs_room: &[String],
-        stop: bool,
-        outcome: &mut Outcome,
-    ) -> Result<(), Error> {
-        let remembered = self.remembered(did);
-        let input = gates::workers::Input {
-            did,
-            target: revision,
-            known: &self.known,
-            licence: &self.licence,
-            acting: self.licence.is_accepted() || stop,
-            stop,
-            needs_room,
-            remembered: &remembered,
-            settings: self.settings,
-            now: self.now,
-        };
-        let plan = gates::workers::workers(&input, &self.observed);
-        self.remember(did, &plan.found.retries);
-        outcome.workers = gates::withdrawn_or(outcome.withdrawn.as_ref(), plan.found.gate);
-        outcome.roles = plan.found.roles;
-        outcome.wake_after = plan.found.wake;
-        self.exec.run(&plan.acts).await?;
-        let scaling = gates::scaling::keep(
-            did,
-            &outcome.roles,
-            &self.observed.scaled_roles,
-            self.licence.is_accepted(),
-        );
-        self.exec.run(&scaling).await.map(|_| ())
-    }
-
-    /// This operator's placement retry records of the deployment's roles.
-    fn remembered(&self, did: &ValidatedDeployment) -> BTreeMap<String, gates::workers::Retry> {
-        let uid = did.uid().unwrap_or_default();
-        let Ok(memory) = self.ctx.placement_retries.lock() else {
-            return BTreeMap::new();
-        };
-        did.spec
-            .roles
-            .iter()
-            .filter_map(|r| {
-                let record = memory.get(&(uid.clone(), r.name.clone()))?;
-                Some((r.name.clone(), *record))
-            })
-            .collect()
-    }
-
-    fn remember(
-        &self,
-        did: &ValidatedDeployment,
-        retries: &[(String, Option<gates::workers::Retry>)],
-    ) {
-        let uid = did.uid().unwrap_or_default();
-        if let Ok(mut memory) = self.ctx.placement_retries.lock() {
-            for (role, record) in retries {
-                let key = (uid.clone(), role.clone());
-                match record {
-                    Some(record) => memory.insert(key, *record),
-                    None => memory.remove(&key),
-                };
-            }
-        }
-    }
-
-    /// The workers gate after its acts failed: stalled on a child the API server refused,
-    /// else retried soon. Counted.
-    fn workers_failed(&self, e: &Error) -> Gate {
-        self.ctx.metrics.reconcile_failed(e.metric_label());
-        if let Some(stalled) = rejected_gate(e) {
-            tracing::warn!(error = %e, "the API server refused a worker object; stalled");
-            return stalled;
-        }
-        tracing::warn!(error = %e, kind = e.metric_label(), "applying workers failed; retrying");
-        Gate::Progressing(
-            Reason::ApplyFailed,
-            truncate(
-                &format!("applying worker pods and Services failed, retrying: {e}"),
-                1000,
-            ),
-        )
-    }
-
-    /// Records an API failure inside a stage on that stage's gate (so status shows it, not only
-    /// the log), counts it; the pass is retried soon, unless the server refused a child as
-    /// invalid: then the gate stalls with the server's message and field.
-    fn api_failure(&self, error: &Error) -> Gate {
-        self.ctx.metrics.reconcile_failed(error.metric_label());
-        if let Some(stalled) = rejected_gate(error) {
-            tracing::warn!(error = %error, "the API server refused a child object; stalled");
-            return stalled;
-        }
-        tracing::warn!(error = %error, kind = error.metric_label(), "a stage failed to talk to the API; retrying");
-        let hint = if error.is_forbidden() {
-            "; the operator's RBAC lacks a rule: compare its ClusterRole/Role with the chart's"
-        } else {
-            ""
-        };
-        Gate::Progressing(
-            Reason::ApplyFailed,
-            truncate(
-                &format!("a Kubernetes API request failed, retrying: {error}{hint}"),
-                1000,
-            ),
-        )
-    }
-}
-
-/// The licence gate's message.
-fn licence_message(p: &Pass<'_>, did: &ValidatedDeployment) -> String {
-    p.licence
-        .message(&did.namespace, &did.name_any(), &did.spec.model.license)
+        .collect()
 }
 
 /// The judgements recorded so far: the status's (one written before the list existed has its
 /// judgement in `acceptance`), made whole from the records on the evidence ConfigMaps when the
 /// status was lost, is partly unreadable or holds results this release does not know.
 async fn recall(
-    exec: &Executor<'_>,
+    ctx: &Context,
+    did: &DeepInferDeployment,
     previous: Option<&DeepInferDeploymentStatus>,
     status_whole: bool,
     observed: &Observed,
-    key: &crate::controller::gates::acceptance::proof::VerdictKey,
+    key: &VerdictKey,
     uid: &str,
 ) -> Result<DeepInferDeploymentStatus, Error> {
     let mut known = previous.cloned().unwrap_or_default();
@@ -779,8 +490,9 @@ async fn recall(
         }
     }
     if memory::needs_recall(&known, status_whole, &observed.workers) {
-        let (recalled, _) =
-            memory::proved(memory::recalled(&exec.evidence_metas().await?), key, uid);
+        let (ns, name) = (did.namespace().unwrap_or_default(), did.name_any());
+        let evidence = observe::evidence_metas(&ctx.client, &ns, &name, uid).await?;
+        let (recalled, _) = memory::proved(memory::recalled(&evidence), key, uid);
         tracing::info!(
             recalled = recalled.len(),
             "the status does not hold every judgement; recalled them from the evidence"

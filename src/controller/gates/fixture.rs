@@ -74,6 +74,7 @@ pub fn settings() -> Settings<'static> {
     static HUBS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
     Settings {
         verdict_key: verdict_key(),
+        record_node_domains: false,
         operator_image: "deepinfer-operator:test",
         deadlines: &DEADLINES,
         allowed_hub_endpoints: HUBS.get_or_init(|| vec!["https://huggingface.co".into()]),

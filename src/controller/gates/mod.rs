@@ -70,6 +70,8 @@ pub struct Settings<'a> {
     pub license_withdrawal: LicenseWithdrawal,
     /// The key every judgement recorded is proved with.
     pub verdict_key: &'a crate::controller::gates::acceptance::proof::VerdictKey,
+    /// Whether the domain of each node an acceptance run ran on is read and recorded.
+    pub record_node_domains: bool,
 }
 
 impl<'a> Settings<'a> {
@@ -101,6 +103,7 @@ impl<'a> Settings<'a> {
             partial_group_timeout: ctx.partial_group_timeout,
             license_withdrawal: ctx.license_withdrawal,
             verdict_key,
+            record_node_domains: ctx.record_node_domains,
         }
     }
 }

@@ -5,30 +5,31 @@
 //! recorded with the run's Jobs stopped and the judgement kept beside its evidence.
 
 pub mod decide;
-pub mod fleet;
 pub mod memory;
 pub mod proof;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
+use crate::acceptance::placement::{Placement, PLACEMENT_ANNOTATION};
 use crate::api::{
     labels, pinned, AcceptanceSpec, AcceptanceStatus, Component, DeepInferDeploymentStatus, Reason,
     ReviewRecord, RERUN_ACCEPTANCE_ANNOTATION,
 };
 use crate::controller::act::{self, Act};
 use crate::controller::build::{self, AcceptanceNames, RunGroup};
+use crate::controller::fleet::Admission;
 use crate::controller::gates::acceptance::decide::{self as judge, Step};
-use crate::controller::gates::acceptance::fleet::Admission;
 use crate::controller::gates::acceptance::memory::JUDGEMENT_ANNOTATION;
 use crate::controller::gates::checkpoint::decide::running_job_gate;
+use crate::controller::gates::housekeeping::retention;
 use crate::controller::gates::jobs::{self, foreign_job, job_state, JobState};
 use crate::controller::gates::{Plan, Settings};
-use crate::controller::observe::{named, Observed};
+use crate::controller::observe::{named, Fresh, Observed, Read};
 use crate::controller::status::Gate;
 use crate::controller::validated::ValidatedDeployment;
 
@@ -114,6 +115,8 @@ pub struct Found {
     /// The run's leader Job while its verdict is not in status at the start of the pass (it
     /// keeps no TTL until then).
     pub unjudged: Option<String>,
+    /// Reads the plan waits for (the pass does them and plans again).
+    pub needs: Vec<Read>,
 }
 
 impl Found {
@@ -133,8 +136,6 @@ pub struct Input<'a> {
     pub revision: &'a str,
     /// Its run.
     pub run: &'a Run,
-    /// The leader's pods read from the API server, when [`leader_to_read`] named it.
-    pub fresh: Option<&'a [Pod]>,
     /// The judgements known.
     pub known: &'a DeepInferDeploymentStatus,
     /// Operator settings.
@@ -143,13 +144,9 @@ pub struct Input<'a> {
     pub now: Timestamp,
 }
 
-/// The acceptance stage. `admit` asks the fleet's queue whether a run (by
-/// [`crate::controller::gates::acceptance::fleet::run_key`]) may start now.
-pub fn acceptance<'o>(
-    input: &Input<'_>,
-    observed: &'o Observed,
-    admit: &mut dyn FnMut(&str) -> Admission,
-) -> Plan<'o, Found> {
+/// The acceptance stage. A run that may start asks the fleet's queue first
+/// ([`Read::Admission`]): until the pass has its answer, the plan only says so.
+pub fn acceptance<'o>(input: &Input<'_>, observed: &'o Observed) -> Plan<'o, Found> {
     let did = input.did;
     let groups = input.run.names.groups(&did.spec);
     if groups.is_empty() {
@@ -189,7 +186,7 @@ pub fn acceptance<'o>(
             status: Some(a),
             ..Found::default()
         }),
-        Step::Start => start(input, observed, &groups, &view, admit),
+        Step::Start => start(input, observed, &groups, &view),
         Step::StartJudged => Plan::with(
             Found::gate(view.running(input)),
             start_groups(input, observed, &groups[..1]),
@@ -241,7 +238,7 @@ impl<'v> RunView<'v> {
         let did = input.did;
         let leader = groups[0].job(0);
         let others = &groups[1..];
-        let leader_pods: Vec<&Pod> = match input.fresh {
+        let leader_pods: Vec<&Pod> = match observed.fresh.job_pods.get(&leader) {
             Some(pods) => pods.iter().collect(),
             None => observed.pods_of_job(&leader),
         };
@@ -347,7 +344,6 @@ fn start<'o>(
     observed: &'o Observed,
     groups: &[RunGroup<'_>],
     view: &RunView<'_>,
-    admit: &mut dyn FnMut(&str) -> Admission,
 ) -> Plan<'o, Found> {
     let (did, run) = (input.did, input.run);
     let spec = match &run.resolved {
@@ -370,16 +366,18 @@ fn start<'o>(
             missing,
         )));
     }
-    let key = crate::controller::gates::acceptance::fleet::run_key(
-        &did.namespace,
-        &did.name_any(),
-        &run.names.key,
-    );
+    let key = crate::controller::fleet::run_key(&did.namespace, &did.name_any(), &run.names.key);
+    let Some(admission) = observed.fresh.admission.get(&key) else {
+        return Plan::only(Found {
+            needs: vec![Read::Admission(key)],
+            ..Found::gate(view.running(input))
+        });
+    };
     if let Admission::Queued {
         position,
         under_way,
         limit,
-    } = admit(&key)
+    } = admission
     {
         return Plan::only(Found::gate(Gate::Progressing(
             Reason::AcceptanceQueued,
@@ -412,15 +410,13 @@ fn shared_objects<'o>(
     let in_flight = in_flight_evidence(&did.name_any(), observed);
     let (sa, role, binding) = build::acceptance_rbac(did, names, &in_flight);
     vec![
-        Act::apply_uncached(sa),
-        Act::apply_uncached(role),
-        Act::apply_uncached(binding),
-        Act::apply_uncached(build::acceptance_spec_configmap(
-            did,
-            names,
-            input.revision,
-            spec_yaml,
-        )),
+        Act::apply(sa, None),
+        Act::apply(role, None),
+        Act::apply(binding, None),
+        Act::apply(
+            build::acceptance_spec_configmap(did, names, input.revision, spec_yaml),
+            None,
+        ),
         Act::create(build::acceptance_evidence_configmap(
             did,
             names,
@@ -546,11 +542,16 @@ fn record<'o>(
         Some((e, value)) if e == evidence => (Some(value), None),
         other => (None, other),
     };
-    let mut acts = vec![Act::RecordPlacement {
-        configmap: evidence.clone(),
-        placement,
-        judgement: beside,
-    }];
+    let Some(found) = &observed.fresh.evidence else {
+        return Plan::only(Found {
+            needs: evidence_reads(input, &placement),
+            ..Found::gate(judge::judged_gate(&judgement))
+        });
+    };
+    let mut acts: Vec<Act<'o>> =
+        annotate_evidence(input, &observed.fresh, evidence, placement, beside)
+            .into_iter()
+            .collect();
     // The followers' engines (and the other roles') have nothing left to serve.
     acts.extend(stop(
         input.did,
@@ -570,8 +571,7 @@ fn record<'o>(
     if let Some((evidence, value)) = apart {
         acts.push(Act::Annotate {
             configmap: evidence.clone(),
-            key: JUDGEMENT_ANNOTATION,
-            value,
+            annotations: [(JUDGEMENT_ANNOTATION, value)].into(),
         });
     }
     let with_pods = observed.revisions_serving(input.known);
@@ -583,10 +583,16 @@ fn record<'o>(
         .chain([&judgement])
         .filter_map(|j| j.evidence.clone())
         .collect();
-    acts.push(Act::PruneEvidence {
-        keep: usize::from(input.settings.retention.keep_evidence),
-        pinned: kept,
-    });
+    let pinned: Vec<&str> = kept.iter().map(String::as_str).collect();
+    let keep = usize::from(input.settings.retention.keep_evidence);
+    for old in retention::evidence_to_delete(found, keep, &pinned) {
+        acts.extend(
+            found
+                .iter()
+                .find(|m| m.name.as_deref() == Some(old.as_str()))
+                .map(Act::DeleteEvidence),
+        );
+    }
     Plan::with(
         Found {
             gate: judge::judged_gate(&judgement),
@@ -597,6 +603,69 @@ fn record<'o>(
         },
         acts,
     )
+}
+
+/// What recording a verdict reads first: the deployment's evidence, and the domain of each node
+/// the run ran on when nodes are read (`--record-node-domains`).
+fn evidence_reads(input: &Input<'_>, placement: &Placement) -> Vec<Read> {
+    let mut reads = vec![Read::Evidence];
+    if input.settings.record_node_domains {
+        reads.push(Read::Domains {
+            nodes: placement.nodes().into_iter().collect(),
+            key: placement.domain_key.clone(),
+        });
+    }
+    reads
+}
+
+/// The annotations recording a verdict on its evidence ConfigMap `evidence` (as `found`: none
+/// when it is gone): the judgement kept `beside` it, and where each rank ran. The operator's
+/// placement replaces whatever is there (anyone may annotate a ConfigMap); only a pass that no
+/// longer sees the run's pods (its pods gone, the cache behind the verdict already recorded)
+/// leaves the record in place rather than write an empty one.
+fn annotate_evidence<'o>(
+    input: &Input<'_>,
+    fresh: &Fresh,
+    evidence: &str,
+    placement: Placement,
+    beside: Option<String>,
+) -> Option<Act<'o>> {
+    let found = fresh.evidence.as_deref().unwrap_or_default();
+    let meta = found.iter().find(|m| m.name.as_deref() == Some(evidence))?;
+    let mut annotations = BTreeMap::new();
+    if let Some(judgement) = beside {
+        annotations.insert(JUDGEMENT_ANNOTATION, judgement);
+    }
+    let recorded = meta
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(PLACEMENT_ANNOTATION));
+    if !recorded || !placement.nodes().is_empty() {
+        let placement = with_domains(input, fresh, placement);
+        annotations.insert(PLACEMENT_ANNOTATION, placement.annotation_value());
+    }
+    (!annotations.is_empty()).then(|| Act::Annotate {
+        configmap: evidence.to_string(),
+        annotations,
+    })
+}
+
+/// `placement` with each rank's node domain as read, or saying why it was not.
+fn with_domains(input: &Input<'_>, fresh: &Fresh, placement: Placement) -> Placement {
+    let why = match &fresh.domains {
+        _ if !input.settings.record_node_domains => {
+            "the operator reads no nodes (--record-node-domains is off)".to_string()
+        }
+        Some(Ok(domains)) => {
+            return placement.with_domains(|node| domains.get(node).cloned().flatten())
+        }
+        Some(Err(why)) => why.clone(),
+        None => "the nodes were not read".to_string(),
+    };
+    Placement {
+        domains_not_read: Some(why),
+        ..placement
+    }
 }
 
 /// Ascend: the rank table of each started group of the run from its pods as they are placed
@@ -736,8 +805,7 @@ pub fn superseded<'o>(
                 if let Ok(value) = serde_json::to_string(&judgement) {
                     plan.acts.push(Act::Annotate {
                         configmap: names.evidence_configmap.clone(),
-                        key: JUDGEMENT_ANNOTATION,
-                        value,
+                        annotations: [(JUDGEMENT_ANNOTATION, value)].into(),
                     });
                 }
             }
@@ -898,18 +966,35 @@ mod tests {
             Run::of(&self.did, &self.revision, &self.observed)
         }
 
-        fn plan(&self, admission: Admission) -> Plan<'_, Found> {
+        /// The fleet's queue answers `admission` for the run (as the pass reads it when the plan
+        /// asks), and the evidence is read (the run's own, unless the case holds other).
+        fn admit(&mut self, admission: Admission) {
+            let run = self.run();
+            let key = crate::controller::fleet::run_key(
+                &self.did.namespace,
+                &self.did.name_any(),
+                &run.names.key,
+            );
+            self.observed.fresh.admission.insert(key, admission);
+            self.observed.fresh.evidence.get_or_insert_with(|| {
+                vec![ObjectMeta {
+                    name: Some(run.names.evidence_configmap.clone()),
+                    ..ObjectMeta::default()
+                }]
+            });
+        }
+
+        fn plan(&self) -> Plan<'_, Found> {
             let run = self.run();
             let input = Input {
                 did: &self.did,
                 revision: &self.revision,
                 run: &run,
-                fresh: None,
                 known: &self.known,
                 settings: fixture::settings(),
                 now: Timestamp::from_second(10_000).expect("time"),
             };
-            acceptance(&input, &self.observed, &mut |_| admission.clone())
+            acceptance(&input, &self.observed)
         }
 
         /// The judged group's Job of `rank` as the operator makes it, in `state`.
@@ -960,9 +1045,10 @@ mod tests {
 
     #[test]
     fn a_run_starts_with_its_shared_objects_then_its_jobs_followers_first() {
-        let case = Case::new();
+        let mut case = Case::new();
         let run = case.run();
-        let plan = case.plan(Admission::Start);
+        case.admit(Admission::Start);
+        let plan = case.plan();
         assert_eq!(reason(&plan.found.gate), Reason::AcceptanceRunning);
         let leader = case.leader();
         let follower = format!("{}1", leader.trim_end_matches('0'));
@@ -994,7 +1080,8 @@ mod tests {
         use crate::controller::act::Applied;
         let mut case = Case::new();
         let service = {
-            let first = case.plan(Admission::Start);
+            case.admit(Admission::Start);
+            let first = case.plan();
             first
                 .acts
                 .iter()
@@ -1006,7 +1093,8 @@ mod tests {
         };
         // The Service is in the cache, the Jobs are not yet: the run is started again.
         case.observed.services.push(service);
-        let again = case.plan(Admission::Start);
+        case.admit(Admission::Start);
+        let again = case.plan();
         let services: Vec<bool> = again
             .acts
             .iter()
@@ -1020,12 +1108,13 @@ mod tests {
 
     #[test]
     fn a_run_the_fleet_queue_holds_writes_nothing_and_says_its_place() {
-        let case = Case::new();
-        let plan = case.plan(Admission::Queued {
+        let mut case = Case::new();
+        case.admit(Admission::Queued {
             position: 3,
             under_way: 16,
             limit: 16,
         });
+        let plan = case.plan();
         assert_eq!(reason(&plan.found.gate), Reason::AcceptanceQueued);
         assert!(plan.acts.is_empty(), "{:?}", described(&plan.acts));
         let Gate::Progressing(_, message) = &plan.found.gate else {
@@ -1045,7 +1134,8 @@ mod tests {
             rerun_token: Some(run.token.clone()),
             ..AcceptanceStatus::default()
         });
-        let plan = case.plan(Admission::Start);
+        case.admit(Admission::Start);
+        let plan = case.plan();
         assert_eq!(reason(&plan.found.gate), Reason::AcceptanceSucceeded);
         assert!(plan.acts.is_empty());
         assert!(plan.found.unjudged.is_none(), "the verdict is in status");
@@ -1070,7 +1160,8 @@ mod tests {
         let leader = case.leader();
         case.observed.jobs = vec![case.job(1, "running"), case.job(0, "running")];
         case.observed.job_pods = vec![case.engine_pod(&leader, 9_990)];
-        let plan = case.plan(Admission::Start);
+        case.admit(Admission::Start);
+        let plan = case.plan();
         assert_eq!(reason(&plan.found.gate), Reason::AcceptanceRunning);
         assert!(plan.acts.is_empty(), "{:?}", described(&plan.acts));
     }
@@ -1102,7 +1193,8 @@ mod tests {
             ..PodStatus::default()
         });
         case.observed.job_pods = vec![pod];
-        let plan = case.plan(Admission::Start);
+        case.admit(Admission::Start);
+        let plan = case.plan();
         let recorded = plan.found.recorded.clone().expect("a verdict");
         assert_eq!(recorded.result, AcceptanceResult::Passed);
         let acts = described(&plan.acts);
@@ -1111,19 +1203,16 @@ mod tests {
                 .filter(|a| a.starts_with("annotate ConfigMap"))
                 .collect::<Vec<_>>(),
             [&format!(
-                "annotate ConfigMap {evidence} deepinfer.io/placement deepinfer.io/judgement"
+                "annotate ConfigMap {evidence} deepinfer.io/judgement deepinfer.io/placement"
             )],
             "{acts:?}"
         );
         assert!(acts.contains(&format!("delete Job {follower}")), "{acts:?}");
-        let Some(Act::RecordPlacement {
-            judgement: Some(kept),
-            ..
-        }) = plan.acts.first()
-        else {
+        let Some(Act::Annotate { annotations, .. }) = plan.acts.first() else {
             unreachable!()
         };
-        let kept: AcceptanceStatus = serde_json::from_str(kept).expect("the judgement");
+        let kept: AcceptanceStatus =
+            serde_json::from_str(&annotations[JUDGEMENT_ANNOTATION]).expect("the judgement");
         assert_eq!(kept, recorded);
     }
 
@@ -1141,11 +1230,21 @@ mod tests {
             ..Default::default()
         });
         case.observed.job_pods = vec![pod];
-        let plan = case.plan(Admission::Start);
+        // The run's evidence and five older ones, as read when the plan asked.
+        let evidence = case.run().names.evidence_configmap;
+        let meta = |name: &str, at: i64| ObjectMeta {
+            name: Some(name.into()),
+            creation_timestamp: Some(Time(Timestamp::from_second(at).expect("time"))),
+            ..ObjectMeta::default()
+        };
+        let mut found = vec![meta(&evidence, 9_000)];
+        found.extend((1..=5).map(|i| meta(&format!("old-{i}"), i64::from(i) * 100)));
+        case.observed.fresh.evidence = Some(found);
+        case.admit(Admission::Start);
+        let plan = case.plan();
         let recorded = plan.found.recorded.clone().expect("a verdict");
         assert_eq!(recorded.result, AcceptanceResult::Failed);
         let acts = described(&plan.acts);
-        let evidence = case.run().names.evidence_configmap;
         assert_eq!(
             acts[..3],
             [
@@ -1155,9 +1254,10 @@ mod tests {
             ],
             "where each rank ran is recorded before the run's Jobs go"
         );
-        let Some(Act::RecordPlacement { placement, .. }) = plan.acts.first() else {
+        let Some(Act::Annotate { annotations, .. }) = plan.acts.first() else {
             unreachable!()
         };
+        let placement = Placement::parse(&annotations[PLACEMENT_ANNOTATION]).expect("a placement");
         let rows: Vec<(i32, Option<&str>, Option<&str>, i32)> = placement
             .ranks
             .iter()
@@ -1173,15 +1273,22 @@ mod tests {
         );
         assert_eq!(placement.domain_key, "nvidia.com/gpu.clique");
         assert_eq!(
-            acts.last().map(String::as_str),
-            Some("prune evidence beyond 3")
+            placement.domains_not_read.as_deref(),
+            Some("the operator reads no nodes (--record-node-domains is off)")
         );
-        let Some(Act::PruneEvidence { pinned, .. }) = plan.acts.last() else {
-            unreachable!()
-        };
+        // Three kept (the settings' keepEvidence): the run's own and the two newest others.
+        let pruned: Vec<&String> = acts
+            .iter()
+            .filter(|a| a.starts_with("delete ConfigMap"))
+            .collect();
         assert_eq!(
-            pinned,
-            &recorded.evidence.iter().cloned().collect::<Vec<_>>()
+            pruned,
+            [
+                "delete ConfigMap old-3 (evidence beyond those kept)",
+                "delete ConfigMap old-2 (evidence beyond those kept)",
+                "delete ConfigMap old-1 (evidence beyond those kept)"
+            ],
+            "{acts:?}"
         );
     }
 
@@ -1190,7 +1297,8 @@ mod tests {
         let mut case = Case::new();
         let leader = case.leader();
         case.observed.jobs = vec![case.job(0, "failed")];
-        let plan = case.plan(Admission::Start);
+        case.admit(Admission::Start);
+        let plan = case.plan();
         assert_eq!(described(&plan.acts), [format!("delete Job {leader}")]);
         assert!(plan.found.recorded.is_none());
     }
@@ -1209,7 +1317,8 @@ mod tests {
             raw.spec.acceptance.prompts.clear();
             raw
         });
-        let plan = case.plan(Admission::Start);
+        case.admit(Admission::Start);
+        let plan = case.plan();
         assert_eq!(reason(&plan.found.gate), Reason::MissingDependency);
         assert!(plan.acts.is_empty());
     }

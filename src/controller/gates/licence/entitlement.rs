@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
 use crate::api::{labels, AcceptanceResult, DeepInferDeploymentStatus, PodReason};
-use crate::controller::gates::spec::validate::LicenseVerdict;
+use crate::controller::gates::licence::LicenceVerdict;
 use crate::controller::pods::accepted_condition;
 
 /// Whether pods of one revision may serve, and why (not).
@@ -31,7 +31,7 @@ pub struct Entitlement {
 /// The entitlement of pods of `role` at `revision`: a passed judgement entitles only the roles
 /// its run included.
 pub fn of_revision(
-    licence: &LicenseVerdict,
+    licence: &LicenceVerdict,
     judgements: Option<&DeepInferDeploymentStatus>,
     revision: &str,
     role: &str,
@@ -116,7 +116,7 @@ pub struct Mark {
 /// being deleted is left alone too.
 pub fn decide(
     pods: &[Pod],
-    licence: &LicenseVerdict,
+    licence: &LicenceVerdict,
     judgements: Option<&DeepInferDeploymentStatus>,
 ) -> Vec<Mark> {
     let mut marks = Vec::new();
@@ -157,7 +157,7 @@ pub fn decide(
 /// a pass, since nothing says they failed.
 pub fn unsettled_in_service(
     pods: &[Pod],
-    licence: &LicenseVerdict,
+    licence: &LicenceVerdict,
     judgements: Option<&DeepInferDeploymentStatus>,
 ) -> std::collections::BTreeSet<(String, String)> {
     pods.iter()
@@ -236,8 +236,8 @@ mod tests {
         }
     }
 
-    fn not_allowed() -> LicenseVerdict {
-        LicenseVerdict::NotAllowed {
+    fn not_allowed() -> LicenceVerdict {
+        LicenceVerdict::NotAllowed {
             license: "mit".into(),
             allowed: vec![],
         }
@@ -252,9 +252,9 @@ mod tests {
             pod("p2", "a", None),
         ];
         for licence in [
-            LicenseVerdict::AnnotationMissing,
+            LicenceVerdict::AnnotationMissing,
             not_allowed(),
-            LicenseVerdict::Mismatch {
+            LicenceVerdict::Mismatch {
                 annotation: "apache-2.0".into(),
                 spec: "mit".into(),
             },
@@ -284,7 +284,7 @@ mod tests {
     fn restoring_the_licence_brings_pods_back_from_the_recorded_pass() {
         let status = judged(&[("a", AcceptanceResult::Passed)]);
         let pods = [pod("p0", "a", Some("False")), pod("p1", "a", Some("True"))];
-        let marks = decide(&pods, &LicenseVerdict::Accepted, Some(&status));
+        let marks = decide(&pods, &LicenceVerdict::Accepted, Some(&status));
         assert_eq!(
             marks,
             [Mark {
@@ -306,7 +306,7 @@ mod tests {
             ("a", AcceptanceResult::Passed),
         ]);
         let pods = [pod("a0", "a", Some("True")), pod("b0", "b", Some("True"))];
-        let marks = decide(&pods, &LicenseVerdict::Accepted, Some(&status));
+        let marks = decide(&pods, &LicenceVerdict::Accepted, Some(&status));
         assert_eq!(marks.len(), 1);
         assert_eq!(marks[0].pod, "a0");
         assert!(!marks[0].accepted);
@@ -339,7 +339,7 @@ mod tests {
             pod("u1", "u", Some("True")),
             leaving,
         ];
-        assert!(decide(&pods, &LicenseVerdict::Accepted, Some(&status)).is_empty());
+        assert!(decide(&pods, &LicenceVerdict::Accepted, Some(&status)).is_empty());
         // A closed licence gate is a verdict: every serving pod goes.
         let marks = decide(&pods, &not_allowed(), Some(&status));
         assert_eq!(
@@ -351,7 +351,7 @@ mod tests {
             revision: "u".into(),
             ..AcceptanceStatus::default()
         });
-        assert!(decide(&pods, &LicenseVerdict::Accepted, Some(&status)).is_empty());
+        assert!(decide(&pods, &LicenceVerdict::Accepted, Some(&status)).is_empty());
     }
 
     #[test]
@@ -359,7 +359,7 @@ mod tests {
         let mut status = judged(&[("r1", AcceptanceResult::Passed)]);
         status.judgements[0].roles = vec!["decode".into()];
         let of = |status: &DeepInferDeploymentStatus, role: &str| {
-            of_revision(&LicenseVerdict::Accepted, Some(status), "r1", role)
+            of_revision(&LicenceVerdict::Accepted, Some(status), "r1", role)
         };
         assert!(of(&status, "decode").entitled);
         let prefill = of(&status, "prefill");

@@ -21,7 +21,7 @@ use crate::api::{labels, Component, DeepInferDeploymentStatus, RoleStatus};
 use crate::controller::act::{self, Act};
 use crate::controller::build;
 use crate::controller::gates::licence::entitlement;
-use crate::controller::gates::spec::validate::LicenseVerdict;
+use crate::controller::gates::licence::LicenceVerdict;
 use crate::controller::gates::workers::decide::{
     group_views, placement_retry, workers_gate, Watchdog,
 };
@@ -59,7 +59,7 @@ pub struct Input<'a> {
     /// The judgements known.
     pub known: &'a DeepInferDeploymentStatus,
     /// The licence gate.
-    pub licence: &'a LicenseVerdict,
+    pub licence: &'a LicenceVerdict,
     /// Whether groups are created, replaced and deleted (the licence gate is open, or closed
     /// with `--license-withdrawal=stop`).
     pub acting: bool,
@@ -558,7 +558,7 @@ mod tests {
     use super::*;
     use crate::api::{AcceptanceResult, AcceptanceStatus};
     use crate::controller::gates::fixture::{self, described};
-    use crate::controller::gates::spec::validate::license_gate;
+    use crate::controller::gates::licence::licence_gate;
     use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
 
     struct Case {
@@ -566,7 +566,7 @@ mod tests {
         target: String,
         observed: Observed,
         known: DeepInferDeploymentStatus,
-        licence: LicenseVerdict,
+        licence: LicenceVerdict,
         stop: bool,
     }
 
@@ -580,7 +580,7 @@ mod tests {
         fn of(mut raw: crate::api::DeepInferDeployment) -> Self {
             raw.annotations_mut()
                 .insert(crate::api::LICENSE_ACCEPTED_ANNOTATION.into(), "mit".into());
-            let licence = license_gate(raw.annotations(), "mit", &["mit".to_string()]);
+            let licence = licence_gate(raw.annotations(), "mit", &["mit".to_string()]);
             let did = fixture::valid(raw);
             let target = build::revision(&did.spec);
             let known = DeepInferDeploymentStatus {
@@ -725,7 +725,7 @@ mod tests {
     fn a_closed_licence_withholds_everything_or_with_stop_deletes_every_pod() {
         let mut case = Case::new();
         case.observed.workers = [case.serving_group(0), case.serving_group(1)].concat();
-        case.licence = license_gate(&Default::default(), "mit", &["mit".to_string()]);
+        case.licence = licence_gate(&Default::default(), "mit", &["mit".to_string()]);
         assert!(case.plan().acts.is_empty(), "withheld: nothing is written");
         case.stop = true;
         let acts = described(&case.plan().acts);

@@ -197,7 +197,7 @@ fn resource(outcome: &Outcome, observed: i64, generation: i64) -> Value {
 fn health_lua_agrees_with_kstatus_on_statuses_the_operator_writes() {
     let ready = Outcome {
         spec: passed(Reason::Complete),
-        license: passed(Reason::LicenseAccepted),
+        licence_gate: passed(Reason::LicenseAccepted),
         checkpoint: passed(Reason::Verified),
         acceptance: passed(Reason::AcceptanceSucceeded),
         workers: passed(Reason::GroupsReady),

@@ -1,4 +1,4 @@
-//! Act stage: the one place a pass writes. A stage's plan (see [`crate::controller::gates`]) is a list of
+//! The one place a pass writes. A gate's plan (see [`crate::controller::gates`]) is a list of
 //! [`Act`]s; [`Executor::run`] carries them out in order and stops at the first that fails, so
 //! that an act that depends on an earlier one (a group's pods on its PodGroup) never runs
 //! without it. Housekeeping acts (a finished Job's TTL, old evidence, warnings) are best effort:

@@ -82,8 +82,8 @@ pub struct RunArgs {
     /// service and keeps them (devices held, weights loaded, back at once when the licence is
     /// accepted again); `stop` deletes every serving pod and running acceptance Job (devices
     /// freed; the groups are made again from the recorded judgement, with no new run).
-    #[arg(long, env = "DEEPINFER_LICENSE_WITHDRAWAL", value_enum, default_value_t = LicenseWithdrawal::Withhold)]
-    pub license_withdrawal: LicenseWithdrawal,
+    #[arg(long, env = "DEEPINFER_LICENSE_WITHDRAWAL", value_enum, default_value_t = LicenceWithdrawal::Withhold)]
+    pub license_withdrawal: LicenceWithdrawal,
     /// The Secret holding the key that proves the operator's judgements, `NAME` (in the
     /// operator's own namespace, `POD_NAMESPACE`) or `NAMESPACE/NAME`; created with a random key
     /// when missing. Only the operator's ServiceAccount may read it (docs/security.md).
@@ -247,7 +247,7 @@ pub struct Context {
     /// Whether the nodes of a judged run's pods are read for their scale-up domain.
     pub record_node_domains: bool,
     /// What a closed licence gate does to the pods.
-    pub license_withdrawal: LicenseWithdrawal,
+    pub license_withdrawal: LicenceWithdrawal,
     /// Where the verdict key is kept (namespace, name).
     pub verdict_key_secret: (String, String),
     /// The verdict key, once read (or created).
@@ -426,7 +426,7 @@ pub struct Settings {
     /// Whether the nodes of a judged run's pods are read for their scale-up domain.
     pub record_node_domains: bool,
     /// What a closed licence gate does to the pods.
-    pub license_withdrawal: LicenseWithdrawal,
+    pub license_withdrawal: LicenceWithdrawal,
     /// The Secret holding the verdict key, `NAME` or `NAMESPACE/NAME` (`--verdict-key-secret`);
     /// `None`: [`crate::controller::gates::acceptance::proof::DEFAULT_SECRET_NAME`].
     pub verdict_key_secret: Option<String>,
@@ -457,7 +457,7 @@ impl Settings {
 
 /// What a closed licence gate does to a deployment's pods (`--license-withdrawal`).
 #[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum LicenseWithdrawal {
+pub enum LicenceWithdrawal {
     /// Out of service, kept (devices held).
     #[default]
     Withhold,
@@ -491,7 +491,7 @@ impl Settings {
             max_concurrent_reconciles: DEFAULT_MAX_CONCURRENT_RECONCILES,
             max_concurrent_acceptance_runs: 0,
             record_node_domains: false,
-            license_withdrawal: LicenseWithdrawal::Withhold,
+            license_withdrawal: LicenceWithdrawal::Withhold,
             verdict_key_secret: None,
         }
     }

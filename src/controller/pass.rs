@@ -12,7 +12,7 @@ use kube::ResourceExt;
 
 use crate::api::{record_judgement, AcceptanceStatus, DeepInferDeploymentStatus, Reason};
 use crate::controller::act::Act;
-use crate::controller::context::LicenseWithdrawal;
+use crate::controller::context::LicenceWithdrawal;
 use crate::controller::error::Error;
 use crate::controller::gates::acceptance::{self, Run};
 use crate::controller::gates::licence::{entitlement, LicenceVerdict};
@@ -197,7 +197,7 @@ impl Findings {
                 return Some(f);
             }
             GateId::Licence => return None,
-            GateId::Workers if !f.outcome.license.passed() => return None,
+            GateId::Workers if !f.outcome.licence_gate.passed() => return None,
             GateId::Superseded | GateId::Housekeeping => return Some(f),
             GateId::Workers => workers_failed(error),
             GateId::Checkpoint | GateId::Acceptance => api_failure(error),
@@ -363,7 +363,7 @@ fn plan_licence<'o>(s: &'o Snapshot, settings: Settings<'o>, f: &mut Findings) -
     let marks = entitlement::decide(&s.observed.workers, &s.licence, Some(&f.known));
     f.outcome.withdrawn = entitlement::withdrawn_summary(&marks);
     let mut acts: Vec<Act<'o>> = marks.into_iter().map(Act::Mark).collect();
-    let stop = settings.license_withdrawal == LicenseWithdrawal::Stop;
+    let stop = settings.license_withdrawal == LicenceWithdrawal::Stop;
     if let Some((refused, _)) = &s.refused {
         f.outcome.spec = refused.clone();
     } else {
@@ -372,7 +372,7 @@ fn plan_licence<'o>(s: &'o Snapshot, settings: Settings<'o>, f: &mut Findings) -
     }
     if s.open() {
         if s.target.is_some() {
-            f.outcome.license = Gate::Passed(s.licence.reason(), s.licence_message.clone());
+            f.outcome.licence_gate = Gate::Passed(s.licence.reason(), s.licence_message.clone());
         }
         return gate(GateId::Licence, acts, OnFailure::Fail);
     }
@@ -387,7 +387,7 @@ fn plan_licence<'o>(s: &'o Snapshot, settings: Settings<'o>, f: &mut Findings) -
     if let Some(withdrawn) = &f.outcome.withdrawn {
         message = format!("{message}; {withdrawn}");
     }
-    f.outcome.license = Gate::Failed(s.licence.reason(), message);
+    f.outcome.licence_gate = Gate::Failed(s.licence.reason(), message);
     if stop {
         let (runs, stopped) = acceptance::stop_running(&s.observed);
         acts.extend(runs);
@@ -402,7 +402,7 @@ fn plan_workers<'o>(s: &'o Snapshot, settings: Settings<'o>, f: &mut Findings) -
     let Some(t) = s.target.as_ref().filter(|_| !f.claims_refused) else {
         return gate(GateId::Workers, Vec::new(), OnFailure::Gate);
     };
-    let stop = !s.open() && settings.license_withdrawal == LicenseWithdrawal::Stop;
+    let stop = !s.open() && settings.license_withdrawal == LicenceWithdrawal::Stop;
     let input = workers::Input {
         did: &t.did,
         target: &t.revision,

@@ -1,11 +1,12 @@
-//! One reconcile pass, top to bottom: read what is there, plan each stage from it and carry
-//! the plan out, then say when to look again.
+//! One reconcile pass, top to bottom: read what is there, plan every gate
+//! ([`crate::controller::pass`]), carry the plans out gate by gate, write the status on change,
+//! then say when to look again.
 //!
-//! The stages that judge the target revision (claim templates, checkpoint, acceptance) run only
-//! for a valid spec under an open licence. Entitlement is decided once, with every verdict known
-//! after them, and carried out whatever else the pass finds. The workers stage runs whatever the
-//! judging stages say (only the licence gate and an invalid spec stop it), so the serving
-//! revision stays managed while another is judged.
+//! The gates that judge the target (claim templates, checkpoint, acceptance) plan only for a
+//! valid spec under an open licence. The licence gate plans with every verdict known and is
+//! carried out whatever else the pass finds. The workers gate plans whatever the judging gates
+//! say (only the licence gate and an invalid spec stop it), so the serving revision stays
+//! managed while another is judged.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;

@@ -40,7 +40,7 @@ pub struct Outcome {
     /// Spec validation; `Failed` stalls everything.
     pub spec: Gate,
     /// Licence gate.
-    pub license: Gate,
+    pub licence_gate: Gate,
     /// Checkpoint fetch and verification.
     pub checkpoint: Gate,
     /// Acceptance of the current revision.
@@ -116,7 +116,7 @@ impl Default for Outcome {
     fn default() -> Self {
         Self {
             spec: Gate::NotReached,
-            license: Gate::NotReached,
+            licence_gate: Gate::NotReached,
             checkpoint: Gate::NotReached,
             acceptance: Gate::NotReached,
             workers: Gate::NotReached,
@@ -137,7 +137,7 @@ impl Outcome {
     pub fn stalled(&self) -> Option<(Reason, &str)> {
         [
             &self.spec,
-            &self.license,
+            &self.licence_gate,
             &self.checkpoint,
             &self.acceptance,
             &self.workers,
@@ -163,7 +163,7 @@ impl Outcome {
     fn progressing(&self) -> Option<(Reason, &str)> {
         [
             &self.spec,
-            &self.license,
+            &self.licence_gate,
             &self.checkpoint,
             &self.acceptance,
             &self.workers,
@@ -179,7 +179,7 @@ impl Outcome {
     /// Accepted and every group ready.
     pub fn ready(&self) -> bool {
         self.spec.passed()
-            && self.license.passed()
+            && self.licence_gate.passed()
             && self.checkpoint.passed()
             && self.acceptance.passed()
             && self.workers.passed()
@@ -197,7 +197,7 @@ impl Outcome {
             Some(_) => return Phase::Paused,
             None => {}
         }
-        if !self.license.passed() {
+        if !self.licence_gate.passed() {
             return Phase::Pending;
         }
         if !self.checkpoint.passed() {
@@ -276,7 +276,7 @@ pub fn compute(
         gate_condition(
             prev,
             ct::LICENSE_ACCEPTED,
-            &outcome.license,
+            &outcome.licence_gate,
             generation,
             &now,
         ),
@@ -618,7 +618,7 @@ mod tests {
     fn ready_outcome() -> Outcome {
         Outcome {
             spec: Gate::Passed(Reason::Complete, "valid".into()),
-            license: Gate::Passed(Reason::LicenseAccepted, "ok".into()),
+            licence_gate: Gate::Passed(Reason::LicenseAccepted, "ok".into()),
             checkpoint: Gate::Passed(Reason::Verified, "ok".into()),
             acceptance: Gate::Passed(Reason::AcceptanceSucceeded, "ok".into()),
             workers: Gate::Passed(Reason::GroupsReady, "ok".into()),
@@ -749,7 +749,7 @@ mod tests {
         let ok = |r: Reason| Gate::Passed(r, "m".into());
         let no = || Gate::NotReached;
         let mut first = at(p(Reason::Verifying), no(), no());
-        first.license = ok(Reason::LicenseAccepted);
+        first.licence_gate = ok(Reason::LicenseAccepted);
         let sequence = [
             (first, 1),
             (
@@ -940,7 +940,7 @@ mod tests {
     #[test]
     fn failed_gate_stalls_and_names_itself_in_ready() {
         let mut o = ready_outcome();
-        o.license = Gate::Failed(Reason::LicenseMismatch, "annotation says apache-2.0".into());
+        o.licence_gate = Gate::Failed(Reason::LicenseMismatch, "annotation says apache-2.0".into());
         o.checkpoint = Gate::NotReached;
         o.acceptance = Gate::NotReached;
         o.workers = Gate::NotReached;
@@ -1038,7 +1038,7 @@ mod tests {
         assert_eq!(again, opened);
         // Closing keeps when and for what it had opened, and says when and why it closed.
         o.licence = Some(licence(false, None, Reason::LicenseAnnotationMissing));
-        o.license = Gate::Failed(Reason::LicenseAnnotationMissing, "gone".into());
+        o.licence_gate = Gate::Failed(Reason::LicenseAnnotationMissing, "gone".into());
         let closed = compute(Some(&again), &o, Some(2), t("2026-01-02T00:00:00Z"));
         let record = closed.license.clone().expect("kept once closed");
         assert_eq!(record.opened_at, t("2026-01-01T00:00:00Z"));

@@ -22,7 +22,7 @@ use crate::api::Reason;
 use crate::controller::act::Act;
 use crate::controller::build::JobDeadlines;
 use crate::controller::context::Context;
-use crate::controller::context::LicenseWithdrawal;
+use crate::controller::context::LicenceWithdrawal;
 use crate::controller::gates::housekeeping::retention::Retention;
 use crate::controller::gates::spec::validate::DeviceLimits;
 use crate::controller::status::{Gate, Outcome};
@@ -67,7 +67,7 @@ pub struct Settings<'a> {
     /// How long a group may stay partly placed.
     pub partial_group_timeout: Duration,
     /// What a closed licence gate does to the pods.
-    pub license_withdrawal: LicenseWithdrawal,
+    pub license_withdrawal: LicenceWithdrawal,
     /// The key every judgement recorded is proved with.
     pub verdict_key: &'a crate::controller::gates::acceptance::proof::VerdictKey,
     /// Whether the domain of each node an acceptance run ran on is read and recorded.

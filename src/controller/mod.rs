@@ -1,6 +1,7 @@
-//! The reconciler. One pass ([`reconcile`]) reads what is there ([`observe`]), plans each stage
-//! from it ([`plan`], with answers from [`decide`] and objects from [`build`]), carries the plans
-//! out ([`act`]) and writes the status computed from what it found ([`status`]), only on change.
+//! The reconciler. One pass (`reconcile`) reads what is there ([`observe`]), plans every gate
+//! from it ([`pass`]: one folder per gate under [`gates`], objects from [`build`]), carries the
+//! plans out ([`act`]) and writes the status computed from what it found ([`status`]), only on
+//! change.
 //! [`watches`] feeds the caches and starts passes; [`context`] holds the settings and the state
 //! passes share.
 

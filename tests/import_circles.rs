@@ -15,6 +15,10 @@
 //! not the glob's (a bound name still counts where it is called: `name(…)`). `#[cfg(test)]`
 //! items, test-only files and comments are not read.
 //!
+//! The same arrows between rooms ([`room`]: a folder two levels below `src` or deeper, such as a
+//! gate's folder, or a file beside such folders) may not loop either: no two rooms reach each
+//! other.
+//!
 //! Run alone with `cargo test --test import_circles -- --nocapture` (it prints the circles that
 //! still stand, listed in `KNOWN`); a failure lists each new circle with the names
 //! that tie each arrow.
@@ -1004,6 +1008,128 @@ fn the_library_has_no_import_circle_beyond_the_known_ones() {
         gone.is_empty(),
         "these circles no longer stand: delete them from KNOWN in tests/import_circles.rs: {gone:?}"
     );
+}
+
+/// The room a file belongs to: a folder two levels below `src` or deeper is one room (every gate
+/// of `src/controller/gates/`, `src/controller/build/`), and so is every file beside such
+/// folders (`src/controller/observe.rs`, `src/controller/gates/jobs.rs`).
+fn room(path: &Path) -> String {
+    let parts: Vec<String> = path
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    match parts.len() {
+        0..=3 => parts.join("/"),
+        4 if parts[2] == "gates" => parts.join("/"),
+        4 => format!("{}/", parts[..3].join("/")),
+        _ => format!("{}/", parts[..4].join("/")),
+    }
+}
+
+/// Loops between rooms ([`room`]): each loop's rooms, and the arrows between them as text.
+fn room_report(src: &Path) -> Vec<(Vec<String>, String)> {
+    let files = library(src);
+    let arrows = arrows(&files);
+    let mut between: BTreeMap<(PathBuf, PathBuf), Vec<String>> = BTreeMap::new();
+    for ((from, to), names) in &arrows {
+        let (a, b) = (room(from), room(to));
+        if a != b {
+            let entry = between.entry((a.into(), b.into())).or_default();
+            entry.push(format!(
+                "{} -> {}: {}",
+                from.display(),
+                to.display(),
+                names.iter().cloned().collect::<Vec<_>>().join(", ")
+            ));
+        }
+    }
+    let nodes: Vec<PathBuf> = files
+        .iter()
+        .map(|f| PathBuf::from(room(&f.path)))
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let mut edges: BTreeMap<&PathBuf, Vec<&PathBuf>> = BTreeMap::new();
+    for (from, to) in between.keys() {
+        edges.entry(from).or_default().push(to);
+    }
+    circles(&nodes, &edges)
+        .into_iter()
+        .map(|rooms| {
+            let mut text = format!("{} rooms:", rooms.len());
+            for ((from, to), lines) in &between {
+                if rooms.contains(from) && rooms.contains(to) {
+                    for line in lines {
+                        text += &format!("\n  {line}");
+                    }
+                }
+            }
+            (
+                rooms.iter().map(|p| p.display().to_string()).collect(),
+                text,
+            )
+        })
+        .collect()
+}
+
+/// No two rooms reach each other: a gate's folder, the shared builders and the files of the
+/// controller import one way only.
+#[test]
+fn no_two_rooms_of_the_library_reach_each_other() {
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src");
+    let found = room_report(&src);
+    let text: Vec<&str> = found.iter().map(|(_, t)| t.as_str()).collect();
+    assert!(
+        found.is_empty(),
+        "{} loop(s) between rooms of src/ (an arrow A -> B: A takes a name B defines):\n{}",
+        found.len(),
+        text.join("\n")
+    );
+}
+
+/// The room check itself: two folders whose files import each other's names are one loop, even
+/// when no two files are a circle.
+#[test]
+fn two_rooms_that_reach_each_other_are_a_loop() {
+    let dir = std::env::temp_dir().join(format!("import-rooms-{}", std::process::id()));
+    let write = |rel: &str, text: &str| {
+        let path = dir.join(rel);
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+        std::fs::write(path, text).expect("write");
+    };
+    write("lib.rs", "pub mod c;\n");
+    write("c/mod.rs", "pub mod gates;\npub mod observe;\n");
+    write(
+        "c/observe.rs",
+        "pub struct Observed;\npub fn finished() {}\n",
+    );
+    write("c/gates/mod.rs", "pub mod a;\n");
+    write(
+        "c/gates/a/mod.rs",
+        "pub mod keep;\npub fn plan(_: crate::c::observe::Observed) {}\n",
+    );
+    write("c/gates/a/keep.rs", "pub fn old() -> bool { true }\n");
+    assert!(room_report(&dir).is_empty());
+    write(
+        "c/observe.rs",
+        "pub struct Observed;\npub fn finished() -> bool { crate::c::gates::a::keep::old() }\n",
+    );
+    let found = room_report(&dir);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(
+        found[0].0,
+        ["src/c/gates/a/", "src/c/observe.rs"],
+        "{}",
+        found[0].1
+    );
+    assert!(
+        found[0]
+            .1
+            .contains("src/c/observe.rs -> src/c/gates/a/keep.rs: c::gates::a::keep::old"),
+        "{}",
+        found[0].1
+    );
+    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// The reader itself: a circle through an item the parent defines, and none through re-exports.

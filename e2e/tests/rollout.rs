@@ -865,7 +865,8 @@ async fn gpu_with_license_withdrawal_stop_a_closed_licence_frees_every_device_an
     support::checkpoint_claim(&ns.name, "ckpt", &support::fixture_checkpoint(), "model");
     let api: Api<DeepInferDeployment> = Api::namespaced(client.clone(), &ns.name);
     let op = Operator::start_with(&ns.name, &["mit"], |s| {
-        s.license_withdrawal = deepinfer_operator::controller::context::LicenceWithdrawal::Stop;
+        s.license_withdrawal =
+            deepinfer_operator::controller::gates::licence::LicenceWithdrawal::Stop;
     })
     .await;
     create(&api, deployment("stop", 2, 8, 1, 0)).await;
@@ -1092,7 +1093,8 @@ async fn gpu_with_license_withdrawal_stop_a_refused_spec_still_frees_every_devic
     support::checkpoint_claim(&ns.name, "ckpt", &support::fixture_checkpoint(), "model");
     let api: Api<DeepInferDeployment> = Api::namespaced(client.clone(), &ns.name);
     let op = Operator::start_with(&ns.name, &["mit"], |s| {
-        s.license_withdrawal = deepinfer_operator::controller::context::LicenceWithdrawal::Stop;
+        s.license_withdrawal =
+            deepinfer_operator::controller::gates::licence::LicenceWithdrawal::Stop;
     })
     .await;
     create(&api, deployment("stoprefused", 2, 8, 1, 0)).await;

@@ -13,7 +13,10 @@ use tracing::info;
 
 use crate::controller::cached::CachedDeployment;
 use crate::controller::error::Error;
+use crate::controller::gates::licence::LicenceWithdrawal;
 use crate::controller::gates::spec::validate::DeviceLimits;
+use crate::controller::gates::Settings as GateSettings;
+use crate::controller::proof::VerdictKey;
 use crate::controller::{build, events, fleet, gates, observe, outage, placement};
 
 /// `run` arguments.
@@ -251,7 +254,7 @@ pub struct Context {
     /// Where the verdict key is kept (namespace, name).
     pub verdict_key_secret: (String, String),
     /// The verdict key, once read (or created).
-    pub verdict_key: tokio::sync::OnceCell<crate::controller::gates::acceptance::proof::VerdictKey>,
+    pub verdict_key: tokio::sync::OnceCell<crate::controller::proof::VerdictKey>,
     /// Acceptance runs admitted and waiting under that limit.
     pub acceptance_queue: std::sync::Mutex<fleet::Queue>,
     /// Whether this instance may write (set once it leads; open without leader election).
@@ -282,6 +285,21 @@ pub struct Context {
 }
 
 impl Context {
+    /// The settings gates read, with the verdict key `verdict_key`.
+    pub fn settings<'a>(&'a self, verdict_key: &'a VerdictKey) -> GateSettings<'a> {
+        GateSettings {
+            operator_image: &self.operator_image,
+            deadlines: &self.job_deadlines,
+            allowed_hub_endpoints: &self.allowed_hub_endpoints,
+            retention: self.retention,
+            limits: &self.limits,
+            partial_group_timeout: self.partial_group_timeout,
+            license_withdrawal: self.license_withdrawal,
+            verdict_key,
+            record_node_domains: self.record_node_domains,
+        }
+    }
+
     /// Notes this process's status write of resource `key` (`namespace/name`), answered with
     /// resourceVersion `version`.
     pub fn status_was_written(&self, key: &str, version: Option<u64>) {
@@ -342,24 +360,21 @@ impl Context {
 
     /// The key the operator's judgements are proved with, read from its Secret once, or
     /// created there when missing (a write: only by a replica that may write).
-    pub async fn verdict_key(
-        &self,
-    ) -> Result<&crate::controller::gates::acceptance::proof::VerdictKey, Error> {
+    pub async fn verdict_key(&self) -> Result<&crate::controller::proof::VerdictKey, Error> {
         let (ns, name) = &self.verdict_key_secret;
         let failed = |verb, e| Error::api(verb, "Secret", &format!("{ns}/{name}"), e);
         self.verdict_key
             .get_or_try_init(|| async {
-                if let Some(key) =
-                    crate::controller::gates::acceptance::proof::load(&self.client, ns, name)
-                        .await
-                        .map_err(|e| failed("get", e))?
+                if let Some(key) = crate::controller::proof::load(&self.client, ns, name)
+                    .await
+                    .map_err(|e| failed("get", e))?
                 {
                     return Ok(key);
                 }
                 if !self.may_write() {
                     return Err(Error::NotLeading);
                 }
-                crate::controller::gates::acceptance::proof::create(&self.client, ns, name)
+                crate::controller::proof::create(&self.client, ns, name)
                     .await
                     .map_err(|e| failed("create", e))
             })
@@ -428,7 +443,7 @@ pub struct Settings {
     /// What a closed licence gate does to the pods.
     pub license_withdrawal: LicenceWithdrawal,
     /// The Secret holding the verdict key, `NAME` or `NAMESPACE/NAME` (`--verdict-key-secret`);
-    /// `None`: [`crate::controller::gates::acceptance::proof::DEFAULT_SECRET_NAME`].
+    /// `None`: [`crate::controller::proof::DEFAULT_SECRET_NAME`].
     pub verdict_key_secret: Option<String>,
 }
 
@@ -437,9 +452,8 @@ impl Settings {
     /// namespace (`POD_NAMESPACE`), else the first watched namespace, else `default`.
     pub fn verdict_key_secret(&self) -> (String, String) {
         let given = self.verdict_key_secret.clone();
-        let given = given.unwrap_or_else(|| {
-            crate::controller::gates::acceptance::proof::DEFAULT_SECRET_NAME.to_string()
-        });
+        let given =
+            given.unwrap_or_else(|| crate::controller::proof::DEFAULT_SECRET_NAME.to_string());
         if let Some((ns, name)) = given.split_once('/') {
             return (ns.to_string(), name.to_string());
         }
@@ -453,16 +467,6 @@ impl Settings {
             .unwrap_or_else(|| "default".to_string());
         (ns, given)
     }
-}
-
-/// What a closed licence gate does to a deployment's pods (`--license-withdrawal`).
-#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum LicenceWithdrawal {
-    /// Out of service, kept (devices held).
-    #[default]
-    Withhold,
-    /// Deleted with running acceptance Jobs (devices freed).
-    Stop,
 }
 
 /// Default of `--partial-group-timeout`.

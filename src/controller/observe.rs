@@ -191,6 +191,17 @@ pub async fn node_domains(
     Ok(Ok(domains))
 }
 
+/// Whether a Job has finished (a Complete or Failed condition).
+pub fn finished(job: &Job) -> bool {
+    job.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| {
+            cs.iter()
+                .any(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True")
+        })
+}
+
 /// The pods of the Job `job` as the API server has them now (a list straight from it, not the
 /// cache).
 pub async fn pods_of_job_now(
@@ -605,7 +616,7 @@ impl Caches {
                     )
                 });
             let Some(key) = key else { continue };
-            if !crate::controller::gates::housekeeping::retention::finished(j) {
+            if !finished(j) {
                 runs.under_way.insert(key.clone());
             }
             runs.seen.insert(key);
@@ -1533,7 +1544,7 @@ mod tests {
                 format!("{:?}", gates::jobs::state_of(Some(&full), &[], state))
             );
         }
-        assert!(gates::housekeeping::retention::finished(&trimmed));
+        assert!(finished(&trimmed));
         assert_eq!(
             build::evidence_of_job("flash", &trimmed),
             build::evidence_of_job("flash", &full)

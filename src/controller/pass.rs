@@ -12,10 +12,9 @@ use kube::ResourceExt;
 
 use crate::api::{record_judgement, AcceptanceStatus, DeepInferDeploymentStatus, Reason};
 use crate::controller::act::Act;
-use crate::controller::context::LicenceWithdrawal;
 use crate::controller::error::Error;
 use crate::controller::gates::acceptance::{self, Run};
-use crate::controller::gates::licence::{entitlement, LicenceVerdict};
+use crate::controller::gates::licence::{entitlement, LicenceVerdict, LicenceWithdrawal};
 use crate::controller::gates::spec::SpecFound;
 use crate::controller::gates::workers::{self, claims, Retry};
 use crate::controller::gates::{self, checkpoint, housekeeping, rejected, scaling, Settings};

@@ -26,19 +26,19 @@ use crate::api::api_resource;
 use crate::api::{
     DeepInferDeployment, DeepInferDeploymentStatus, Reason, LICENSE_ACCEPTED_ANNOTATION,
 };
-use crate::controller::act::Executor;
 use crate::controller::cached::CachedDeployment;
 use crate::controller::context::Context;
 use crate::controller::error::Error;
+use crate::controller::executor::Executor;
 use crate::controller::fleet::Admission;
 use crate::controller::gates::acceptance::memory;
-use crate::controller::gates::acceptance::proof::VerdictKey;
 use crate::controller::gates::licence::licence_gate;
 use crate::controller::gates::spec::{self, SpecFound};
 use crate::controller::gates::workers::Retry;
-use crate::controller::gates::{self, scaling, Settings};
+use crate::controller::gates::{self, scaling};
 use crate::controller::observe::{self, observe, pods_of_job_now, Observed, Read};
 use crate::controller::pass::{self, Findings, GateId, GatePlan, OnFailure, Snapshot};
+use crate::controller::proof::VerdictKey;
 use crate::controller::status::{self, Gate, LicenceSeen, Outcome};
 use crate::controller::text::{phase_key, truncate};
 use crate::controller::{apply, outage};
@@ -248,7 +248,7 @@ pub async fn pass(
     ctx: &Context,
 ) -> Result<(Outcome, Option<Duration>), Error> {
     let key = ctx.verdict_key().await?;
-    let settings = Settings::of(ctx, key);
+    let settings = ctx.settings(key);
     let mut snapshot = read(ctx, did, previous, status_whole, key).await?;
     let first = Findings::new(first_outcome(did, &snapshot, previous), &snapshot.known);
     // A gate that waits for a read (a finished Job's pods, the fleet's queue, the evidence)

@@ -54,13 +54,11 @@ pub fn did() -> ValidatedDeployment {
 }
 
 /// The verdict key of the tests.
-pub fn verdict_key() -> &'static crate::controller::gates::acceptance::proof::VerdictKey {
-    static KEY: std::sync::OnceLock<crate::controller::gates::acceptance::proof::VerdictKey> =
+pub fn verdict_key() -> &'static crate::controller::proof::VerdictKey {
+    static KEY: std::sync::OnceLock<crate::controller::proof::VerdictKey> =
         std::sync::OnceLock::new();
     KEY.get_or_init(|| {
-        crate::controller::gates::acceptance::proof::VerdictKey::new(
-            b"the tests' verdict key, 32 bytes",
-        )
+        crate::controller::proof::VerdictKey::new(b"the tests' verdict key, 32 bytes")
     })
 }
 

@@ -21,9 +21,8 @@ use std::time::Duration;
 use crate::api::Reason;
 use crate::controller::act::Act;
 use crate::controller::build::JobDeadlines;
-use crate::controller::context::Context;
-use crate::controller::context::LicenceWithdrawal;
 use crate::controller::gates::housekeeping::retention::Retention;
+use crate::controller::gates::licence::LicenceWithdrawal;
 use crate::controller::gates::spec::validate::DeviceLimits;
 use crate::controller::status::{Gate, Outcome};
 
@@ -69,7 +68,7 @@ pub struct Settings<'a> {
     /// What a closed licence gate does to the pods.
     pub license_withdrawal: LicenceWithdrawal,
     /// The key every judgement recorded is proved with.
-    pub verdict_key: &'a crate::controller::gates::acceptance::proof::VerdictKey,
+    pub verdict_key: &'a crate::controller::proof::VerdictKey,
     /// Whether the domain of each node an acceptance run ran on is read and recorded.
     pub record_node_domains: bool,
 }
@@ -87,24 +86,6 @@ impl<'a> Settings<'a> {
                 .ttl_seconds_after_finished = Some(ttl);
         }
         Act::create(job)
-    }
-
-    /// The settings of a running operator whose verdict key is `verdict_key`.
-    pub fn of(
-        ctx: &'a Context,
-        verdict_key: &'a crate::controller::gates::acceptance::proof::VerdictKey,
-    ) -> Self {
-        Self {
-            operator_image: &ctx.operator_image,
-            deadlines: &ctx.job_deadlines,
-            allowed_hub_endpoints: &ctx.allowed_hub_endpoints,
-            retention: ctx.retention,
-            limits: &ctx.limits,
-            partial_group_timeout: ctx.partial_group_timeout,
-            license_withdrawal: ctx.license_withdrawal,
-            verdict_key,
-            record_node_domains: ctx.record_node_domains,
-        }
     }
 }
 

@@ -109,7 +109,7 @@ pub fn recalled(evidence: &[ObjectMeta]) -> Vec<AcceptanceStatus> {
 /// Of `judgements`, those whose proof verifies for the deployment `uid`, and how many did not.
 pub fn proved(
     judgements: Vec<AcceptanceStatus>,
-    key: &crate::controller::gates::acceptance::proof::VerdictKey,
+    key: &crate::controller::proof::VerdictKey,
     uid: &str,
 ) -> (Vec<AcceptanceStatus>, usize) {
     let all = judgements.len();

@@ -6,7 +6,6 @@
 
 pub mod decide;
 pub mod memory;
-pub mod proof;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -775,7 +774,7 @@ pub fn superseded<'o>(
     observed: &'o Observed,
     target: &str,
     known: &DeepInferDeploymentStatus,
-    verdict_key: &crate::controller::gates::acceptance::proof::VerdictKey,
+    verdict_key: &crate::controller::proof::VerdictKey,
 ) -> Plan<'o, Superseded> {
     let did = &deployment.name_any();
     let uid = deployment.uid().unwrap_or_default();

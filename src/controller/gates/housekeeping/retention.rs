@@ -5,6 +5,8 @@
 //! status.
 
 use k8s_openapi::api::batch::v1::Job;
+
+use crate::controller::observe::finished;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 /// Default of `--keep-evidence`: evidence ConfigMaps kept per resource.
@@ -62,17 +64,6 @@ pub fn evidence_to_delete(evidence: &[ObjectMeta], keep: usize, pinned: &[&str])
         .filter_map(|m| m.name.clone())
         .filter(|n| !pinned.contains(&n.as_str()))
         .collect()
-}
-
-/// Whether a Job has finished (a Complete or Failed condition).
-pub fn finished(job: &Job) -> bool {
-    job.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| {
-            cs.iter()
-                .any(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True")
-        })
 }
 
 /// The finished Jobs whose verdict is no longer read from them: all but `keep` (Jobs whose

@@ -7,6 +7,16 @@ use std::collections::BTreeMap;
 
 use crate::api::{Reason, LICENSE_ACCEPTED_ANNOTATION};
 
+/// What a closed licence gate does to a deployment's pods (`--license-withdrawal`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LicenceWithdrawal {
+    /// Out of service, kept (devices held).
+    #[default]
+    Withhold,
+    /// Deleted with running acceptance Jobs (devices freed).
+    Stop,
+}
+
 /// Outcome of the licence gate. Nothing is provisioned unless it is [`LicenceVerdict::Accepted`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum LicenceVerdict {

@@ -13,7 +13,7 @@ use crate::api::ACCEPTED_POD_CONDITION;
 use crate::controller::build::applied_hash;
 use crate::controller::error::Error;
 use crate::controller::gates::licence::entitlement::Mark;
-use crate::controller::observe::note_written;
+use crate::controller::written::note_written;
 
 /// The one field manager the operator applies with.
 pub const FIELD_MANAGER: &str = "deepinfer-operator";

@@ -279,9 +279,9 @@ pub struct Context {
         Option<futures::channel::mpsc::UnboundedReceiver<ObjectRef<CachedDeployment>>>,
     >,
     /// The owned objects passes read, one store per kind.
-    pub caches: observe::Caches,
+    pub caches: crate::controller::caches::Caches,
     /// The writers of those stores, taken by the controller loop that runs this context.
-    pub(super) cache_writers: std::sync::Mutex<Option<observe::CacheWriters>>,
+    pub(super) cache_writers: std::sync::Mutex<Option<crate::controller::caches::CacheWriters>>,
 }
 
 impl Context {
@@ -408,7 +408,7 @@ impl observe::Sources for Context {
         &self.client
     }
 
-    fn caches(&self) -> &observe::Caches {
+    fn caches(&self) -> &crate::controller::caches::Caches {
         &self.caches
     }
 }
@@ -550,7 +550,7 @@ pub fn context(
     requests: crate::metrics::ApiRequests,
 ) -> Arc<Context> {
     let (awaiting_api, due) = outage::AwaitingApi::new();
-    let (caches, cache_writers) = observe::Caches::new();
+    let (caches, cache_writers) = crate::controller::caches::Caches::new();
     let metrics = crate::metrics::Metrics::new(requests.clone());
     metrics.count_caches(caches.sizes());
     Arc::new(Context {

@@ -124,7 +124,7 @@ impl<'c> Executor<'c> {
         let params = PatchParams::apply(apply::FIELD_MANAGER).force();
         match api.patch_status(name, &params, &Patch::Apply(&patch)).await {
             Ok(written) => {
-                crate::controller::observe::note_written(&written);
+                crate::controller::written::note_written(&written);
                 Ok(true)
             }
             Err(kube::Error::Api(e)) if e.code == 404 => Ok(false),

@@ -9,6 +9,7 @@ pub mod act;
 pub mod apply;
 pub mod build;
 pub mod cached;
+pub mod caches;
 pub mod connection;
 pub mod context;
 pub mod error;
@@ -28,6 +29,7 @@ pub mod status;
 pub mod text;
 pub mod validated;
 pub mod watches;
+pub mod written;
 
 pub use crate::api::api_resource;
 pub use context::{

@@ -62,15 +62,16 @@ pub(crate) async fn reconcile(
     let key = phase_key(&obj.namespace().unwrap_or_default(), &obj.name_any());
     let mut timer = metrics.reconcile_started(&key);
     let written = ctx.caches.written.clone();
-    let result = match observe::noting_writes(written, reconcile_pass(obj, ctx)).await {
-        // The resource changed while the pass ran (its status write was refused): run again on
-        // the newer object, which the store holds within moments.
-        Err(Error::Stale) => {
-            tracing::debug!("the resource changed during the pass; looking again");
-            Ok(Action::requeue(Duration::from_secs(1)))
-        }
-        other => other,
-    };
+    let result =
+        match crate::controller::written::noting_writes(written, reconcile_pass(obj, ctx)).await {
+            // The resource changed while the pass ran (its status write was refused): run again on
+            // the newer object, which the store holds within moments.
+            Err(Error::Stale) => {
+                tracing::debug!("the resource changed during the pass; looking again");
+                Ok(Action::requeue(Duration::from_secs(1)))
+            }
+            other => other,
+        };
     if result.is_ok() {
         timer.succeeded();
     }

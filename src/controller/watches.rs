@@ -21,7 +21,7 @@ use crate::controller::error::Error;
 use crate::controller::merged::Merged;
 use crate::controller::reconcile::{error_policy, reconcile};
 use crate::controller::text::phase_key;
-use crate::controller::{gates, observe, placement};
+use crate::controller::{gates, placement};
 
 /// What every watch of one controller loop shares, resolved once before any watch starts.
 struct Scope {
@@ -68,7 +68,9 @@ impl Scope {
 
     /// A watch of the objects the operator owns.
     fn owned(&self) -> watcher::Config {
-        self.lists.config().labels(&observe::owned_selector())
+        self.lists
+            .config()
+            .labels(&crate::controller::caches::owned_selector())
     }
 
     /// The namespace of each watch of a kind (`None`: the watch of every namespace).
@@ -81,9 +83,9 @@ impl Scope {
     fn watched<K>(
         &self,
         kind: &'static str,
-        cache: observe::CacheWriter<K>,
+        cache: crate::controller::caches::CacheWriter<K>,
         config: &watcher::Config,
-        written: &observe::Written,
+        written: &crate::controller::written::Written,
     ) -> impl futures::Stream<Item = Result<watcher::Event<Incoming<K>>, watcher::Error>> + Send + 'static
     where
         K: Cached + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync,
@@ -172,11 +174,13 @@ pub async fn run_with_context(
 
 /// The stores whose watches also start passes.
 struct Triggers {
-    pods: observe::CacheWriter<cached::CachedPod>,
-    jobs: observe::CacheWriter<cached::CachedJob>,
-    services: observe::CacheWriter<cached::CachedMeta<k8s_openapi::api::core::v1::Service>>,
-    claims: observe::CacheWriter<cached::CachedClaim>,
-    scaled_roles: observe::CacheWriter<cached::CachedRole>,
+    pods: crate::controller::caches::CacheWriter<cached::CachedPod>,
+    jobs: crate::controller::caches::CacheWriter<cached::CachedJob>,
+    services: crate::controller::caches::CacheWriter<
+        cached::CachedMeta<k8s_openapi::api::core::v1::Service>,
+    >,
+    claims: crate::controller::caches::CacheWriter<cached::CachedClaim>,
+    scaled_roles: crate::controller::caches::CacheWriter<cached::CachedRole>,
 }
 
 /// One watch per owned kind (and namespace) that passes read but that triggers nothing, its
@@ -185,19 +189,24 @@ struct Triggers {
 fn read_only_feeds(
     ctx: &Context,
     scope: &Scope,
-    writers: observe::CacheWriters,
+    writers: crate::controller::caches::CacheWriters,
 ) -> (Vec<tokio::task::JoinHandle<()>>, Triggers) {
     let written = &ctx.caches.written;
     let owned = scope.owned();
     let mut feeders = vec![
         feed(scope.watched("PodDisruptionBudget", writers.budgets, &owned, written)),
         feed(scope.watched("ControllerRevision", writers.revisions, &owned, written)),
-        feed(scope.watched(
-            "ConfigMap",
-            writers.config_maps,
-            &scope.lists.config().labels(&observe::config_map_selector()),
-            written,
-        )),
+        feed(
+            scope.watched(
+                "ConfigMap",
+                writers.config_maps,
+                &scope
+                    .lists
+                    .config()
+                    .labels(&crate::controller::caches::config_map_selector()),
+                written,
+            ),
+        ),
     ];
     if scope.pod_groups {
         feeders.push(feed(scope.watched(
@@ -529,11 +538,11 @@ where
 /// A watch of one owned kind in `namespace` (`None`: every namespace) feeding `cache`, each
 /// event noted in `written` once the cache has it.
 fn cached<K>(
-    mut cache: observe::CacheWriter<K>,
+    mut cache: crate::controller::caches::CacheWriter<K>,
     api: Api<Incoming<K>>,
     namespace: Option<&str>,
     config: watcher::Config,
-    written: &observe::Written,
+    written: &crate::controller::written::Written,
 ) -> impl futures::Stream<Item = Result<watcher::Event<Incoming<K>>, watcher::Error>> + Send + 'static
 where
     K: Cached + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync,

@@ -1,7 +1,7 @@
 //! What the operator's caches hold, by kind: the benchmark lists every kind the operator caches,
 //! with the operator's own label selectors, and decodes each list into the operator's own cache
 //! types, indexed by owner and stored as the operator's watches do
-//! ([`observe::filled`]), on one thread, with the operator's allocator (jemalloc). The heap that
+//! ([`caches::filled`]), on one thread, with the operator's allocator (jemalloc). The heap that
 //! thread allocated and did not free is what the cache of that kind costs; it is set beside the
 //! operator's whole heap (`deepinfer_heap_bytes{state="allocated"}`), so that the rest (tasks,
 //! connections, the controller's queue, the event recorder) shows too. It is measured with every
@@ -21,7 +21,7 @@ use deepinfer_operator::controller::cached::{
     CachedRevision, Incoming, Slimmed,
 };
 use deepinfer_operator::controller::gates::housekeeping::retention;
-use deepinfer_operator::controller::observe;
+use deepinfer_operator::controller::caches;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::resource::v1::ResourceClaimTemplate;
@@ -117,7 +117,7 @@ where
         let mut list: ObjectList<Incoming<K>> = serde_json::from_str(&text)?;
         list.items.retain(|o| kept(o.shape()));
         let objects = list.items.len();
-        Ok((objects, observe::filled(list.items)))
+        Ok((objects, caches::filled(list.items)))
     })?;
     drop(cache);
     Ok(KindFootprint {
@@ -155,9 +155,9 @@ pub async fn measure(
     client: &Client,
     namespace: Option<&str>,
 ) -> anyhow::Result<Vec<KindFootprint>> {
-    let owned_selector = observe::owned_selector();
+    let owned_selector = caches::owned_selector();
     let owned_selector = Some(owned_selector.as_str());
-    let config_maps = observe::config_map_selector();
+    let config_maps = caches::config_map_selector();
     let jobs: Vec<_> = match owned_text::<CachedJob>(client, namespace, owned_selector).await? {
         Some(text) => serde_json::from_str::<ObjectList<Incoming<CachedJob>>>(&text)?
             .items

@@ -6,7 +6,7 @@
 
 use k8s_openapi::api::batch::v1::Job;
 
-use crate::controller::observe::finished;
+use crate::controller::caches::finished;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 /// Default of `--keep-evidence`: evidence ConfigMaps kept per resource.

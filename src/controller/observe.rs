@@ -1,30 +1,16 @@
-//! Observe stage: one read of everything a reconcile pass needs, into a plain [`Observed`] value
-//! that the decide functions take. Only objects this resource owns are kept (by owner reference,
-//! never by label alone); pods of its Jobs are kept with the Jobs.
+//! One read of everything a reconcile pass needs, into a plain [`Observed`] value that the gates
+//! plan from. Only objects this resource owns are kept (by owner reference, never by label
+//! alone); pods of its Jobs are kept with the Jobs.
 //!
-//! Owned objects come from [`Caches`]: one watch per kind over the operator's objects
-//! (label `app.kubernetes.io/managed-by=deepinfer-operator`), decoded into the slimmer shapes of
-//! [`crate::controller::cached`], which keep only the fields the decide, build and status code reads, and
-//! stored once each in a [`Cache`] that finds them by name and by owner. A pass reads no list;
-//! it waits only until every store has its first full list. The checkpoint's
+//! Owned objects come from the operator's caches ([`crate::controller::caches`]): a pass reads
+//! no list; it waits only until every store has its first full list, and until each store has
+//! taken in the operator's newest write of its kind ([`crate::controller::written`]), so that it
+//! never decides on a view older than the writes before it. The checkpoint's
 //! PersistentVolumeClaim comes from a store of every claim in scope, cut down to its name and
-//! phase; the prompts ConfigMap is read with a GET.
-//!
-//! A store lags the operator's own writes by the time their watch events take. So that a pass
-//! never decides on a view older than the writes before it (a group whose pods were created a
-//! moment ago would look broken), every write the passes make to a cached object is noted with
-//! the `resourceVersion` it produced ([`note_written`]), every event a store takes in with its
-//! own, and a pass first waits until each store has taken in the operator's newest write of its
-//! kind (resource versions of one kind compare as integers: they are the storage revision).
-//! Where that wait runs out ([`CATCH_UP`]) the pass goes on with what the stores hold. A delete
-//! that removes an object at once produces no version to wait for: a pass may still see it (its
-//! delete then meets 404), and the event that removes it triggers the next pass.
-//!
-//! The pods of a finished Job whose verdict is in status, and that carries a time to live (the
-//! TTL controller removes it and its pods), are left out of the pod cache ([`DoneJobs`]): no pass
-//! reads them again. A pass that reads such a Job again (its verdict is wanted once more) takes
-//! it out of [`DoneJobs`], and its pods are read from the API server until their events bring
-//! them back (see [`crate::controller::gates::jobs::needs_fresh_pods`]).
+//! phase; the prompts ConfigMap and the metadata of referenced Secrets and ConfigMaps are read
+//! with a GET. What a gate asks for beyond that ([`Read`]: a finished Job's pods, the fleet
+//! queue's answer, the evidence, node domains) is read into [`Fresh`] before the pass plans
+//! again.
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::batch::v1::Job;

@@ -1,8 +1,10 @@
-//! Plan stage: one pure function per stage of a pass (spec, claim templates, checkpoint,
-//! acceptance, workers, housekeeping) from what the pass observed to a [`Plan`]: what the stage
-//! found (its gate and status) and the [`Act`]s that carry it out, for the executor
-//! ([`crate::controller::act::Executor`]). A stage reads the snapshot and never changes it; its answers to
-//! single questions come from [`crate::controller::decide`], its objects from [`crate::controller::build`].
+//! The gates, one folder each: every gate owns what only it reads, decides and builds, and plans
+//! purely from what the pass observed to a [`Plan`]: what the gate found (its condition and
+//! status) and the [`Act`]s that carry it out, for the executor
+//! ([`crate::controller::executor`]). A gate reads the snapshot and never changes it; the objects
+//! several gates build come from [`crate::controller::build`]. [`crate::controller::pass`] plans
+//! them in order. This file holds what every gate reads: the operator's settings and when to
+//! look again.
 
 pub mod acceptance;
 pub mod checkpoint;

@@ -20,8 +20,8 @@ use deepinfer_operator::controller::cached::{
     Cached, CachedClaim, CachedDeployment, CachedJob, CachedMeta, CachedPod, CachedPodGroup,
     CachedRevision, Incoming, Slimmed,
 };
-use deepinfer_operator::controller::gates::housekeeping::retention;
 use deepinfer_operator::controller::caches;
+use deepinfer_operator::controller::gates::housekeeping::retention;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::resource::v1::ResourceClaimTemplate;

@@ -6,12 +6,14 @@ pub mod kstatus;
 mod layout;
 pub mod reference;
 mod role;
+mod role_kind;
 mod spec;
 mod status;
 
 pub use crd::{api_resource, crd_yaml, curated_crd};
 pub use layout::RoleLayout;
 pub use role::*;
+pub use role_kind::RoleKind;
 pub use spec::*;
 pub use status::*;
 

@@ -1,6 +1,7 @@
 //! Spec types of `DeepInferDeployment`. CEL rules on these types are the same rules the
 //! operator's validate stage enforces (see `controller::validate`); both name the field and the fix.
 
+use crate::api::role_kind::RoleKind;
 use k8s_openapi::api::core::v1::{
     Affinity, EnvVar, LocalObjectReference, Probe, ResourceRequirements, Toleration,
     TopologySpreadConstraint, Volume, VolumeMount,
@@ -33,7 +34,12 @@ pub const MAX_SERVICE_OWNERS: usize = 16;
 /// Longest value of `spec.serviceOwners`, in characters.
 pub const MAX_SERVICE_OWNER_LENGTH: usize = 256;
 /// Roles a serving group may take.
-pub const ROLE_NAMES: [&str; 4] = ["worker", "prefill", "decode", "vision"];
+pub const ROLE_NAMES: [&str; 4] = [
+    RoleKind::Worker.as_str(),
+    RoleKind::Prefill.as_str(),
+    RoleKind::Decode.as_str(),
+    RoleKind::Vision.as_str(),
+];
 
 /// CEL for the effective devices per pod of role `r` (`spec.roles[].accelerator.devicesPerPod`,
 /// else `spec.accelerator.devicesPerPod`, else the default), as

@@ -2,6 +2,8 @@
 
 use std::collections::BTreeSet;
 
+use crate::api::role_kind::RoleKind;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -404,8 +406,12 @@ impl AcceptanceStatus {
     /// `worker` covers the worker alone: its outputs are the worker's own, whatever other role's
     /// group ran beside it (validation refuses `worker` beside other roles).
     pub fn covers(&self, role: &str) -> bool {
-        if self.roles.first().is_some_and(|judged| judged == "worker") {
-            return role == "worker";
+        if self
+            .roles
+            .first()
+            .is_some_and(|judged| RoleKind::Worker.named(judged))
+        {
+            return RoleKind::Worker.named(role);
         }
         self.roles.is_empty() || self.roles.iter().any(|r| r == role)
     }

@@ -4,6 +4,7 @@
 //! the tensor data), the declared licence, and the parallel layouts against the model's shape.
 //! Every problem names the file at fault, what is wrong and what to do.
 
+use crate::api::RoleKind;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -560,14 +561,14 @@ fn fitting_sizes(limit: u64, fits: impl Fn(u64) -> bool) -> String {
 fn check_layouts(config: &serde_json::Value, layouts: &[RoleLayout], problems: &mut Vec<String>) {
     let language = ModelShape::language(config);
     let vision = ModelShape::vision(config);
-    if language.heads.is_none() && layouts.iter().any(|l| l.role != "vision") {
+    if language.heads.is_none() && layouts.iter().any(|l| !RoleKind::Vision.named(&l.role)) {
         problems.push(
             "config.json has no num_attention_heads: the tensor parallel size cannot be checked; use a complete config.json".into(),
         );
     }
     for (i, l) in layouts.iter().enumerate() {
         let at = format!("spec.roles[{i}].parallel");
-        if l.role != "vision" {
+        if !RoleKind::Vision.named(&l.role) {
             check_layout(&language, l, &at, problems);
             continue;
         }

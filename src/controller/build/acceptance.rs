@@ -21,7 +21,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 
-use crate::api::{labels, Component, DeepInferDeploymentSpec};
+use crate::api::{labels, Component, DeepInferDeploymentSpec, RoleKind};
 use crate::controller::validated::ValidatedDeployment;
 
 use super::job::{checkpoint_key, checkpoint_revision};
@@ -240,7 +240,8 @@ pub fn acceptance_group_job(
         subdomain: acceptance_needs_service(spec, group),
         pod_group: (did.pod_groups && shape.pods > 1).then(|| group.name.clone()),
         rank_table: uses_rank_tables(spec).then(|| rank_table_name(&group.name)),
-        peers: (role.name == "decode")
+        peers: RoleKind::Decode
+            .named(&role.name)
             .then(|| PeerWiring::acceptance(did, names, &groups))
             .flatten(),
     };

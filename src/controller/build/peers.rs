@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::{
 };
 use kube::ResourceExt;
 
-use crate::api::{Component, DeepInferDeploymentSpec};
+use crate::api::{Component, DeepInferDeploymentSpec, RoleKind};
 use crate::controller::validated::ValidatedDeployment;
 
 use super::run::{AcceptanceNames, RunGroup};
@@ -46,7 +46,7 @@ pub fn peer_endpoints_name(did: &str) -> String {
 
 /// Whether decode groups of this spec have upstream roles to find.
 pub fn decode_has_upstreams(spec: &DeepInferDeploymentSpec) -> bool {
-    spec.roles.iter().any(|r| r.name == "decode")
+    spec.roles.iter().any(|r| RoleKind::Decode.named(&r.name))
         && spec.roles.iter().any(|r| upstream_env(&r.name).is_some())
 }
 
@@ -203,7 +203,7 @@ pub fn peer_endpoints_configmap(
     let mut all = empty.clone();
     let mut by_revision: BTreeMap<&str, BTreeMap<String, Vec<String>>> = groups
         .iter()
-        .filter(|(role, _, _)| role == "decode")
+        .filter(|(role, _, _)| RoleKind::Decode.named(role))
         .map(|(_, revision, _)| (revision.as_str(), empty.clone()))
         .collect();
     for (role, revision, index) in groups {

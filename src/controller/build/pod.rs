@@ -12,7 +12,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 
-use crate::api::{labels, Component, DeepInferDeploymentSpec, RoleSpec, ACCEPTED_POD_CONDITION};
+use crate::api::{
+    labels, Component, DeepInferDeploymentSpec, RoleKind, RoleSpec, ACCEPTED_POD_CONDITION,
+};
 use crate::controller::validated::ValidatedDeployment;
 
 use super::devices::{container_device_claims, pod_device_claims};
@@ -150,7 +152,8 @@ impl Rendezvous {
         Self {
             pod_group: did.pod_groups.then(|| service.clone()),
             rank_table: uses_rank_tables(&did.spec).then(|| rank_table_name(&service)),
-            peers: (at.role.name == "decode")
+            peers: RoleKind::Decode
+                .named(&at.role.name)
                 .then(|| PeerWiring::serving(did, at.revision))
                 .flatten(),
             service,

@@ -11,9 +11,9 @@ use std::fmt;
 
 use crate::api::{
     AcceleratorSpec, AcceleratorType, AcceptanceSpec, DeepInferDeployment, DeepInferDeploymentSpec,
-    ModelSpec, RoleSpec, RuntimeSpec, DEFAULT_MAX_DEVICES_ASCEND, DEFAULT_MAX_DEVICES_NVIDIA,
-    DEFAULT_MAX_PODS_PER_DEPLOYMENT, MAX_ACCEPTANCE_TIMEOUT_SECONDS, MAX_PARALLEL_DEGREE,
-    MAX_REPLICAS, MAX_ROLLOUT_GROUPS, ROLE_NAMES,
+    ModelSpec, RoleKind, RoleSpec, RuntimeSpec, DEFAULT_MAX_DEVICES_ASCEND,
+    DEFAULT_MAX_DEVICES_NVIDIA, DEFAULT_MAX_PODS_PER_DEPLOYMENT, MAX_ACCEPTANCE_TIMEOUT_SECONDS,
+    MAX_PARALLEL_DEGREE, MAX_REPLICAS, MAX_ROLLOUT_GROUPS, ROLE_NAMES,
 };
 
 /// Most devices one node offers, per accelerator type (`spec.accelerator.devicesPerPod` may not
@@ -870,10 +870,10 @@ fn validate_worker_alone(roles: &[RoleSpec], errors: &mut Vec<FieldError>) {
     if roles.len() < 2 {
         return;
     }
-    if let Some(i) = roles.iter().position(|r| r.name == "worker") {
+    if let Some(i) = roles.iter().position(|r| RoleKind::Worker.named(&r.name)) {
         let others: Vec<&str> = roles
             .iter()
-            .filter(|r| r.name != "worker")
+            .filter(|r| !RoleKind::Worker.named(&r.name))
             .map(|r| r.name.as_str())
             .collect();
         errors.push(FieldError::new(

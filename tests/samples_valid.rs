@@ -51,7 +51,7 @@ fn every_sample_passes_validation_and_carries_the_licence_annotation() {
         }
         let annotations = did.metadata.annotations.clone().unwrap_or_default();
         assert_eq!(
-            annotations.get("deepinfer.io/license-accepted"),
+            annotations.get(deepinfer_operator::api::LICENSE_ACCEPTED_ANNOTATION),
             Some(&did.spec.model.license),
             "{path} accepts its licence"
         );

@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use deepinfer_operator::api::LICENSE_ACCEPTED_ANNOTATION;
 use kube::api::{Api, PostParams};
 use kube::Client;
 
@@ -467,30 +468,62 @@ pub fn shot_planner_acceptance(canned: &str, mode: &str) -> serde_json::Value {
     acceptance
 }
 
+/// The engine commit of the test deployments.
+pub const TEST_COMMIT: &str = "0123456789abcdef0123456789abcdef01234567";
+
 /// Digest-pinned engine image of the test deployments.
 pub const TEST_IMAGE: &str = "registry.example.com/deepinfer@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 
-/// A licensed `DeepInferDeployment` (JSON as users write it) named `name` with this
-/// `accelerator` and `roles`, on the fixture checkpoint (claim `ckpt`), judged by the shot
-/// planner replaying valid outputs.
+/// The deployment every suite starts from, named `name`: the licence `mit` accepted by
+/// annotation, the fixture checkpoint on claim `ckpt` (directory `model`), the test image, one
+/// NVIDIA group of one pod of 8 GPUs, and the shot planner as its acceptance workload with the
+/// stand-in engine replaying valid outputs. A suite changes the fields it is about.
+pub fn deployment(name: &str) -> serde_json::Value {
+    workers(name, 1, 8)
+}
+
+/// [`deployment`] with `replicas` NVIDIA groups of `tensor` GPUs each (8 per pod).
+pub fn workers(name: &str, replicas: i32, tensor: i32) -> serde_json::Value {
+    licensed_deployment(
+        name,
+        serde_json::json!({"type": "NVIDIA", "devicesPerPod": 8}),
+        serde_json::json!([{"name": "worker", "replicas": replicas, "parallel": {"tensor": tensor}}]),
+    )
+}
+
+/// [`deployment`] on `accelerator` with `roles`.
 pub fn licensed_deployment(
     name: &str,
     accelerator: serde_json::Value,
     roles: serde_json::Value,
 ) -> serde_json::Value {
-    serde_json::json!({
+    let mut did = serde_json::json!({
         "apiVersion": "deepinfer.io/v1alpha1",
         "kind": "DeepInferDeployment",
-        "metadata": {"name": name, "annotations": {"deepinfer.io/license-accepted": "mit"}},
+        "metadata": {"name": name},
         "spec": {
             "model": {"name": "deepseek-ai/DeepSeek-V4.1-Flash-1017", "license": "mit",
                       "source": {"volume": {"claimName": "ckpt", "path": "model"}}},
-            "runtime": {"image": TEST_IMAGE, "commit": "0123456789abcdef0123456789abcdef01234567"},
+            "runtime": {"image": TEST_IMAGE, "commit": TEST_COMMIT},
             "accelerator": accelerator,
             "roles": roles,
             "acceptance": shot_planner_acceptance("valid-2-2-2.jsonl", "replay")
         }
-    })
+    });
+    did["metadata"]["annotations"] = licence_accepted(Some("mit"));
+    did
+}
+
+/// The annotations that accept `licence` (`None`: the annotation removed, in a merge patch).
+pub fn licence_accepted(licence: Option<&str>) -> serde_json::Value {
+    let mut annotations = serde_json::Map::new();
+    annotations.insert(LICENSE_ACCEPTED_ANNOTATION.into(), licence.into());
+    serde_json::Value::Object(annotations)
+}
+
+/// The merge patch that sets the licence annotation to `licence`, or removes it (`None`).
+pub fn licence_patch(licence: Option<&str>) -> serde_json::Value {
+    serde_json::json!({"metadata": {"annotations": licence_accepted(licence)}})
 }
 
 /// A `DeepInferDeployment` named `name` without the licence annotation: the licence gate holds

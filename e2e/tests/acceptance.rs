@@ -24,19 +24,10 @@ const TIMEOUT: Duration = Duration::from_secs(90);
 
 /// One group of one 8-GPU pod, judged by the shot planner with `canned` outputs.
 fn planner(name: &str, canned: &str, mode: &str) -> Value {
-    json!({
-        "apiVersion": "deepinfer.io/v1alpha1",
-        "kind": "DeepInferDeployment",
-        "metadata": {"name": name, "annotations": {"deepinfer.io/license-accepted": "mit"}},
-        "spec": {
-            "model": {"name": "deepseek-ai/DeepSeek-V4.1-Flash-1017", "license": "mit",
-                      "source": {"volume": {"claimName": "ckpt", "path": "model"}}},
-            "runtime": {"image": IMAGE, "commit": COMMIT},
-            "accelerator": {"type": "NVIDIA", "devicesPerPod": 8},
-            "roles": [{"name": "worker", "replicas": 1, "parallel": {"tensor": 8}}],
-            "acceptance": support::shot_planner_acceptance(canned, mode)
-        }
-    })
+    let mut did = support::deployment(name);
+    did["spec"]["runtime"]["commit"] = json!(COMMIT);
+    did["spec"]["acceptance"] = support::shot_planner_acceptance(canned, mode);
+    did
 }
 
 async fn setup(prefix: &str) -> (Client, TestNamespace, Api<DeepInferDeployment>) {

@@ -112,20 +112,9 @@ fn deployment(name: &str) -> DeepInferDeployment {
         "--canned", fixtures.join("valid-2-2-2.jsonl").display().to_string(),
         "--mode", "replay",
     ]});
-    serde_json::from_value(json!({
-        "apiVersion": "deepinfer.io/v1alpha1",
-        "kind": "DeepInferDeployment",
-        "metadata": {"name": name, "annotations": {"deepinfer.io/license-accepted": "mit"}},
-        "spec": {
-            "model": {"name": "deepseek-ai/DeepSeek-V4.1-Flash-1017", "license": "mit",
-                      "source": {"volume": {"claimName": "ckpt", "path": "model"}}},
-            "runtime": {"image": IMAGE, "commit": "0123456789abcdef0123456789abcdef01234567"},
-            "accelerator": {"type": "NVIDIA", "devicesPerPod": 8},
-            "roles": [{"name": "worker", "replicas": 1, "parallel": {"tensor": 8}}],
-            "acceptance": acceptance
-        }
-    }))
-    .expect("valid test object")
+    let mut did = support::deployment(name);
+    did["spec"]["acceptance"] = acceptance;
+    serde_json::from_value(did).expect("valid test object")
 }
 
 fn condition<'a>(s: &'a DeepInferDeploymentStatus, type_: &str) -> Option<(&'a str, &'a str)> {

@@ -15,26 +15,13 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::Client;
 use serde_json::{json, Value};
 
-const IMAGE: &str = "registry.example.com/deepinfer@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 const TIMEOUT: Duration = Duration::from_secs(90);
 const REVISION: &str = "3f1c2a9d8e7b6c5d4e3f2a1b0c9d8e7f6a5b4c3d";
 
 /// One group of one 8-GPU pod over the fixture checkpoint on claim `ckpt`, judged by the shot
 /// planner replaying valid outputs.
 fn planner(name: &str) -> Value {
-    json!({
-        "apiVersion": "deepinfer.io/v1alpha1",
-        "kind": "DeepInferDeployment",
-        "metadata": {"name": name, "annotations": {"deepinfer.io/license-accepted": "mit"}},
-        "spec": {
-            "model": {"name": "deepseek-ai/DeepSeek-V4.1-Flash-1017", "license": "mit",
-                      "source": {"volume": {"claimName": "ckpt", "path": "model"}}},
-            "runtime": {"image": IMAGE, "commit": "0123456789abcdef0123456789abcdef01234567"},
-            "accelerator": {"type": "NVIDIA", "devicesPerPod": 8},
-            "roles": [{"name": "worker", "replicas": 1, "parallel": {"tensor": 8}}],
-            "acceptance": support::shot_planner_acceptance("valid-2-2-2.jsonl", "replay")
-        }
-    })
+    support::deployment(name)
 }
 
 /// `planner` fetching from the hub into `ckpt` (directory `fetched`).

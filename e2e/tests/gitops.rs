@@ -12,23 +12,8 @@ use deepinfer_operator::api::DeepInferDeployment;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 
-const IMAGE: &str = "registry.example.com/deepinfer@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
-
 fn did(name: &str) -> DeepInferDeployment {
-    serde_json::from_value(json!({
-        "apiVersion": "deepinfer.io/v1alpha1",
-        "kind": "DeepInferDeployment",
-        "metadata": {"name": name, "annotations": {"deepinfer.io/license-accepted": "mit"}},
-        "spec": {
-            "model": {"name": "deepseek-ai/DeepSeek-V4.1-Flash-1017", "license": "mit",
-                      "source": {"volume": {"claimName": "ckpt", "path": "model"}}},
-            "runtime": {"image": IMAGE, "commit": "0123456789abcdef0123456789abcdef01234567"},
-            "accelerator": {"type": "NVIDIA", "devicesPerPod": 8},
-            "roles": [{"name": "worker", "replicas": 1, "parallel": {"tensor": 8}}],
-            "acceptance": support::shot_planner_acceptance("valid-2-2-2.jsonl", "replay")
-        }
-    }))
-    .expect("valid object")
+    serde_json::from_value(support::deployment(name)).expect("valid object")
 }
 
 #[tokio::test]
@@ -87,9 +72,7 @@ async fn gpu_kstatus_follows_a_resource_from_in_progress_to_current_to_failed_an
     api.patch(
         "svc",
         &PatchParams::default(),
-        &Patch::Merge(
-            json!({"metadata": {"annotations": {"deepinfer.io/license-accepted": null}}}),
-        ),
+        &Patch::Merge(support::licence_patch(None)),
     )
     .await
     .expect("drop the licence annotation");
@@ -139,9 +122,7 @@ async fn gpu_kstatus_follows_a_resource_from_in_progress_to_current_to_failed_an
     api.patch(
         "svc",
         &PatchParams::default(),
-        &Patch::Merge(
-            json!({"metadata": {"annotations": {"deepinfer.io/license-accepted": "mit"}}}),
-        ),
+        &Patch::Merge(support::licence_patch(Some("mit"))),
     )
     .await
     .expect("accept again");

@@ -34,8 +34,7 @@ fn sample() -> Value {
 /// one CPU thread, probes every second; `acceptance` as given.
 fn on_the_bed(name: &str, acceptance: Value) -> Value {
     let mut did = sample();
-    did["metadata"] =
-        json!({"name": name, "annotations": {"deepinfer.io/license-accepted": "mit"}});
+    did["metadata"] = json!({"name": name, "annotations": support::licence_accepted(Some("mit"))});
     did["spec"]["model"] = json!({"name": "deepinfer/tiny-random-llama", "license": "mit",
                                   "source": {"volume": {"claimName": "ckpt", "path": "model"}}});
     let runtime = &mut did["spec"]["runtime"];

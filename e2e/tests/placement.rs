@@ -27,7 +27,6 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
-const IMAGE: &str = "registry.example.com/deepinfer@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 const TIMEOUT: Duration = Duration::from_secs(180);
 const CLIQUE: &str = "nvidia.com/gpu.clique";
 
@@ -52,20 +51,8 @@ async fn setup(
 
 /// `replicas` groups of 2 pods × 8 GPUs (tensor 16), one NVLink clique each.
 async fn create(api: &Api<DeepInferDeployment>, name: &str, replicas: i32) {
-    let did: DeepInferDeployment = serde_json::from_value(json!({
-        "apiVersion": "deepinfer.io/v1alpha1",
-        "kind": "DeepInferDeployment",
-        "metadata": {"name": name, "annotations": {"deepinfer.io/license-accepted": "mit"}},
-        "spec": {
-            "model": {"name": "deepseek-ai/DeepSeek-V4.1-Flash-1017", "license": "mit",
-                      "source": {"volume": {"claimName": "ckpt", "path": "model"}}},
-            "runtime": {"image": IMAGE, "commit": "0123456789abcdef0123456789abcdef01234567"},
-            "accelerator": {"type": "NVIDIA", "devicesPerPod": 8},
-            "roles": [{"name": "worker", "replicas": replicas, "parallel": {"tensor": 16}}],
-            "acceptance": support::shot_planner_acceptance("valid-2-2-2.jsonl", "replay")
-        }
-    }))
-    .expect("valid test object");
+    let did: DeepInferDeployment =
+        serde_json::from_value(support::workers(name, replicas, 16)).expect("valid test object");
     api.create(&PostParams::default(), &did)
         .await
         .expect("creating the DeepInferDeployment");

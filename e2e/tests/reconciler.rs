@@ -20,19 +20,7 @@ const TIMEOUT: Duration = Duration::from_secs(90);
 
 /// A valid NVIDIA deployment over the fixture checkpoint on claim `ckpt`.
 fn nvidia(name: &str, replicas: i32, tensor: i32) -> Value {
-    json!({
-        "apiVersion": "deepinfer.io/v1alpha1",
-        "kind": "DeepInferDeployment",
-        "metadata": {"name": name, "annotations": {"deepinfer.io/license-accepted": "mit"}},
-        "spec": {
-            "model": {"name": "deepseek-ai/DeepSeek-V4.1-Flash-1017", "license": "mit",
-                      "source": {"volume": {"claimName": "ckpt", "path": "model"}}},
-            "runtime": {"image": IMAGE, "commit": "0123456789abcdef0123456789abcdef01234567"},
-            "accelerator": {"type": "NVIDIA", "devicesPerPod": 8},
-            "roles": [{"name": "worker", "replicas": replicas, "parallel": {"tensor": tensor}}],
-            "acceptance": support::shot_planner_acceptance("valid-2-2-2.jsonl", "replay")
-        }
-    })
+    support::workers(name, replicas, tensor)
 }
 
 async fn setup(prefix: &str) -> (Client, TestNamespace, Api<DeepInferDeployment>) {
@@ -302,10 +290,10 @@ async fn licence_gate_provisions_nothing_and_says_which_check_failed() {
     let mut missing = nvidia("missing", 1, 8);
     missing["metadata"]["annotations"] = json!({});
     let mut mismatch = nvidia("mismatch", 1, 8);
-    mismatch["metadata"]["annotations"]["deepinfer.io/license-accepted"] = json!("apache-2.0");
+    mismatch["metadata"]["annotations"] = support::licence_accepted(Some("apache-2.0"));
     let mut not_allowed = nvidia("notallowed", 1, 8);
     not_allowed["spec"]["model"]["license"] = json!("deepseek");
-    not_allowed["metadata"]["annotations"]["deepinfer.io/license-accepted"] = json!("deepseek");
+    not_allowed["metadata"]["annotations"] = support::licence_accepted(Some("deepseek"));
     for obj in [missing, mismatch, not_allowed] {
         create(&api, obj).await;
     }
@@ -313,7 +301,7 @@ async fn licence_gate_provisions_nothing_and_says_which_check_failed() {
         (
             "missing",
             "LicenseAnnotationMissing",
-            "deepinfer.io/license-accepted",
+            deepinfer_operator::api::LICENSE_ACCEPTED_ANNOTATION,
         ),
         ("mismatch", "LicenseMismatch", "apache-2.0"),
         ("notallowed", "LicenseNotAllowed", "--accepted-licenses"),

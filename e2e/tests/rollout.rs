@@ -25,20 +25,9 @@ const TIMEOUT: Duration = Duration::from_secs(120);
 
 /// An NVIDIA deployment of `replicas` groups of `tensor` GPUs (8 per pod) with a rollout policy.
 fn deployment(name: &str, replicas: i32, tensor: i32, surge: i32, unavailable: i32) -> Value {
-    json!({
-        "apiVersion": "deepinfer.io/v1alpha1",
-        "kind": "DeepInferDeployment",
-        "metadata": {"name": name, "annotations": {"deepinfer.io/license-accepted": "mit"}},
-        "spec": {
-            "model": {"name": "deepseek-ai/DeepSeek-V4.1-Flash-1017", "license": "mit",
-                      "source": {"volume": {"claimName": "ckpt", "path": "model"}}},
-            "runtime": {"image": IMAGE, "commit": "0123456789abcdef0123456789abcdef01234567"},
-            "accelerator": {"type": "NVIDIA", "devicesPerPod": 8},
-            "roles": [{"name": "worker", "replicas": replicas, "parallel": {"tensor": tensor},
-                       "rollout": {"maxSurge": surge, "maxUnavailable": unavailable}}],
-            "acceptance": support::shot_planner_acceptance("valid-2-2-2.jsonl", "replay")
-        }
-    })
+    let mut did = support::workers(name, replicas, tensor);
+    did["spec"]["roles"][0]["rollout"] = json!({"maxSurge": surge, "maxUnavailable": unavailable});
+    did
 }
 
 async fn setup(prefix: &str) -> (Client, TestNamespace, Api<DeepInferDeployment>, Operator) {
@@ -311,12 +300,7 @@ async fn gpu_licence_revocation_empties_the_endpoints_and_restoring_it_runs_noth
     let runs = acceptance_jobs(&client, &ns.name, "revoke").await;
 
     let revoked_at = std::time::Instant::now();
-    patch(
-        &api,
-        "revoke",
-        json!({"metadata": {"annotations": {"deepinfer.io/license-accepted": null}}}),
-    )
-    .await;
+    patch(&api, "revoke", support::licence_patch(None)).await;
     support::eventually(
         Duration::from_secs(10),
         "no ready endpoint within 10 s",
@@ -351,12 +335,7 @@ async fn gpu_licence_revocation_empties_the_endpoints_and_restoring_it_runs_noth
         condition(&st, "WorkersReady")
     );
 
-    patch(
-        &api,
-        "revoke",
-        json!({"metadata": {"annotations": {"deepinfer.io/license-accepted": "mit"}}}),
-    )
-    .await;
+    patch(&api, "revoke", support::licence_patch(Some("mit"))).await;
     support::eventually(
         Duration::from_secs(30),
         "2 ready endpoints again",
@@ -872,12 +851,7 @@ async fn gpu_with_license_withdrawal_stop_a_closed_licence_frees_every_device_an
     create(&api, deployment("stop", 2, 8, 1, 0)).await;
     let ready = status_where(&api, "stop", "Ready", is_ready).await;
     let runs = acceptance_jobs(&client, &ns.name, "stop").await;
-    patch(
-        &api,
-        "stop",
-        json!({"metadata": {"annotations": {"deepinfer.io/license-accepted": null}}}),
-    )
-    .await;
+    patch(&api, "stop", support::licence_patch(None)).await;
     support::eventually(TIMEOUT, "every worker pod deleted", || async {
         workers(&client, &ns.name, "stop")
             .await
@@ -896,12 +870,7 @@ async fn gpu_with_license_withdrawal_stop_a_closed_licence_frees_every_device_an
         condition(&st, "WorkersReady")
     );
     assert_eq!(st.judgements, ready.judgements, "judgements kept");
-    patch(
-        &api,
-        "stop",
-        json!({"metadata": {"annotations": {"deepinfer.io/license-accepted": "mit"}}}),
-    )
-    .await;
+    patch(&api, "stop", support::licence_patch(Some("mit"))).await;
     let back = status_where(&api, "stop", "Ready again", |s| {
         is_ready(s) && s.roles[0].ready_groups == 2
     })
@@ -1104,7 +1073,7 @@ async fn gpu_with_license_withdrawal_stop_a_refused_spec_still_frees_every_devic
     patch(
         &api,
         "stoprefused",
-        json!({"metadata": {"annotations": {"deepinfer.io/license-accepted": null}},
+        json!({"metadata": {"annotations": support::licence_accepted(None)},
                "spec": {"runtime": {"env": [{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "not-opted-in", "key": "token"}}}]}}}),
     )
     .await;

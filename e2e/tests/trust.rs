@@ -11,25 +11,12 @@ use kube::api::{Api, PostParams};
 use kube::Client;
 use serde_json::{json, Value};
 
-const IMAGE: &str = "registry.example.com/deepinfer@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 const TIMEOUT: Duration = Duration::from_secs(90);
 
 /// One group of one 8-GPU pod over the fixture checkpoint on claim `ckpt`, judged by the shot
 /// planner replaying valid outputs.
 fn planner(name: &str) -> Value {
-    json!({
-        "apiVersion": "deepinfer.io/v1alpha1",
-        "kind": "DeepInferDeployment",
-        "metadata": {"name": name, "annotations": {"deepinfer.io/license-accepted": "mit"}},
-        "spec": {
-            "model": {"name": "deepseek-ai/DeepSeek-V4.1-Flash-1017", "license": "mit",
-                      "source": {"volume": {"claimName": "ckpt", "path": "model"}}},
-            "runtime": {"image": IMAGE, "commit": "0123456789abcdef0123456789abcdef01234567"},
-            "accelerator": {"type": "NVIDIA", "devicesPerPod": 8},
-            "roles": [{"name": "worker", "replicas": 1, "parallel": {"tensor": 8}}],
-            "acceptance": support::shot_planner_acceptance("valid-2-2-2.jsonl", "replay")
-        }
-    })
+    support::deployment(name)
 }
 
 async fn setup(prefix: &str) -> (Client, TestNamespace, Api<DeepInferDeployment>) {
@@ -631,7 +618,7 @@ async fn the_status_records_when_the_licence_gate_opened_and_closed() {
         &PatchParams::apply("licence-officer").force(),
         &Patch::Apply(json!({
             "apiVersion": "deepinfer.io/v1alpha1", "kind": "DeepInferDeployment",
-            "metadata": {"name": "flash", "annotations": {"deepinfer.io/license-accepted": "apache-2.0"}}
+            "metadata": {"name": "flash", "annotations": support::licence_accepted(Some("apache-2.0"))}
         })),
     )
     .await
@@ -651,9 +638,10 @@ async fn the_status_records_when_the_licence_gate_opened_and_closed() {
         .unwrap_or_default()
         .into_iter()
         .find(|m| {
-            m.fields_v1
-                .as_ref()
-                .is_some_and(|f| f.0.to_string().contains("deepinfer.io/license-accepted"))
+            m.fields_v1.as_ref().is_some_and(|f| {
+                f.0.to_string()
+                    .contains(deepinfer_operator::api::LICENSE_ACCEPTED_ANNOTATION)
+            })
         })
         .and_then(|m| m.manager);
     assert_eq!(owner.as_deref(), Some("licence-officer"));

@@ -107,19 +107,16 @@ const OPERATOR_ADDRESS_SPACE: u64 = 4 << 30;
 
 /// A one-group deployment of one pod with one GPU, accepted by the stand-in engine.
 fn deployment(name: &str, commit: &str, replicas: i32) -> Value {
-    json!({
-        "apiVersion": "deepinfer.io/v1alpha1",
-        "kind": "DeepInferDeployment",
-        "metadata": {"name": name, "annotations": {"deepinfer.io/license-accepted": "mit"}},
-        "spec": {
-            "model": {"name": "deepseek-ai/DeepSeek-V4.1-Flash-1017", "license": "mit",
-                      "source": {"volume": {"claimName": "ckpt", "path": "model"}}},
-            "runtime": {"image": format!("registry.example.com/deepinfer@sha256:{}", "0a".repeat(32)), "commit": commit},
-            "accelerator": {"type": "NVIDIA", "devicesPerPod": 1},
-            "roles": [{"name": "worker", "replicas": replicas, "parallel": {"tensor": 1}}],
-            "acceptance": support::shot_planner_acceptance("valid-2-2-2.jsonl", "replay")
-        }
-    })
+    let mut did = support::licensed_deployment(
+        name,
+        json!({"type": "NVIDIA", "devicesPerPod": 1}),
+        json!([{"name": "worker", "replicas": replicas, "parallel": {"tensor": 1}}]),
+    );
+    did["spec"]["runtime"] = json!({
+        "image": format!("registry.example.com/deepinfer@sha256:{}", "0a".repeat(32)),
+        "commit": commit,
+    });
+    did
 }
 
 fn ready_now(d: &DeepInferDeployment) -> bool {

@@ -238,20 +238,13 @@ fn resource(i: usize) -> anyhow::Result<DeepInferDeployment> {
     } else {
         ("NVIDIA", bed::NVIDIA_PRODUCT, 2, 4)
     };
-    Ok(serde_json::from_value(json!({
-        "apiVersion": "deepinfer.io/v1alpha1",
-        "kind": "DeepInferDeployment",
-        "metadata": {"name": format!("bench-{i:05}"),
-                     "annotations": {"deepinfer.io/license-accepted": "mit"}},
-        "spec": {
-            "model": {"name": "deepseek-ai/DeepSeek-V4.1-Flash-1017", "license": "mit",
-                      "source": {"volume": {"claimName": "ckpt", "path": "model"}}},
-            "runtime": {"image": IMAGE, "commit": "0123456789abcdef0123456789abcdef01234567"},
-            "accelerator": {"type": kind, "product": product, "devicesPerPod": 1},
-            "roles": [{"name": "worker", "replicas": replicas, "parallel": {"tensor": tensor}}],
-            "acceptance": support::shot_planner_acceptance("valid-2-2-2.jsonl", "replay"),
-        }
-    }))?)
+    let mut did = support::licensed_deployment(
+        &format!("bench-{i:05}"),
+        json!({"type": kind, "product": product, "devicesPerPod": 1}),
+        json!([{"name": "worker", "replicas": replicas, "parallel": {"tensor": tensor}}]),
+    );
+    did["spec"]["runtime"]["image"] = json!(IMAGE);
+    Ok(serde_json::from_value(did)?)
 }
 
 /// Ready for its current generation, every group of every role on the current revision.

@@ -270,7 +270,7 @@ async fn gpu_a_dra_deployment_is_allocated_by_the_scheduler_and_its_devices_are_
 
 #[tokio::test]
 async fn a_domain_claim_without_pod_groups_stalls_naming_the_field() {
-    use deepinfer_operator::controller::{placement::GangScheduling, Settings};
+    use deepinfer_operator::controller::{gang::GangScheduling, Settings};
     let (client, ns, api) = support::namespace_with_checkpoint("dra-off").await;
     let mut settings = Settings::new(Some(ns.name.clone()), vec!["mit".into()]);
     settings.operator_image = "deepinfer-operator:dev".into();

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use deepinfer_e2e::support::{self, Operator, TestNamespace};
 use deepinfer_operator::api::{DeepInferDeployment, DeepInferDeploymentStatus};
-use deepinfer_operator::controller::placement::GangScheduling;
+use deepinfer_operator::controller::gang::GangScheduling;
 use deepinfer_operator::controller::Settings;
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use k8s_openapi::api::scheduling::v1beta1::PodGroup;

@@ -17,7 +17,7 @@ use crate::controller::gates::licence::LicenceWithdrawal;
 use crate::controller::gates::spec::validate::DeviceLimits;
 use crate::controller::gates::Settings as GateSettings;
 use crate::controller::proof::VerdictKey;
-use crate::controller::{build, events, fleet, gates, observe, outage, placement};
+use crate::controller::{build, events, fleet, gang, gates, observe, outage};
 
 /// `run` arguments.
 #[derive(Args, Debug, Clone)]
@@ -71,8 +71,8 @@ pub struct RunArgs {
     /// Gang scheduling of multi-pod groups: `auto` makes every serving group and multi-pod
     /// acceptance run a `scheduling.k8s.io/v1beta1` PodGroup where the API server serves it,
     /// `native` requires it, `off` never uses it.
-    #[arg(long, env = "DEEPINFER_GANG_SCHEDULING", value_enum, default_value_t = placement::GangScheduling::Auto)]
-    pub gang_scheduling: placement::GangScheduling,
+    #[arg(long, env = "DEEPINFER_GANG_SCHEDULING", value_enum, default_value_t = gang::GangScheduling::Auto)]
+    pub gang_scheduling: gang::GangScheduling,
     /// How long a group may stay partly placed (some ranks bound, others unschedulable) before
     /// it is deleted whole to free its devices and retried with backoff, e.g. `120s`, `5m`.
     #[arg(long, default_value = "120s", value_parser = parse_duration)]
@@ -236,7 +236,7 @@ pub struct Context {
     /// Prometheus metrics, served on `/metrics`.
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Gang scheduling as asked (`--gang-scheduling`).
-    pub gang_scheduling: placement::GangScheduling,
+    pub gang_scheduling: gang::GangScheduling,
     /// Whether groups are PodGroups, once resolved against the API server.
     pub pod_groups: tokio::sync::OnceCell<bool>,
     /// Whether the API server serves DeepInferRoles (their CRD is installed), once resolved.
@@ -344,7 +344,7 @@ impl Context {
     pub async fn pod_groups(&self) -> Result<bool, Error> {
         self.pod_groups
             .get_or_try_init(|| async {
-                let native = placement::resolve(&self.client, self.gang_scheduling)
+                let native = gang::resolve(&self.client, self.gang_scheduling)
                     .await
                     .map_err(|e| Error::Placement(e.to_string()))?;
                 info!(
@@ -386,7 +386,7 @@ impl Context {
     pub async fn scaled_roles(&self) -> Result<bool, Error> {
         self.scaled_roles
             .get_or_try_init(|| async {
-                let served = placement::served(
+                let served = gang::served(
                     &self.client,
                     <crate::api::DeepInferRole as k8s_openapi::Resource>::API_VERSION,
                     <crate::api::DeepInferRole as k8s_openapi::Resource>::URL_PATH_SEGMENT,
@@ -431,7 +431,7 @@ pub struct Settings {
     /// What is kept of evidence and finished Jobs.
     pub retention: gates::housekeeping::retention::Retention,
     /// Gang scheduling as asked.
-    pub gang_scheduling: placement::GangScheduling,
+    pub gang_scheduling: gang::GangScheduling,
     /// How long a group may stay partly placed.
     pub partial_group_timeout: Duration,
     /// Most reconcile passes running at once.
@@ -490,7 +490,7 @@ impl Settings {
             limits: DeviceLimits::default(),
             job_deadlines: build::JobDeadlines::default(),
             retention: gates::housekeeping::retention::Retention::default(),
-            gang_scheduling: placement::GangScheduling::Auto,
+            gang_scheduling: gang::GangScheduling::Auto,
             partial_group_timeout: DEFAULT_PARTIAL_GROUP_TIMEOUT,
             max_concurrent_reconciles: DEFAULT_MAX_CONCURRENT_RECONCILES,
             max_concurrent_acceptance_runs: 0,
@@ -686,10 +686,10 @@ mod tests {
             Cli::try_parse_from(["op", "--gang-scheduling=off", "--partial-group-timeout=5m"])
                 .expect("valid flags");
         let settings = Settings::from(&cli.run);
-        assert_eq!(settings.gang_scheduling, placement::GangScheduling::Off);
+        assert_eq!(settings.gang_scheduling, gang::GangScheduling::Off);
         assert_eq!(settings.partial_group_timeout, Duration::from_secs(300));
         let defaults = Settings::from(&Cli::try_parse_from(["op"]).expect("defaults").run);
-        assert_eq!(defaults.gang_scheduling, placement::GangScheduling::Auto);
+        assert_eq!(defaults.gang_scheduling, gang::GangScheduling::Auto);
         assert_eq!(
             defaults.partial_group_timeout,
             DEFAULT_PARTIAL_GROUP_TIMEOUT

@@ -48,9 +48,8 @@ pub struct Observed {
     /// ResourceClaimTemplates engine pods and PodGroups claim devices from (listed only where the
     /// spec names a DeviceClass).
     pub claim_templates: Vec<ResourceClaimTemplate>,
-    /// The checkpoint's PersistentVolumeClaim: `None` when the spec names none, `Some(None)`
-    /// when it does not exist, else its `status.phase` (`Pending`, `Bound`, `Lost`).
-    pub claim_phase: Option<Option<String>>,
+    /// The checkpoint's PersistentVolumeClaim as the cache holds it.
+    pub claim_phase: ClaimPhase,
     /// The ConfigMap named by `spec.acceptance.promptsFrom`, if set and present.
     pub prompts: Option<ConfigMap>,
     /// HCCL rank table ConfigMaps of serving groups (Ascend).
@@ -65,6 +64,28 @@ pub struct Observed {
     pub referenced: crate::controller::gates::spec::references::Seen,
     /// What the pass read fresh because a gate asked for it ([`Read`]).
     pub fresh: Fresh,
+}
+
+/// The checkpoint's PersistentVolumeClaim.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum ClaimPhase {
+    /// The spec names none.
+    #[default]
+    NotNamed,
+    /// It does not exist.
+    Missing,
+    /// Its `status.phase` (`Pending`, `Bound`, `Lost`).
+    Phase(String),
+}
+
+impl ClaimPhase {
+    /// Its phase, when it exists.
+    pub fn phase(&self) -> Option<&str> {
+        match self {
+            ClaimPhase::Phase(p) => Some(p),
+            _ => None,
+        }
+    }
 }
 
 /// A read a gate asks for beyond the caches, done before the pass plans again.
@@ -311,12 +332,13 @@ pub async fn observe(
             }
         }
     }
-    let claim_phase = crate::controller::build::checkpoint_location(&did.spec).map(|(claim, _)| {
-        caches
-            .claims
-            .get(&ns, &claim)
-            .map(|c| c.phase().unwrap_or_default().to_string())
-    });
+    let claim_phase = match crate::controller::build::checkpoint_location(&did.spec) {
+        None => ClaimPhase::NotNamed,
+        Some((claim, _)) => match caches.claims.get(&ns, &claim) {
+            None => ClaimPhase::Missing,
+            Some(c) => ClaimPhase::Phase(c.phase().unwrap_or_default().to_string()),
+        },
+    };
     let prompts = match &did.spec.acceptance.prompts_from {
         Some(from) => get_opt::<ConfigMap>(ctx.client(), &ns, &from.name).await?,
         None => None,
@@ -406,7 +428,7 @@ mod tests {
     use serde::de::DeserializeOwned;
     use std::collections::BTreeMap;
 
-    use crate::controller::{build, gates, placement, pods};
+    use crate::controller::{build, gang, gates, pods};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
     use std::time::Duration;
 
@@ -577,8 +599,8 @@ mod tests {
             gates::jobs::containers_ended(&[&full])
         );
         assert_eq!(
-            placement::partial_placement(&[&trimmed], 2),
-            placement::partial_placement(&[&full], 2)
+            gang::partial_placement(&[&trimmed], 2),
+            gang::partial_placement(&[&full], 2)
         );
         assert_eq!(
             build::templates_in_use(trimmed.spec.as_ref()),

@@ -14,6 +14,7 @@ use crate::api::{record_judgement, AcceptanceStatus, DeepInferDeploymentStatus, 
 use crate::controller::act::Act;
 use crate::controller::error::Error;
 use crate::controller::gates::acceptance::{self, Run};
+use crate::controller::gates::housekeeping::RunLeader;
 use crate::controller::gates::licence::{entitlement, LicenceVerdict, LicenceWithdrawal};
 use crate::controller::gates::spec::SpecFound;
 use crate::controller::gates::workers::{self, claims, Retry};
@@ -149,9 +150,8 @@ pub struct Findings {
     pub retry: Option<Duration>,
     /// Roles whose group of the acceptance run waits for devices.
     pub needs_room: Vec<String>,
-    /// The acceptance gate's unjudged leader (`None`: the gate did not plan, so every
-    /// acceptance Job keeps its verdict's place).
-    pub leader: Option<Option<String>>,
+    /// What the acceptance gate said of the target's run.
+    pub leader: RunLeader,
     /// The claims gate's templates were refused: the workers gate stalls on them.
     pub claims_refused: bool,
     /// A verdict recorded by this pass: its result and how long its run took.
@@ -282,8 +282,7 @@ fn plan_gate<'o>(
         (GateId::Checkpoint, Some(t)) => {
             let to_read = checkpoint::verify_to_read(&t.did, s.previous.as_ref(), &s.observed);
             let fresh = s.observed.fresh.pods_of(to_read.as_ref());
-            let plan =
-                checkpoint::checkpoint(&t.did, s.previous.as_ref(), &s.observed, fresh, settings);
+            let plan = checkpoint::plan(&t.did, s.previous.as_ref(), &s.observed, fresh, settings);
             (f.outcome.checkpoint, f.outcome.checkpoint_status) = plan.found;
             GatePlan {
                 needs: to_read.into_iter().map(Read::JobPods).collect(),
@@ -335,10 +334,13 @@ fn plan_acceptance<'o>(
         now: s.now,
     };
     let to_read = acceptance::leader_to_read(&t.did, &t.run, &s.observed, &f.known, &t.revision);
-    let plan = acceptance::acceptance(&input, &s.observed);
+    let plan = acceptance::plan(&input, &s.observed);
     let mut found = plan.found;
     found.needs.extend(to_read.map(Read::JobPods));
-    f.leader = Some(found.unjudged.clone());
+    f.leader = found
+        .unjudged
+        .clone()
+        .map_or(RunLeader::Judged, RunLeader::Unjudged);
     f.needs_room = found.needs_room.clone();
     f.outcome.acceptance = found.gate;
     if let Some(status) = found.status {
@@ -414,7 +416,7 @@ fn plan_workers<'o>(s: &'o Snapshot, settings: Settings<'o>, f: &mut Findings) -
         settings,
         now: s.now,
     };
-    let plan = workers::workers(&input, &s.observed);
+    let plan = workers::plan(&input, &s.observed);
     f.retries = plan.found.retries;
     f.outcome.workers = gates::withdrawn_or(f.outcome.withdrawn.as_ref(), plan.found.gate);
     f.outcome.roles = plan.found.roles;

@@ -352,7 +352,7 @@ async fn read(
     );
     let scaled = scaling::scaled(did, &observed.scaled_roles, ctx.scaled_roles().await?);
     let spec = match &scaled {
-        Ok(s) => spec::spec(
+        Ok(s) => spec::plan(
             &s.did,
             &ctx.limits,
             pod_groups,

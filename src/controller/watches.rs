@@ -21,7 +21,7 @@ use crate::controller::error::Error;
 use crate::controller::merged::Merged;
 use crate::controller::reconcile::{error_policy, reconcile};
 use crate::controller::text::phase_key;
-use crate::controller::{gates, placement};
+use crate::controller::{gang, gates};
 
 /// What every watch of one controller loop shares, resolved once before any watch starts.
 struct Scope {
@@ -49,7 +49,7 @@ impl Scope {
         );
         let pod_groups = resolved("gang scheduling", || ctx.pod_groups()).await;
         let claim_templates = resolved("ResourceClaimTemplates served", || async {
-            placement::served(&client, "resource.k8s.io/v1", "resourceclaimtemplates")
+            gang::served(&client, "resource.k8s.io/v1", "resourceclaimtemplates")
                 .await
                 .map_err(Error::Kube)
         })

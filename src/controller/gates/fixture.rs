@@ -10,7 +10,7 @@ use crate::controller::build::{self, JobDeadlines};
 use crate::controller::gates::housekeeping::retention::Retention;
 use crate::controller::gates::spec::validate::{validate, DeviceLimits};
 use crate::controller::gates::Settings;
-use crate::controller::observe::Observed;
+use crate::controller::observe::{ClaimPhase, Observed};
 use crate::controller::validated::ValidatedDeployment;
 
 const IMAGE: &str =
@@ -86,7 +86,7 @@ pub fn settings() -> Settings<'static> {
 /// A snapshot whose checkpoint claim is bound.
 pub fn observed_bound() -> Observed {
     Observed {
-        claim_phase: Some(Some("Bound".into())),
+        claim_phase: ClaimPhase::Phase("Bound".into()),
         ..Observed::default()
     }
 }
@@ -94,7 +94,7 @@ pub fn observed_bound() -> Observed {
 /// A snapshot whose checkpoint claim is not bound yet.
 pub fn observed_pending_claim() -> Observed {
     Observed {
-        claim_phase: Some(Some("Pending".into())),
+        claim_phase: ClaimPhase::Phase("Pending".into()),
         ..Observed::default()
     }
 }

@@ -145,7 +145,7 @@ pub struct Input<'a> {
 
 /// The acceptance stage. A run that may start asks the fleet's queue first
 /// ([`Read::Admission`]): until the pass has its answer, the plan only says so.
-pub fn acceptance<'o>(input: &Input<'_>, observed: &'o Observed) -> Plan<'o, Found> {
+pub fn plan<'o>(input: &Input<'_>, observed: &'o Observed) -> Plan<'o, Found> {
     let did = input.did;
     let groups = input.run.names.groups(&did.spec);
     if groups.is_empty() {
@@ -993,7 +993,7 @@ mod tests {
                 settings: fixture::settings(),
                 now: Timestamp::from_second(10_000).expect("time"),
             };
-            acceptance(&input, &self.observed)
+            plan(&input, &self.observed)
         }
 
         /// The judged group's Job of `rank` as the operator makes it, in `state`.

@@ -50,7 +50,7 @@ pub fn verify_to_read(
 
 /// The checkpoint stage. `fresh`: the verify Job's pods as read from the API server, when
 /// [`verify_to_read`] named it.
-pub fn checkpoint<'a>(
+pub fn plan<'a>(
     did: &ValidatedDeployment,
     previous: Option<&DeepInferDeploymentStatus>,
     observed: &'a Observed,
@@ -65,7 +65,7 @@ pub fn checkpoint<'a>(
     }
     let claim = &did.claim;
     let ns = did.namespace.as_str();
-    let phase = observed.claim_phase.clone().flatten();
+    let phase = observed.claim_phase.phase().map(str::to_string);
     let hub = did.spec.model.source.hub.is_some();
     if let Some(gate) = claim_gate(ns, claim, phase.as_deref(), hub) {
         return Plan::only((gate, None));
@@ -204,7 +204,7 @@ mod tests {
             fixture::observed_bound(),
             vec![fixture::verify_job(&did, "succeeded")],
         );
-        let plan = checkpoint(&did, Some(&previous), &observed, None, fixture::settings());
+        let plan = super::plan(&did, Some(&previous), &observed, None, fixture::settings());
         assert_eq!(reason(&plan.found.0), Reason::Verified);
         assert!(plan.acts.is_empty());
         assert_eq!(verify_to_read(&did, Some(&previous), &observed), None);
@@ -231,7 +231,7 @@ mod tests {
                 .into_iter()
                 .collect();
             let observed = with_jobs(fixture::observed_bound(), jobs);
-            let plan = checkpoint(&did, None, &observed, None, fixture::settings());
+            let plan = super::plan(&did, None, &observed, None, fixture::settings());
             assert_eq!(reason(&plan.found.0), want, "{state:?}: {:?}", plan.found.0);
             assert_eq!(described(&plan.acts), acts, "{state:?}");
             assert_eq!(
@@ -254,7 +254,7 @@ mod tests {
         let fetch = build::fetch_job_name(&did);
         let verify = build::verify_job_name(&did);
         let pending = fixture::observed_pending_claim();
-        let plan = checkpoint(&did, None, &pending, None, fixture::settings());
+        let plan = super::plan(&did, None, &pending, None, fixture::settings());
         assert_eq!(
             reason(&plan.found.0),
             Reason::Fetching,
@@ -266,13 +266,13 @@ mod tests {
             fixture::observed_bound(),
             vec![fixture::fetch_job(&did, "succeeded")],
         );
-        let plan = checkpoint(&did, None, &fetched, None, fixture::settings());
+        let plan = super::plan(&did, None, &fetched, None, fixture::settings());
         assert_eq!(described(&plan.acts), [format!("create Job {verify}")]);
         let failed = with_jobs(
             fixture::observed_bound(),
             vec![fixture::fetch_job(&did, "failed")],
         );
-        let plan = checkpoint(&did, None, &failed, None, fixture::settings());
+        let plan = super::plan(&did, None, &failed, None, fixture::settings());
         assert_eq!(reason(&plan.found.0), Reason::FetchFailed);
         assert!(plan.acts.is_empty());
         // An endpoint off the operator's allow-list gets no fetch Job.
@@ -280,7 +280,7 @@ mod tests {
             allowed_hub_endpoints: &[],
             ..fixture::settings()
         };
-        let plan = checkpoint(&did, None, &pending, None, settings);
+        let plan = super::plan(&did, None, &pending, None, settings);
         assert_eq!(reason(&plan.found.0), Reason::HubEndpointNotAllowed);
         assert!(plan.acts.is_empty());
     }
@@ -289,7 +289,7 @@ mod tests {
     fn an_unbound_claim_of_a_volume_source_waits_and_writes_nothing() {
         let did = fixture::did();
         let pending = fixture::observed_pending_claim();
-        let plan = checkpoint(&did, None, &pending, None, fixture::settings());
+        let plan = super::plan(&did, None, &pending, None, fixture::settings());
         assert_eq!(
             reason(&plan.found.0),
             Reason::ClaimNotBound,
@@ -306,7 +306,7 @@ mod tests {
         job.annotations_mut()
             .insert(build::JUDGES_ANNOTATION.into(), "another-key".into());
         let observed = with_jobs(fixture::observed_bound(), vec![job]);
-        let plan = checkpoint(&did, None, &observed, None, fixture::settings());
+        let plan = super::plan(&did, None, &observed, None, fixture::settings());
         assert_eq!(
             reason(&plan.found.0),
             Reason::NameConflict,

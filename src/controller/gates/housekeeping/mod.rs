@@ -16,14 +16,25 @@ use crate::controller::build;
 use crate::controller::observe::Observed;
 use crate::controller::validated::ValidatedDeployment;
 
-/// The Jobs whose verdict is not in status at the start of the pass. `judged`: the acceptance
-/// stage ran and named the run it reads (`Some(None)`: no run of its is unjudged); `None`: it
-/// did not run, so every acceptance Job is kept.
+/// What the acceptance gate said of the target's run, for housekeeping.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum RunLeader {
+    /// The gate did not plan: every acceptance Job keeps its verdict's place.
+    #[default]
+    NotPlanned,
+    /// The run's verdict is in status: no Job of the run is read again.
+    Judged,
+    /// The run's leader Job, read until its verdict is in status.
+    Unjudged(String),
+}
+
+/// The Jobs whose verdict is not in status at the start of the pass, with what the acceptance
+/// gate said of the target's run (`leader`).
 pub fn unjudged_jobs(
     did: &ValidatedDeployment,
     previous: Option<&DeepInferDeploymentStatus>,
     observed: &Observed,
-    judged: Option<Option<String>>,
+    leader: RunLeader,
 ) -> Vec<String> {
     let mut jobs = Vec::new();
     if previous
@@ -32,9 +43,10 @@ pub fn unjudged_jobs(
     {
         jobs.extend([build::fetch_job_name(did), build::verify_job_name(did)]);
     }
-    match judged {
-        Some(leader) => jobs.extend(leader),
-        None => jobs.extend(
+    match leader {
+        RunLeader::Unjudged(job) => jobs.push(job),
+        RunLeader::Judged => {}
+        RunLeader::NotPlanned => jobs.extend(
             observed
                 .jobs
                 .iter()

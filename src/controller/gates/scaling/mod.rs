@@ -126,7 +126,7 @@ mod tests {
     use crate::controller::gates::fixture::{described, raw, valid};
     use crate::controller::gates::spec::references::Seen;
     use crate::controller::gates::spec::validate::DeviceLimits;
-    use crate::controller::gates::spec::{spec, SpecFound};
+    use crate::controller::gates::spec::{self, SpecFound};
 
     fn external(mut did: DeepInferDeployment) -> DeepInferDeployment {
         did.spec.roles[0].scaling = RoleScaling::External;
@@ -238,7 +238,7 @@ mod tests {
     fn a_deepinferrole_out_of_bounds_is_refused_naming_its_field() {
         for (replicas, bound) in [(2000, "at most 1024"), (-1, "0 or more")] {
             let s = scaled(&external(raw()), &[object(replicas)], true).unwrap();
-            let SpecFound::Refused(Gate::Failed(reason, message), None) = spec(
+            let SpecFound::Refused(Gate::Failed(reason, message), None) = spec::plan(
                 &s.did,
                 &DeviceLimits::default(),
                 false,

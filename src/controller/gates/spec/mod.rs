@@ -27,7 +27,7 @@ pub enum SpecFound {
 /// `referenced`: what the pass saw of the Secrets and ConfigMaps the spec names; `sources`: the
 /// fields whose values were read from elsewhere, and where, as [`crate::controller::gates::scaling::Scaled`] says,
 /// so that a refusal names the field to change).
-pub fn spec(
+pub fn plan(
     did: &DeepInferDeployment,
     limits: &DeviceLimits,
     pod_groups: bool,
@@ -76,7 +76,7 @@ mod tests {
     fn a_valid_spec_is_placed_as_the_cluster_places_groups() {
         let did = sample();
         for pod_groups in [false, true] {
-            match spec(
+            match plan(
                 &did,
                 &limits(),
                 pod_groups,
@@ -94,7 +94,7 @@ mod tests {
         let mut did = sample();
         did.spec.roles.clear();
         let SpecFound::Refused(Gate::Failed(reason, message), None) =
-            spec(&did, &limits(), false, &Seen::default(), &BTreeMap::new())
+            plan(&did, &limits(), false, &Seen::default(), &BTreeMap::new())
         else {
             panic!("an empty roles list is refused until the resource changes");
         };
@@ -107,7 +107,7 @@ mod tests {
         let mut did = sample();
         did.spec.accelerator.domain_device_class_name = Some("nvlink-domain".into());
         let SpecFound::Refused(Gate::Failed(_, message), None) =
-            spec(&did, &limits(), false, &Seen::default(), &BTreeMap::new())
+            plan(&did, &limits(), false, &Seen::default(), &BTreeMap::new())
         else {
             panic!("a domain device needs PodGroups");
         };
@@ -138,7 +138,7 @@ mod tests {
                 }),
             )])
         };
-        let revision = |seen: &Seen| match spec(&did, &limits(), false, seen, &BTreeMap::new()) {
+        let revision = |seen: &Seen| match plan(&did, &limits(), false, seen, &BTreeMap::new()) {
             SpecFound::Valid(v) => crate::controller::build::revision_of(&v),
             SpecFound::Refused(g, _) => panic!("refused: {g:?}"),
         };
@@ -151,7 +151,7 @@ mod tests {
         // No reference: the spec's revision alone, as before.
         let plain = sample();
         let SpecFound::Valid(v) =
-            spec(&plain, &limits(), false, &Seen::default(), &BTreeMap::new())
+            plan(&plain, &limits(), false, &Seen::default(), &BTreeMap::new())
         else {
             panic!("valid");
         };

@@ -9,10 +9,10 @@ use kube::ResourceExt;
 use k8s_openapi::jiff::Timestamp;
 
 use crate::api::{labels, Reason, RoleStatus};
+use crate::controller::gang::partial_placement;
 use crate::controller::gates::acceptance::decide::capacity_need;
 use crate::controller::gates::jobs::unschedulable_of;
 use crate::controller::gates::workers::rollout::{self, Group, Health, Progress};
-use crate::controller::placement::partial_placement;
 use crate::controller::status::Gate;
 use crate::controller::validated::ValidatedDeployment;
 use crate::controller::{build, pods};
@@ -268,7 +268,7 @@ pub fn placement_retry(
         wait: None,
     };
     if let (true, Some(last)) = (retries > 0, last) {
-        let backoff = crate::controller::placement::retry_backoff(retries);
+        let backoff = crate::controller::gang::retry_backoff(retries);
         let elapsed: std::time::Duration = now
             .duration_since(last)
             .try_into()

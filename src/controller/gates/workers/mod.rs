@@ -20,6 +20,7 @@ use crate::api::Reason;
 use crate::api::{labels, Component, DeepInferDeploymentStatus, RoleStatus};
 use crate::controller::act::{self, Act};
 use crate::controller::build;
+use crate::controller::gang::partial_placement;
 use crate::controller::gates::licence::entitlement;
 use crate::controller::gates::licence::LicenceVerdict;
 use crate::controller::gates::workers::decide::{
@@ -30,7 +31,6 @@ use crate::controller::gates::workers::rollout::{
 };
 use crate::controller::gates::{earliest, Plan, Settings};
 use crate::controller::observe::{named, Observed};
-use crate::controller::placement::partial_placement;
 use crate::controller::status::Gate;
 use crate::controller::validated::ValidatedDeployment;
 
@@ -137,7 +137,7 @@ fn passed_for(input: &Input<'_>, observed: &Observed) -> impl Fn(&str) -> BTreeS
 }
 
 /// The workers stage.
-pub fn workers<'o>(input: &Input<'_>, observed: &'o Observed) -> Plan<'o, Found> {
+pub fn plan<'o>(input: &Input<'_>, observed: &'o Observed) -> Plan<'o, Found> {
     let did = input.did;
     let (specs, target_kept) = buildable_specs(input, observed);
     let passed_for = passed_for(input, observed);
@@ -616,7 +616,7 @@ mod tests {
                 now: Timestamp::from_second(10_000).expect("time"),
             };
             // The remembered map only lives for the call: the plan borrows the snapshot alone.
-            workers(&input, &self.observed)
+            plan(&input, &self.observed)
         }
 
         /// Every pod of group `index` of the target, ready and accepted.

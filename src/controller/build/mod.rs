@@ -610,5 +610,31 @@ pub fn model_dir(did: &ValidatedDeployment) -> String {
     join_path(MODEL_MOUNT, &did.checkpoint_dir)
 }
 
+/// What one group of `role` needs, for capacity messages: pods × devices of the role's shape,
+/// the domain, and the product the pods select.
+pub fn capacity_need(spec: &DeepInferDeploymentSpec, role: &crate::api::RoleSpec) -> String {
+    let shape = group_shape(spec, role);
+    let domain = if shape.pods > 1 {
+        format!(
+            " inside one {} domain",
+            spec.accelerator.scale_up_domain_key()
+        )
+    } else {
+        String::new()
+    };
+    let product = shape.product.as_deref().map_or_else(String::new, |p| {
+        format!(
+            " on {}={p} nodes",
+            spec.accelerator.kind.product_label_key()
+        )
+    });
+    format!(
+        "{} pod(s) × {} ({} devices){domain}{product}",
+        shape.pods,
+        spec.accelerator.describe_devices(shape.devices_per_pod),
+        shape.world_size
+    )
+}
+
 #[cfg(test)]
 mod tests;

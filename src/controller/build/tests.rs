@@ -2648,7 +2648,7 @@ fn each_role_places_requests_and_is_accepted_in_its_own_device_shape() {
         ]
     );
     // What a group waiting for devices is told it needs.
-    use crate::controller::gates::acceptance::decide::capacity_need;
+    use super::capacity_need;
     assert_eq!(
         capacity_need(&d.spec, prefill),
         "1 pod(s) × 4 nvidia.com/gpu (4 devices) on nvidia.com/gpu.product=NVIDIA-H200 nodes"

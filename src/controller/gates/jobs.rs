@@ -4,6 +4,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 
 use crate::api::Reason;
+use crate::controller::build;
 use crate::controller::observe::Observed;
 use crate::controller::status::Gate;
 
@@ -169,6 +170,45 @@ pub fn pod_trouble(pod: &Pod) -> Option<PodTrouble> {
 
 /// How these pods' containers ended (`; container engine: OOMKilled, exit code 137`), so a Job
 /// whose pod was killed from outside says so; empty when none has ended.
+/// What a set of a run's pods shows, read once for the decisions that take it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PodsSeen {
+    /// The containers that ended, and how (empty: none), as [`containers_ended`] says it.
+    pub ended: String,
+    /// Why one of them cannot be placed, if so.
+    pub unschedulable: Option<String>,
+    /// When each engine that started started.
+    pub engine_started: Vec<Timestamp>,
+    /// Whether the engine or the judge of any of them ever started.
+    pub ever_started: bool,
+    /// How many are not being deleted.
+    pub present: usize,
+}
+
+impl PodsSeen {
+    /// What `pods` show.
+    pub fn of(pods: &[&Pod]) -> Self {
+        Self {
+            ended: containers_ended(pods),
+            unschedulable: unschedulable_of(pods.iter().copied()),
+            engine_started: pods
+                .iter()
+                .filter_map(|p| started_at(p, build::ENGINE_CONTAINER))
+                .collect(),
+            ever_started: pods.iter().any(|p| {
+                [build::ENGINE_CONTAINER, build::JUDGE_CONTAINER]
+                    .iter()
+                    .any(|c| started_at(p, c).is_some())
+            }),
+            present: pods
+                .iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+                .count(),
+        }
+    }
+}
+
+/// The containers of `pods` that ended, and how, as a message tail (empty: none).
 pub fn containers_ended(pods: &[&Pod]) -> String {
     let ended: Vec<String> = pods
         .iter()

@@ -2,17 +2,17 @@
 //! observed run (Jobs and their pods). A run waiting for devices is not a verdict; a run that
 //! never started, or whose pod is gone, is run again rather than recorded as a failure.
 
-use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::jiff::Timestamp;
 
 use crate::acceptance::AcceptanceSummary;
 use crate::api::{
-    AcceptancePrompt, AcceptanceResult, AcceptanceSpec, AcceptanceStatus, DeepInferDeploymentSpec,
-    Reason, ReviewRecord, ACCEPTANCE_CHANGE_REASON_ANNOTATION,
-    ACCEPTANCE_CHANGE_REVIEWER_ANNOTATION, RERUN_ACCEPTANCE_ANNOTATION, RERUN_REASON_ANNOTATION,
+    AcceptancePrompt, AcceptanceResult, AcceptanceSpec, AcceptanceStatus, Reason, ReviewRecord,
+    ACCEPTANCE_CHANGE_REASON_ANNOTATION, ACCEPTANCE_CHANGE_REVIEWER_ANNOTATION,
+    RERUN_ACCEPTANCE_ANNOTATION, RERUN_REASON_ANNOTATION,
 };
 use crate::controller::build;
-use crate::controller::gates::jobs::{containers_ended, started_at, unschedulable_of, JobState};
+use crate::controller::gates::jobs::{JobState, PodsSeen};
 use crate::controller::status::Gate;
 
 /// What is being judged.
@@ -40,22 +40,19 @@ pub struct Judging<'a> {
 /// start first, as they serve; the judged group starts once all of their engines run, and a
 /// pass needs them still running when the judged group ends.
 #[derive(Clone, Debug, Default)]
-pub struct Upstream<'a> {
+pub struct Upstream {
     /// Pods those groups have when complete.
     pub expected: usize,
     /// Whether their Jobs exist.
     pub created: bool,
-    /// Their pods.
-    pub pods: Vec<&'a Pod>,
+    /// What their pods show.
+    pub pods: PodsSeen,
 }
 
-impl Upstream<'_> {
+impl Upstream {
     /// How many of their pods' engines run (or ran).
     pub fn started(&self) -> usize {
-        self.pods
-            .iter()
-            .filter(|p| started_at(p, build::ENGINE_CONTAINER).is_some())
-            .count()
+        self.pods.engine_started.len()
     }
 
     /// The roles of these groups, for messages (`prefill, vision`).
@@ -68,12 +65,7 @@ impl Upstream<'_> {
         if self.expected == 0 {
             return None;
         }
-        let ended = containers_ended(&self.pods);
-        let present = self
-            .pods
-            .iter()
-            .filter(|p| p.metadata.deletion_timestamp.is_none())
-            .count();
+        let (ended, present) = (&self.pods.ended, self.pods.present);
         if ended.is_empty() && present >= self.expected {
             return None;
         }
@@ -111,14 +103,37 @@ pub enum Step {
 }
 
 /// Decides the acceptance gate's step. `leader` is the state of the judged group's rank 0 Job,
-/// `leader_pods` its pods, `run_pods` the pods of every rank of every group, `upstream` the
-/// groups of the other roles.
+/// `leader_pods` what its pods show, `run_pods` what the pods of every rank of every group show,
+/// `upstream` the groups of the other roles.
 pub fn decide(
     recorded: Option<&AcceptanceStatus>,
     leader: &JobState,
-    leader_pods: &[&Pod],
-    run_pods: &[&Pod],
-    upstream: &Upstream<'_>,
+    leader_pods: &PodsSeen,
+    run_pods: &PodsSeen,
+    upstream: &Upstream,
+    j: &Judging<'_>,
+) -> Step {
+    let mut step = step(recorded, leader, leader_pods, run_pods, upstream, j);
+    if let Step::Record { judgement, .. } = &mut step {
+        bound_reason(judgement);
+    }
+    step
+}
+
+/// A judgement's reason cut to what a status carries.
+fn bound_reason(judgement: &mut AcceptanceStatus) {
+    judgement.reason = judgement
+        .reason
+        .take()
+        .map(|r| crate::controller::text::truncate(&r, 1000));
+}
+
+fn step(
+    recorded: Option<&AcceptanceStatus>,
+    leader: &JobState,
+    leader_pods: &PodsSeen,
+    run_pods: &PodsSeen,
+    upstream: &Upstream,
     j: &Judging<'_>,
 ) -> Step {
     if let Some(a) = recorded {
@@ -139,25 +154,15 @@ pub fn decide(
         Some(s) if s.result == AcceptanceResult::Passed && matches!(leader, JobState::Failed(_)) => {
             AcceptanceStatus {
                 result: AcceptanceResult::Failed,
-                reason: Some(crate::controller::text::truncate(
-                    &format!(
-                        "the acceptance Job failed after its judge passed the run{}; a run that did not end cleanly is not accepted",
-                        containers_ended(leader_pods)
-                    ),
-                    1000,
+                reason: Some(format!(
+                    "the acceptance Job failed after its judge passed the run{}; a run that did not end cleanly is not accepted",
+                    leader_pods.ended
                 )),
                 ..judged(s, j)
             }
         }
         Some(s) => judged(s, j),
-        None if !leader_pods.iter().any(|p| {
-            [build::ENGINE_CONTAINER, build::JUDGE_CONTAINER]
-                .iter()
-                .any(|c| started_at(p, c).is_some())
-        }) =>
-        {
-            return Step::Rerun
-        }
+        None if !leader_pods.ever_started => return Step::Rerun,
         None => unreadable_judgement(
             j,
             format!(
@@ -165,7 +170,7 @@ pub fn decide(
                 message
                     .as_deref()
                     .map_or("no termination message", |m| m.trim()),
-                containers_ended(leader_pods)
+                leader_pods.ended
             ),
         ),
     };
@@ -177,11 +182,11 @@ pub fn decide(
 
 /// The step while the judged group has no Job yet: the upstream groups of the other roles start
 /// first, and the judged group starts once all of them have started.
-fn upstream_step(upstream: &Upstream<'_>, j: &Judging<'_>) -> Step {
-    if let Some(why) = unschedulable_of(upstream.pods.iter().copied()) {
+fn upstream_step(upstream: &Upstream, j: &Judging<'_>) -> Step {
+    if let Some(why) = upstream.pods.unschedulable.clone() {
         return Step::WaitingForCapacity(why);
     }
-    let ended = containers_ended(&upstream.pods);
+    let ended = &upstream.pods.ended;
     if !ended.is_empty() {
         return Step::Record {
             judgement: unreadable_judgement(
@@ -203,14 +208,14 @@ fn upstream_step(upstream: &Upstream<'_>, j: &Judging<'_>) -> Step {
 
 /// The step while the judged leader's Job runs: waiting, waiting for capacity, or a run past
 /// its deadline recorded as failed.
-fn running_step(leader_pods: &[&Pod], run_pods: &[&Pod], j: &Judging<'_>) -> Step {
-    if let Some(why) = unschedulable_of(run_pods.iter().copied()) {
+fn running_step(leader_pods: &PodsSeen, run_pods: &PodsSeen, j: &Judging<'_>) -> Step {
+    if let Some(why) = run_pods.unschedulable.clone() {
         return Step::WaitingForCapacity(why);
     }
     let overdue = leader_pods
+        .engine_started
         .iter()
-        .filter_map(|p| started_at(p, build::ENGINE_CONTAINER))
-        .any(|t| j.now.duration_since(t).as_secs() > j.deadline_seconds);
+        .any(|t| j.now.duration_since(*t).as_secs() > j.deadline_seconds);
     if !overdue {
         return Step::Running;
     }
@@ -245,7 +250,9 @@ pub fn judged_summary(
         review: None,
         now: k8s_openapi::jiff::Timestamp::now(),
     };
-    judged(s, &j)
+    let mut judgement = judged(s, &j);
+    bound_reason(&mut judgement);
+    judgement
 }
 
 /// The judgement the judge's summary `s` makes of the run `j`.
@@ -259,7 +266,7 @@ fn judged(s: AcceptanceSummary, j: &Judging<'_>) -> AcceptanceStatus {
         evidence: (!s.evidence.is_empty()).then_some(s.evidence),
         rerun_token: (!j.token.is_empty()).then(|| j.token.to_string()),
         spec_hash: Some(j.spec_hash.to_string()),
-        reason: Some(crate::controller::text::truncate(&s.reason, 1000)),
+        reason: Some(s.reason),
         template_version: Some(build::TEMPLATE_VERSION),
         roles: j.roles.to_vec(),
         review: j.review.cloned(),
@@ -271,16 +278,13 @@ fn judged(s: AcceptanceSummary, j: &Judging<'_>) -> AcceptanceStatus {
 /// judged outputs were not produced by the whole configuration.
 fn with_upstream(
     mut judgement: AcceptanceStatus,
-    upstream: &Upstream<'_>,
+    upstream: &Upstream,
     j: &Judging<'_>,
 ) -> AcceptanceStatus {
     if let Some(why) = upstream.stopped(j) {
         judgement.result = AcceptanceResult::Failed;
         let judged = judgement.reason.take().unwrap_or_default();
-        judgement.reason = Some(crate::controller::text::truncate(
-            &format!("{why}; the judged group's own result: {judged}"),
-            1000,
-        ));
+        judgement.reason = Some(format!("{why}; the judged group's own result: {judged}"));
     }
     judgement
 }
@@ -296,7 +300,7 @@ fn unreadable_judgement(j: &Judging<'_>, why: String) -> AcceptanceStatus {
         evidence: None,
         rerun_token: (!j.token.is_empty()).then(|| j.token.to_string()),
         spec_hash: Some(j.spec_hash.to_string()),
-        reason: Some(crate::controller::text::truncate(&why, 1000)),
+        reason: Some(why),
         template_version: Some(crate::controller::build::TEMPLATE_VERSION),
         roles: j.roles.to_vec(),
         review: j.review.cloned(),
@@ -458,37 +462,11 @@ pub fn acceptance_message(a: &AcceptanceStatus) -> String {
     }
 }
 
-/// What one group of `role` needs, for capacity messages: pods × devices of the role's shape,
-/// the domain, and the product the pods select.
-pub fn capacity_need(spec: &DeepInferDeploymentSpec, role: &crate::api::RoleSpec) -> String {
-    let shape = build::group_shape(spec, role);
-    let domain = if shape.pods > 1 {
-        format!(
-            " inside one {} domain",
-            spec.accelerator.scale_up_domain_key()
-        )
-    } else {
-        String::new()
-    };
-    let product = shape.product.as_deref().map_or_else(String::new, |p| {
-        format!(
-            " on {}={p} nodes",
-            spec.accelerator.kind.product_label_key()
-        )
-    });
-    format!(
-        "{} pod(s) × {} ({} devices){domain}{product}",
-        shape.pods,
-        spec.accelerator.describe_devices(shape.devices_per_pod),
-        shape.world_size
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{
-        ContainerState, ContainerStateRunning, ContainerStatus, PodCondition, PodStatus,
+        ContainerState, ContainerStateRunning, ContainerStatus, Pod, PodCondition, PodStatus,
     };
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -610,8 +588,8 @@ mod tests {
         let step = decide(
             Some(&recorded),
             &JobState::Missing,
-            &[],
-            &[],
+            &PodsSeen::default(),
+            &PodsSeen::default(),
             &Upstream::default(),
             &judging("2026-01-01T00:00:00Z"),
         );
@@ -625,8 +603,8 @@ mod tests {
         let step = decide(
             None,
             &JobState::Running,
-            &[&pod],
-            &[&pod],
+            &PodsSeen::of(&[&pod]),
+            &PodsSeen::of(&[&pod]),
             &Upstream::default(),
             &judging("2026-03-01T00:00:00Z"),
         );
@@ -644,8 +622,8 @@ mod tests {
         let within = decide(
             None,
             &JobState::Running,
-            &[&pod],
-            &[&pod],
+            &PodsSeen::of(&[&pod]),
+            &PodsSeen::of(&[&pod]),
             &Upstream::default(),
             &judging("2026-01-01T00:30:00Z"),
         );
@@ -656,8 +634,8 @@ mod tests {
         } = decide(
             None,
             &JobState::Running,
-            &[&pod],
-            &[&pod],
+            &PodsSeen::of(&[&pod]),
+            &PodsSeen::of(&[&pod]),
             &Upstream::default(),
             &judging("2026-01-01T01:00:00Z"),
         )
@@ -679,8 +657,8 @@ mod tests {
             decide(
                 None,
                 &JobState::Failed(None),
-                &[],
-                &[],
+                &PodsSeen::default(),
+                &PodsSeen::default(),
                 &Upstream::default(),
                 &j
             ),
@@ -692,8 +670,8 @@ mod tests {
             decide(
                 None,
                 &JobState::Failed(None),
-                &[&pending],
-                &[&pending],
+                &PodsSeen::of(&[&pending]),
+                &PodsSeen::of(&[&pending]),
                 &Upstream::default(),
                 &j
             ),
@@ -704,8 +682,8 @@ mod tests {
             decide(
                 None,
                 &JobState::Succeeded(None),
-                &[],
-                &[],
+                &PodsSeen::default(),
+                &PodsSeen::default(),
                 &Upstream::default(),
                 &j
             ),
@@ -722,8 +700,8 @@ mod tests {
         } = decide(
             None,
             &JobState::Failed(Some("OOMKilled".into())),
-            &[&pod],
-            &[&pod],
+            &PodsSeen::of(&[&pod]),
+            &PodsSeen::of(&[&pod]),
             &Upstream::default(),
             &judging("2026-01-01T00:05:00Z"),
         )
@@ -740,8 +718,8 @@ mod tests {
         let Step::Record { judgement, .. } = decide(
             None,
             state,
-            &[pod],
-            &[pod],
+            &PodsSeen::of(&[pod]),
+            &PodsSeen::of(&[pod]),
             &Upstream::default(),
             &judging("2026-01-01T00:05:00Z"),
         ) else {
@@ -809,13 +787,14 @@ mod tests {
         let up = |created: bool, pods: Vec<&'static Pod>| Upstream {
             expected: 2,
             created,
-            pods,
+            pods: PodsSeen::of(&pods),
         };
         let leak = |p: Pod| -> &'static Pod { Box::leak(Box::new(p)) };
         let running = leak(running_since("2026-01-01T00:00:00Z"));
         let waiting = leak(pending_for_devices());
         let crashed = leak(ended(1));
-        let step = |u: &Upstream<'_>| decide(None, &missing, &[], &[], u, &j);
+        let none = PodsSeen::default();
+        let step = |u: &Upstream| decide(None, &missing, &none, &none, u, &j);
         assert_eq!(step(&up(false, vec![])), Step::Start);
         assert_eq!(step(&up(true, vec![])), Step::Running, "no pod yet");
         assert_eq!(step(&up(true, vec![running])), Step::Running, "1 of 2");
@@ -839,7 +818,14 @@ mod tests {
         assert_eq!(judgement.roles, roles);
         // A run of one role starts its group at once.
         assert_eq!(
-            decide(None, &missing, &[], &[], &Upstream::default(), &j),
+            decide(
+                None,
+                &missing,
+                &PodsSeen::default(),
+                &PodsSeen::default(),
+                &Upstream::default(),
+                &j
+            ),
             Step::Start
         );
     }
@@ -858,13 +844,13 @@ mod tests {
             let upstream = Upstream {
                 expected: 1,
                 created: true,
-                pods,
+                pods: PodsSeen::of(&pods),
             };
             let Step::Record { judgement, .. } = decide(
                 None,
                 &JobState::Succeeded(Some(summary("Passed"))),
-                &[&leader],
-                &[&leader],
+                &PodsSeen::of(&[&leader]),
+                &PodsSeen::of(&[&leader]),
                 &upstream,
                 &j,
             ) else {

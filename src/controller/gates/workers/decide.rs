@@ -9,8 +9,8 @@ use kube::ResourceExt;
 use k8s_openapi::jiff::Timestamp;
 
 use crate::api::{labels, Reason, RoleStatus};
+use crate::controller::build::capacity_need;
 use crate::controller::gang::partial_placement;
-use crate::controller::gates::acceptance::decide::capacity_need;
 use crate::controller::gates::jobs::unschedulable_of;
 use crate::controller::gates::workers::rollout::{self, Group, Health, Progress};
 use crate::controller::status::Gate;

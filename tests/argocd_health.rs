@@ -112,9 +112,20 @@ fn kstatus_health(obj: &Value) -> (String, String) {
         meta.deletion_timestamp.is_some(),
         status.as_ref(),
     );
+    // Held on purpose: Argo CD's own word, where kstatus has none (docs/gitops.md).
+    let held = status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"))
+        .is_some_and(|c| {
+            c.status == "False"
+                && (c.reason == Reason::Paused.as_str() || c.reason == Reason::Suspended.as_str())
+                && c.observed_generation
+                    .is_none_or(|g| Some(g) == meta.generation)
+        });
     let argo = match verdict.status {
         Status::Current => "Healthy",
         Status::Failed => "Degraded",
+        Status::InProgress if held => "Suspended",
         Status::InProgress | Status::Terminating => "Progressing",
     };
     (argo.to_string(), verdict.message)
@@ -168,7 +179,7 @@ fn health_lua_gives_the_expected_status_for_every_test_case() {
     }
     assert_eq!(
         seen.into_iter().collect::<Vec<_>>(),
-        ["Degraded", "Healthy", "Progressing"],
+        ["Degraded", "Healthy", "Progressing", "Suspended"],
         "the cases must cover every health status"
     );
 }

@@ -3,6 +3,7 @@
 --   no status, or status.observedGeneration behind metadata.generation -> Progressing
 --   Stalled=True (needs a change by a person)                          -> Degraded
 --   Reconciling=True                                                   -> Progressing
+--   Ready=False with reason Paused or Suspended (held by a person)     -> Suspended
 --   Ready=True for the current generation                              -> Healthy
 --   anything else (Ready False/Unknown/missing)                        -> Progressing
 -- Install: argocd-cm key resource.customizations.health.deepinfer.io_DeepInferDeployment
@@ -85,6 +86,12 @@ if ready == nil then
 end
 -- A Ready condition written for an older generation says nothing about this one.
 local current = ready.observedGeneration == nil or generation == nil or ready.observedGeneration == generation
+-- Held on purpose (spec.paused, spec.suspend): Argo CD's word for it, which degrades nothing.
+if ready.status == "False" and current and (ready.reason == "Paused" or ready.reason == "Suspended") then
+  hs.status = "Suspended"
+  hs.message = describe(ready)
+  return hs
+end
 if ready.status == "True" and current then
   hs.status = "Healthy"
 else

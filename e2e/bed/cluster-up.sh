@@ -29,6 +29,7 @@ fi
 mkdir -p "$bed"/{pids,cmd,logs,pki,bin,etcd,agent}
 ln -sfn "$k8s_dir/kubectl" "$bed/bin/kubectl"
 ln -sfn "$tools_dir/helm" "$bed/bin/helm"
+ln -sfn "$health_dir/deepinfer-health" "$bed/bin/deepinfer-health"
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
 etcd_port=$(free_port); etcd_peer=$(free_port); api_port=$(free_port); kcm_port=$(free_port); sched_port=$(free_port)

@@ -9,6 +9,9 @@ cache="${DEEPINFER_CACHE:-$HOME/.cache/deepinfer-operator}"
 k8s_dir="$cache/k8s-$K8S_VERSION-$(cat "$bed_here/k8s/go.mod" "$bed_here/k8s/go.sum" | sha256sum | cut -c1-8)"
 # helm, keyed the same way by its own module graph; cluster-up links $bed/bin/helm to it.
 tools_dir="$cache/helm-$HELM_VERSION-$(cat "$bed_here/helm/go.mod" "$bed_here/helm/go.sum" | sha256sum | cut -c1-8)"
+# The health reader (e2e/bed/health: kstatus from sigs.k8s.io/cli-utils and Argo CD's health
+# checks under gopher-lua), keyed by its source and module graph; cluster-up links it too.
+health_dir="$cache/health-$(cat "$bed_here/health/go.mod" "$bed_here/health/go.sum" "$bed_here/health/main.go" | sha256sum | cut -c1-8)"
 
 # The llama.cpp example's engine (e2e/bed/llama-cpp.sh): node-llama-cpp at the version of the
 # example's package.json, keyed by its package.json and package-lock.json; Node.js, when the

@@ -73,11 +73,25 @@ build_helm() {
   echo "provision: helm built in $(( $(date +%s) - t0 ))s"
 }
 
+# The health reader: kstatus (sigs.k8s.io/cli-utils) and gopher-lua, the libraries Flux, Helm and
+# Argo CD read a resource's health with, pinned in e2e/bed/health/go.mod (cold: ~30 s).
+build_health() {
+  local go; go="$(go_bin)"
+  echo "provision: building the health reader (kstatus, gopher-lua) from its Go modules"
+  local log="$cache/build-health.log"
+  mkdir -p "$health_dir.tmp"
+  (cd "$here/health" && CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS=-mod=readonly \
+     "$go" build -trimpath -o "$health_dir.tmp/deepinfer-health" .) >"$log" 2>&1 \
+    || { echo "provision: the health reader build failed; log: $log" >&2; tail -30 "$log" >&2; exit 1; }
+  rm -rf "$health_dir" && mv "$health_dir.tmp" "$health_dir"
+}
+
 mkdir -p "$cache"
 ok=1
 for b in kube-apiserver kube-controller-manager kube-scheduler kubectl etcd; do [ -x "$k8s_dir/$b" ] || ok=0; done
 [ "$ok" = 1 ] || build_k8s
 [ -x "$tools_dir/helm" ] || build_helm
+[ -x "$health_dir/deepinfer-health" ] || build_health
 "$here/llama-cpp.sh"
 "$here/real-node.sh" provision
 echo "provision: ready in $(( $(date +%s) - start ))s (control plane v$K8S_VERSION and etcd v$ETCD_VERSION in $k8s_dir, helm v$HELM_VERSION in $tools_dir, node-llama-cpp $LLAMA_CPP_NODE_VERSION in $llama_dir)"

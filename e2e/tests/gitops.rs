@@ -135,6 +135,94 @@ async fn gpu_kstatus_follows_a_resource_from_in_progress_to_current_to_failed_an
     monitor.assert_clean().await;
 }
 
+/// What the tools read of a live resource `name` in `ns`: kstatus from cli-utils and the Argo CD
+/// health check under gopher-lua (the bed's health reader), each as (status, message).
+fn tools_read(ns: &str, name: &str) -> ((String, String), (String, String)) {
+    let obj = support::kubectl_ok(&["-n", ns, "get", "did", name, "-o", "json"]);
+    let obj: serde_json::Value = serde_json::from_str(&obj).expect("the resource as JSON");
+    let reader = support::bed_dir().join("bin/deepinfer-health");
+    let script = support::repo_root().join("deploy/argocd/health.lua");
+    let mut child = std::process::Command::new(&reader)
+        .arg(script)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{}: {e}", reader.display()));
+    use std::io::Write as _;
+    writeln!(child.stdin.take().expect("stdin"), "{obj}").expect("write the object");
+    let out = child.wait_with_output().expect("the reader ends");
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one reading");
+    let s = |k: &str| r[k].as_str().unwrap_or_default().to_string();
+    (
+        (s("kstatus"), s("kstatusMessage")),
+        (s("argocd"), s("argocdMessage")),
+    )
+}
+
+/// A paused resource on the bed reads as held by every tool as docs/gitops.md says: kstatus (the
+/// cli-utils library) InProgress naming the pause, Argo CD Suspended, `kubectl wait
+/// --for=condition=Ready` not met while the phase is `Paused`; resumed, every tool reads it done.
+#[tokio::test]
+async fn gpu_a_paused_resource_reads_as_held_by_every_tool() {
+    let client = support::client().await;
+    support::ensure_crd();
+    let ns = TestNamespace::new(&client, "held").await;
+    support::checkpoint_claim(&ns.name, "ckpt", &support::fixture_checkpoint(), "model");
+    let api: Api<DeepInferDeployment> = Api::namespaced(client.clone(), &ns.name);
+    api.create(&PostParams::default(), &did("held"))
+        .await
+        .expect("create");
+    let op = Operator::start(&ns.name, &["mit"]).await;
+    let wait = |condition: &str, timeout: &str| {
+        support::kubectl(&["-n", &ns.name, "wait", condition, timeout, "did/held"])
+    };
+    let (met, out, err) = wait("--for=condition=Ready", "--timeout=180s");
+    assert!(met, "Ready: {out}{err}");
+    let (kstatus_read, argo) = tools_read(&ns.name, "held");
+    assert_eq!(
+        (kstatus_read.0.as_str(), argo.0.as_str()),
+        ("Current", "Healthy")
+    );
+
+    api.patch(
+        "held",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"paused": true}})),
+    )
+    .await
+    .expect("pause");
+    let (met, out, err) = wait("--for=jsonpath={.status.phase}=Paused", "--timeout=60s");
+    assert!(met, "phase Paused: {out}{err}");
+    let (kstatus_read, argo) = tools_read(&ns.name, "held");
+    assert_eq!(kstatus_read.0, "InProgress", "{kstatus_read:?}");
+    assert!(
+        kstatus_read.1.contains("paused"),
+        "kstatus names the pause: {kstatus_read:?}"
+    );
+    assert_eq!(argo.0, "Suspended", "{argo:?}");
+    let (met, _, _) = wait("--for=condition=Ready", "--timeout=3s");
+    assert!(
+        !met,
+        "kubectl wait for Ready returns while the resource is held"
+    );
+
+    api.patch(
+        "held",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"paused": false}})),
+    )
+    .await
+    .expect("resume");
+    let (met, out, err) = wait("--for=condition=Ready", "--timeout=120s");
+    assert!(met, "Ready again: {out}{err}");
+    let (kstatus_read, argo) = tools_read(&ns.name, "held");
+    assert_eq!(
+        (kstatus_read.0.as_str(), argo.0.as_str()),
+        ("Current", "Healthy")
+    );
+    op.stop().await;
+}
+
 /// Client-side `kubectl apply` of `crds/` (what Argo CD's default sync and many pipelines do)
 /// installs the CRDs: the whole object fits the last-applied annotation. Then server-side apply
 /// takes them over, and client-side apply works again after it.

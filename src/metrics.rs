@@ -158,6 +158,8 @@ struct Figures {
     roles: Vec<(String, i32, i32, i32)>,
     /// The result of the judgement deciding the acceptance gate, if any.
     acceptance: Option<String>,
+    /// The reason of `Stalled=True`, while it is.
+    stalled: Option<String>,
 }
 
 impl Figures {
@@ -180,8 +182,20 @@ impl Figures {
                 .acceptance
                 .as_ref()
                 .map(|a| a.result.as_str().to_string()),
+            stalled: status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == "Stalled" && c.status == "True")
+                .map(|c| c.reason.clone()),
         }
     }
+}
+
+/// `{version, template_version}` of the running operator.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    version: &'static str,
+    template_version: String,
 }
 
 /// `{namespace, name}` of a deployment.
@@ -200,6 +214,14 @@ struct GroupLabels {
     state: &'static str,
 }
 
+/// `{namespace, name, reason}` of a deployment that is Stalled.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StalledLabels {
+    namespace: String,
+    name: String,
+    reason: String,
+}
+
 /// `{namespace, name, result}` of a deployment's acceptance verdict.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct VerdictLabels {
@@ -209,8 +231,9 @@ struct VerdictLabels {
 }
 
 /// Exports the per-deployment gauges at scrape time from the figures of each deployment's last
-/// status: `deepinfer_deployment_ready`, `deepinfer_deployment_groups` and
-/// `deepinfer_deployment_acceptance`. Series per deployment: 1 + 3 per role + 1.
+/// status: `deepinfer_deployment_ready`, `deepinfer_deployment_groups`,
+/// `deepinfer_deployment_acceptance` and `deepinfer_deployment_stalled`. Series per deployment:
+/// 1 + 3 per role + 1, and 1 while it is Stalled.
 #[derive(Clone, Debug, Default)]
 struct DeploymentsCollector(Arc<Mutex<HashMap<String, Figures>>>);
 
@@ -270,6 +293,23 @@ impl Collector for DeploymentsCollector {
                     result: result.clone(),
                 };
                 ConstGauge::new(1).encode(verdict.encode_family(&labels)?)?;
+            }
+        }
+        let mut stalled = encoder.encode_descriptor(
+            "deployment_stalled",
+            "1 while a DeepInferDeployment is Stalled (it needs a person), with the reason of its Stalled condition; absent otherwise",
+            None,
+            MetricType::Gauge,
+        )?;
+        for key in &keys {
+            let (namespace, name) = split(key);
+            if let Some(reason) = &figures[*key].stalled {
+                let labels = StalledLabels {
+                    namespace,
+                    name,
+                    reason: reason.clone(),
+                };
+                ConstGauge::new(1).encode(stalled.encode_family(&labels)?)?;
             }
         }
         Ok(())
@@ -420,6 +460,18 @@ impl Metrics {
     /// (Help texts carry no final period: the encoder appends one.)
     pub fn new(requests: ApiRequests) -> Self {
         let mut registry = Registry::with_prefix("deepinfer");
+        let build_info: Family<BuildLabels, Gauge> = Family::default();
+        build_info
+            .get_or_create(&BuildLabels {
+                version: env!("CARGO_PKG_VERSION"),
+                template_version: crate::controller::build::TEMPLATE_VERSION.to_string(),
+            })
+            .set(1);
+        registry.register(
+            "build_info",
+            "1, with the operator's version and the version of the pod template it builds (a new template version replaces every group)",
+            build_info,
+        );
         let reconciles = Counter::default();
         registry.register("reconciles", "Reconcile passes started", reconciles.clone());
         let reconcile_duration: Family<OutcomeLabels, Histogram, fn() -> Histogram> =

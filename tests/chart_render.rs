@@ -762,6 +762,8 @@ fn values_select_image_logs_devices_and_scheduling() {
     let sm = one(&objs, "ServiceMonitor");
     assert_eq!(sm["metadata"]["labels"]["release"], "prom");
     assert_eq!(sm["spec"]["endpoints"][0]["port"], "metrics");
+    // The per-deployment series keep the resource's namespace (not `exported_namespace`).
+    assert_eq!(sm["spec"]["endpoints"][0]["honorLabels"], true);
     assert_eq!(
         sm["spec"]["selector"]["matchLabels"],
         one(&objs, "Service")["spec"]["selector"]

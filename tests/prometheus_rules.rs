@@ -30,8 +30,9 @@ fn alert(name: &str) -> &'static Alert {
         .unwrap_or_else(|| panic!("no alert {name}"))
 }
 
-/// The annotations Prometheus renders for `alert`, with its template placeholders filled in.
-fn annotations(alert: &Alert, error: &str, value: &str) -> Value {
+/// The annotations Prometheus renders for `alert` firing with `labels`, with its template
+/// placeholders filled in.
+fn annotations(alert: &Alert, labels: &Value, value: &str) -> Value {
     let rules: Value =
         serde_yaml::from_str(&std::fs::read_to_string(rules_file()).expect("rule file"))
             .expect("rule file is YAML");
@@ -43,10 +44,17 @@ fn annotations(alert: &Alert, error: &str, value: &str) -> Value {
         .expect("the rule of the alert")
         .clone();
     let fill = |s: &Value| {
-        s.as_str()
+        let mut text = s
+            .as_str()
             .unwrap_or_default()
-            .replace("{{ $labels.error }}", error)
-            .replace("{{ $value }}", value)
+            .replace("{{ $value }}", value);
+        for (k, v) in labels.as_object().into_iter().flatten() {
+            text = text.replace(
+                &format!("{{{{ $labels.{k} }}}}"),
+                v.as_str().unwrap_or_default(),
+            );
+        }
+        text
     };
     json!({
         "summary": fill(&rule["annotations"]["summary"]),
@@ -71,14 +79,13 @@ fn case(
     for (k, v) in labels.as_object().into_iter().flatten() {
         exp_labels[k] = v.clone();
     }
-    let error = labels["error"].as_str().unwrap_or_default();
     json!({
         "interval": "1m",
         "input_series": series.iter().map(|(s, v)| json!({"series": s, "values": v})).collect::<Vec<_>>(),
         "alert_rule_test": [
             {"eval_time": quiet_at, "alertname": name, "exp_alerts": []},
             {"eval_time": fires_at, "alertname": name, "exp_alerts": [
-                {"exp_labels": exp_labels, "exp_annotations": annotations(a, error, value)}
+                {"exp_annotations": annotations(a, &exp_labels, value), "exp_labels": exp_labels}
             ]}
         ]
     })
@@ -191,29 +198,23 @@ fn each_alert_fires_for_a_broken_installation_and_not_for_a_healthy_one() {
             json!({"error": "kube"}),
             "",
         ),
-        // Two Failed resources on the leader; the standby reports none.
+        // A resource Stalled for a reason that is no phase Failed (its licence not accepted);
+        // the healthy namespace's resource is not Stalled.
         case(
-            "DeepInferDeploymentFailed",
-            &[
-                (
-                    &s("bad", "deepinfer_resources", "pod=\"a\",phase=\"Failed\""),
-                    "2x30",
+            "DeepInferDeploymentStalled",
+            &[(
+                &s(
+                    "bad",
+                    "deepinfer_deployment_stalled",
+                    "name=\"flash\",reason=\"LicenseAnnotationMissing\"",
                 ),
-                (
-                    &s("bad", "deepinfer_resources", "pod=\"b\",phase=\"Failed\""),
-                    "0x30",
-                ),
-                (
-                    &s("ok", "deepinfer_resources", "pod=\"a\",phase=\"Failed\""),
-                    "0x30",
-                ),
-            ],
+                "_x5 1x30",
+            )],
             "5m",
-            "15m",
-            json!({}),
-            "2",
+            "20m",
+            json!({"name": "flash", "reason": "LicenseAnnotationMissing"}),
+            "1",
         ),
-        // One failed run at minute 3; the healthy installation only passes.
         case(
             "DeepInferAcceptanceFailed",
             &[
@@ -337,4 +338,67 @@ fn each_alert_fires_for_a_broken_installation_and_not_for_a_healthy_one() {
     let (ok, out) = run(&["test", "rules"], &file);
     let _ = std::fs::remove_dir_all(&dir);
     assert!(ok, "promtool test rules:\n{out}");
+}
+
+/// Every reason a gate can stall on raises the Stalled alert, naming the resource and the reason:
+/// the reasons are those the operator writes on `Stalled=True` for a failed gate.
+#[test]
+fn every_stalled_reason_raises_the_stalled_alert() {
+    use deepinfer_operator::api::Reason;
+    use deepinfer_operator::controller::status::{compute, Gate, Outcome};
+    let reasons: Vec<&str> = Reason::ALL
+        .iter()
+        .filter_map(|reason| {
+            let outcome = Outcome {
+                spec: Gate::Failed(*reason, "x".into()),
+                ..Outcome::default()
+            };
+            let status = compute(
+                None,
+                &outcome,
+                Some(1),
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    "2026-01-05T10:00:00Z".parse().expect("time"),
+                ),
+            );
+            let stalled = status.conditions.iter().find(|c| c.type_ == "Stalled")?;
+            (stalled.status == "True" && stalled.reason == reason.as_str()).then(|| reason.as_str())
+        })
+        .collect();
+    assert!(reasons.len() > 20, "{reasons:?}");
+    let a = alert("DeepInferDeploymentStalled");
+    let series: Vec<Value> = reasons
+        .iter()
+        .map(|r| {
+            json!({
+                "series": format!("deepinfer_deployment_stalled{{namespace=\"team\",job=\"deepinfer-operator-metrics\",name=\"d-{}\",reason=\"{r}\"}}", r.to_lowercase()),
+                "values": "1x30",
+            })
+        })
+        .collect();
+    let expected: Vec<Value> = reasons
+        .iter()
+        .map(|r| {
+            let labels = json!({"namespace": "team", "job": "deepinfer-operator-metrics", "severity": a.severity,
+                                "name": format!("d-{}", r.to_lowercase()), "reason": r});
+            json!({"exp_annotations": annotations(a, &labels, "1"), "exp_labels": labels})
+        })
+        .collect();
+    let spec = json!({
+        "rule_files": [rules_file().display().to_string()],
+        "evaluation_interval": "1m",
+        "tests": [{
+            "interval": "1m",
+            "input_series": series,
+            "alert_rule_test": [{"eval_time": "15m", "alertname": a.name, "exp_alerts": expected}],
+        }],
+    });
+    let dir =
+        std::env::temp_dir().join(format!("deepinfer-promtool-stalled-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let file = dir.join("tests.yaml");
+    std::fs::write(&file, serde_yaml::to_string(&spec).expect("YAML")).expect("writing tests");
+    let (ok, out) = run(&["test", "rules"], &file);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(ok, "promtool test rules, {} reasons:\n{out}", reasons.len());
 }

@@ -31,6 +31,19 @@ fn exercised() -> Metrics {
     metrics.reconcile_started("ns/name").succeeded();
     metrics.reconcile_failed("kube");
     metrics.observe_status("ns/name", &example_status());
+    let mut stalled = example_status();
+    stalled.phase = Some(Phase::Pending);
+    stalled.conditions = vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+        type_: "Stalled".into(),
+        status: "True".into(),
+        reason: "LicenseAnnotationMissing".into(),
+        message: String::new(),
+        last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+        ),
+        observed_generation: None,
+    }];
+    metrics.observe_status("ns/stalled", &stalled);
     metrics.acceptance_finished("Passed", 1.0);
     metrics.count_caches(Box::new(|| vec![("Pod", 0)]));
     metrics
@@ -100,7 +113,12 @@ pub fn metrics_reference() -> String {
     out.push_str(
         "The operator serves these on `/metrics` (OpenMetrics text) at `--metrics-address`; the Helm \
          chart exposes them through the metrics Service and, if enabled, a ServiceMonitor. Every \
-         replica serves its own: with leader election, only the leader's counters move.\n\n",
+         replica serves its own: with leader election, only the leader's counters move.\n\n\
+         The per-deployment series (`deepinfer_deployment_*`) name the resource's own namespace in \
+         `namespace`. Prometheus keeps it only when the scrape honours the target's labels: the \
+         chart's ServiceMonitor sets `honorLabels: true` (as kube-state-metrics does); a scrape \
+         configured by hand needs `honor_labels: true`, or its `namespace` is the operator's and the \
+         resource's becomes `exported_namespace`.\n\n",
     );
     out.push_str("| Series | Type | Labels | Meaning |\n|---|---|---|---|\n");
     for doc in &families {
@@ -169,13 +187,13 @@ pub const ALERTS: &[Alert] = &[
         meaning: "The operator keeps retrying API calls that fail; the `error` label says which kind and the log names the call. Often RBAC: see the [ApplyFailed](runbooks.md#applyfailed) runbook.",
     },
     Alert {
-        name: "DeepInferDeploymentFailed",
-        title: "Resources failed",
-        expr: "max by (namespace, job) (deepinfer_resources{phase=\"Failed\"}) > 0",
+        name: "DeepInferDeploymentStalled",
+        title: "Resource stalled",
+        expr: "max by (namespace, name, reason, job) (deepinfer_deployment_stalled) > 0",
         for_: Some("10m"),
         severity: "warning",
-        summary: "{{ $value }} DeepInferDeployment(s) are Stalled and need a person",
-        meaning: "A resource is `Stalled=True`: it will not make progress until someone changes it or the cluster. `kubectl get did -A`, then the [runbook](runbooks.md) of its reason.",
+        summary: "DeepInferDeployment {{ $labels.namespace }}/{{ $labels.name }} is Stalled ({{ $labels.reason }}) and needs a person",
+        meaning: "A resource is `Stalled=True`, whatever its phase (a licence not accepted, a child the API server refused, a failed candidate, an invalid spec): it will not make progress until someone changes it or the cluster. `kubectl -n <namespace> describe did <name>`, then the [runbook](runbooks.md) of the reason the alert names. The labels name the resource's own namespace (the chart's ServiceMonitor honours the operator's labels).",
     },
     Alert {
         name: "DeepInferAcceptanceFailed",

@@ -5,6 +5,7 @@
 //! [`crate::telemetry`] serves [`Metrics::encode`] on `/metrics`; [`reference`] documents them
 //! and the alerts on them.
 
+pub mod access;
 pub mod reference;
 mod requests;
 

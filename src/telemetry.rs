@@ -1,5 +1,8 @@
 //! How the operator reports on itself: logs, and the HTTP endpoints `/metrics` (OpenMetrics),
-//! `/healthz` (the process runs) and `/readyz` (the controller has started).
+//! `/healthz` (the process runs) and `/readyz` (the controller has started). With
+//! `--metrics-secure` they are served over HTTPS and `/metrics` only to a caller the API server
+//! authenticates and authorises ([`crate::metrics::access`]); the probes need neither a token nor
+//! a trusted certificate (the kubelet's HTTPS probes verify none). Without it, plain HTTP.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -13,11 +16,78 @@ use hyper::body::{Bytes, Incoming};
 use hyper::header::{HeaderValue, ALLOW, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tracing::{debug, warn};
 
+use crate::metrics::access::{Decision, Reviewer};
 use crate::metrics::Metrics;
+
+/// How the endpoints are exposed.
+#[derive(Clone)]
+pub enum Exposure {
+    /// Plain HTTP, `/metrics` to anyone.
+    Plain,
+    /// HTTPS; `/metrics` to callers the API server authenticates and authorises
+    /// (`--metrics-secure`).
+    Secure {
+        /// The TLS side of each connection.
+        tls: tokio_rustls::TlsAcceptor,
+        /// Who may read `/metrics`.
+        reviewer: Arc<Reviewer>,
+    },
+}
+
+impl std::fmt::Debug for Exposure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Exposure::Plain => "Plain",
+            Exposure::Secure { .. } => "Secure",
+        })
+    }
+}
+
+/// The TLS side of the endpoints: the certificate and key of `cert_dir` (`tls.crt`, `tls.key`,
+/// as a `kubernetes.io/tls` Secret mounts them, e.g. from cert-manager), else a self-signed
+/// certificate made at start (scrapers then skip verification, as Prometheus does with
+/// `insecureSkipVerify`; the bearer token is what authenticates).
+pub fn tls_acceptor(
+    cert_dir: Option<&std::path::Path>,
+) -> anyhow::Result<tokio_rustls::TlsAcceptor> {
+    use anyhow::Context as _;
+    use rustls::pki_types::pem::PemObject as _;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let (certs, key) = match cert_dir {
+        Some(dir) => {
+            let certs = CertificateDer::pem_file_iter(dir.join("tls.crt"))
+                .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+                .with_context(|| {
+                    format!("reading {}/tls.crt (--metrics-cert-dir)", dir.display())
+                })?;
+            let key = PrivateKeyDer::from_pem_file(dir.join("tls.key")).with_context(|| {
+                format!("reading {}/tls.key (--metrics-cert-dir)", dir.display())
+            })?;
+            (certs, key)
+        }
+        None => {
+            let made = rcgen::generate_simple_self_signed(vec!["localhost".to_string()])
+                .context("making a self-signed certificate for the metrics endpoint")?;
+            let key = PrivateKeyDer::try_from(made.key_pair.serialize_der())
+                .map_err(|e| anyhow::anyhow!("the self-signed key: {e}"))?;
+            (vec![made.cert.der().clone()], key)
+        }
+    };
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .context("TLS protocol versions")?
+    .with_no_client_auth()
+    .with_single_cert(certs, key)
+    .context("the metrics certificate and key do not match")?;
+    Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
+}
 
 /// Content type of `/metrics`.
 pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -67,10 +137,12 @@ pub async fn bind(address: SocketAddr) -> anyhow::Result<TcpListener> {
         .with_context(|| format!("binding the metrics address {address} (--metrics-address)"))
 }
 
-/// Serves the endpoints on `listener` until `shutdown` resolves; open connections are dropped then.
+/// Serves the endpoints on `listener`, exposed as `exposure`, until `shutdown` resolves; open
+/// connections are dropped then.
 pub async fn serve(
     listener: TcpListener,
     endpoints: Arc<Endpoints>,
+    exposure: Exposure,
     shutdown: impl Future<Output = ()>,
 ) {
     let mut connections = JoinSet::new();
@@ -90,23 +162,83 @@ pub async fn serve(
                 }
             },
         };
-        let endpoints = endpoints.clone();
+        let (endpoints, exposure) = (endpoints.clone(), exposure.clone());
         connections.spawn(async move {
-            let service = hyper::service::service_fn(move |req: Request<Incoming>| {
-                let response = respond(&endpoints, &req);
-                async move { Ok::<_, Infallible>(response) }
-            });
-            let result = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(Duration::from_secs(10))
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
-            if let Err(e) = result {
-                debug!(error = %e, "metrics connection ended with an error");
+            match &exposure {
+                Exposure::Plain => connection(stream, endpoints, exposure.clone()).await,
+                Exposure::Secure { tls, .. } => match tls.accept(stream).await {
+                    Ok(stream) => connection(stream, endpoints, exposure.clone()).await,
+                    Err(e) => debug!(error = %e, "a metrics connection failed its TLS handshake"),
+                },
             }
         });
     }
     connections.shutdown().await;
+}
+
+/// Serves one connection.
+async fn connection<S>(stream: S, endpoints: Arc<Endpoints>, exposure: Exposure)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+        let (endpoints, exposure) = (endpoints.clone(), exposure.clone());
+        async move { Ok::<_, Infallible>(answer(&endpoints, &exposure, &req).await) }
+    });
+    let result = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(Duration::from_secs(10))
+        .serve_connection(TokioIo::new(stream), service)
+        .await;
+    if let Err(e) = result {
+        debug!(error = %e, "metrics connection ended with an error");
+    }
+}
+
+/// The response to `req`: `/metrics` of a secure exposure only to a caller allowed to read it.
+async fn answer<B>(
+    endpoints: &Endpoints,
+    exposure: &Exposure,
+    req: &Request<B>,
+) -> Response<Full<Bytes>> {
+    let Exposure::Secure { reviewer, .. } = exposure else {
+        return respond(endpoints, req);
+    };
+    if req.uri().path() != "/metrics" {
+        return respond(endpoints, req);
+    }
+    let authorization = req
+        .headers()
+        .get(hyper::header::AUTHORIZATION)
+        .and_then(|h| h.to_str().ok());
+    match reviewer.decide(authorization).await {
+        Ok(Decision::Allowed) => respond(endpoints, req),
+        Ok(Decision::Unauthenticated) => {
+            let mut response = text(
+                StatusCode::UNAUTHORIZED,
+                "/metrics needs a bearer token the API server authenticates (a ServiceAccount token)\n",
+            );
+            response.headers_mut().insert(
+                hyper::header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer"),
+            );
+            response
+        }
+        Ok(Decision::Forbidden(user)) => {
+            debug!(%user, "refused /metrics");
+            text(
+                StatusCode::FORBIDDEN,
+                "the caller may not get /metrics: bind it to the ClusterRole the chart names <release>-deepinfer-operator-metrics-reader (nonResourceURLs /metrics, verb get)\n",
+            )
+        }
+        Err(e) => {
+            warn!(error = %e, "reviewing a /metrics caller failed");
+            text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the API server could not review the caller; try again\n",
+            )
+        }
+    }
 }
 
 /// Routes one request. Bodies are ignored; nothing here can fail.
@@ -206,7 +338,7 @@ mod tests {
             crate::metrics::ApiRequests::default(),
         )));
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let server = tokio::spawn(serve(listener, endpoints, async {
+        let server = tokio::spawn(serve(listener, endpoints, Exposure::Plain, async {
             let _ = stopped.await;
         }));
 

@@ -147,3 +147,87 @@ async fn operator_serves_metrics_health_and_readiness() {
         "endpoints closed after exit"
     );
 }
+
+/// `curl -k` of `https://<address><path>` with `token` as bearer: (status, body).
+fn https_get(address: std::net::SocketAddr, path: &str, token: Option<&str>) -> (u16, String) {
+    let mut cmd = std::process::Command::new("curl");
+    cmd.args(["-sk", "--max-time", "10", "-w", "\n%{http_code}"])
+        .arg(format!("https://{address}{path}"));
+    if let Some(token) = token {
+        cmd.args(["-H", &format!("Authorization: Bearer {token}")]);
+    }
+    let out = cmd.output().expect("running curl");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+    (code.trim().parse().unwrap_or(0), body.to_string())
+}
+
+/// With `--metrics-secure` the endpoints are HTTPS; `/metrics` refuses a caller without a token
+/// (401) and one the API server authenticates but that may not get `/metrics` (403), and serves
+/// one bound to a ClusterRole granting `get` on the non-resource URL `/metrics`; the probes
+/// answer without a token.
+#[tokio::test]
+async fn secure_metrics_serve_only_callers_the_api_server_allows() {
+    let client = support::client().await;
+    support::ensure_crd();
+    let ns = TestNamespace::new(&client, "securemetrics").await;
+    let address = free_address();
+    let mut operator = OperatorProcess::start(&ns.name, address, &["--metrics-secure"], &[]);
+    support::eventually(TIMEOUT, "/readyz over HTTPS without a token", || {
+        operator.assert_running();
+        async move { (https_get(address, "/readyz", None).0 == 200).then_some(()) }
+    })
+    .await;
+    let (code, body) = https_get(address, "/metrics", None);
+    assert_eq!(code, 401, "no token: {body}");
+
+    for sa in ["scraper", "stranger"] {
+        support::kubectl_ok(&["-n", &ns.name, "create", "serviceaccount", sa]);
+    }
+    let reader = format!("{}-metrics-reader", ns.name);
+    support::kubectl_ok(&[
+        "create",
+        "clusterrole",
+        &reader,
+        "--verb=get",
+        "--non-resource-url=/metrics",
+    ]);
+    support::kubectl_ok(&[
+        "create",
+        "clusterrolebinding",
+        &reader,
+        &format!("--clusterrole={reader}"),
+        &format!("--serviceaccount={}:scraper", ns.name),
+    ]);
+    let token = |sa: &str| {
+        support::kubectl_ok(&["-n", &ns.name, "create", "token", sa])
+            .trim()
+            .to_string()
+    };
+    let (code, body) = https_get(address, "/metrics", Some(&token("stranger")));
+    assert_eq!(
+        code, 403,
+        "a ServiceAccount without the ClusterRole: {body}"
+    );
+    assert!(
+        body.contains("metrics-reader"),
+        "the refusal says what to bind: {body}"
+    );
+    let (code, body) = https_get(address, "/metrics", Some("not-a-token"));
+    assert_eq!(
+        code, 401,
+        "a token the API server does not authenticate: {body}"
+    );
+    let scraper = token("scraper");
+    let metrics = support::eventually(TIMEOUT, "/metrics for the bound ServiceAccount", || {
+        let scraper = scraper.clone();
+        async move {
+            let (code, body) = https_get(address, "/metrics", Some(&scraper));
+            (code == 200).then_some(body)
+        }
+    })
+    .await;
+    assert!(metrics.contains("deepinfer_build_info{"), "{metrics}");
+    support::kubectl_ok(&["delete", "clusterrolebinding,clusterrole", &reader]);
+    drop(operator);
+}

@@ -118,6 +118,15 @@ pub struct RunArgs {
         default_value = "0.0.0.0:8080"
     )]
     pub metrics_address: std::net::SocketAddr,
+    /// Serve the endpoints over HTTPS, and `/metrics` only to callers the API server
+    /// authenticates and allows to get the non-resource URL `/metrics` (TokenReview and
+    /// SubjectAccessReview; the operator needs `create` on both). Default: plain HTTP.
+    #[arg(long, env = "DEEPINFER_METRICS_SECURE")]
+    pub metrics_secure: bool,
+    /// Directory holding `tls.crt` and `tls.key` for the HTTPS endpoints (a mounted
+    /// `kubernetes.io/tls` Secret); default: a self-signed certificate made at start.
+    #[arg(long, env = "DEEPINFER_METRICS_CERT_DIR")]
+    pub metrics_cert_dir: Option<std::path::PathBuf>,
     /// Reconcile only while holding a leader Lease, so several replicas can run and one works.
     #[arg(long, env = "DEEPINFER_LEADER_ELECT")]
     pub leader_elect: bool,

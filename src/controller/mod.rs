@@ -111,10 +111,21 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let ctx = context(client, &settings, requests);
     // Health answers from the start; readiness waits for the CRD check.
     let endpoints = crate::telemetry::Endpoints::new(ctx.metrics.clone());
+    let exposure = if !args.metrics_secure {
+        crate::telemetry::Exposure::Plain
+    } else {
+        crate::telemetry::Exposure::Secure {
+            tls: crate::telemetry::tls_acceptor(args.metrics_cert_dir.as_deref())?,
+            reviewer: std::sync::Arc::new(crate::metrics::access::Reviewer::new(
+                ctx.client.clone(),
+            )),
+        }
+    };
     let (stop_server, server_stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(crate::telemetry::serve(
         listener,
         endpoints.clone(),
+        exposure,
         async move {
             let _ = server_stopped.await;
         },

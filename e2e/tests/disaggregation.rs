@@ -283,7 +283,11 @@ async fn prefill_of_four_gpus_per_pod_beside_decode_of_two_eight_gpu_pods_is_rea
     let op = Operator::start_with(&ns.name, &["mit"], |s| s.record_node_domains = true).await;
     let (bound, noting) = bound_acceptance_pods(Api::namespaced(client.clone(), &ns.name));
     // The reference shape: prefill on one 4-GPU pod, decode on two 8-GPU pods inside one NVLink
-    // clique; decode takes the deployment's devicesPerPod and names its product itself.
+    // clique; decode takes the deployment's devicesPerPod and names its product itself. Each role
+    // keeps to a clique of its own (spec.roles[].pod.nodeSelector): on the bed's two cliques of
+    // two 8-GPU nodes, the scheduler's gang placement picks a node for the first decode pod
+    // before the second and does not go back, so a prefill pod in a clique can strand the decode
+    // gang there (retried only minutes later) while the other clique is free.
     support::create_deployment(
         &api,
         support::licensed_deployment(
@@ -291,9 +295,11 @@ async fn prefill_of_four_gpus_per_pod_beside_decode_of_two_eight_gpu_pods_is_rea
             json!({"type": "NVIDIA", "devicesPerPod": 8}),
             json!([
                 {"name": "prefill", "replicas": 1, "parallel": {"tensor": 4},
-                 "accelerator": {"devicesPerPod": 4}},
+                 "accelerator": {"devicesPerPod": 4},
+                 "pod": {"nodeSelector": {"nvidia.com/gpu.clique": "clique-a"}}},
                 {"name": "decode", "replicas": 1, "parallel": {"tensor": 16},
-                 "accelerator": {"product": "NVIDIA-H200"}}
+                 "accelerator": {"product": "NVIDIA-H200"},
+                 "pod": {"nodeSelector": {"nvidia.com/gpu.clique": "clique-b"}}}
             ]),
         ),
     )

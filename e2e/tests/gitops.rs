@@ -173,11 +173,26 @@ async fn gpu_a_paused_resource_reads_as_held_by_every_tool() {
         .await
         .expect("create");
     let op = Operator::start(&ns.name, &["mit"]).await;
+    // kubectl blocks this test's thread, which the operator under test shares: the waits that
+    // take time poll the API, and kubectl wait is asked once the state is there (or with a short
+    // timeout, for a condition that must not be met).
     let wait = |condition: &str, timeout: &str| {
         support::kubectl(&["-n", &ns.name, "wait", condition, timeout, "did/held"])
     };
-    let (met, out, err) = wait("--for=condition=Ready", "--timeout=180s");
-    assert!(met, "Ready: {out}{err}");
+    let phase_is = |phase: &'static str| {
+        let api = api.clone();
+        move || {
+            let api = api.clone();
+            async move {
+                let d = api.get("held").await.ok()?;
+                let seen = serde_json::to_value(d.status?.phase?).ok()?;
+                (seen == phase).then_some(())
+            }
+        }
+    };
+    support::eventually(Duration::from_secs(180), "Ready", phase_is("Ready")).await;
+    let (met, out, err) = wait("--for=condition=Ready", "--timeout=10s");
+    assert!(met, "kubectl wait for Ready returns once Ready: {out}{err}");
     let (kstatus_read, argo) = tools_read(&ns.name, "held");
     assert_eq!(
         (kstatus_read.0.as_str(), argo.0.as_str()),
@@ -191,8 +206,9 @@ async fn gpu_a_paused_resource_reads_as_held_by_every_tool() {
     )
     .await
     .expect("pause");
-    let (met, out, err) = wait("--for=jsonpath={.status.phase}=Paused", "--timeout=60s");
-    assert!(met, "phase Paused: {out}{err}");
+    support::eventually(Duration::from_secs(60), "phase Paused", phase_is("Paused")).await;
+    let (met, out, err) = wait("--for=jsonpath={.status.phase}=Paused", "--timeout=10s");
+    assert!(met, "kubectl wait sees the hold take effect: {out}{err}");
     let (kstatus_read, argo) = tools_read(&ns.name, "held");
     assert_eq!(kstatus_read.0, "InProgress", "{kstatus_read:?}");
     assert!(
@@ -213,8 +229,7 @@ async fn gpu_a_paused_resource_reads_as_held_by_every_tool() {
     )
     .await
     .expect("resume");
-    let (met, out, err) = wait("--for=condition=Ready", "--timeout=120s");
-    assert!(met, "Ready again: {out}{err}");
+    support::eventually(Duration::from_secs(120), "Ready again", phase_is("Ready")).await;
     let (kstatus_read, argo) = tools_read(&ns.name, "held");
     assert_eq!(
         (kstatus_read.0.as_str(), argo.0.as_str()),

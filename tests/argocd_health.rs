@@ -4,14 +4,17 @@
 //!
 //! Needs `lua5.4` (installed by `e2e/bed/provision.sh`, which `make test` runs first).
 
+#[path = "common/statuses.rs"]
+mod statuses;
+use statuses::{ready, resource};
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 use deepinfer_operator::api::kstatus::{self, Status};
 use deepinfer_operator::api::{DeepInferDeploymentStatus, Reason};
-use deepinfer_operator::controller::status::{compute, Gate, Outcome};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use deepinfer_operator::controller::status::{Gate, Outcome};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::{json, Value};
 
 fn argocd_dir() -> PathBuf {
@@ -184,36 +187,9 @@ fn health_lua_gives_the_expected_status_for_every_test_case() {
     );
 }
 
-fn passed(reason: Reason) -> Gate {
-    Gate::Passed(reason, "ok".into())
-}
-
-/// What the operator writes for `outcome` at `generation`, as a resource at `generation`.
-fn resource(outcome: &Outcome, observed: i64, generation: i64) -> Value {
-    let status = compute(
-        None,
-        outcome,
-        Some(observed),
-        Time("2026-01-05T10:00:00Z".parse().expect("time")),
-    );
-    json!({
-        "apiVersion": "deepinfer.io/v1alpha1",
-        "kind": "DeepInferDeployment",
-        "metadata": {"name": "flash", "namespace": "inference", "generation": generation},
-        "status": status,
-    })
-}
-
 #[test]
 fn health_lua_agrees_with_kstatus_on_statuses_the_operator_writes() {
-    let ready = Outcome {
-        spec: passed(Reason::Complete),
-        licence_gate: passed(Reason::LicenseAccepted),
-        checkpoint: passed(Reason::Verified),
-        acceptance: passed(Reason::AcceptanceSucceeded),
-        workers: passed(Reason::GroupsReady),
-        ..Outcome::default()
-    };
+    let ready = ready();
     let accepting = Outcome {
         acceptance: Gate::Progressing(Reason::AcceptanceRunning, "Job running".into()),
         workers: Gate::NotReached,

@@ -8,14 +8,16 @@
 //! Needs the health reader `deepinfer-health` (e2e/bed/health), which `make provision` builds and
 //! `make cluster-up` links into `.testbed/bin` (`make test` does both first).
 
+#[path = "common/statuses.rs"]
+mod statuses;
+use statuses::{ready, resource};
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 use deepinfer_operator::api::kstatus;
 use deepinfer_operator::api::Reason;
-use deepinfer_operator::controller::status::{compute, Gate, Outcome};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use deepinfer_operator::controller::status::{Gate, Outcome};
 use serde_json::{json, Value};
 
 fn repo() -> PathBuf {
@@ -66,27 +68,6 @@ fn read(objects: &[Value], script: &str) -> Vec<(String, String, String, String)
         .collect()
 }
 
-fn passed(reason: Reason) -> Gate {
-    Gate::Passed(reason, "ok".into())
-}
-
-/// The deployment at `generation` with the status the operator writes for `outcome`, observed at
-/// `observed`.
-fn deployment(outcome: &Outcome, observed: i64, generation: i64) -> Value {
-    let status = compute(
-        None,
-        outcome,
-        Some(observed),
-        Time("2026-01-05T10:00:00Z".parse().expect("time")),
-    );
-    json!({
-        "apiVersion": "deepinfer.io/v1alpha1",
-        "kind": "DeepInferDeployment",
-        "metadata": {"name": "flash", "namespace": "inference", "generation": generation},
-        "status": status,
-    })
-}
-
 fn ready_condition(obj: &Value) -> String {
     obj["status"]["conditions"]
         .as_array()
@@ -102,14 +83,7 @@ fn ready_condition(obj: &Value) -> String {
 /// --for=condition=Ready` say, read by the tools' own libraries.
 #[test]
 fn every_tool_reads_each_state_as_docs_gitops_says() {
-    let ready = Outcome {
-        spec: passed(Reason::Complete),
-        licence_gate: passed(Reason::LicenseAccepted),
-        checkpoint: passed(Reason::Verified),
-        acceptance: passed(Reason::AcceptanceSucceeded),
-        workers: passed(Reason::GroupsReady),
-        ..Outcome::default()
-    };
+    let ready = ready();
     let rolling = Outcome {
         workers: Gate::Progressing(
             Reason::RollingOut,
@@ -143,49 +117,49 @@ fn every_tool_reads_each_state_as_docs_gitops_says() {
     let cases = [
         (
             "ready",
-            deployment(&ready, 2, 2),
+            resource(&ready, 2, 2),
             "Current",
             "Healthy",
             "True",
         ),
         (
             "spec not yet observed",
-            deployment(&ready, 2, 3),
+            resource(&ready, 2, 3),
             "InProgress",
             "Progressing",
             "True",
         ),
         (
             "rolling out",
-            deployment(&rolling, 1, 1),
+            resource(&rolling, 1, 1),
             "InProgress",
             "Progressing",
             "False",
         ),
         (
             "judging a candidate",
-            deployment(&judging, 1, 1),
+            resource(&judging, 1, 1),
             "InProgress",
             "Progressing",
             "False",
         ),
         (
             "failed candidate",
-            deployment(&failed, 1, 1),
+            resource(&failed, 1, 1),
             "Failed",
             "Degraded",
             "False",
         ),
         (
             "paused",
-            deployment(&paused, 1, 1),
+            resource(&paused, 1, 1),
             "InProgress",
             "Suspended",
             "False",
         ),
         (
             "suspended",
-            deployment(&suspended, 1, 1),
+            resource(&suspended, 1, 1),
             "InProgress",
             "Suspended",
             "False",

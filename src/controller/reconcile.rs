@@ -253,27 +253,27 @@ pub async fn pass(
     let mut snapshot = read(ctx, did, previous, status_whole, key).await?;
     let first = Findings::new(first_outcome(did, &snapshot, previous), &snapshot.known);
     // A gate that waits for a read (a finished Job's pods, the fleet's queue, the evidence)
-    // gets it, and every gate is planned again.
-    for _ in 0..GateId::ALL.len() {
-        let needs = {
-            let plans = pass::plan(&snapshot, settings, None, &mut first.clone());
-            let fresh = &snapshot.observed.fresh;
-            let needs = plans.into_iter().flat_map(|(p, _)| p.needs);
-            needs.filter(|r| !fresh.has(r)).collect::<Vec<Read>>()
-        };
-        if needs.is_empty() {
-            break;
+    // gets it, and every gate is planned again; the plans that need nothing more are carried out.
+    let mut rounds = 0;
+    let (mut plans, mut f) = loop {
+        let mut f = first.clone();
+        let plans = pass::plan(&snapshot, settings, None, &mut f);
+        let fresh = &snapshot.observed.fresh;
+        let needs: Vec<Read> = plans
+            .iter()
+            .flat_map(|(p, _)| p.needs.iter().filter(|r| !fresh.has(r)).cloned())
+            .collect();
+        rounds += 1;
+        if needs.is_empty() || rounds > GateId::ALL.len() {
+            break (plans, f);
         }
+        drop(plans);
         read_fresh(ctx, did, &mut snapshot.observed, needs).await?;
-    }
+    };
     let exec = Executor::new(ctx, did);
-    let (mut findings, mut from) = (first, None);
-    loop {
-        let mut f = findings.clone();
-        let plans = pass::plan(&snapshot, settings, from, &mut f);
+    let findings = loop {
         let Some((i, e)) = carry_out(&exec, &plans).await else {
-            findings = f;
-            break;
+            break f;
         };
         let (id, after) = (
             plans[i].0.id,
@@ -283,12 +283,14 @@ pub async fn pass(
         if plans[i].0.on_failure == OnFailure::Log {
             warn!(gate = ?id, error = %e, "a gate's writes failed; trying again on the next pass");
         }
-        let Some(f) = Findings::failed(id, plans[i].1.clone(), after, &e) else {
+        let Some(failed) = Findings::failed(id, plans[i].1.clone(), after, &e) else {
             return Err(e);
         };
-        findings = f;
-        from = GateId::ALL.into_iter().find(|g| *g > id);
-    }
+        // The gates after the failed one, planned again from what it found then.
+        let from = GateId::ALL.into_iter().find(|g| *g > id);
+        f = failed;
+        plans = pass::plan(&snapshot, settings, from, &mut f);
+    };
     done(ctx, did, &findings);
     Ok(findings.into_outcome(&snapshot))
 }

@@ -161,3 +161,104 @@ fn pod_volumes_offer_only_the_types_an_engine_pod_may_use() {
         assert_eq!(types, expected);
     }
 }
+
+/// Every CEL rule, as `(where it sits, the rule)`: the generic path of its schema node
+/// (`spec.roles[].pod`, indices written `[]`) beside the rule's object.
+fn cel_rules(node: &Value, at: &str, out: &mut Vec<(String, Value)>) {
+    for rule in node["x-kubernetes-validations"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        out.push((at.to_owned(), rule.clone()));
+    }
+    let join = |key: &str| {
+        if at.is_empty() {
+            key.to_owned()
+        } else {
+            format!("{at}.{key}")
+        }
+    };
+    for (key, child) in node["properties"].as_object().into_iter().flatten() {
+        cel_rules(child, &join(key), out);
+    }
+    if node["items"].is_object() {
+        cel_rules(&node["items"], &format!("{at}[]"), out);
+    }
+}
+
+/// The field a rule's message starts with: `spec.roles[].parallel: the world size …` →
+/// `spec.roles[].parallel`.
+fn field_named_by(message: &str) -> &str {
+    let end = message
+        .find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '[' | ']')))
+        .unwrap_or(message.len());
+    message[..end].trim_end_matches('.')
+}
+
+/// A rule reports its failure at the field its message names (`fieldPath`), so `kubectl apply`
+/// prints `spec.accelerator.resourceName: Forbidden: …` rather than `spec: Invalid value:
+/// "object": …`, and carries the reason that fits (`FieldValueDuplicate` for a repeated name,
+/// `FieldValueForbidden` for a reserved key). A field path cannot index into a list, so a rule
+/// about one element of a list sitting above that list reports at the list itself. The rules
+/// on `metadata.name` stay at the root: the schema of a custom resource cannot hold
+/// `metadata.name` for a field path to point at, and their messages start with it.
+#[test]
+fn every_rule_reports_at_the_field_its_message_names_with_a_reason() {
+    let mut problems = Vec::new();
+    let mut checked = 0;
+    for file in [
+        "deepinfer.io_deepinferdeployments.yaml",
+        "deepinfer.io_deepinferroles.yaml",
+    ] {
+        let path = format!("{}/crds/{file}", env!("CARGO_MANIFEST_DIR"));
+        let crd: Value =
+            serde_yaml::from_str(&std::fs::read_to_string(path).expect("the CRD")).expect("YAML");
+        let mut rules = Vec::new();
+        cel_rules(
+            &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"],
+            "",
+            &mut rules,
+        );
+        for (at, rule) in rules {
+            checked += 1;
+            let message = rule["message"].as_str().unwrap_or_default();
+            let named = field_named_by(message);
+            let reported = match rule["fieldPath"].as_str() {
+                Some(field_path) => format!("{at}{field_path}"),
+                None => at.clone(),
+            };
+            let reason = rule["reason"].as_str();
+            if !matches!(
+                reason,
+                Some(
+                    "FieldValueInvalid"
+                        | "FieldValueForbidden"
+                        | "FieldValueDuplicate"
+                        | "FieldValueRequired"
+                )
+            ) {
+                problems.push(format!("{file} {at}: no reason: {message}"));
+            }
+            if at.is_empty() && named == "metadata.name" {
+                continue;
+            }
+            let at_the_field = reported == named;
+            let at_its_list = named
+                .strip_prefix(reported.as_str())
+                .is_some_and(|rest| rest.starts_with("[]"));
+            if !(at_the_field || at_its_list) {
+                problems.push(format!(
+                    "{file}: a rule on {at} reports at {reported} but its message names {named}: {message}"
+                ));
+            }
+        }
+    }
+    println!("{checked} CEL rules checked");
+    assert!(
+        problems.is_empty(),
+        "{} rules report at another field than they name:\n{}",
+        problems.len(),
+        problems.join("\n")
+    );
+}

@@ -302,11 +302,20 @@ fn validation_field_names_are_generic_for_cel() {
         ["spec.model.source", "spec.model"]
     );
     assert!(names_field(
-        "spec: spec.roles[].parallel: world size",
+        "spec.roles[0].parallel: spec.roles[].parallel: tensor, pipeline, data and expert must each be at least 1",
         "spec.roles[0].parallel.tensor"
     ));
+    assert!(names_field(
+        "spec.roles: spec.roles[].parallel: the world size",
+        "spec.roles[0].parallel"
+    ));
+    // A rule reporting at `spec` does not name a field of a role, whatever its message says.
     assert!(!names_field(
-        "spec: spec.roles[].parallelism: x",
+        "spec: spec.roles[].parallel: the world size",
+        "spec.roles[0].parallel"
+    ));
+    assert!(!names_field(
+        "spec.roles[0].parallelism: x",
         "spec.roles[0].parallel"
     ));
 }

@@ -6,6 +6,7 @@ use k8s_openapi::api::core::v1::{
     Affinity, EnvVar, LocalObjectReference, Probe, ResourceRequirements, Toleration,
     TopologySpreadConstraint, Volume, VolumeMount,
 };
+use kube::core::Reason;
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -84,11 +85,13 @@ const CEL_ROLE_PRODUCT: &str = "(has(r.accelerator) && has(r.accelerator.product
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
     // Same bound as `controller::validate::MAX_NAME_LENGTH`; the validation table checks both.
     validation = Rule::new("size(self.metadata.name) <= 36")
-        .message("metadata.name is longer than 36 characters, the most that leaves room for the names of the Jobs, pods and Services the operator derives from it; recreate the resource under a shorter name"),
+        .message("metadata.name is longer than 36 characters, the most that leaves room for the names of the Jobs, pods and Services the operator derives from it; recreate the resource under a shorter name")
+        .reason(Reason::FieldValueInvalid),
     // Same pattern as `controller::validate::is_dns1035_label`: children's Service names and pod
     // subdomains must be DNS-1035 labels.
     validation = Rule::new("self.metadata.name.matches('^[a-z][-a-z0-9]*$') && !self.metadata.name.endsWith('-')")
-        .message("metadata.name must be a DNS-1035 label (lowercase letters, digits and '-', starting with a letter and ending with a letter or digit), because the operator names Services and pod subdomains after it; recreate the resource under such a name"),
+        .message("metadata.name must be a DNS-1035 label (lowercase letters, digits and '-', starting with a letter and ending with a letter or digit), because the operator names Services and pod subdomains after it; recreate the resource under such a name")
+        .reason(Reason::FieldValueInvalid),
     // Same bound as `controller::validate::validate_acceptance_job_names`: the acceptance Job of
     // a group's last rank, `<name>-accept-<16 hex>-<rank>`, is also its pods' job-name label (at
     // most 63 characters), so the name's length plus the digits of that rank is at most 38. Every
@@ -99,28 +102,45 @@ const CEL_ROLE_PRODUCT: &str = "(has(r.accelerator) && has(r.accelerator.product
         " || size(self.metadata.name) + size(string((r.parallel.tensor * r.parallel.pipeline * r.parallel.data) / ", cel_root_devices_per_pod!(), " - 1)) <= 38)"
     ))
     .message("metadata.name is too long for the pods per group of spec.roles[]: the name of the acceptance Job of a group's last rank is also its pods' job-name label, at most 63 characters, which leaves the name's length plus the digits of that rank at most 38; use a shorter name or fewer pods per group (spec.roles[].parallel, or more devices per pod in spec.roles[].accelerator.devicesPerPod or spec.accelerator.devicesPerPod)")
+        .reason(Reason::FieldValueInvalid)
 )]
 #[serde(rename_all = "camelCase")]
 #[x_kube(
     // devicesPerPod < 1 has its own rule; guarded here so it is not also a division by zero.
     validation = Rule::new(concat!("self.roles.all(r, ", cel_devices_per_pod!(), " < 1 || (r.parallel.tensor * r.parallel.pipeline * r.parallel.data) % ", cel_devices_per_pod!(), " == 0)"))
-        .message("spec.roles[].parallel: the world size (tensor × pipeline × data) of every role must be a multiple of the role's devices per pod (spec.roles[].accelerator.devicesPerPod, else spec.accelerator.devicesPerPod); change the layout or devicesPerPod"),
+        .message("spec.roles[].parallel: the world size (tensor × pipeline × data) of every role must be a multiple of the role's devices per pod (spec.roles[].accelerator.devicesPerPod, else spec.accelerator.devicesPerPod); change the layout or devicesPerPod")
+        .reason(Reason::FieldValueInvalid)
+        .field_path(".roles"),
     validation = Rule::new("(has(self.accelerator.devicesPerPod) ? self.accelerator.devicesPerPod : 8) <= (self.accelerator.type == 'NVIDIA' ? 8 : 16)")
-        .message("spec.accelerator.devicesPerPod exceeds the devices one node of this accelerator type has (NVIDIA: 8, Ascend: 16); lower it and add pods per group instead"),
+        .message("spec.accelerator.devicesPerPod exceeds the devices one node of this accelerator type has (NVIDIA: 8, Ascend: 16); lower it and add pods per group instead")
+        .reason(Reason::FieldValueInvalid)
+        .field_path(".accelerator.devicesPerPod"),
     validation = Rule::new("self.roles.all(r, !has(r.accelerator) || !has(r.accelerator.devicesPerPod) || r.accelerator.devicesPerPod <= (self.accelerator.type == 'NVIDIA' ? 8 : 16))")
-        .message("spec.roles[].accelerator.devicesPerPod exceeds the devices one node of this accelerator type has (NVIDIA: 8, Ascend: 16); lower it and add pods per group instead"),
+        .message("spec.roles[].accelerator.devicesPerPod exceeds the devices one node of this accelerator type has (NVIDIA: 8, Ascend: 16); lower it and add pods per group instead")
+        .reason(Reason::FieldValueInvalid)
+        .field_path(".roles"),
     // Same as `controller::validate::validate_serving_command`; the validation table checks both.
     validation = Rule::new("!has(self.runtime.command) || size(self.runtime.command) == 0 || (has(self.acceptance.engine) && self.acceptance.engine.command.exists(a, a == '{serving_command}'))")
-        .message("spec.runtime.command is set, but spec.acceptance.engine.command (default: DeepInfer's offline example) does not hold {serving_command} as a whole argument, so the acceptance run would not run the command the pods serve with; add \"{serving_command}\" to spec.acceptance.engine.command where the engine's program goes, or remove spec.runtime.command"),
+        .message("spec.runtime.command is set, but spec.acceptance.engine.command (default: DeepInfer's offline example) does not hold {serving_command} as a whole argument, so the acceptance run would not run the command the pods serve with; add \"{serving_command}\" to spec.acceptance.engine.command where the engine's program goes, or remove spec.runtime.command")
+        .reason(Reason::FieldValueInvalid)
+        .field_path(".runtime.command"),
     validation = Rule::new("!has(self.runtime.roles) || self.runtime.roles.all(o, self.roles.exists(r, r.name == o.role))")
-        .message("spec.runtime.roles[].role must name a role of spec.roles; fix the name or remove the entry"),
+        .message("spec.runtime.roles[].role must name a role of spec.roles; fix the name or remove the entry")
+        .reason(Reason::FieldValueInvalid)
+        .field_path(".runtime.roles"),
     // Same as `controller::validate::validate_pod_settings`; the validation table checks both.
     validation = Rule::new(format!("!has(self.pod) || !has(self.pod.nodeSelector) || {}", node_selector_agrees("self.pod.nodeSelector")))
-        .message("spec.pod.nodeSelector sets a node label that spec.accelerator already selects on to another value (nvidia.com/gpu.present or accelerator from spec.accelerator.type, nvidia.com/gpu.product or node.kubernetes.io/npu.chip.name from spec.accelerator.product); remove the key from spec.pod.nodeSelector, or change spec.accelerator"),
+        .message("spec.pod.nodeSelector sets a node label that spec.accelerator already selects on to another value (nvidia.com/gpu.present or accelerator from spec.accelerator.type, nvidia.com/gpu.product or node.kubernetes.io/npu.chip.name from spec.accelerator.product); remove the key from spec.pod.nodeSelector, or change spec.accelerator")
+        .reason(Reason::FieldValueInvalid)
+        .field_path(".pod.nodeSelector"),
     validation = Rule::new(format!("!has(self.pod) || !has(self.pod.nodeSelector) || self.roles.all(r, (has(r.pod) && has(r.pod.nodeSelector)) || !{CEL_ROLE_PRODUCT} || {})", product_agrees("self.pod.nodeSelector", "r.accelerator.product")))
-        .message("spec.pod.nodeSelector sets the product label (nvidia.com/gpu.product or node.kubernetes.io/npu.chip.name) to another value than spec.roles[].accelerator.product of a role that takes spec.pod.nodeSelector; remove the key from spec.pod.nodeSelector, or give that role its own spec.roles[].pod.nodeSelector"),
+        .message("spec.pod.nodeSelector sets the product label (nvidia.com/gpu.product or node.kubernetes.io/npu.chip.name) to another value than spec.roles[].accelerator.product of a role that takes spec.pod.nodeSelector; remove the key from spec.pod.nodeSelector, or give that role its own spec.roles[].pod.nodeSelector")
+        .reason(Reason::FieldValueInvalid)
+        .field_path(".pod.nodeSelector"),
     validation = Rule::new(format!("self.roles.all(r, !has(r.pod) || !has(r.pod.nodeSelector) || ({}))", role_node_selector_agrees("r.pod.nodeSelector")))
-        .message("spec.roles[].pod.nodeSelector sets a node label that the role's accelerator already selects on to another value (nvidia.com/gpu.present or accelerator from spec.accelerator.type, nvidia.com/gpu.product or node.kubernetes.io/npu.chip.name from spec.roles[].accelerator.product, else spec.accelerator.product); remove the key from spec.roles[].pod.nodeSelector, or change the product"),
+        .message("spec.roles[].pod.nodeSelector sets a node label that the role's accelerator already selects on to another value (nvidia.com/gpu.present or accelerator from spec.accelerator.type, nvidia.com/gpu.product or node.kubernetes.io/npu.chip.name from spec.roles[].accelerator.product, else spec.accelerator.product); remove the key from spec.roles[].pod.nodeSelector, or change the product")
+        .reason(Reason::FieldValueInvalid)
+        .field_path(".roles"),
 )]
 pub struct DeepInferDeploymentSpec {
     /// The checkpoint to serve: hub id, licence and where its files come from.
@@ -134,10 +154,12 @@ pub struct DeepInferDeploymentSpec {
     /// beside prefill, decode or vision, whose pods no run would have exercised.
     #[schemars(length(min = 1, max = 4))]
     #[x_kube(validation = Rule::new("self.all(r, self.filter(s, s.name == r.name).size() == 1)")
-        .message("spec.roles: each role name may appear only once; merge the duplicated entries"))]
+        .message("spec.roles: each role name may appear only once; merge the duplicated entries")
+        .reason(Reason::FieldValueDuplicate))]
     // Same as `controller::validate::validate_roles`; the validation table checks both.
     #[x_kube(validation = Rule::new("!self.exists(r, r.name == 'worker') || self.size() == 1")
-        .message("spec.roles: worker (prefill and decode colocated in one engine) cannot stand beside prefill, decode or vision: an acceptance run judges the worker's outputs alone, so the other roles' pods would serve on a run they took no part in; serve with worker alone, or with prefill and decode (and vision) without worker"))]
+        .message("spec.roles: worker (prefill and decode colocated in one engine) cannot stand beside prefill, decode or vision: an acceptance run judges the worker's outputs alone, so the other roles' pods would serve on a run they took no part in; serve with worker alone, or with prefill and decode (and vision) without worker")
+        .reason(Reason::FieldValueInvalid))]
     pub roles: Vec<RoleSpec>,
     /// The acceptance workload that must pass on exactly this configuration before Ready.
     pub acceptance: AcceptanceSpec,
@@ -151,7 +173,8 @@ pub struct DeepInferDeploymentSpec {
     #[schemars(schema_with = "service_owners_schema")]
     // Same as `controller::validate::validate_service_owners`; the validation table checks both.
     #[x_kube(validation = Rule::new("self.all(k, size(k) >= 1 && size(k) <= 63)")
-        .message("spec.serviceOwners: a key names a service in 1 to 63 characters (e.g. kvCache, routing, authentication, quotas); shorten or rename the key"))]
+        .message("spec.serviceOwners: a key names a service in 1 to 63 characters (e.g. kvCache, routing, authentication, quotas); shorten or rename the key")
+        .reason(Reason::FieldValueInvalid))]
     pub service_owners: std::collections::BTreeMap<String, String>,
     /// Scheduler and queue of the pods, for clusters that place them with another scheduler
     /// (Volcano, Kueue, KAI); default: the cluster's default scheduler. A change replaces the
@@ -195,15 +218,18 @@ pub struct SchedulingSpec {
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     #[schemars(extend("maxProperties" = 32))]
     #[x_kube(validation = Rule::new("self.all(k, !k.startsWith('deepinfer.io/'))")
-        .message("spec.scheduling.podLabels: keys under deepinfer.io/ are set by the operator; use another prefix"))]
+        .message("spec.scheduling.podLabels: keys under deepinfer.io/ are set by the operator; use another prefix")
+        .reason(Reason::FieldValueForbidden))]
     pub pod_labels: std::collections::BTreeMap<String, String>,
     /// Annotations added to the pods, e.g. `scheduling.volcano.sh/queue-name: team-a`.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     #[schemars(extend("maxProperties" = 32))]
     #[x_kube(validation = Rule::new("self.all(k, !k.startsWith('deepinfer.io/'))")
-        .message("spec.scheduling.podAnnotations: keys under deepinfer.io/ are set by the operator; use another prefix"))]
+        .message("spec.scheduling.podAnnotations: keys under deepinfer.io/ are set by the operator; use another prefix")
+        .reason(Reason::FieldValueForbidden))]
     #[x_kube(validation = Rule::new("self.all(k, !k.startsWith('ascend.kubectl.kubernetes.io/'))")
-        .message("spec.scheduling.podAnnotations: keys under ascend.kubectl.kubernetes.io/ are the Ascend device plugin's record of the devices it allocated, which the rank table is built from; remove them"))]
+        .message("spec.scheduling.podAnnotations: keys under ascend.kubectl.kubernetes.io/ are the Ascend device plugin's record of the devices it allocated, which the rank table is built from; remove them")
+        .reason(Reason::FieldValueForbidden))]
     pub pod_annotations: std::collections::BTreeMap<String, String>,
     /// At most one serving group of this deployment per scale-up domain (the node label of
     /// `spec.accelerator.scaleUpDomainKey`), as LeaderWorkerSet's exclusive topology: a group
@@ -310,33 +336,48 @@ fn pod_rule(at: &str, index: usize) -> kube::core::Rule {
         .iter()
         .map(|p| format!("m.mountPath != '{p}' && !m.mountPath.startsWith('{p}/')"))
         .collect();
-    let (rule, message) = match index {
+    let (field, reason, rule, message) = match index {
         0 => (
+            ".priorityClassName",
+            Reason::FieldValueInvalid,
             format!("!has(self.priorityClassName) || self.priorityClassName.matches({DNS_SUBDOMAIN_PATTERN})"),
             format!("{at}.priorityClassName must be the name of a PriorityClass (a DNS subdomain: lowercase letters, digits, '-' and '.')"),
         ),
         1 => (
+            ".serviceAccountName",
+            Reason::FieldValueInvalid,
             format!("!has(self.serviceAccountName) || self.serviceAccountName.matches({DNS_SUBDOMAIN_PATTERN})"),
             format!("{at}.serviceAccountName must be the name of a ServiceAccount (a DNS subdomain: lowercase letters, digits, '-' and '.')"),
         ),
         2 => (
+            ".volumes",
+            Reason::FieldValueForbidden,
             format!("!has(self.volumes) || self.volumes.all(v, {})", types.join(" || ")),
             format!("{at}.volumes may only use the volume types the restricted Pod Security Standard allows: configMap, csi, downwardAPI, emptyDir, ephemeral, persistentVolumeClaim, projected or secret; hostPath and other node or network volumes are refused; use a PersistentVolumeClaim instead"),
         ),
         3 => (
+            ".volumes",
+            Reason::FieldValueForbidden,
             format!("!has(self.volumes) || self.volumes.all(v, !(v.name in [{names}]))"),
             format!("{at}.volumes: the names checkpoint, dshm, rank-table, role-endpoints, runner, work, acceptance-spec and judge-token are the operator's own volumes; rename the volume (and its volumeMounts)"),
         ),
         4 => (
+            ".volumeMounts",
+            Reason::FieldValueForbidden,
             format!("!has(self.volumeMounts) || self.volumeMounts.all(v, !(v.name in [{names}]))"),
             format!("{at}.volumeMounts: the names checkpoint, dshm, rank-table, role-endpoints, runner, work, acceptance-spec and judge-token are the operator's own volumes; mount a volume of volumes instead"),
         ),
         _ => (
+            ".volumeMounts",
+            Reason::FieldValueForbidden,
             format!("!has(self.volumeMounts) || self.volumeMounts.all(m, {})", paths.join(" && ")),
             format!("{at}.volumeMounts: mountPath may not be at or under /models, /dev/shm, /deepinfer or /user/serverid/devindex/config, where the operator mounts the checkpoint and its own files; choose another directory"),
         ),
     };
-    kube::core::Rule::new(rule).message(message.as_str())
+    kube::core::Rule::new(rule)
+        .message(message.as_str())
+        .reason(reason)
+        .field_path(field)
 }
 
 /// Settings of engine pods that cluster admins need on most clusters, given for the whole
@@ -468,7 +509,8 @@ pub struct ModelSpec {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("(has(self.hub) ? 1 : 0) + (has(self.volume) ? 1 : 0) == 1")
-    .message("spec.model.source: set exactly one of hub (fetch a pinned revision) or volume (a PVC that already holds the checkpoint)"))]
+    .message("spec.model.source: set exactly one of hub (fetch a pinned revision) or volume (a PVC that already holds the checkpoint)")
+        .reason(Reason::FieldValueInvalid))]
 pub struct ModelSource {
     /// Fetch a pinned revision from the hub into a volume, once, before any worker starts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -485,7 +527,8 @@ pub struct HubSource {
     /// Full 40-hex commit id of the checkpoint revision; branches and tags are refused.
     #[schemars(length(max = 64))]
     #[x_kube(validation = Rule::new("self.matches('^[0-9a-f]{40}$')")
-        .message("spec.model.source.hub.revision must be a full 40-character lowercase hex commit id, not a branch or tag; copy the commit from the model's history page"))]
+        .message("spec.model.source.hub.revision must be a full 40-character lowercase hex commit id, not a branch or tag; copy the commit from the model's history page")
+        .reason(Reason::FieldValueInvalid))]
     pub revision: String,
     /// PersistentVolumeClaim the checkpoint is fetched into.
     #[schemars(length(min = 1, max = 253))]
@@ -527,12 +570,14 @@ pub struct RuntimeSpec {
     /// Runtime image pinned by digest: `<repository>@sha256:<64 hex>`. A tag alone is refused.
     #[schemars(length(max = 512))]
     #[x_kube(validation = Rule::new("self.matches('^[^@ ]+@sha256:[0-9a-f]{64}$')")
-        .message("spec.runtime.image must be pinned by digest (<repository>@sha256:<64 hex>); a tag alone is refused; resolve the tag with `crane digest` or `docker buildx imagetools inspect`"))]
+        .message("spec.runtime.image must be pinned by digest (<repository>@sha256:<64 hex>); a tag alone is refused; resolve the tag with `crane digest` or `docker buildx imagetools inspect`")
+        .reason(Reason::FieldValueInvalid))]
     pub image: String,
     /// Git commit of the DeepInfer runtime inside the image, recorded in acceptance manifests.
     #[schemars(length(max = 64))]
     #[x_kube(validation = Rule::new("self.matches('^[0-9a-f]{7,40}$')")
-        .message("spec.runtime.commit must be the runtime's git commit id (7 to 40 lowercase hex characters)"))]
+        .message("spec.runtime.commit must be the runtime's git commit id (7 to 40 lowercase hex characters)")
+        .reason(Reason::FieldValueInvalid))]
     pub commit: String,
     /// Command of engine containers, replacing the image's entrypoint (the engine contract,
     /// docs/engine-contract.md); default: the image's entrypoint. The arguments stay the
@@ -550,19 +595,22 @@ pub struct RuntimeSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 4))]
     #[x_kube(validation = Rule::new("self.all(o, self.filter(p, p.role == o.role).size() == 1)")
-        .message("spec.runtime.roles: each role may be named once; merge the duplicate entries"))]
+        .message("spec.runtime.roles: each role may be named once; merge the duplicate entries")
+        .reason(Reason::FieldValueDuplicate))]
     pub roles: Vec<RoleRuntime>,
     /// Startup probe of engine containers; default: HTTP GET `/health` on the serve port,
     /// allowing 45 minutes for the weights to load before the container is restarted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new(PROBE_OWN_POD_RULE)
-        .message("spec.runtime.startupProbe: a probe asks the engine's own pod; remove httpGet.host and tcpSocket.host (the kubelet would connect to that host instead)"))]
+        .message("spec.runtime.startupProbe: a probe asks the engine's own pod; remove httpGet.host and tcpSocket.host (the kubelet would connect to that host instead)")
+        .reason(Reason::FieldValueForbidden))]
     pub startup_probe: Option<Probe>,
     /// Readiness probe of engine containers; default: HTTP GET `/health` on the serve port
     /// every 10 s. A group serves only while every rank passes it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new(PROBE_OWN_POD_RULE)
-        .message("spec.runtime.readinessProbe: a probe asks the engine's own pod; remove httpGet.host and tcpSocket.host (the kubelet would connect to that host instead)"))]
+        .message("spec.runtime.readinessProbe: a probe asks the engine's own pod; remove httpGet.host and tcpSocket.host (the kubelet would connect to that host instead)")
+        .reason(Reason::FieldValueForbidden))]
     pub readiness_probe: Option<Probe>,
     /// Liveness probe of serving engine containers; default: HTTP GET `/health` on the serve port
     /// every 10 s, failed after 6 misses (a minute without an answer). A serving engine that
@@ -570,7 +618,8 @@ pub struct RuntimeSpec {
     /// not hold its devices unready for ever. Checked only once the startup probe passed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new(PROBE_OWN_POD_RULE)
-        .message("spec.runtime.livenessProbe: a probe asks the engine's own pod; remove httpGet.host and tcpSocket.host (the kubelet would connect to that host instead)"))]
+        .message("spec.runtime.livenessProbe: a probe asks the engine's own pod; remove httpGet.host and tcpSocket.host (the kubelet would connect to that host instead)")
+        .reason(Reason::FieldValueForbidden))]
     pub liveness_probe: Option<Probe>,
     /// CPU and memory of engine containers (devices come from `spec.accelerator`); default:
     /// requests of 4 CPUs and 16Gi memory, so engine pods are never BestEffort. Device entries
@@ -591,7 +640,8 @@ pub struct RoleRuntime {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 512))]
     #[x_kube(validation = Rule::new("self.matches('^[^@ ]+@sha256:[0-9a-f]{64}$')")
-        .message("spec.runtime.roles[].image must be pinned by digest (<repository>@sha256:<64 hex>); a tag alone is refused"))]
+        .message("spec.runtime.roles[].image must be pinned by digest (<repository>@sha256:<64 hex>); a tag alone is refused")
+        .reason(Reason::FieldValueInvalid))]
     pub image: Option<String>,
     /// Arguments appended after `spec.runtime.args`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -672,11 +722,17 @@ impl AcceleratorType {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("!has(self.devicesPerPod) || self.devicesPerPod >= 1")
-    .message("spec.accelerator.devicesPerPod must be at least 1"))]
+    .message("spec.accelerator.devicesPerPod must be at least 1")
+        .reason(Reason::FieldValueInvalid)
+        .field_path(".devicesPerPod"))]
 #[x_kube(validation = Rule::new("!has(self.resourceName) || (self.type == 'NVIDIA' ? self.resourceName == 'nvidia.com/gpu' : self.resourceName in ['huawei.com/Ascend910', 'huawei.com/npu'])")
-    .message("spec.accelerator.resourceName must be a device resource of the accelerator type: nvidia.com/gpu (NVIDIA), huawei.com/Ascend910 or huawei.com/npu (Ascend; huawei.com/npu on Atlas 350/850/950 SuperPoD nodes)"))]
+    .message("spec.accelerator.resourceName must be a device resource of the accelerator type: nvidia.com/gpu (NVIDIA), huawei.com/Ascend910 or huawei.com/npu (Ascend; huawei.com/npu on Atlas 350/850/950 SuperPoD nodes)")
+        .reason(Reason::FieldValueInvalid)
+        .field_path(".resourceName"))]
 #[x_kube(validation = Rule::new("!has(self.resourceName) || !has(self.deviceClassName)")
-    .message("spec.accelerator.resourceName and spec.accelerator.deviceClassName exclude each other: devices come either as an extended resource or through DRA claims; remove one"))]
+    .message("spec.accelerator.resourceName and spec.accelerator.deviceClassName exclude each other: devices come either as an extended resource or through DRA claims; remove one")
+        .reason(Reason::FieldValueForbidden)
+        .field_path(".resourceName"))]
 pub struct AcceleratorSpec {
     /// `NVIDIA` or `Ascend`.
     #[serde(rename = "type")]
@@ -686,7 +742,8 @@ pub struct AcceleratorSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 128))]
     #[x_kube(validation = Rule::new("size(self) <= 63 && self.matches('^[-A-Za-z0-9_.]*$') && (size(self) == 0 || (self.matches('^[A-Za-z0-9]') && self.matches('[A-Za-z0-9]$')))")
-        .message("spec.accelerator.product must be a label value (at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit), as the node label it selects on holds, e.g. NVIDIA-H200"))]
+        .message("spec.accelerator.product must be a label value (at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit), as the node label it selects on holds, e.g. NVIDIA-H200")
+        .reason(Reason::FieldValueInvalid))]
     pub product: Option<String>,
     /// Devices each pod requests; default 8.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -703,7 +760,8 @@ pub struct AcceleratorSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 253))]
     #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')")
-        .message("spec.accelerator.deviceClassName must be a DeviceClass name (a DNS subdomain: lowercase letters, digits, '-' and '.'), e.g. gpu.nvidia.com"))]
+        .message("spec.accelerator.deviceClassName must be a DeviceClass name (a DNS subdomain: lowercase letters, digits, '-' and '.'), e.g. gpu.nvidia.com")
+        .reason(Reason::FieldValueInvalid))]
     pub device_class_name: Option<String>,
     /// DeviceClass of a device that stands for one scale-up domain, e.g. the channel of NVIDIA's
     /// ComputeDomain (`compute-domain-default-channel.nvidia.com`): each multi-pod group's
@@ -714,7 +772,8 @@ pub struct AcceleratorSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 253))]
     #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')")
-        .message("spec.accelerator.domainDeviceClassName must be a DeviceClass name (a DNS subdomain: lowercase letters, digits, '-' and '.'), e.g. compute-domain-default-channel.nvidia.com"))]
+        .message("spec.accelerator.domainDeviceClassName must be a DeviceClass name (a DNS subdomain: lowercase letters, digits, '-' and '.'), e.g. compute-domain-default-channel.nvidia.com")
+        .reason(Reason::FieldValueInvalid))]
     pub domain_device_class_name: Option<String>,
     /// Extended resource each pod requests its devices as; default from the type:
     /// `nvidia.com/gpu`, `huawei.com/Ascend910`. Ascend SuperPoD products (Atlas 350/850/950)
@@ -776,7 +835,9 @@ impl AcceleratorSpec {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("!has(self.devicesPerPod) || self.devicesPerPod >= 1")
-    .message("spec.roles[].accelerator.devicesPerPod must be at least 1"))]
+    .message("spec.roles[].accelerator.devicesPerPod must be at least 1")
+        .reason(Reason::FieldValueInvalid)
+        .field_path(".devicesPerPod"))]
 pub struct RoleAccelerator {
     /// Node selector value for the product label of this role's pods (`nvidia.com/gpu.product`
     /// or `node.kubernetes.io/npu.chip.name`), e.g. `NVIDIA-B200`; default
@@ -784,7 +845,8 @@ pub struct RoleAccelerator {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 128))]
     #[x_kube(validation = Rule::new("size(self) <= 63 && self.matches('^[-A-Za-z0-9_.]*$') && (size(self) == 0 || (self.matches('^[A-Za-z0-9]') && self.matches('[A-Za-z0-9]$')))")
-        .message("spec.roles[].accelerator.product must be a label value (at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit), as the node label it selects on holds, e.g. NVIDIA-H200"))]
+        .message("spec.roles[].accelerator.product must be a label value (at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit), as the node label it selects on holds, e.g. NVIDIA-H200")
+        .reason(Reason::FieldValueInvalid))]
     pub product: Option<String>,
     /// Devices each pod of this role requests; default `spec.accelerator.devicesPerPod`. At
     /// most the devices of one node, and a divisor of the role's world size.
@@ -834,12 +896,15 @@ fn shape_field(own: bool, index: usize, name: &str) -> String {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("self.replicas >= 0")
-    .message("spec.roles[].replicas must be 0 or more"))]
+    .message("spec.roles[].replicas must be 0 or more")
+        .reason(Reason::FieldValueInvalid)
+        .field_path(".replicas"))]
 pub struct RoleSpec {
     /// `worker` (prefill and decode colocated), `prefill`, `decode` or `vision`.
     #[schemars(length(max = 32))]
     #[x_kube(validation = Rule::new("self in ['worker', 'prefill', 'decode', 'vision']")
-        .message("spec.roles[].name must be one of worker, prefill, decode, vision"))]
+        .message("spec.roles[].name must be one of worker, prefill, decode, vision")
+        .reason(Reason::FieldValueInvalid))]
     pub name: String,
     /// Number of serving groups of this role. With `scaling: external` it only seeds the role's
     /// `DeepInferRole` when the operator creates it; the count is then that object's
@@ -898,7 +963,8 @@ impl RoleScaling {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("self.maxSurge + self.maxUnavailable >= 1")
-    .message("spec.roles[].rollout: maxSurge and maxUnavailable cannot both be 0, or no group could ever be replaced; set maxSurge to 1 (needs one spare group of devices) or maxUnavailable to 1"))]
+    .message("spec.roles[].rollout: maxSurge and maxUnavailable cannot both be 0, or no group could ever be replaced; set maxSurge to 1 (needs one spare group of devices) or maxUnavailable to 1")
+        .reason(Reason::FieldValueInvalid))]
 pub struct RolloutSpec {
     /// Groups of the new revision that may exist above `replicas` while rolling out; default 1.
     #[serde(default = "one")]
@@ -937,9 +1003,12 @@ impl Default for RolloutSpec {
 #[serde(rename_all = "camelCase")]
 #[x_kube(
     validation = Rule::new("self.tensor >= 1 && self.pipeline >= 1 && self.data >= 1 && self.expert >= 1")
-        .message("spec.roles[].parallel: tensor, pipeline, data and expert must each be at least 1"),
+        .message("spec.roles[].parallel: tensor, pipeline, data and expert must each be at least 1")
+        .reason(Reason::FieldValueInvalid),
     validation = Rule::new("self.expert < 1 || (self.tensor * self.pipeline * self.data) % self.expert == 0")
-        .message("spec.roles[].parallel.expert must divide the world size (tensor × pipeline × data)"),
+        .message("spec.roles[].parallel.expert must divide the world size (tensor × pipeline × data)")
+        .reason(Reason::FieldValueInvalid)
+        .field_path(".expert"),
 )]
 pub struct ParallelSpec {
     /// Tensor-parallel degree.
@@ -989,13 +1058,15 @@ impl ParallelSpec {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("size(self.prompts) > 0 || has(self.promptsFrom)")
-    .message("spec.acceptance: give at least one prompt in prompts, or a ConfigMap in promptsFrom"))]
+    .message("spec.acceptance: give at least one prompt in prompts, or a ConfigMap in promptsFrom")
+        .reason(Reason::FieldValueInvalid))]
 pub struct AcceptanceSpec {
     /// Inline prompts.
     #[serde(default)]
     #[schemars(length(max = 256))]
     #[x_kube(validation = Rule::new("self.all(p, self.filter(q, q.id == p.id).size() == 1)")
-        .message("spec.acceptance.prompts: prompt ids must be unique; rename the duplicate"))]
+        .message("spec.acceptance.prompts: prompt ids must be unique; rename the duplicate")
+        .reason(Reason::FieldValueDuplicate))]
     pub prompts: Vec<AcceptancePrompt>,
     /// Prompts from a ConfigMap key holding a YAML list of prompts (same shape as `prompts`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -1065,7 +1136,8 @@ pub struct AcceptanceSampling {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(max = 1))]
     #[x_kube(validation = Rule::new("self > 0.0")
-        .message("spec.acceptance.sampling.topP must be greater than 0 and at most 1; set a value in that range, or 1 (the default) to turn nucleus sampling off"))]
+        .message("spec.acceptance.sampling.topP must be greater than 0 and at most 1; set a value in that range, or 1 (the default) to turn nucleus sampling off")
+        .reason(Reason::FieldValueInvalid))]
     pub top_p: Option<f64>,
     /// Top-k sampling: only the `topK` most likely tokens are sampled from; 0 or more, 0 is off;
     /// default 0.
@@ -1080,7 +1152,8 @@ pub struct AcceptanceSampling {
     /// greater than 0; default 1 (no penalty).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self > 0.0")
-        .message("spec.acceptance.sampling.repetitionPenalty must be greater than 0; set a positive value, or 1 (the default) for no penalty"))]
+        .message("spec.acceptance.sampling.repetitionPenalty must be greater than 0; set a positive value, or 1 (the default) for no penalty")
+        .reason(Reason::FieldValueInvalid))]
     pub repetition_penalty: Option<f64>,
 }
 
@@ -1099,7 +1172,8 @@ pub struct PromptSampling {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(max = 1))]
     #[x_kube(validation = Rule::new("self > 0.0")
-        .message("spec.acceptance.prompts[].sampling.topP must be greater than 0 and at most 1; set a value in that range, or remove it to use spec.acceptance.sampling.topP"))]
+        .message("spec.acceptance.prompts[].sampling.topP must be greater than 0 and at most 1; set a value in that range, or remove it to use spec.acceptance.sampling.topP")
+        .reason(Reason::FieldValueInvalid))]
     pub top_p: Option<f64>,
     /// Top-k, 0 or more, 0 is off; default: the section's (0 when it sets none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -1114,7 +1188,8 @@ pub struct PromptSampling {
     /// none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self > 0.0")
-        .message("spec.acceptance.prompts[].sampling.repetitionPenalty must be greater than 0; set a positive value, or remove it to use spec.acceptance.sampling.repetitionPenalty"))]
+        .message("spec.acceptance.prompts[].sampling.repetitionPenalty must be greater than 0; set a positive value, or remove it to use spec.acceptance.sampling.repetitionPenalty")
+        .reason(Reason::FieldValueInvalid))]
     pub repetition_penalty: Option<f64>,
 }
 
@@ -1278,9 +1353,11 @@ pub struct EngineCommand {
     #[schemars(length(min = 1, max = 256), inner(length(max = 4096)))]
     // Same as `acceptance::engine::template_problem`; the validation table checks both.
     #[x_kube(validation = Rule::new("self.exists(a, a == '{serving_args}')")
-        .message("spec.acceptance.engine.command does not hold {serving_args} as a whole argument, so the judged engine would not run the serving configuration; add \"{serving_args}\" to spec.acceptance.engine.command where the engine takes its flags (in place of \"--model_name {model_dir}\")"))]
+        .message("spec.acceptance.engine.command does not hold {serving_args} as a whole argument, so the judged engine would not run the serving configuration; add \"{serving_args}\" to spec.acceptance.engine.command where the engine takes its flags (in place of \"--model_name {model_dir}\")")
+        .reason(Reason::FieldValueInvalid))]
     #[x_kube(validation = Rule::new("self.all(a, a == '{serving_args}' || a == '{serving_command}' || !(a.contains('{serving_args}') || a.contains('{serving_command}')))")
-        .message("spec.acceptance.engine.command holds a list placeholder inside a larger argument; {serving_args} and {serving_command} stand for zero or more arguments and must each be a whole argument of spec.acceptance.engine.command"))]
+        .message("spec.acceptance.engine.command holds a list placeholder inside a larger argument; {serving_args} and {serving_command} stand for zero or more arguments and must each be a whole argument of spec.acceptance.engine.command")
+        .reason(Reason::FieldValueInvalid))]
     pub command: Vec<String>,
 }
 
@@ -1291,7 +1368,8 @@ pub struct AcceptancePrompt {
     /// Stable id, recorded in the manifest and the evidence.
     #[schemars(length(min = 1, max = 128))]
     #[x_kube(validation = Rule::new("!self.matches('[[:cntrl:]]')")
-        .message("spec.acceptance.prompts[].id must not contain control characters; it names the prompt in manifests, evidence keys and logs"))]
+        .message("spec.acceptance.prompts[].id must not contain control characters; it names the prompt in manifests, evidence keys and logs")
+        .reason(Reason::FieldValueInvalid))]
     pub id: String,
     /// The prompt text.
     pub prompt: String,
@@ -1313,7 +1391,8 @@ pub struct AcceptancePrompt {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("(has(self.json) ? 1 : 0) + (has(self.regex) ? 1 : 0) + (has(self.grammar) ? 1 : 0) == 1")
-    .message("spec.acceptance.prompts[].structuredOutput: set exactly one of json, regex or grammar"))]
+    .message("spec.acceptance.prompts[].structuredOutput: set exactly one of json, regex or grammar")
+        .reason(Reason::FieldValueInvalid))]
 pub struct StructuredOutput {
     /// A JSON Schema (draft 2020-12) the decoded output must satisfy.
     #[serde(default, skip_serializing_if = "Option::is_none")]

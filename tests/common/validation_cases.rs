@@ -434,7 +434,7 @@ pub fn cases() -> Vec<Case> {
                 s["accelerator"]["deviceClassName"] = json!("gpu.nvidia.com");
                 s["accelerator"]["resourceName"] = json!("nvidia.com/gpu");
             },
-            Invalid("spec.accelerator")
+            Invalid("spec.accelerator.resourceName")
         ),
         case!(
             "deviceClassName that is not a DNS subdomain",
@@ -1048,17 +1048,18 @@ pub fn field_and_parent(field: &str) -> [String; 2] {
     [field, parent]
 }
 
-/// Whether an API server error (`path: message`) is about `field`: its path is the field, or its
-/// message starts with the field or the field's parent.
+/// Whether an API server error (`path: message`) reports at `field`: its path is the field, the
+/// object enclosing it (a rule on an object about several of its fields), or the list holding the
+/// element it is in (a field path cannot index into a list). The message alone does not count:
+/// `kubectl apply` users read the path first.
 pub fn names_field(error: &str, field: &str) -> bool {
-    let (path, message) = error.split_once(": ").unwrap_or(("", error));
+    let path = generic(error.split_once(": ").map_or("", |(path, _)| path));
     let [exact, parent] = field_and_parent(field);
-    generic(path) == exact
-        || [exact, parent].iter().any(|name| {
-            message
-                .strip_prefix(name.as_str())
-                .is_some_and(|rest| rest.starts_with([' ', ':']))
-        })
+    path == exact
+        || path == parent
+        || exact
+            .strip_prefix(path.as_str())
+            .is_some_and(|rest| rest.starts_with("[]"))
 }
 
 pub enum Operator {

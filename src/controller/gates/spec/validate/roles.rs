@@ -33,8 +33,8 @@ pub(super) fn validate_accelerator(
     }
     if accelerator.resource_name.is_some() && accelerator.device_class_name.is_some() {
         errors.push(FieldError::new(
-            "spec.accelerator",
-            "names both resourceName and deviceClassName, which exclude each other: devices come either as an extended resource or through DRA claims; remove one",
+            "spec.accelerator.resourceName",
+            "is set beside spec.accelerator.deviceClassName, and the two exclude each other: devices come either as an extended resource or through DRA claims; remove one",
         ));
     }
     if let Some(product) = accelerator

@@ -136,6 +136,89 @@ fn one<'a>(objs: &'a [Value], kind: &str) -> &'a Value {
     found[0]
 }
 
+/// Whether `object` is one of the metrics endpoint's ClusterRoles or its binding
+/// (`metrics.secure`), which every install mode renders.
+fn is_metrics_access(object: &Value) -> bool {
+    object["metadata"]["name"]
+        .as_str()
+        .is_some_and(|n| n.ends_with("-metrics-auth") || n.ends_with("-metrics-reader"))
+}
+
+/// The ClusterRoles or ClusterRoleBindings (`kind`) that grant the operator more than the metrics
+/// endpoint's reviews.
+fn cluster_grants<'a>(objs: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    of_kind(objs, kind)
+        .into_iter()
+        .filter(|o| !is_metrics_access(o))
+        .collect()
+}
+
+/// The metrics endpoint's access rights: a ClusterRole of exactly `create` on tokenreviews and
+/// subjectaccessreviews bound to the operator's ServiceAccount `sa` in `namespace`, and the
+/// unbound ClusterRole granting `get` on `/metrics` that a scraper is bound to.
+fn assert_metrics_access_rbac(objs: &[Value], namespace: &str, sa: &Value) {
+    let roles: Vec<&Value> = of_kind(objs, "ClusterRole")
+        .into_iter()
+        .filter(|o| is_metrics_access(o))
+        .collect();
+    assert_eq!(
+        roles.len(),
+        2,
+        "the metrics-auth and metrics-reader ClusterRoles: {roles:?}"
+    );
+    let auth = roles
+        .iter()
+        .find(|r| {
+            r["metadata"]["name"]
+                .as_str()
+                .unwrap()
+                .ends_with("-metrics-auth")
+        })
+        .expect("the metrics-auth ClusterRole");
+    assert_eq!(
+        flat_rules(auth),
+        [
+            (
+                "authentication.k8s.io".into(),
+                "tokenreviews".into(),
+                vec!["create".into()]
+            ),
+            (
+                "authorization.k8s.io".into(),
+                "subjectaccessreviews".into(),
+                vec!["create".into()]
+            ),
+        ]
+    );
+    let reader = roles
+        .iter()
+        .find(|r| {
+            r["metadata"]["name"]
+                .as_str()
+                .unwrap()
+                .ends_with("-metrics-reader")
+        })
+        .expect("the metrics-reader ClusterRole");
+    assert_eq!(
+        reader["rules"],
+        json!([{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}])
+    );
+    let bindings: Vec<&Value> = of_kind(objs, "ClusterRoleBinding")
+        .into_iter()
+        .filter(|o| is_metrics_access(o))
+        .collect();
+    assert_eq!(
+        bindings.len(),
+        1,
+        "only metrics-auth is bound: {bindings:?}"
+    );
+    assert_eq!(bindings[0]["roleRef"]["name"], auth["metadata"]["name"]);
+    assert_eq!(
+        bindings[0]["subjects"],
+        json!([{"kind": "ServiceAccount", "name": sa, "namespace": namespace}])
+    );
+}
+
 /// Roles and ClusterRoles other than the leader-election and verdict-key Roles.
 fn watch_roles<'a>(objs: &'a [Value], kind: &str) -> Vec<&'a Value> {
     of_kind(objs, kind)
@@ -483,7 +566,9 @@ fn cluster_wide_mode_is_an_opt_in_binding_a_cluster_role_with_exact_rules() {
         "ops",
         &one(&objs, "ServiceAccount")["metadata"]["name"],
     );
-    let role = one(&objs, "ClusterRole");
+    let grants = cluster_grants(&objs, "ClusterRole");
+    assert_eq!(grants.len(), 1, "one watch ClusterRole: {grants:?}");
+    let role = grants[0];
     assert_eq!(flat_rules(role), expected_rules());
     let sa = one(&objs, "ServiceAccount");
     assert_binds_to_service_account(&objs, role, sa);
@@ -500,10 +585,12 @@ fn cluster_wide_mode_is_an_opt_in_binding_a_cluster_role_with_exact_rules() {
     assert!(a.contains(&"--accepted-licenses=mit,apache-2.0"), "{a:?}");
 }
 
-/// The one ClusterRoleBinding binds `role` to the operator's ServiceAccount `sa` in the release
+/// The one ClusterRoleBinding (beside the metrics endpoint's) binds `role` to the operator's ServiceAccount `sa` in the release
 /// namespace.
 fn assert_binds_to_service_account(objs: &[Value], role: &Value, sa: &Value) {
-    let binding = one(objs, "ClusterRoleBinding");
+    let bindings = cluster_grants(objs, "ClusterRoleBinding");
+    assert_eq!(bindings.len(), 1, "{bindings:?}");
+    let binding = bindings[0];
     assert_eq!(binding["roleRef"]["kind"], "ClusterRole");
     assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
     assert_eq!(
@@ -518,7 +605,9 @@ fn assert_binds_to_service_account(objs: &[Value], role: &Value, sa: &Value) {
 #[test]
 fn recording_node_domains_adds_only_get_on_nodes_cluster_wide() {
     let objs = template(&["acceptedLicenses={mit}", "recordNodeDomains=true"]);
-    let role = one(&objs, "ClusterRole");
+    let grants = cluster_grants(&objs, "ClusterRole");
+    assert_eq!(grants.len(), 1, "{grants:?}");
+    let role = grants[0];
     assert_eq!(role["metadata"]["name"], "rel-deepinfer-operator-nodes");
     assert_eq!(
         flat_rules(role),
@@ -536,14 +625,23 @@ fn recording_node_domains_adds_only_get_on_nodes_cluster_wide() {
     assert!(!a.contains(&"--record-node-domains"), "{a:?}");
 }
 
-/// The default install watches the release namespace under a Role there: no ClusterRole at all.
+/// The default install watches the release namespace under a Role there: no ClusterRole but the
+/// metrics endpoint's reviews.
 #[test]
 fn the_default_install_watches_the_release_namespace_under_a_role() {
     let objs = template(&["acceptedLicenses={mit}"]);
-    assert!(of_kind(&objs, "ClusterRole").is_empty(), "no ClusterRole");
     assert!(
-        of_kind(&objs, "ClusterRoleBinding").is_empty(),
-        "no ClusterRoleBinding"
+        cluster_grants(&objs, "ClusterRole").is_empty(),
+        "no ClusterRole but the metrics endpoint's"
+    );
+    assert!(
+        cluster_grants(&objs, "ClusterRoleBinding").is_empty(),
+        "no ClusterRoleBinding but the metrics endpoint's"
+    );
+    assert_metrics_access_rbac(
+        &objs,
+        "ops",
+        &one(&objs, "ServiceAccount")["metadata"]["name"],
     );
     let roles = watch_roles(&objs, "Role");
     assert_eq!(roles.len(), 1, "one watch Role: {roles:?}");
@@ -569,10 +667,18 @@ fn the_default_install_watches_the_release_namespace_under_a_role() {
 #[test]
 fn single_namespace_mode_uses_a_role_in_the_watched_namespace_only() {
     let objs = template(&["watchNamespace=team-a", "acceptedLicenses={mit}"]);
-    assert!(of_kind(&objs, "ClusterRole").is_empty(), "no ClusterRole");
     assert!(
-        of_kind(&objs, "ClusterRoleBinding").is_empty(),
-        "no ClusterRoleBinding"
+        cluster_grants(&objs, "ClusterRole").is_empty(),
+        "no ClusterRole but the metrics endpoint's"
+    );
+    assert!(
+        cluster_grants(&objs, "ClusterRoleBinding").is_empty(),
+        "no ClusterRoleBinding but the metrics endpoint's"
+    );
+    assert_metrics_access_rbac(
+        &objs,
+        "ops",
+        &one(&objs, "ServiceAccount")["metadata"]["name"],
     );
     let roles = watch_roles(&objs, "Role");
     assert_eq!(roles.len(), 1, "one watch Role: {roles:?}");
@@ -599,10 +705,18 @@ fn single_namespace_mode_uses_a_role_in_the_watched_namespace_only() {
 #[test]
 fn listed_namespaces_get_a_role_each_and_no_cluster_role() {
     let objs = template(&["namespaces={team-b,team-a}", "acceptedLicenses={mit}"]);
-    assert!(of_kind(&objs, "ClusterRole").is_empty(), "no ClusterRole");
     assert!(
-        of_kind(&objs, "ClusterRoleBinding").is_empty(),
-        "no ClusterRoleBinding"
+        cluster_grants(&objs, "ClusterRole").is_empty(),
+        "no ClusterRole but the metrics endpoint's"
+    );
+    assert!(
+        cluster_grants(&objs, "ClusterRoleBinding").is_empty(),
+        "no ClusterRoleBinding but the metrics endpoint's"
+    );
+    assert_metrics_access_rbac(
+        &objs,
+        "ops",
+        &one(&objs, "ServiceAccount")["metadata"]["name"],
     );
     let sa = &one(&objs, "ServiceAccount")["metadata"]["name"];
     assert_leader_election_rbac(&objs, "ops", sa);
@@ -704,13 +818,14 @@ fn operator_pod_is_restricted_bounded_and_probed_on_the_metrics_port() {
         c["ports"],
         json!([{"name": "metrics", "containerPort": 9443, "protocol": "TCP"}])
     );
+    assert!(a.contains(&"--metrics-secure=true"), "{a:?}");
     assert_eq!(
         c["livenessProbe"]["httpGet"],
-        json!({"path": "/healthz", "port": "metrics"})
+        json!({"path": "/healthz", "port": "metrics", "scheme": "HTTPS"})
     );
     assert_eq!(
         c["readinessProbe"]["httpGet"],
-        json!({"path": "/readyz", "port": "metrics"})
+        json!({"path": "/readyz", "port": "metrics", "scheme": "HTTPS"})
     );
     for (name, field) in [
         ("POD_NAME", "metadata.name"),
@@ -730,6 +845,71 @@ fn operator_pod_is_restricted_bounded_and_probed_on_the_metrics_port() {
         of_kind(&objs, "ServiceMonitor").is_empty(),
         "ServiceMonitor is opt-in"
     );
+}
+
+/// `/metrics` is HTTPS with token review by default: the operator told so, the probes speaking
+/// HTTPS, the ServiceMonitor scraping with Prometheus' token, a certificate Secret mounted when
+/// named. `metrics.secure=false` is plain HTTP with no cluster-wide rights at all.
+#[test]
+fn metrics_are_https_with_token_review_by_default_and_plain_http_is_an_option() {
+    let objs = template(&["metrics.serviceMonitor.enabled=true"]);
+    let monitor = one(&objs, "ServiceMonitor");
+    let endpoint = &monitor["spec"]["endpoints"][0];
+    assert_eq!(endpoint["scheme"], "https", "{endpoint}");
+    assert_eq!(
+        endpoint["bearerTokenFile"],
+        "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    );
+    assert_eq!(endpoint["tlsConfig"], json!({"insecureSkipVerify": true}));
+    assert_eq!(endpoint["honorLabels"], true);
+    assert_metrics_access_rbac(
+        &objs,
+        "ops",
+        &one(&objs, "ServiceAccount")["metadata"]["name"],
+    );
+    let c = operator_container(one(&objs, "Deployment"));
+    assert!(
+        !args(c).iter().any(|a| a.starts_with("--metrics-cert-dir")),
+        "self-signed by default"
+    );
+
+    let named = template(&["metrics.certSecret=operator-metrics-tls"]);
+    let deploy = one(&named, "Deployment");
+    let c = operator_container(deploy);
+    assert!(
+        args(c).contains(&"--metrics-cert-dir=/etc/deepinfer/metrics-tls"),
+        "{:?}",
+        args(c)
+    );
+    assert_eq!(
+        c["volumeMounts"],
+        json!([{"name": "metrics-tls", "mountPath": "/etc/deepinfer/metrics-tls", "readOnly": true}])
+    );
+    assert_eq!(
+        deploy["spec"]["template"]["spec"]["volumes"],
+        json!([{"name": "metrics-tls", "secret": {"secretName": "operator-metrics-tls"}}])
+    );
+    assert_restricted(
+        &deploy["spec"]["template"],
+        "chart Deployment with a certificate",
+    );
+
+    let plain = template(&[
+        "metrics.secure=false",
+        "metrics.serviceMonitor.enabled=true",
+    ]);
+    let c = operator_container(one(&plain, "Deployment"));
+    assert!(args(c).contains(&"--metrics-secure=false"), "{:?}", args(c));
+    assert_eq!(c["livenessProbe"]["httpGet"]["scheme"], "HTTP");
+    assert_eq!(c["readinessProbe"]["httpGet"]["scheme"], "HTTP");
+    assert!(of_kind(&plain, "ClusterRole").is_empty(), "no ClusterRole");
+    assert!(
+        of_kind(&plain, "ClusterRoleBinding").is_empty(),
+        "no ClusterRoleBinding"
+    );
+    let endpoint = &one(&plain, "ServiceMonitor")["spec"]["endpoints"][0];
+    assert!(endpoint.get("scheme").is_none(), "{endpoint}");
+    assert!(endpoint.get("bearerTokenFile").is_none(), "{endpoint}");
 }
 
 #[test]
@@ -948,9 +1128,11 @@ fn kustomize_default_ships_the_same_rules_and_a_restricted_operator() {
         "the DeepInferDeployment and DeepInferRole CRDs"
     );
     assert!(
-        of_kind(&objs, "ClusterRole").is_empty() && of_kind(&objs, "ClusterRoleBinding").is_empty(),
-        "config/default holds no cluster-wide rights"
+        cluster_grants(&objs, "ClusterRole").is_empty()
+            && cluster_grants(&objs, "ClusterRoleBinding").is_empty(),
+        "config/default holds no cluster-wide rights but the metrics endpoint's reviews"
     );
+    assert_metrics_access_rbac(&objs, "deepinfer-system", &json!("deepinfer-operator"));
     let roles = watch_roles(&objs, "Role");
     assert_eq!(roles.len(), 1, "one watch Role: {roles:?}");
     let role = roles[0];
@@ -991,8 +1173,15 @@ fn kustomize_default_ships_the_same_rules_and_a_restricted_operator() {
         "ghcr.io/deepinfer/deepinfer-operator:0.1.0",
         "the operator's Jobs use its own image"
     );
-    assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
-    assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
+    assert!(a.contains(&"--metrics-secure"), "{a:?}");
+    assert_eq!(
+        c["livenessProbe"]["httpGet"],
+        json!({"path": "/healthz", "port": "metrics", "scheme": "HTTPS"})
+    );
+    assert_eq!(
+        c["readinessProbe"]["httpGet"],
+        json!({"path": "/readyz", "port": "metrics", "scheme": "HTTPS"})
+    );
     let svc = one(&objs, "Service");
     assert_eq!(
         svc["spec"]["selector"],
@@ -1110,4 +1299,118 @@ fn the_chart_ships_the_dashboard_for_grafanas_sidecar_when_asked() {
         file.trim(),
         "the ConfigMap holds the file as it is"
     );
+}
+
+/// Every rule of `role` as (apiGroup, resource, verb) triples; `resourceNames` do not change
+/// which triples a rule grants.
+fn rule_triples(role: &Value) -> std::collections::BTreeSet<(String, String, String)> {
+    let mut out = std::collections::BTreeSet::new();
+    for rule in role["rules"].as_array().expect("rules") {
+        for g in str_list(&rule["apiGroups"]) {
+            for r in str_list(&rule["resources"]) {
+                for v in str_list(&rule["verbs"]) {
+                    out.insert((g.to_owned(), r.to_owned(), v.to_owned()));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The `| API group | resources | verbs | why |` tables of the chart README's RBAC section, in
+/// order, each as (apiGroup, resource, verb) triples: `core` is the empty group, backticks and a
+/// parenthesised `resourceNames` note are dropped, several resources or verbs are comma-separated.
+fn readme_rbac_tables() -> Vec<std::collections::BTreeSet<(String, String, String)>> {
+    let readme = std::fs::read_to_string(chart().join("README.md")).expect("the chart README");
+    let section = readme
+        .split("\n## RBAC\n")
+        .nth(1)
+        .expect("an RBAC section")
+        .split("\n## ")
+        .next()
+        .unwrap_or_default();
+    let mut tables = Vec::new();
+    let mut current: Option<std::collections::BTreeSet<_>> = None;
+    for line in section.lines() {
+        if line.starts_with("| API group |") {
+            current = Some(Default::default());
+            continue;
+        }
+        let Some(table) = current.as_mut() else {
+            continue;
+        };
+        if line.starts_with("|---") {
+            continue;
+        }
+        if !line.starts_with('|') {
+            tables.extend(current.take());
+            continue;
+        }
+        let cells: Vec<&str> = line.trim_matches('|').split('|').map(str::trim).collect();
+        let clean = |cell: &str| -> Vec<String> {
+            let cell = cell.split(" (").next().unwrap_or_default();
+            cell.split(',')
+                .map(|p| p.trim().trim_matches('`').to_owned())
+                .filter(|p| !p.is_empty())
+                .collect()
+        };
+        let group = match cells[0].trim_matches('`') {
+            "core" => String::new(),
+            other => other.to_owned(),
+        };
+        for resource in clean(cells[1]) {
+            for verb in clean(cells[2]) {
+                table.insert((group.clone(), resource.clone(), verb));
+            }
+        }
+    }
+    tables.extend(current);
+    tables
+}
+
+/// The chart README's RBAC tables say exactly what the chart grants: the watch rules, the
+/// leader-election Role, the verdict-key Role, the metrics endpoint's ClusterRole and the
+/// node-domain ClusterRole, in that order, rendered with every option that adds rights on.
+#[test]
+fn the_chart_readme_rbac_tables_are_what_the_chart_grants() {
+    let objs = template(&["acceptedLicenses={mit}", "recordNodeDomains=true"]);
+    let named = |kind: &str, suffix: &str| {
+        of_kind(&objs, kind)
+            .into_iter()
+            .find(|r| r["metadata"]["name"] == format!("rel-deepinfer-operator{suffix}"))
+            .unwrap_or_else(|| panic!("{kind} rel-deepinfer-operator{suffix}"))
+    };
+    let granted = [
+        ("the watch Role", rule_triples(named("Role", ""))),
+        (
+            "the leader-election Role",
+            rule_triples(named("Role", "-leader-election")),
+        ),
+        (
+            "the verdict-key Role",
+            rule_triples(named("Role", "-verdict-key")),
+        ),
+        (
+            "the metrics-auth ClusterRole",
+            rule_triples(named("ClusterRole", "-metrics-auth")),
+        ),
+        (
+            "the nodes ClusterRole",
+            rule_triples(named("ClusterRole", "-nodes")),
+        ),
+    ];
+    let tables = readme_rbac_tables();
+    assert_eq!(
+        tables.len(),
+        granted.len(),
+        "one README table per role the chart renders: {tables:#?}"
+    );
+    for ((what, rules), table) in granted.iter().zip(&tables) {
+        let missing: Vec<_> = rules.difference(table).collect();
+        let extra: Vec<_> = table.difference(rules).collect();
+        assert!(
+            missing.is_empty() && extra.is_empty(),
+            "the README's table for {what} differs from the chart: granted but not in the table {missing:?}, in the table but not granted {extra:?}"
+        );
+    }
 }

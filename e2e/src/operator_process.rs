@@ -1,6 +1,6 @@
 //! `deepinfer-operator run` as a child process against the bed, and a plain HTTP client for its
-//! `/metrics`, `/healthz` and `/readyz` endpoints, scraped the way Prometheus and the kubelet's
-//! probes would.
+//! `/metrics`, `/healthz` and `/readyz` endpoints (served with `--metrics-secure=false` unless a
+//! test asks otherwise), scraped the way Prometheus and the kubelet's probes would.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -13,6 +13,13 @@ use crate::support;
 
 /// The operator process; killed when dropped, so a failing test leaves nothing running.
 pub struct OperatorProcess(Child);
+
+/// `--metrics-secure=false` unless `extra` says how to serve: the endpoints are read here over
+/// plain HTTP; the tests of the secure endpoints (and the installs by chart and kustomize, which
+/// keep the default) speak HTTPS with tokens.
+fn plain_metrics(extra: &[&str]) -> Option<&'static str> {
+    (!extra.iter().any(|a| a.starts_with("--metrics-secure"))).then_some("--metrics-secure=false")
+}
 
 impl OperatorProcess {
     /// Starts `deepinfer-operator run` watching `ns`, allowing the `mit` licence, serving its
@@ -54,10 +61,12 @@ impl OperatorProcess {
             .args(ns.map(|ns| ["--namespace", ns]).into_iter().flatten())
             .args(["--metrics-address", &address.to_string()])
             .args(["--accepted-licenses", "mit"])
+            .args(plain_metrics(extra))
             .args(extra)
             .env_remove("DEEPINFER_NAMESPACE")
             .env_remove("DEEPINFER_NAMESPACES")
             .env_remove("DEEPINFER_METRICS_ADDRESS")
+            .env_remove("DEEPINFER_METRICS_SECURE")
             .env_remove("DEEPINFER_LEADER_ELECT")
             .env_remove("POD_NAME")
             .env_remove("POD_NAMESPACE")
@@ -139,6 +148,21 @@ pub fn binary() -> PathBuf {
 pub fn free_address() -> SocketAddr {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("binding a free port");
     listener.local_addr().expect("local address")
+}
+
+/// `curl -k` of `https://<address><path>` with `token` as bearer: (status, body); status 0 when
+/// nothing answered. The certificate is not checked: the operator's own is self-signed.
+pub fn https_get(address: SocketAddr, path: &str, token: Option<&str>) -> (u16, String) {
+    let mut cmd = Command::new("curl");
+    cmd.args(["-sk", "--max-time", "10", "-w", "\n%{http_code}"])
+        .arg(format!("https://{address}{path}"));
+    if let Some(token) = token {
+        cmd.args(["-H", &format!("Authorization: Bearer {token}")]);
+    }
+    let out = cmd.output().expect("running curl");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+    (code.trim().parse().unwrap_or(0), body.to_string())
 }
 
 /// A response: status code, headers (names lower-cased) and body.

@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use deepinfer_e2e::operator_process::https_get;
 use deepinfer_e2e::support::{self, TestNamespace};
 use deepinfer_operator::api::{DeepInferDeployment, DeepInferDeploymentStatus};
 use k8s_openapi::api::batch::v1::Job;
@@ -37,27 +38,53 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// Status code of `GET http://127.0.0.1:<port><path>`, if anything answers.
-fn http_status(port: u16, path: &str) -> Option<u16> {
-    use std::io::{Read as _, Write as _};
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).ok()?;
-    response.split_whitespace().nth(1)?.parse().ok()
-}
-
-/// The probes the manifests declare answer on the configured port (the bed runs no probes).
+/// The probes the manifests declare answer over HTTPS without a token on the configured port
+/// (the bed runs no probes), while `/metrics` refuses a request without one.
 async fn probes_answer(port: u16) {
+    let address = std::net::SocketAddr::from(([127, 0, 0, 1], port));
     for path in ["/healthz", "/readyz"] {
         support::eventually(
             TIMEOUT,
-            &format!("200 from {path} on port {port}"),
-            || async { (http_status(port, path) == Some(200)).then_some(()) },
+            &format!("200 from {path} over HTTPS on port {port}"),
+            || async { (https_get(address, path, None).0 == 200).then_some(()) },
         )
         .await;
     }
+    let (code, body) = https_get(address, "/metrics", None);
+    assert_eq!(code, 401, "/metrics without a token: {body}");
+}
+
+/// The installed ClusterRole `reader` is what a scraper needs: a ServiceAccount bound to it gets
+/// `/metrics` over HTTPS with its token (the operator asks the API server, with the rights the
+/// manifests grant it); the binding is removed again.
+fn metrics_serve_a_bound_reader(ns: &str, port: u16, reader: &str) {
+    let address = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    support::kubectl_ok(&["-n", ns, "create", "serviceaccount", "scraper"]);
+    let binding = format!("{ns}-scraper");
+    support::kubectl_ok(&[
+        "create",
+        "clusterrolebinding",
+        &binding,
+        &format!("--clusterrole={reader}"),
+        &format!("--serviceaccount={ns}:scraper"),
+    ]);
+    let token = support::kubectl_ok(&["-n", ns, "create", "token", "scraper"])
+        .trim()
+        .to_owned();
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    let (code, body) = loop {
+        let (code, body) = https_get(address, "/metrics", Some(&token));
+        if code == 200 || std::time::Instant::now() > deadline {
+            break (code, body);
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    support::kubectl_ok(&["delete", "clusterrolebinding", &binding]);
+    assert_eq!(
+        code, 200,
+        "/metrics for a ServiceAccount bound to {reader}: {body}"
+    );
+    assert!(body.contains("deepinfer_build_info{"), "{body}");
 }
 
 /// Runs the bed's real helm against the bed; returns (success, stdout + stderr).
@@ -343,9 +370,13 @@ async fn gpu_helm_chart_runs_the_operator_under_its_own_service_account_without_
         "{args:?}"
     );
     let (ok, _, _) = support::kubectl(&["get", "clusterrole", &sa]);
-    assert!(!ok, "single-namespace mode creates no ClusterRole");
+    assert!(
+        !ok,
+        "single-namespace mode creates no ClusterRole to watch with"
+    );
     support::kubectl_ok(&["-n", &work.name, "get", "role,rolebinding", &sa]);
     assert_confined_to(&ops.name, &sa, &work.name);
+    metrics_serve_a_bound_reader(&ops.name, port, &format!("{sa}-metrics-reader"));
     // The manifests enable leader election: the operator pod leads.
     support::wait_for_lease_holder(&client, &ops.name, &sa, &pod.name_any()).await;
 
@@ -645,8 +676,9 @@ async fn gpu_kustomize_default_runs_the_operator_under_its_own_service_account_w
     assert_eq!(operator_image, Some("deepinfer-operator:dev"));
     support::wait_for_lease_holder(&client, &ops.name, "deepinfer-operator", &pod.name_any()).await;
     let (ok, _, _) = support::kubectl(&["get", "clusterrole", &sa]);
-    assert!(!ok, "config/default creates no ClusterRole");
+    assert!(!ok, "config/default creates no ClusterRole to watch with");
     assert_confined_to(&ops.name, &sa, &ops.name);
+    metrics_serve_a_bound_reader(&ops.name, port, &format!("{sa}-metrics-reader"));
 
     take_to_ready(&client, &work.name, "flash", (&pod, &ops.name, &sa)).await;
     // config/default reads no nodes: the evidence names the rank's node, not its domain.
@@ -664,5 +696,12 @@ async fn gpu_kustomize_default_runs_the_operator_under_its_own_service_account_w
     // the Role and RoleBinding with it.
     support::kubectl_ok(&["-n", &ops.name, "delete", "deployment", &sa, "--wait=true"]);
     wait_gone(&client, &ops.name, selector).await;
+    // The cluster-scoped objects of the overlay outlive the namespace.
+    support::kubectl_ok(&[
+        "delete",
+        "clusterrolebinding,clusterrole",
+        &format!("{sa}-metrics-auth"),
+    ]);
+    support::kubectl_ok(&["delete", "clusterrole", &format!("{sa}-metrics-reader")]);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use deepinfer_e2e::operator_process::{free_address, get, sample, OperatorProcess};
+use deepinfer_e2e::operator_process::{free_address, get, https_get, sample, OperatorProcess};
 use deepinfer_e2e::support::{self, TestNamespace};
 use deepinfer_operator::api::{DeepInferDeployment, Phase};
 use kube::api::{Api, DeleteParams, PostParams};
@@ -146,20 +146,6 @@ async fn operator_serves_metrics_health_and_readiness() {
         get(address, "/healthz").await.is_none(),
         "endpoints closed after exit"
     );
-}
-
-/// `curl -k` of `https://<address><path>` with `token` as bearer: (status, body).
-fn https_get(address: std::net::SocketAddr, path: &str, token: Option<&str>) -> (u16, String) {
-    let mut cmd = std::process::Command::new("curl");
-    cmd.args(["-sk", "--max-time", "10", "-w", "\n%{http_code}"])
-        .arg(format!("https://{address}{path}"));
-    if let Some(token) = token {
-        cmd.args(["-H", &format!("Authorization: Bearer {token}")]);
-    }
-    let out = cmd.output().expect("running curl");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
-    (code.trim().parse().unwrap_or(0), body.to_string())
 }
 
 /// With `--metrics-secure` the endpoints are HTTPS; `/metrics` refuses a caller without a token

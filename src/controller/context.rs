@@ -120,8 +120,17 @@ pub struct RunArgs {
     pub metrics_address: std::net::SocketAddr,
     /// Serve the endpoints over HTTPS, and `/metrics` only to callers the API server
     /// authenticates and allows to get the non-resource URL `/metrics` (TokenReview and
-    /// SubjectAccessReview; the operator needs `create` on both). Default: plain HTTP.
-    #[arg(long, env = "DEEPINFER_METRICS_SECURE")]
+    /// SubjectAccessReview; the operator needs `create` on both). The default;
+    /// `--metrics-secure=false` serves plain HTTP to anyone who reaches the port.
+    #[arg(
+        long,
+        env = "DEEPINFER_METRICS_SECURE",
+        default_value_t = true,
+        action = clap::ArgAction::Set,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true"
+    )]
     pub metrics_secure: bool,
     /// Directory holding `tls.crt` and `tls.key` for the HTTPS endpoints (a mounted
     /// `kubernetes.io/tls` Secret); default: a self-signed certificate made at start.
@@ -633,6 +642,22 @@ mod tests {
         );
         let none = Cli::try_parse_from(["op", "--allowed-hub-endpoints="]).expect("valid");
         assert!(Settings::from(&none.run).allowed_hub_endpoints.is_empty());
+    }
+
+    /// `/metrics` is authenticated HTTPS unless `--metrics-secure=false` says otherwise; the bare
+    /// flag (as earlier releases took it) still means HTTPS.
+    #[test]
+    fn metrics_are_secure_unless_turned_off() {
+        let secure = |args: &[&str]| {
+            Cli::try_parse_from(std::iter::once("op").chain(args.iter().copied()))
+                .map(|cli| cli.run.metrics_secure)
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(secure(&[]), Ok(true));
+        assert_eq!(secure(&["--metrics-secure"]), Ok(true));
+        assert_eq!(secure(&["--metrics-secure=true"]), Ok(true));
+        assert_eq!(secure(&["--metrics-secure=false"]), Ok(false));
+        assert!(secure(&["--metrics-secure=plain"]).is_err());
     }
 
     fn watched(args: &[&str]) -> Result<Namespaces, String> {

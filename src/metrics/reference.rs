@@ -114,13 +114,16 @@ pub fn metrics_reference() -> String {
         "The operator serves these on `/metrics` (OpenMetrics text) at `--metrics-address`; the Helm \
          chart exposes them through the metrics Service and, if enabled, a ServiceMonitor. Every \
          replica serves its own: with leader election, only the leader's counters move.\n\n\
-         With `--metrics-secure` the endpoints are HTTPS (the certificate of `--metrics-cert-dir`, \
-         else a self-signed one) and `/metrics` answers only a bearer token the API server \
+         The endpoints are HTTPS by default (the certificate of `--metrics-cert-dir`, else a \
+         self-signed one made at start), and `/metrics` answers only a bearer token the API server \
          authenticates (TokenReview) for a caller allowed to `get` the non-resource URL \
          `/metrics` (SubjectAccessReview): 401 without one, 403 for a caller without the grant; \
-         `/healthz` and `/readyz` need none. The operator then needs `create` on \
-         `tokenreviews.authentication.k8s.io` and `subjectaccessreviews.authorization.k8s.io`, \
-         which the chart does not grant yet: it serves plain HTTP.\n\n\
+         `/healthz` and `/readyz` need none. The operator needs `create` on \
+         `tokenreviews.authentication.k8s.io` and `subjectaccessreviews.authorization.k8s.io` (the \
+         chart's and kustomize's ClusterRole `…-metrics-auth`); a scraper needs the ClusterRole \
+         `…-metrics-reader` bound to its ServiceAccount, and the chart's ServiceMonitor scrapes \
+         with Prometheus' own token. `--metrics-secure=false` (chart: `metrics.secure: false`) \
+         serves plain HTTP to anyone who reaches the port.\n\n\
          The per-deployment series (`deepinfer_deployment_*`) name the resource's own namespace in \
          `namespace`. Prometheus keeps it only when the scrape honours the target's labels: the \
          chart's ServiceMonitor sets `honorLabels: true` (as kube-state-metrics does); a scrape \

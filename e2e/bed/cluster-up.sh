@@ -19,6 +19,7 @@ alive() { [ -f "$bed/pids/$1" ] && kill -0 "$(cat "$bed/pids/$1")" 2>/dev/null; 
 # a host without a non-loopback address never has one (marker no-external-metrics).
 if alive kube-apiserver && alive etcd && alive kube-controller-manager && alive kube-scheduler && alive node-agent \
    && { alive external-metrics || [ -f "$bed/no-external-metrics" ]; } \
+   && [ -f "$bed/deepinfer-runtime/examples/offline_inference.py" ] \
    && "$bed/bin/kubectl" --kubeconfig "$bed/kubeconfig" get --raw /readyz >/dev/null 2>&1; then
   echo "cluster-up: test bed already running ($(sed -n 's/.*server: //p' "$bed/kubeconfig"))"
   exit 0
@@ -266,6 +267,21 @@ chmod +x "$bed/bin/deepinfer-llama-cpp"
 
 external_metrics
 
+# DeepInfer's runtime image, as far as the bed can have it: its offline example (the default
+# acceptance engine) needs GPUs and DeepSeek weights, so the stand-in replays the shot-planner
+# sample's valid answers through the stand-in engine, with the flags the run gave it. The node
+# agent binds this directory at /opt/deepinfer in every executed engine container.
+fake_engine="$(dirname "${OPERATOR_BIN:-$root/target/debug/deepinfer-operator}")/deepinfer-fake-engine"
+mkdir -p "$bed/deepinfer-runtime/examples"
+cat > "$bed/deepinfer-runtime/examples/offline_inference.py" <<EXAMPLE
+#!/usr/bin/env python3
+# The test bed's stand-in for DeepInfer's offline example (written by cluster-up.sh).
+import os, sys
+engine = "$fake_engine"
+canned = "$root/e2e/fixtures/shot-planner/valid-2-2-2.jsonl"
+os.execv(engine, [engine, *sys.argv[1:], "--canned", canned])
+EXAMPLE
+
 agent="${NODE_AGENT_BIN:-$root/target/debug/deepinfer-node-agent}"
 operator_bin="${OPERATOR_BIN:-$root/target/debug/deepinfer-operator}"
 # The Jobs' binary, beside the operator's in its image.
@@ -276,7 +292,8 @@ fi
 launch node-agent "$agent" --kubeconfig "$bed/kubeconfig" --topology "${TOPOLOGY:-$here/topology.yaml}" \
   --state-dir "$bed/agent" --own-binary "deepinfer-operator=$operator_bin" \
   --own-binary "deepinfer-runner=$runner_bin" \
-  --own-binary "deepinfer-llama-cpp=$bed_abs/bin/deepinfer-llama-cpp"
+  --own-binary "deepinfer-llama-cpp=$bed_abs/bin/deepinfer-llama-cpp" \
+  --runtime-files "$bed_abs/deepinfer-runtime"
 
 # Ready when the nodes are registered and the service-account controller made the default SA.
 for ((i = 0; i < 300; i++)); do

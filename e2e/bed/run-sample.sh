@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make run`: on a running bed, install the CRD, start the operator (as a local process with the
-# bed's admin identity), put the fixture checkpoint on a real PersistentVolume, apply the sample
-# deployment and show what the operator made of it.
+# bed's admin identity), give the sample's checkpoint claim a real PersistentVolume holding the
+# fixture checkpoint, apply the sample deployment unchanged and show what the operator made of it.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 bed="${TESTBED_DIR:-$root/.testbed}"
@@ -23,39 +23,12 @@ if ! { [ -f "$bed/pids/operator" ] && kill -0 "$(cat "$bed/pids/operator")" 2>/d
   echo $! > "$bed/pids/operator"
 fi
 
-# The fixture checkpoint on a hostPath PersistentVolume, bound by the real PV controller.
-vol="$bed/volumes/sample-checkpoint"
-mkdir -p "$vol/model" && cp -r "$root/e2e/fixtures/checkpoint/." "$vol/model/"
-k apply -f - >/dev/null <<PV
-apiVersion: v1
-kind: PersistentVolume
-metadata: {name: sample-checkpoint}
-spec:
-  capacity: {storage: 1Gi}
-  accessModes: [ReadWriteOnce, ReadOnlyMany]
-  persistentVolumeReclaimPolicy: Retain
-  storageClassName: ""
-  claimRef: {namespace: default, name: deepseek-checkpoint}
-  hostPath: {path: $vol, type: Directory}
-PV
-k apply -f - >/dev/null <<PVC
-apiVersion: v1
-kind: PersistentVolumeClaim
-metadata: {name: deepseek-checkpoint, namespace: default}
-spec:
-  accessModes: [ReadWriteOnce]
-  storageClassName: ""
-  volumeName: sample-checkpoint
-  resources: {requests: {storage: 1Gi}}
-PVC
-# The sample as users write it, except that its acceptance engine is the stand-in engine
-# (no GPU, no DeepInfer weights here) replaying valid shot-planner outputs.
-fixtures="$root/e2e/fixtures/shot-planner"
-engine=$(jq -cn --arg bin "$root/target/debug/deepinfer-fake-engine" --arg canned "$fixtures/valid-2-2-2.jsonl" \
-  '{command: [$bin, "{serving_args}", "--prompts", "{prompts_file}", "--output", "{outputs_file}",
-              "--check_structured_output", "--canned", $canned]}')
-k create --dry-run=client -o json -f "$root/config/samples/nvidia-colocated.yaml" \
-  | jq --argjson engine "$engine" '.spec.acceptance.engine = $engine' | k apply --server-side -f -
+# The claim and the sample as users apply them; the bed's storage gives the claim a volume holding
+# the fixture checkpoint, and the bed's stand-in for DeepInfer's runtime image replays the
+# sample's answers (no GPU, no DeepSeek weights here).
+PATH="$bed/bin:$PATH" KUBECONFIG="$bed/kubeconfig" "$root/e2e/bed/checkpoint-volume.sh" default deepseek-checkpoint >/dev/null
+k apply -f "$root/config/samples/checkpoint-pvc.yaml" >/dev/null
+k apply --server-side -f "$root/config/samples/nvidia-colocated.yaml"
 
 echo "Waiting for the checkpoint to be verified, the acceptance workload to pass and the workers to be ready…"
 if ! k wait --for=condition=Ready --timeout=180s did/flash >/dev/null; then

@@ -60,7 +60,14 @@ pub struct ExecConfig {
     pub kill_grace: Duration,
     /// Visible-devices variable per simulated DRA driver (see `dra.rs`).
     pub device_env: BTreeMap<String, String>,
+    /// The files of DeepInfer's runtime image that cannot exist here, bound read-only at
+    /// [`RUNTIME_FILES_TARGET`] in every executed container of an image that is not the
+    /// project's own (see `--runtime-files`).
+    pub runtime_files: Option<PathBuf>,
 }
+
+/// Where DeepInfer's runtime image keeps its examples (`examples/offline_inference.py`).
+pub const RUNTIME_FILES_TARGET: &str = "/opt/deepinfer";
 
 struct PodRun {
     uid: String,
@@ -647,6 +654,17 @@ impl PodCtx {
         let termination_log = self.container_dir(&c.name).join("termination-log");
         tokio::fs::write(&termination_log, b"").await?;
         let mut binds = plan::plan_binds(c, volumes)?;
+        let own_image = c
+            .image
+            .as_deref()
+            .is_some_and(|i| self.cfg.bin_dir.join(plan::image_name(i)).exists());
+        if let Some(files) = self.cfg.runtime_files.as_ref().filter(|_| !own_image) {
+            binds.push(Bind {
+                source: files.clone(),
+                target: RUNTIME_FILES_TARGET.into(),
+                read_only: true,
+            });
+        }
         binds.push(Bind {
             source: termination_log,
             target: c

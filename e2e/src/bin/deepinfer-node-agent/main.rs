@@ -70,6 +70,12 @@ struct Cli {
     /// and a command word `IMAGE_NAME` or `.../IMAGE_NAME` runs the local binary PATH. Repeatable.
     #[arg(long = "own-binary", value_name = "IMAGE_NAME=PATH")]
     own_binaries: Vec<String>,
+    /// The files of DeepInfer's runtime image that cannot exist here (its offline example, which
+    /// needs GPUs and DeepSeek weights): bound read-only at `/opt/deepinfer` in every executed
+    /// container of an image that is not one of the project's own. `cluster-up.sh` writes a
+    /// stand-in `examples/offline_inference.py` that replays the samples' answers.
+    #[arg(long)]
+    runtime_files: Option<PathBuf>,
     /// Number of pods synced concurrently.
     #[arg(long, default_value_t = 8)]
     workers: usize,
@@ -154,6 +160,7 @@ async fn run(cli: Cli) -> Result<()> {
         api_port,
         kill_grace: Duration::from_secs(cli.kill_grace_seconds),
         device_env,
+        runtime_files: cli.runtime_files.map(std::path::absolute).transpose()?,
     });
     let agent = pods::PodAgent::start(client, nodes, own, runtime, cli.workers, resumed_rx);
     info!("node agent running");

@@ -217,3 +217,176 @@ async fn secure_metrics_serve_only_callers_the_api_server_allows() {
     support::kubectl_ok(&["delete", "clusterrolebinding,clusterrole", &reader]);
     drop(operator);
 }
+
+/// The chart's ServiceMonitor (rendered by the bed's helm) as the scrape configuration the
+/// Prometheus Operator makes of it, for the target `address` of an operator running in
+/// `operator_ns`: the endpoint's scheme, path, `honorLabels`, TLS settings and bearer token (the
+/// scraper's, from `token_file`), and the target label `namespace` the operator's relabelling
+/// gives every target (the namespace of the scraped Service). A second job, the same but with
+/// `honor_labels: false`, shows what the setting keeps.
+fn scrape_config_of_the_service_monitor(
+    address: std::net::SocketAddr,
+    operator_ns: &str,
+    token_file: &std::path::Path,
+) -> serde_json::Value {
+    let out = std::process::Command::new(support::bed_dir().join("bin/helm"))
+        .args(["template", "rel"])
+        .arg(support::repo_root().join("charts/deepinfer-operator"))
+        .args(["--namespace", operator_ns])
+        .args(["--set", "metrics.serviceMonitor.enabled=true"])
+        .args(["--show-only", "templates/servicemonitor.yaml"])
+        .output()
+        .expect("running helm");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let monitor: serde_json::Value =
+        serde_yaml::from_slice(&out.stdout).expect("the ServiceMonitor is YAML");
+    let endpoint = &monitor["spec"]["endpoints"][0];
+    assert_eq!(
+        endpoint["bearerTokenFile"], "/var/run/secrets/kubernetes.io/serviceaccount/token",
+        "the scrape presents Prometheus' own token: {endpoint}"
+    );
+    let job = |name: &str, honor: &serde_json::Value| {
+        serde_json::json!({
+            "job_name": name,
+            "scrape_interval": "1s",
+            "scrape_timeout": "1s",
+            "honor_labels": honor,
+            "scheme": endpoint["scheme"],
+            "metrics_path": endpoint["path"],
+            "authorization": {"type": "Bearer", "credentials_file": token_file},
+            "tls_config": {"insecure_skip_verify": endpoint["tlsConfig"]["insecureSkipVerify"]},
+            "static_configs": [{
+                "targets": [address.to_string()],
+                "labels": {"namespace": operator_ns}
+            }]
+        })
+    };
+    serde_json::json!({
+        "scrape_configs": [
+            job("service-monitor", &endpoint["honorLabels"]),
+            job("without-honor-labels", &serde_json::json!(false)),
+        ]
+    })
+}
+
+/// The result of the instant query `query` on the Prometheus at `address`.
+async fn prometheus_query(address: std::net::SocketAddr, query: &str) -> Vec<serde_json::Value> {
+    let encoded: String = query
+        .bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'_' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect();
+    get(address, &format!("/api/v1/query?query={encoded}"))
+        .await
+        .filter(|r| r.status == 200)
+        .and_then(|r| serde_json::from_str::<serde_json::Value>(&r.body).ok())
+        .and_then(|v| v["data"]["result"].as_array().cloned())
+        .unwrap_or_default()
+}
+
+/// A real Prometheus (Debian's) scraping the operator's HTTPS `/metrics` as the chart's
+/// ServiceMonitor makes it scrape, with a token bound to the chart's metrics-reader ClusterRole:
+/// the per-deployment series keep the resource's own namespace in `namespace` (not the
+/// operator's; `honor_labels: false` would have renamed it `exported_namespace`), and the
+/// Stalled alert's expression of docs/metrics.md names that namespace.
+#[tokio::test]
+async fn prometheus_scraping_as_the_service_monitor_does_keeps_each_resource_namespace() {
+    let client = support::client().await;
+    support::ensure_crd();
+    let ns = TestNamespace::new(&client, "promscrape").await;
+    let address = free_address();
+    let mut operator = OperatorProcess::start(&ns.name, address, &["--metrics-secure"], &[]);
+    let api: Api<DeepInferDeployment> = Api::namespaced(client.clone(), &ns.name);
+    api.create(
+        &PostParams::default(),
+        &support::unlicensed_deployment("unlicensed"),
+    )
+    .await
+    .expect("creating the DeepInferDeployment");
+
+    // The scraper's identity, bound to the chart's reader ClusterRole (renamed for this test).
+    support::kubectl_ok(&["-n", &ns.name, "create", "serviceaccount", "prometheus"]);
+    let reader = format!("{}-metrics-reader", ns.name);
+    support::kubectl_ok(&[
+        "create",
+        "clusterrole",
+        &reader,
+        "--verb=get",
+        "--non-resource-url=/metrics",
+    ]);
+    support::kubectl_ok(&[
+        "create",
+        "clusterrolebinding",
+        &reader,
+        &format!("--clusterrole={reader}"),
+        &format!("--serviceaccount={}:prometheus", ns.name),
+    ]);
+    let dir = std::env::temp_dir().join(format!("deepinfer-prometheus-{}", ns.name));
+    std::fs::create_dir_all(&dir).expect("a scratch directory");
+    let token_file = dir.join("token");
+    let token = support::kubectl_ok(&["-n", &ns.name, "create", "token", "prometheus"]);
+    std::fs::write(&token_file, token.trim()).expect("writing the token");
+    let config = scrape_config_of_the_service_monitor(address, "deepinfer-system", &token_file);
+    let config_file = dir.join("prometheus.yml");
+    std::fs::write(&config_file, config.to_string()).expect("writing the configuration");
+
+    let web = free_address();
+    let mut prometheus = std::process::Command::new("prometheus")
+        .arg(format!("--config.file={}", config_file.display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("data").display()
+        ))
+        .arg(format!("--web.listen-address={web}"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(dir.join("prometheus.log")).expect("a log file"))
+        .spawn()
+        .expect("starting prometheus (Debian's package, installed by make provision)");
+
+    let series = support::eventually(TIMEOUT, "Prometheus to hold the stalled series", || {
+        operator.assert_running();
+        async move {
+            let found = prometheus_query(web, "deepinfer_deployment_stalled").await;
+            (found.len() == 2).then_some(found)
+        }
+    })
+    .await;
+    let of_job = |job: &str| {
+        series
+            .iter()
+            .find(|s| s["metric"]["job"] == job)
+            .map(|s| s["metric"].clone())
+            .unwrap_or_else(|| panic!("a series of job {job}: {series:?}"))
+    };
+    let kept = of_job("service-monitor");
+    assert_eq!(kept["namespace"], ns.name.as_str(), "{kept}");
+    assert_eq!(kept["name"], "unlicensed", "{kept}");
+    assert!(kept.get("exported_namespace").is_none(), "{kept}");
+    let renamed = of_job("without-honor-labels");
+    assert_eq!(renamed["namespace"], "deepinfer-system", "{renamed}");
+    assert_eq!(renamed["exported_namespace"], ns.name.as_str(), "{renamed}");
+
+    let alert = prometheus_query(
+        web,
+        r#"max by (namespace, name, reason, job) (deepinfer_deployment_stalled{job="service-monitor"}) > 0"#,
+    )
+    .await;
+    assert_eq!(alert.len(), 1, "{alert:?}");
+    assert_eq!(
+        alert[0]["metric"]["namespace"],
+        ns.name.as_str(),
+        "{alert:?}"
+    );
+
+    let _ = prometheus.kill();
+    let _ = prometheus.wait();
+    support::kubectl_ok(&["delete", "clusterrolebinding,clusterrole", &reader]);
+    let _ = std::fs::remove_dir_all(&dir);
+    drop(operator);
+}

@@ -128,7 +128,9 @@ pub fn metrics_reference() -> String {
          `namespace`. Prometheus keeps it only when the scrape honours the target's labels: the \
          chart's ServiceMonitor sets `honorLabels: true` (as kube-state-metrics does); a scrape \
          configured by hand needs `honor_labels: true`, or its `namespace` is the operator's and the \
-         resource's becomes `exported_namespace`.\n\n",
+         resource's becomes `exported_namespace` (a real Prometheus scraping as the ServiceMonitor \
+         does shows both: bed test \
+         `metrics::prometheus_scraping_as_the_service_monitor_does_keeps_each_resource_namespace`).\n\n",
     );
     out.push_str("| Series | Type | Labels | Meaning |\n|---|---|---|---|\n");
     for doc in &families {

@@ -978,6 +978,34 @@ fn assert_values_become_flags(values: &[(&str, &str, &str)], set: &[&str], refus
     assert!(err.contains(last), "{err}");
 }
 
+/// The fetch Jobs' outbound proxy is three values passed as flags (absent by default, the
+/// operator giving the Jobs no proxy); a value that is not a URL is refused by the schema.
+#[test]
+fn the_hub_proxy_is_values_passed_as_flags() {
+    let hub_flags = |sets: &[&str]| -> Vec<String> {
+        args(operator_container(one(&template(sets), "Deployment")))
+            .into_iter()
+            .filter(|a| a.starts_with("--hub-"))
+            .map(str::to_string)
+            .collect()
+    };
+    assert!(hub_flags(&[]).is_empty(), "{:?}", hub_flags(&[]));
+    assert_eq!(
+        hub_flags(&[
+            "hub.proxy.httpsProxy=http://proxy.corp:3128",
+            "hub.proxy.httpProxy=http://proxy.corp:3128",
+            "hub.proxy.noProxy=mirror.internal\\,10.0.0.0/8",
+        ]),
+        [
+            "--hub-https-proxy=http://proxy.corp:3128",
+            "--hub-http-proxy=http://proxy.corp:3128",
+            "--hub-no-proxy=mirror.internal,10.0.0.0/8",
+        ]
+    );
+    let err = template_err(&["hub.proxy.httpsProxy=proxy.corp:3128"]);
+    assert!(err.contains("httpsProxy"), "{err}");
+}
+
 #[test]
 fn job_deadlines_are_values_passed_as_flags() {
     assert_values_become_flags(

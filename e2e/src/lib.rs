@@ -5,6 +5,7 @@
 pub mod audit;
 pub mod faults;
 pub mod fixture_hub;
+pub mod forward_proxy;
 pub mod harness;
 pub mod monitor;
 pub mod operator_process;

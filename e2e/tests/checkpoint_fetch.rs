@@ -3,6 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use deepinfer_e2e::fixture_hub::{self, Fault, HubConfig, FIXTURE_REPO, FIXTURE_REVISION};
+use deepinfer_operator::checkpoint::proxy::Proxies;
 use deepinfer_operator::checkpoint::{
     self, fetch_checkpoint, verify_dir, Expectations, FetchReport, FetchRequest, VerifyReport,
     MARKER_FILE,
@@ -36,6 +37,7 @@ fn request(hub: &fixture_hub::FixtureHub, dest: &Path, token: Option<&str>) -> F
         dest: dest.to_path_buf(),
         endpoint: hub.endpoint(),
         token: token.map(Into::into),
+        proxies: Proxies::none(),
     }
 }
 
@@ -419,4 +421,89 @@ async fn a_second_revision_is_refused_in_a_directory_holding_another() {
         second.requests()
     );
     assert!(verify(&dest.0).ok, "the first revision is intact");
+}
+
+/// With `HTTP_PROXY` the whole fetch (the listing, the files and the CDN redirects) goes through
+/// the proxy, whose credentials go with each request; with the hub's host in `NO_PROXY` it goes
+/// straight to the hub.
+#[tokio::test]
+async fn a_fetch_goes_through_the_proxy_unless_no_proxy_names_the_hub() {
+    use deepinfer_e2e::forward_proxy::ForwardProxy;
+    let hub = fixture_hub::serve(HubConfig::fixture()).await.unwrap();
+    // "user:secret", as Basic credentials.
+    let proxy = ForwardProxy::start(true, Some("Basic dXNlcjpzZWNyZXQ=")).await;
+    let through = format!("http://user:secret@{}", proxy.address);
+
+    let dest = Scratch::new("proxied");
+    let mut req = request(&hub, &dest.0, None);
+    req.proxies = Proxies::new("", &through, "");
+    let report = fetch_checkpoint(&req).await;
+    assert!(report.ok, "{:#?}", report.problems);
+    assert!(verify(&dest.0).ok);
+    let seen = proxy.seen();
+    let hub_host = hub.endpoint().trim_start_matches("http://").to_owned();
+    assert!(
+        seen.iter().any(|s| s
+            .line
+            .starts_with(&format!("GET http://{hub_host}/api/models/"))),
+        "the listing went through the proxy: {seen:#?}"
+    );
+    assert!(
+        seen.iter().filter(|s| s.line.contains("/resolve/")).count() >= 6,
+        "every file went through the proxy: {seen:#?}"
+    );
+    assert!(
+        seen.iter()
+            .all(|s| s.authorization.as_deref() == Some("Basic dXNlcjpzZWNyZXQ=")),
+        "{seen:#?}"
+    );
+
+    let direct = Scratch::new("unproxied");
+    let mut req = request(&hub, &direct.0, None);
+    req.proxies = Proxies::new("", &through, "127.0.0.1");
+    let before = proxy.seen().len();
+    let report = fetch_checkpoint(&req).await;
+    assert!(report.ok, "{:#?}", report.problems);
+    assert_eq!(
+        proxy.seen().len(),
+        before,
+        "NO_PROXY hosts are reached directly"
+    );
+}
+
+/// An https hub is reached through `HTTPS_PROXY` by a CONNECT tunnel to its host and port (TLS
+/// runs inside, to the hub itself): the proxy sees only `CONNECT host:443`, with the proxy's
+/// credentials. When the proxy refuses, the fetch fails naming the URL and the proxy, without
+/// its credentials.
+#[tokio::test]
+async fn https_hub_urls_are_tunnelled_through_the_https_proxy() {
+    use deepinfer_e2e::forward_proxy::ForwardProxy;
+    let proxy = ForwardProxy::start(false, None).await;
+    let dest = Scratch::new("tunnelled");
+    let req = FetchRequest {
+        repo: FIXTURE_REPO.into(),
+        revision: FIXTURE_REVISION.into(),
+        dest: dest.0.clone(),
+        endpoint: "https://hub.example.test".into(),
+        token: None,
+        proxies: Proxies::new(&format!("http://user:secret@{}", proxy.address), "", ""),
+    };
+    req.validate().unwrap();
+    let report = fetch_checkpoint(&req).await;
+    assert!(!report.ok);
+    let seen = proxy.seen();
+    assert!(!seen.is_empty(), "the proxy was asked");
+    assert!(
+        seen.iter()
+            .all(|s| s.line == "CONNECT hub.example.test:443 HTTP/1.1"
+                && s.authorization.as_deref() == Some("Basic dXNlcjpzZWNyZXQ=")),
+        "{seen:#?}"
+    );
+    let problems = report.problems.join("\n");
+    assert!(
+        problems.contains(&format!("(through proxy http://{})", proxy.address))
+            && problems.contains("https://hub.example.test/api/models/"),
+        "{problems}"
+    );
+    assert!(!problems.contains("secret"), "{problems}");
 }

@@ -526,9 +526,12 @@ async fn a_corrupt_shard_fails_verification_naming_the_shard() {
     op.stop().await;
 }
 
+/// The fetch Job reaches the hub through the outbound proxy the operator was given
+/// (`--hub-http-proxy`, as the Job's `HTTP_PROXY`), then the checkpoint is verified.
 #[tokio::test]
-async fn gpu_a_hub_source_is_fetched_by_a_job_then_verified() {
+async fn gpu_a_hub_source_is_fetched_by_a_job_through_the_proxy_then_verified() {
     use deepinfer_e2e::fixture_hub::{self, HubConfig};
+    let proxy = deepinfer_e2e::forward_proxy::ForwardProxy::start(true, None).await;
     let client = support::client().await;
     support::ensure_crd();
     let ns = TestNamespace::new(&client, "hub").await;
@@ -544,8 +547,10 @@ async fn gpu_a_hub_source_is_fetched_by_a_job_then_verified() {
     let api: Api<DeepInferDeployment> = Api::namespaced(client.clone(), &ns.name);
     // The fixture hub is the one endpoint this operator may fetch from.
     let endpoint = hub.endpoint();
+    let through = proxy.url();
     let op = Operator::start_with(&ns.name, &["mit"], |s| {
         s.allowed_hub_endpoints = vec![endpoint];
+        s.hub_proxy.http = through;
     })
     .await;
     let mut obj = nvidia("fetched", 0, 8);
@@ -570,6 +575,16 @@ async fn gpu_a_hub_source_is_fetched_by_a_job_then_verified() {
         ))),
         "the fetch Job listed the pinned revision through the hub API: {:?}",
         hub.requests()
+    );
+    let seen = proxy.seen();
+    assert!(
+        seen.iter().any(|r| r.line.starts_with(&format!(
+            "GET {}/api/models/{}/revision/{}",
+            hub.endpoint(),
+            fixture_hub::FIXTURE_REPO,
+            fixture_hub::FIXTURE_REVISION
+        ))),
+        "the fetch Job asked through the proxy: {seen:?}"
     );
     let jobs: Api<Job> = Api::namespaced(client.clone(), &ns.name);
     let names: Vec<String> = jobs

@@ -203,6 +203,8 @@ pub struct FetchRequest {
     pub endpoint: String,
     /// Bearer token for gated or private repositories.
     pub token: Option<String>,
+    /// The outbound proxies (`HTTPS_PROXY`, `HTTP_PROXY`, `NO_PROXY` in the Job).
+    pub proxies: super::proxy::Proxies,
 }
 
 impl FetchRequest {
@@ -597,7 +599,7 @@ impl Failure {
     }
 }
 
-type HttpClient = Client<HttpsConnector<HttpConnector>, Empty<Bytes>>;
+type HttpClient = Client<HttpsConnector<super::proxy::ProxyConnector>, Empty<Bytes>>;
 
 struct Hub<'a> {
     client: HttpClient,
@@ -614,7 +616,7 @@ impl<'a> Hub<'a> {
             .map(|d| d.subsec_nanos())
             .unwrap_or(0);
         Ok(Self {
-            client: http_client()?,
+            client: http_client(req.proxies.clone())?,
             req,
             base: req.endpoint.trim_end_matches('/').to_string(),
             run: format!("{}-{nanos:08x}", std::process::id()),
@@ -805,13 +807,19 @@ impl<'a> Hub<'a> {
                     request = request.header(header::AUTHORIZATION, format!("Bearer {token}"));
                 }
             }
+            if let Some(auth) = self.req.proxies.authorization_for(&uri) {
+                request = request.header(header::PROXY_AUTHORIZATION, auth);
+            }
             let request = request.body(Empty::new()).map_err(|e| {
                 Failure::permanent(format!(
                     "{}: bad request: {e}",
                     display_url(&uri.to_string())
                 ))
             })?;
-            let shown = display_url(&uri.to_string());
+            let shown = match self.req.proxies.shown_for(&uri) {
+                Some(proxy) => format!("{} (through proxy {proxy})", display_url(&uri.to_string())),
+                None => display_url(&uri.to_string()),
+            };
             let response =
                 match tokio::time::timeout(IDLE_TIMEOUT, self.client.request(request)).await {
                     Err(_) => {
@@ -846,6 +854,7 @@ impl<'a> Hub<'a> {
             }
             let hint = match status.as_u16() {
                 401 | 403 => "the repository is gated or private: set HF_TOKEN to a token whose account accepted the model's terms",
+                407 => "the proxy wants credentials: give them in the proxy URL (http://user:password@host:port)",
                 404 => "check spec.model.name and the revision exist on the hub (and --endpoint)",
                 429 => "rate limited by the hub: the Job retries",
                 _ if status.is_server_error() => "the hub failed: the Job retries",
@@ -900,7 +909,7 @@ async fn backoff(attempt: u32) {
     }
 }
 
-fn http_client() -> Result<HttpClient, String> {
+fn http_client(proxies: super::proxy::Proxies) -> Result<HttpClient, String> {
     let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
     let builder = match hyper_rustls::HttpsConnectorBuilder::new()
         .with_provider_and_native_roots(provider.clone())
@@ -918,7 +927,10 @@ fn http_client() -> Result<HttpClient, String> {
     let mut http = HttpConnector::new();
     http.enforce_http(false);
     http.set_connect_timeout(Some(CONNECT_TIMEOUT));
-    let connector = builder.https_or_http().enable_http1().wrap_connector(http);
+    let connector = builder
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(super::proxy::ProxyConnector::new(http, proxies));
     Ok(Client::builder(TokioExecutor::new()).build(connector))
 }
 
@@ -1025,6 +1037,7 @@ mod tests {
             dest: PathBuf::from("/tmp/x"),
             endpoint: DEFAULT_ENDPOINT.into(),
             token: None,
+            proxies: crate::checkpoint::proxy::Proxies::none(),
         };
         assert!(ok.validate().is_ok());
         let with = |f: &dyn Fn(&mut FetchRequest)| {

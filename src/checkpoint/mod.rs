@@ -6,6 +6,7 @@
 
 pub mod fetch;
 pub mod paths;
+pub mod proxy;
 pub mod report;
 pub mod safetensors;
 pub mod verify;
@@ -82,6 +83,7 @@ pub async fn fetch(args: FetchArgs) -> anyhow::Result<i32> {
         dest: args.dest,
         endpoint: args.endpoint,
         token: std::env::var("HF_TOKEN").ok().filter(|t| !t.is_empty()),
+        proxies: proxy::Proxies::from_env(),
     };
     if let Err(problem) = request.validate() {
         eprintln!("deepinfer-runner fetch-checkpoint: {problem}");

@@ -41,6 +41,18 @@ pub struct RunArgs {
     /// case in scheme and host, default port or trailing `/`.
     #[arg(long, env = "DEEPINFER_ALLOWED_HUB_ENDPOINTS", value_delimiter = ',', default_value = crate::controller::gates::spec::references::DEFAULT_HUB_ENDPOINT)]
     pub allowed_hub_endpoints: Vec<String>,
+    /// Proxy of the fetch Jobs' https requests to the hub, given to them as `HTTPS_PROXY`
+    /// (`http://[user:password@]host:port`; a CONNECT tunnel, TLS to the hub end to end).
+    /// Credentials in the URL are readable in the Job's spec by whoever may read Jobs there.
+    #[arg(long, env = "DEEPINFER_HUB_HTTPS_PROXY", default_value = "")]
+    pub hub_https_proxy: String,
+    /// Proxy of the fetch Jobs' plain http requests to the hub, given to them as `HTTP_PROXY`.
+    #[arg(long, env = "DEEPINFER_HUB_HTTP_PROXY", default_value = "")]
+    pub hub_http_proxy: String,
+    /// Hosts the fetch Jobs reach directly, given to them as `NO_PROXY` (comma-separated names,
+    /// which include their subdomains, IP addresses, CIDR blocks, or `*`).
+    #[arg(long, env = "DEEPINFER_HUB_NO_PROXY", default_value = "")]
+    pub hub_no_proxy: String,
     /// Image of this operator, used for its own Jobs (fetch, verify, the acceptance judge) and the injection into the engine image.
     #[arg(long, env = "DEEPINFER_OPERATOR_IMAGE", default_value = concat!("deepinfer-operator:", env!("CARGO_PKG_VERSION")))]
     pub operator_image: String,
@@ -239,6 +251,8 @@ pub struct Context {
     pub accepted_licenses: Vec<String>,
     /// Hub endpoints a fetch Job may use (`--allowed-hub-endpoints`).
     pub allowed_hub_endpoints: Vec<String>,
+    /// The proxies fetch Jobs reach the hub through.
+    pub hub_proxy: build::HubProxy,
     /// Image of this operator for its Jobs.
     pub operator_image: String,
     /// Devices per node, per accelerator type.
@@ -309,6 +323,7 @@ impl Context {
             operator_image: &self.operator_image,
             deadlines: &self.job_deadlines,
             allowed_hub_endpoints: &self.allowed_hub_endpoints,
+            hub_proxy: &self.hub_proxy,
             retention: self.retention,
             limits: &self.limits,
             partial_group_timeout: self.partial_group_timeout,
@@ -440,6 +455,8 @@ pub struct Settings {
     pub accepted_licenses: Vec<String>,
     /// Hub endpoints a fetch Job may use.
     pub allowed_hub_endpoints: Vec<String>,
+    /// The proxies fetch Jobs reach the hub through.
+    pub hub_proxy: build::HubProxy,
     /// Image of this operator.
     pub operator_image: String,
     /// Devices per node.
@@ -504,6 +521,7 @@ impl Settings {
             allowed_hub_endpoints: vec![
                 crate::controller::gates::spec::references::DEFAULT_HUB_ENDPOINT.into(),
             ],
+            hub_proxy: build::HubProxy::default(),
             operator_image: concat!("deepinfer-operator:", env!("CARGO_PKG_VERSION")).into(),
             limits: DeviceLimits::default(),
             job_deadlines: build::JobDeadlines::default(),
@@ -536,6 +554,11 @@ impl From<&RunArgs> for Settings {
                 .map(|s| s.trim().to_string())
                 .filter(|s| !s.is_empty())
                 .collect(),
+            hub_proxy: build::HubProxy {
+                https: a.hub_https_proxy.trim().to_string(),
+                http: a.hub_http_proxy.trim().to_string(),
+                no: a.hub_no_proxy.trim().to_string(),
+            },
             operator_image: a.operator_image.clone(),
             limits: DeviceLimits {
                 nvidia: a.max_devices_nvidia,
@@ -582,6 +605,7 @@ pub fn context(
         client,
         accepted_licenses: settings.accepted_licenses.clone(),
         allowed_hub_endpoints: settings.allowed_hub_endpoints.clone(),
+        hub_proxy: settings.hub_proxy.clone(),
         operator_image: settings.operator_image.clone(),
         limits: settings.limits,
         job_deadlines: settings.job_deadlines,

@@ -33,6 +33,36 @@ pub struct JobDeadlines {
     pub verify_seconds: i64,
 }
 
+/// The outbound proxies a fetch Job reaches the hub through (`--hub-https-proxy`,
+/// `--hub-http-proxy`, `--hub-no-proxy`), given to it as `HTTPS_PROXY`, `HTTP_PROXY` and
+/// `NO_PROXY` (`checkpoint::proxy` reads them as curl does); an empty value is left unset.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HubProxy {
+    /// Proxy of https hub URLs.
+    pub https: String,
+    /// Proxy of http hub URLs.
+    pub http: String,
+    /// Hosts reached directly.
+    pub no: String,
+}
+
+impl HubProxy {
+    fn env(&self) -> impl Iterator<Item = EnvVar> + '_ {
+        [
+            ("HTTPS_PROXY", &self.https),
+            ("HTTP_PROXY", &self.http),
+            ("NO_PROXY", &self.no),
+        ]
+        .into_iter()
+        .filter(|(_, value)| !value.is_empty())
+        .map(|(name, value)| EnvVar {
+            name: name.into(),
+            value: Some(value.clone()),
+            value_from: None,
+        })
+    }
+}
+
 /// Default fetch deadline: a day, room for a checkpoint of several hundred GB.
 pub const DEFAULT_FETCH_DEADLINE_SECONDS: i64 = 24 * 3600;
 /// Default verify deadline: an hour (verification reads headers and hashes nothing big).
@@ -164,6 +194,7 @@ pub fn fetch_job(
     did: &ValidatedDeployment,
     operator_image: &str,
     deadlines: &JobDeadlines,
+    proxy: &HubProxy,
 ) -> Option<Job> {
     let hub = did.spec.model.source.hub.as_ref()?;
     let rel = &did.checkpoint_dir;
@@ -179,7 +210,7 @@ pub fn fetch_job(
     if let Some(endpoint) = &hub.endpoint {
         args.extend(["--endpoint".into(), endpoint.clone()]);
     }
-    let mut env_vars = Vec::new();
+    let mut env_vars: Vec<EnvVar> = proxy.env().collect();
     if let Some(secret) = &hub.token_secret_name {
         env_vars.push(EnvVar {
             name: "HF_TOKEN".into(),

@@ -675,7 +675,8 @@ fn fetch_and_verify_jobs_carry_the_configured_deadlines() {
         fetch_seconds: 7200,
         verify_seconds: 600,
     };
-    let fetch = fetch_job(&d, "op:1", &deadlines).expect("hub source fetches");
+    let fetch =
+        fetch_job(&d, "op:1", &deadlines, &HubProxy::default()).expect("hub source fetches");
     let verify = verify_job(&d, "op:1", &deadlines);
     let deadline = |j: &Job| j.spec.as_ref().and_then(|s| s.active_deadline_seconds);
     assert_eq!(deadline(&fetch), Some(7200));
@@ -684,6 +685,59 @@ fn fetch_and_verify_jobs_carry_the_configured_deadlines() {
     assert!(
         defaults.fetch_seconds >= 6 * 3600 && defaults.verify_seconds >= 600,
         "defaults leave room for a large checkpoint: {defaults:?}"
+    );
+}
+
+/// The fetch Job reaches the hub through the proxies the operator was given, as the standard
+/// variables; unset ones are absent, and only the fetch Job carries them.
+#[test]
+fn the_fetch_job_carries_the_hub_proxies() {
+    let mut d = raw(
+        json!({"type": "NVIDIA"}),
+        json!([{"name": "worker", "replicas": 1, "parallel": {"tensor": 8}}]),
+    );
+    d.spec.model.source = serde_json::from_value(json!({"hub": {
+        "revision": "3f1c2a9d8e7b6c5d4e3f2a1b0c9d8e7f6a5b4c3d", "claimName": "ckpt"}}))
+    .expect("hub source");
+    let d = valid(d);
+    let deadlines = JobDeadlines::default();
+    let env = |proxy: &HubProxy| -> Vec<(String, Option<String>)> {
+        let job = fetch_job(&d, "op:1", &deadlines, proxy).expect("hub source fetches");
+        job.spec.unwrap().template.spec.unwrap().containers[0]
+            .env
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|e| (e.name, e.value))
+            .collect()
+    };
+    let proxy = HubProxy {
+        https: "http://proxy.corp:3128".into(),
+        http: String::new(),
+        no: "mirror.internal,10.0.0.0/8".into(),
+    };
+    assert_eq!(
+        env(&proxy),
+        [
+            (
+                "HTTPS_PROXY".to_string(),
+                Some("http://proxy.corp:3128".to_string())
+            ),
+            (
+                "NO_PROXY".to_string(),
+                Some("mirror.internal,10.0.0.0/8".to_string())
+            ),
+        ]
+    );
+    assert!(env(&HubProxy::default()).is_empty());
+    let verify = verify_job(&d, "op:1", &deadlines);
+    let verify_env = verify.spec.unwrap().template.spec.unwrap().containers[0]
+        .env
+        .clone()
+        .unwrap_or_default();
+    assert!(
+        verify_env.iter().all(|e| !e.name.ends_with("_PROXY")),
+        "{verify_env:?}"
     );
 }
 
@@ -2420,7 +2474,8 @@ fn the_checkpoint_jobs_arguments_parse_back_to_what_the_spec_says() {
     .expect("hub source");
     let d = valid(d);
     let deadlines = JobDeadlines::default();
-    let fetch = fetch_job(&d, "op:1", &deadlines).expect("hub source fetches");
+    let fetch =
+        fetch_job(&d, "op:1", &deadlines, &HubProxy::default()).expect("hub source fetches");
     let mut commands = parsed_commands(&fetch);
     let Some((_, crate::cli::RunnerCommand::FetchCheckpoint(f))) = commands.pop() else {
         panic!("the fetch Job runs fetch-checkpoint");

@@ -70,7 +70,10 @@ pub fn settings() -> Settings<'static> {
     };
     static LIMITS: std::sync::OnceLock<DeviceLimits> = std::sync::OnceLock::new();
     static HUBS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    static PROXY: std::sync::OnceLock<crate::controller::build::HubProxy> =
+        std::sync::OnceLock::new();
     Settings {
+        hub_proxy: PROXY.get_or_init(Default::default),
         verdict_key: verdict_key(),
         record_node_domains: false,
         operator_image: "deepinfer-operator:test",
@@ -135,7 +138,7 @@ pub fn verify_job(did: &ValidatedDeployment, state: &str) -> Job {
 pub fn fetch_job(did: &ValidatedDeployment, state: &str) -> Job {
     let s = settings();
     in_state(
-        build::fetch_job(did, s.operator_image, s.deadlines).expect("a hub source"),
+        build::fetch_job(did, s.operator_image, s.deadlines, s.hub_proxy).expect("a hub source"),
         state,
     )
 }

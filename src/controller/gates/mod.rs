@@ -61,6 +61,8 @@ pub struct Settings<'a> {
     pub deadlines: &'a JobDeadlines,
     /// Hub endpoints a fetch Job may use.
     pub allowed_hub_endpoints: &'a [String],
+    /// The proxies a fetch Job reaches the hub through.
+    pub hub_proxy: &'a crate::controller::build::HubProxy,
     /// What is kept of evidence and finished Jobs.
     pub retention: Retention,
     /// Devices per node, per accelerator type.

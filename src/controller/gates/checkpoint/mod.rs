@@ -91,7 +91,9 @@ pub fn plan<'a>(
     let key = build::checkpoint_key(&did.spec);
     let deadlines = settings.deadlines;
     let create = |job| settings.create_job(job);
-    if let Some(fetch) = build::fetch_job(did, settings.operator_image, deadlines) {
+    if let Some(fetch) =
+        build::fetch_job(did, settings.operator_image, deadlines, settings.hub_proxy)
+    {
         let fetch_name = fetch.name_any();
         let fetching = Gate::Progressing(
             Reason::Fetching,

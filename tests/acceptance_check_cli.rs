@@ -135,6 +135,7 @@ fn the_sheet_of_kept_evidence_is_printed_as_a_table_and_bad_evidence_is_named() 
             28.0,
             true,
         ),
+        serving: None,
     };
     let m = manifest::build_manifest(&identity, facts, &ids, &parsed, &verdicts);
     let kept = dir.join("manifest.json");

@@ -784,3 +784,40 @@ pub fn evidence_key(cm: &k8s_openapi::api::core::v1::ConfigMap, key: &str) -> St
         .and_then(|d| d.get(key).cloned())
         .unwrap_or_else(|| panic!("evidence key {key}"))
 }
+
+/// One start of an `engine` container that the bed's node agent saw (a serving pod or an
+/// acceptance rank), from `<bed>/agent/engine-starts.jsonl`.
+#[derive(serde::Deserialize, Debug, Clone, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct EngineStart {
+    pub namespace: Option<String>,
+    pub deployment: String,
+    pub revision: Option<String>,
+    /// `worker` (serving) or `acceptance`.
+    pub component: Option<String>,
+    pub role: Option<String>,
+    pub group: Option<String>,
+    pub rank: Option<String>,
+    pub pod: String,
+    pub started_at: String,
+    pub executed: bool,
+}
+
+/// The engine starts of `deployment` in `ns` so far.
+pub fn engine_starts(ns: &str, deployment: &str) -> Vec<EngineStart> {
+    let text =
+        std::fs::read_to_string(bed_dir().join("agent/engine-starts.jsonl")).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<EngineStart>(l).ok())
+        .filter(|s| s.namespace.as_deref() == Some(ns) && s.deployment == deployment)
+        .collect()
+}
+
+/// The weight loads of `revision` of `deployment`: each start of a group's rank-0 engine, serving
+/// or acceptance (a group loads the model's weights once per start).
+pub fn weight_loads(ns: &str, deployment: &str, revision: &str) -> Vec<EngineStart> {
+    engine_starts(ns, deployment)
+        .into_iter()
+        .filter(|s| s.revision.as_deref() == Some(revision) && s.rank.as_deref() == Some("0"))
+        .collect()
+}

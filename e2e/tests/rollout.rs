@@ -251,6 +251,13 @@ async fn roll_to_new_image(
         serving.contains(&old) && serving.contains(&new),
         "{name}: the samples saw ready groups on {serving:?}, not on both {old} and {new}"
     );
+    let loads = support::weight_loads(ns, name, &new);
+    println!(
+        "{name}: weight loads of the new revision {new} (offline acceptance): {} ({} acceptance, {} serving)",
+        loads.len(),
+        loads.iter().filter(|s| s.component.as_deref() == Some("acceptance")).count(),
+        loads.iter().filter(|s| s.component.as_deref() == Some("worker")).count(),
+    );
     (min, max, after)
 }
 
@@ -271,6 +278,19 @@ async fn gpu_a_revision_change_with_surge_keeps_every_group_serving() {
         .all(|p| Some(label(p, "deepinfer.io/revision")) == after.revision.as_deref()));
     assert_eq!(after.roles[0].updated_groups, 2);
     assert_eq!(after.roles[0].rolling_out, None);
+    // Offline acceptance: the run's group loads the new revision's weights once, then each of
+    // the two serving groups does: three loads for two groups.
+    let revision = after.revision.clone().expect("the new revision");
+    let loads = support::weight_loads(&ns.name, "surge", &revision);
+    assert_eq!(loads.len(), 3, "{loads:#?}");
+    assert_eq!(
+        loads
+            .iter()
+            .filter(|s| s.component.as_deref() == Some("acceptance"))
+            .count(),
+        1,
+        "{loads:#?}"
+    );
     op.stop().await;
 }
 

@@ -46,8 +46,17 @@ pub struct AcceptArgs {
     pub work_dir: PathBuf,
     /// Judge only: do not run the engine; wait for the report that `run-engine` (in the engine's
     /// own container) leaves in this shared directory, then judge what it left there.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "endpoint")]
     pub engine_dir: Option<PathBuf>,
+    /// Judge a serving endpoint (`http://host:port`) instead of an engine run: every prompt is
+    /// sent to its `POST /v1/completions` (docs/engine-contract.md, "Serving API") once it
+    /// answers `GET /health` with 200, within the spec's `timeoutSeconds`.
+    #[arg(long)]
+    pub endpoint: Option<String>,
+    /// With `--endpoint`: requests in flight at once in the load pass, which measures capacity
+    /// after the judged pass (1: no load pass).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub load_concurrency: u32,
     /// Without `--engine-dir`: the serving command and arguments the template's
     /// `{serving_command}` and `{serving_args}` stand for (as `run-engine` takes them).
     #[command(flatten)]

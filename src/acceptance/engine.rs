@@ -155,12 +155,21 @@ pub enum EngineExit {
         /// Why.
         reason: String,
     },
+    /// No engine of the run's own: the judge asked a serving endpoint (`accept --endpoint`).
+    Served {
+        /// The endpoint.
+        endpoint: String,
+        /// Requests of the judged pass it did not answer usably: `id: why`.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        refused: Vec<String>,
+    },
 }
 
 impl EngineExit {
     /// Whether the engine exited normally with code 0.
     pub fn succeeded(&self) -> bool {
         matches!(self, Self::Exited { code: 0 })
+            || matches!(self, Self::Served { refused, .. } if refused.is_empty())
     }
 
     /// A failure reason, or `None` for a clean exit.
@@ -172,6 +181,12 @@ impl EngineExit {
             Self::TimedOut { seconds } => Some(format!("timed out after {seconds}s")),
             Self::SpawnFailed { error } => Some(format!("engine could not be started: {error}")),
             Self::Lost { reason } => Some(reason.clone()),
+            Self::Served { refused, .. } if refused.is_empty() => None,
+            Self::Served { endpoint, refused } => Some(format!(
+                "the serving endpoint {endpoint} gave no usable answer to {} request(s): {}",
+                refused.len(),
+                refused.join("; ")
+            )),
         }
     }
 }
@@ -217,7 +232,7 @@ impl Timings {
     }
 }
 
-fn round_ms(seconds: f64) -> f64 {
+pub(crate) fn round_ms(seconds: f64) -> f64 {
     (seconds * 1000.0).round() / 1000.0
 }
 

@@ -614,6 +614,7 @@ mod tests {
                 timeout_seconds: 1,
             },
             timings: Timings::default(),
+            serving: None,
         };
         build_manifest(
             &RunIdentity::default(),
@@ -746,6 +747,7 @@ mod tests {
                 timeout_seconds: 1,
             },
             timings: Timings::default(),
+            serving: None,
         };
         let manifest = build_manifest(&RunIdentity::default(), facts, &ids, &parsed, &verdicts);
         let e = assemble(manifest, outputs.as_bytes(), &verdicts, b"log\n", 0);

@@ -199,6 +199,9 @@ pub struct EngineReport {
     /// writable): the run is a runner error, not a verdict.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// What the judge measured of a serving endpoint (`accept --endpoint`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serving: Option<super::serving::ServingMeasurement>,
 }
 
 /// Longest string of the engine's report kept (argument, variable, device field, reason).
@@ -248,6 +251,11 @@ impl EngineReport {
         match &mut self.exit {
             EngineExit::SpawnFailed { error } => cut(error),
             EngineExit::Lost { reason } => cut(reason),
+            EngineExit::Served { endpoint, refused } => {
+                cut(endpoint);
+                refused.truncate(REPORT_ENTRIES);
+                refused.iter_mut().for_each(cut);
+            }
             EngineExit::Exited { .. }
             | EngineExit::Signalled { .. }
             | EngineExit::TimedOut { .. } => {}
@@ -313,6 +321,7 @@ fn failed_report(error: String, timeout: Duration) -> EngineReport {
         devices: DeviceInventory::default(),
         log_dropped: 0,
         error: Some(error),
+        serving: None,
     }
 }
 
@@ -384,6 +393,7 @@ pub async fn run_engine(
         devices,
         log_dropped: run.log.dropped,
         error: None,
+        serving: None,
     };
     (report, scrub_bytes(&run.log.to_vec(), &secrets))
 }
@@ -645,6 +655,7 @@ mod tests {
             },
             log_dropped: 0,
             error: Some(long.clone()),
+            serving: None,
         };
         let capped = report.capped();
         let size = serde_json::to_vec(&capped).expect("json").len();

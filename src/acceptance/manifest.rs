@@ -336,6 +336,10 @@ pub struct Manifest {
     pub outputs_encoding: String,
     /// Evidence keys cut to fit; empty when everything is whole.
     pub truncated: Vec<Truncation>,
+    /// The end-to-end measurement of a serving endpoint, taken by the judge: the judged pass
+    /// and the load pass (`accept --endpoint`); absent for a run of the judge's own engine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serving: Option<super::serving::ServingMeasurement>,
     /// Where each rank ran, as the operator recorded it beside the evidence (annotation
     /// [`super::placement::PLACEMENT_ANNOTATION`] of the evidence ConfigMap), or why that
     /// annotation cannot be read. Never part of `manifest.json` (a `placement` key there is
@@ -509,6 +513,8 @@ pub struct RunFacts {
     pub engine: EngineRecord,
     /// Phase timings.
     pub timings: Timings,
+    /// What the judge measured of a serving endpoint (`accept --endpoint`).
+    pub serving: Option<super::serving::ServingMeasurement>,
 }
 
 /// Assembles the manifest (with `truncated` empty; the evidence writer fills it).
@@ -525,6 +531,7 @@ pub fn build_manifest(
         devices,
         engine,
         timings,
+        serving,
     } = facts;
     let mut prompts = prompt_records(prompt_ids, &identity.requested_tokens, parsed, verdicts);
     for record in &mut prompts {
@@ -572,6 +579,7 @@ pub fn build_manifest(
             .collect(),
         outputs_encoding: "utf-8".into(),
         truncated: Vec::new(),
+        serving,
         placement: None,
     }
 }
@@ -677,6 +685,7 @@ mod tests {
                 timeout_seconds: 1,
             },
             timings: Timings::default(),
+            serving: None,
         };
         let ids = ["a".to_string(), "b".to_string()];
         let m = build_manifest(&identity, facts, &ids, &ParsedOutputs::default(), &[]);

@@ -14,6 +14,7 @@ pub mod manifest;
 pub mod placement;
 pub mod rules;
 pub mod runner;
+pub mod serving;
 pub mod sheet;
 pub mod spec_file;
 

@@ -107,6 +107,7 @@ async fn execute(args: &AcceptArgs) -> (AcceptanceSummary, i32) {
             timeout_seconds: report.timeout_seconds,
         },
         timings: report.timings,
+        serving: report.serving,
     };
     let manifest = build_manifest(&identity, facts, &prompt_ids, &parsed, &verdicts);
     let evidence = evidence::assemble(
@@ -139,6 +140,9 @@ async fn execute(args: &AcceptArgs) -> (AcceptanceSummary, i32) {
 /// What the engine side left: the report, log and outputs of the engine run beside the judge
 /// (`--engine-dir`), or of the engine the runner starts itself.
 async fn engine_side(args: &AcceptArgs, spec: &crate::api::AcceptanceSpec) -> EngineSide {
+    if let Some(endpoint) = &args.endpoint {
+        return served_side(endpoint, spec, args.load_concurrency).await;
+    }
     match &args.engine_dir {
         Some(dir) => {
             let patience = Patience {
@@ -147,7 +151,7 @@ async fn engine_side(args: &AcceptArgs, spec: &crate::api::AcceptanceSpec) -> En
                 stale: ENGINE_HEARTBEAT_STALE,
             };
             match handoff::wait_for_engine(dir, handoff::timeout_of(spec), patience).await {
-                Ok(side) => side,
+                Ok(side) => from_the_engine_side(side),
                 Err(reason) => lost_engine(dir, spec, reason),
             }
         }
@@ -155,6 +159,82 @@ async fn engine_side(args: &AcceptArgs, spec: &crate::api::AcceptanceSpec) -> En
             let (report, log) =
                 handoff::run_engine(spec, &args.model_dir, &args.work_dir, &args.serving).await;
             handoff::beside(&args.work_dir, report, log)
+        }
+    }
+}
+
+/// A report the engine's container left: a serving measurement, or an exit saying a serving
+/// endpoint was judged, is the judge's own to make, so such a report is not believed.
+fn from_the_engine_side(mut side: EngineSide) -> EngineSide {
+    if side.report.serving.is_some() || matches!(side.report.exit, EngineExit::Served { .. }) {
+        side.report.serving = None;
+        side.report.exit = EngineExit::Lost {
+            reason: "the engine's container reported a serving endpoint's judgement, which only the judge makes; the report is not believed".into(),
+        };
+    }
+    side
+}
+
+/// The judged pass of a serving endpoint as the engine side: its answers are the outputs, its
+/// measurement rides in the report.
+async fn served_side(
+    endpoint: &str,
+    spec: &crate::api::AcceptanceSpec,
+    load_concurrency: u32,
+) -> EngineSide {
+    let timeout = handoff::timeout_of(spec);
+    let started = std::time::Instant::now();
+    let prompts = crate::acceptance::engine_io::prompt_lines(spec);
+    let served =
+        crate::acceptance::serving::judge_endpoint(endpoint, &prompts, load_concurrency, timeout)
+            .await;
+    let total_seconds = crate::acceptance::engine::round_ms(started.elapsed().as_secs_f64());
+    let mut report = EngineReport {
+        command: vec![format!(
+            "POST {}{}",
+            endpoint.trim_end_matches('/'),
+            crate::acceptance::serving::COMPLETIONS_PATH
+        )],
+        env: None,
+        exit: EngineExit::Served {
+            endpoint: endpoint.to_owned(),
+            refused: Vec::new(),
+        },
+        timeout_seconds: timeout.as_secs(),
+        timings: Default::default(),
+        devices: Default::default(),
+        log_dropped: 0,
+        error: None,
+        serving: None,
+    };
+    match served {
+        Ok(served) => {
+            report.exit = EngineExit::Served {
+                endpoint: endpoint.to_owned(),
+                refused: served.refused,
+            };
+            // The judged pass is the measured interval; loading and warm-up (the wait for the
+            // endpoint's health) are the engine's own and not the judge's to split.
+            report.timings.measured_seconds =
+                served.measurement.passes.first().map(|p| p.wall_seconds);
+            report.timings.total_seconds = total_seconds;
+            report.serving = Some(served.measurement);
+            EngineSide {
+                report,
+                log: served.log,
+                outputs: Some(served.outputs),
+                outputs_unread: None,
+            }
+        }
+        Err(reason) => {
+            report.exit = EngineExit::Lost { reason };
+            report.timings.total_seconds = total_seconds;
+            EngineSide {
+                report,
+                log: Vec::new(),
+                outputs: None,
+                outputs_unread: None,
+            }
         }
     }
 }
@@ -232,6 +312,7 @@ fn lost_engine(dir: &Path, spec: &crate::api::AcceptanceSpec, reason: String) ->
         devices: Default::default(),
         log_dropped: 0,
         error: None,
+        serving: None,
     };
     handoff::collect(dir, report)
 }
@@ -322,6 +403,52 @@ mod tests {
             passed,
             reason: reason.into(),
         }
+    }
+
+    /// An engine's container cannot claim its outputs came through a judged serving endpoint.
+    #[test]
+    fn a_serving_judgement_in_the_engines_report_is_not_believed() {
+        let forged = |exit: EngineExit, serving: bool| EngineSide {
+            report: EngineReport {
+                command: Vec::new(),
+                env: None,
+                exit,
+                timeout_seconds: 60,
+                timings: Default::default(),
+                devices: Default::default(),
+                log_dropped: 0,
+                error: None,
+                serving: serving.then(|| crate::acceptance::serving::ServingMeasurement {
+                    endpoint: "http://x:8000".into(),
+                    api_version: 1,
+                    ready_after_seconds: 0.0,
+                    passes: Vec::new(),
+                }),
+            },
+            log: Vec::new(),
+            outputs: None,
+            outputs_unread: None,
+        };
+        for side in [
+            forged(EngineExit::Exited { code: 0 }, true),
+            forged(
+                EngineExit::Served {
+                    endpoint: "http://x:8000".into(),
+                    refused: Vec::new(),
+                },
+                false,
+            ),
+        ] {
+            let side = from_the_engine_side(side);
+            assert!(side.report.serving.is_none());
+            assert!(
+                matches!(&side.report.exit, EngineExit::Lost { reason } if reason.contains("not believed")),
+                "{:?}",
+                side.report.exit
+            );
+        }
+        let honest = from_the_engine_side(forged(EngineExit::Exited { code: 0 }, false));
+        assert_eq!(honest.report.exit, EngineExit::Exited { code: 0 });
     }
 
     #[test]

@@ -301,7 +301,58 @@ pub fn render(m: &Manifest) -> String {
         ));
     }
     out.push('\n');
+    out.push_str(&serving_lines(m.serving.as_ref()));
     out.push_str(&placement_lines(m.placement.as_ref()));
+    out
+}
+
+/// The end-to-end measurement of a serving endpoint, one row per pass: capacity beside
+/// individual completion time, both from the judge's side of the network, and how much of each
+/// request was queueing and transit (where the engine reported its own completion time).
+fn serving_lines(serving: Option<&crate::acceptance::serving::ServingMeasurement>) -> String {
+    let Some(s) = serving else {
+        return String::new();
+    };
+    let mut out = format!(
+        "End to end, from the judge through {} (serving API v{}): ready after {:.3} s (loading and warm-up, outside every pass)\n",
+        s.endpoint, s.api_version, s.ready_after_seconds
+    );
+    let mut rows: Vec<[String; 8]> = vec![[
+        "concurrency",
+        "requests",
+        "wall",
+        "output tokens/s",
+        "requests/s",
+        "completion time mean / max",
+        "queued + transit max",
+        "retries",
+    ]
+    .map(str::to_string)];
+    for p in &s.passes {
+        let answered = p.requests.iter().filter(|r| r.error.is_none()).count();
+        let queued = p
+            .requests
+            .iter()
+            .map(|r| r.queued_and_transit_seconds)
+            .collect::<Option<Vec<f64>>>()
+            .map(|q| q.into_iter().fold(0.0, f64::max));
+        rows.push([
+            p.concurrency.to_string(),
+            format!("{answered} of {} answered", p.requests.len()),
+            format!("{:.3} s", p.wall_seconds),
+            or_not_reported(p.completion_tokens_per_second),
+            p.requests_per_second.to_string(),
+            format!("{:.3} s / {:.3} s", p.mean_seconds, p.max_seconds),
+            seconds(queued),
+            p.requests
+                .iter()
+                .map(|r| u64::from(r.attempts.saturating_sub(1)))
+                .sum::<u64>()
+                .to_string(),
+        ]);
+    }
+    out.push_str(&table(&rows));
+    out.push('\n');
     out
 }
 
@@ -451,6 +502,7 @@ mod tests {
                 total_seconds: 6.0,
                 markers: Default::default(),
             },
+            serving: None,
         };
         build_manifest(&identity, facts, &ids, &parsed, &verdicts)
     }

@@ -5,7 +5,9 @@
 //   serve    adapter.mjs --model_name DIR [flags]
 //            GET /health on DEEPINFER_SERVE_PORT (8000): 503 while the model loads, then 200;
 //            POST /v1/completions: {"prompt", "max_tokens", "temperature", "top_p", "top_k",
-//            "seed", "repetition_penalty", "json_schema" | "grammar"} → an OpenAI-style answer.
+//            "seed", "repetition_penalty", "json_schema" | "grammar"} → an OpenAI-style answer
+//            with the engine's own timings (the serving API, version 1; a regex is refused
+//            with 400, naming why).
 //   offline  adapter.mjs --offline --model_name DIR [flags] --prompts FILE --output FILE
 //            the acceptance run: every prompt of FILE under its JSON schema or GBNF grammar, one
 //            output record per line, the DEEPINFER_EVENT markers on stdout, exit 0 when done.
@@ -187,7 +189,9 @@ function reply(res, status, value) {
 async function complete(engine, body) {
   const r = JSON.parse(body);
   if (typeof r.prompt !== "string") throw new Error("prompt must be a string");
-  const soArgs = r.json_schema !== undefined ? { json_schema: r.json_schema } : r.grammar !== undefined ? { grammar: r.grammar } : null;
+  const given = ["json_schema", "regex", "grammar"].filter((k) => r[k] !== undefined);
+  // Exactly the constraint asked for, or none: a regex reaches grammarFor, which refuses it.
+  const soArgs = given.length ? Object.fromEntries(given.map((k) => [k, r[k]])) : null;
   const grammar = soArgs ? await grammarFor(engine, soArgs) : undefined;
   const sampling = { temperature: r.temperature, top_p: r.top_p, top_k: r.top_k, seed: r.seed, repetition_penalty: r.repetition_penalty };
   const out = await generate(engine, { prompt: r.prompt, maxTokens: r.max_tokens, sampling, grammar });
@@ -195,6 +199,10 @@ async function complete(engine, body) {
     object: "text_completion",
     choices: [{ index: 0, text: out.text, finish_reason: out.finish_reason }],
     usage: { prompt_tokens: out.prompt_tokens, completion_tokens: out.completion_tokens, total_tokens: out.prompt_tokens + out.completion_tokens },
+    // Serving API v1 (docs/engine-contract.md): the engine's own times from admission.
+    ...(out.first_token_seconds !== undefined && {
+      timings: { first_token_seconds: out.first_token_seconds, completion_seconds: out.completion_seconds },
+    }),
   };
 }
 

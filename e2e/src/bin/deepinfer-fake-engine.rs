@@ -568,6 +568,7 @@ fn forge(output: &Path) -> anyhow::Result<()> {
             devices: Default::default(),
             log_dropped: 0,
             error: None,
+            serving: None,
         };
         std::fs::write(dir.join(handoff::REPORT_FILE), serde_json::to_vec(&report)?)?;
         eprintln!("deepinfer-fake-engine: forged the engine report");

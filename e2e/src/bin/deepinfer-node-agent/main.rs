@@ -16,6 +16,7 @@ mod plan;
 mod pods;
 mod probe;
 mod queue;
+mod starts;
 mod status;
 mod topology;
 
@@ -151,6 +152,7 @@ async fn run(cli: Cli) -> Result<()> {
     );
     tokio::spawn(nodes.clone().watch_loop());
 
+    let state_dir_for_starts = state_dir.join("engine-starts.jsonl");
     let runtime = exec::Runtime::new(exec::ExecConfig {
         client: client.clone(),
         state_dir,
@@ -162,7 +164,8 @@ async fn run(cli: Cli) -> Result<()> {
         device_env,
         runtime_files: cli.runtime_files.map(std::path::absolute).transpose()?,
     });
-    let agent = pods::PodAgent::start(client, nodes, own, runtime, cli.workers, resumed_rx);
+    let starts = starts::EngineStarts::new(state_dir_for_starts);
+    let agent = pods::PodAgent::start(client, nodes, own, runtime, starts, cli.workers, resumed_rx);
     info!("node agent running");
 
     let mut term = signal(SignalKind::terminate())?;

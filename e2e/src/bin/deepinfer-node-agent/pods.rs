@@ -94,6 +94,8 @@ pub struct PodAgent {
     /// The simulated Ascend device plugin's allocations.
     ascend: crate::ascend::Allocator,
     pub runtime: Runtime,
+    /// Engine container starts, for the tests' count of weight loads.
+    starts: crate::starts::EngineStarts,
 }
 
 impl PodAgent {
@@ -103,6 +105,7 @@ impl PodAgent {
         nodes: Nodes,
         own: OwnBinaries,
         runtime: Runtime,
+        starts: crate::starts::EngineStarts,
         workers: usize,
         resumed: mpsc::UnboundedReceiver<String>,
     ) -> Arc<Self> {
@@ -124,6 +127,7 @@ impl PodAgent {
             ips: Mutex::new(IpPool::default()),
             ascend: crate::ascend::Allocator::default(),
             runtime,
+            starts,
         });
         // Only bound pods concern a node; the scheduler's pending pods are filtered server-side.
         let api: Api<Pod> = Api::all(client);
@@ -300,6 +304,13 @@ impl PodAgent {
         let now = crate::now();
         let init = self.reports(key, &pod, &plan.init, true, &now, &mut requeue);
         let main = self.reports(key, &pod, &plan.main, false, &now, &mut requeue);
+        for ((name, report), (_, p)) in main.iter().zip(&plan.main) {
+            if let crate::status::State::Running { started_at } = &report.state {
+                let start = (started_at.0.to_string(), report.restart_count);
+                self.starts
+                    .note(&pod, name, (&start.0, start.1), p.is_executed());
+            }
+        }
         let desired = status::pod_status(&pod, &init, &main, &pod_ip, &now);
         if status::differs(pod.status.as_ref(), &desired) {
             self.write_status(key, &pod, &api, &desired).await?;

@@ -89,11 +89,9 @@ pub fn plan<'a>(
         )
     };
     let key = build::checkpoint_key(&did.spec);
-    let deadlines = settings.deadlines;
+    let (deadlines, proxy) = (settings.deadlines, settings.hub_proxy);
     let create = |job| settings.create_job(job);
-    if let Some(fetch) =
-        build::fetch_job(did, settings.operator_image, deadlines, settings.hub_proxy)
-    {
+    if let Some(fetch) = build::fetch_job(did, settings.operator_image, deadlines, proxy) {
         let fetch_name = fetch.name_any();
         let fetching = Gate::Progressing(
             Reason::Fetching,

@@ -144,6 +144,24 @@ fn is_metrics_access(object: &Value) -> bool {
         .is_some_and(|n| n.ends_with("-metrics-auth") || n.ends_with("-metrics-reader"))
 }
 
+/// A namespaced install: no ClusterRole or ClusterRoleBinding but the metrics endpoint's, which
+/// grant exactly the reviews to the operator's ServiceAccount in `ops`.
+fn assert_no_cluster_rights_but_the_metrics_reviews(objs: &[Value]) {
+    assert!(
+        cluster_grants(objs, "ClusterRole").is_empty(),
+        "no ClusterRole but the metrics endpoint's"
+    );
+    assert!(
+        cluster_grants(objs, "ClusterRoleBinding").is_empty(),
+        "no ClusterRoleBinding but the metrics endpoint's"
+    );
+    assert_metrics_access_rbac(
+        objs,
+        "ops",
+        &one(objs, "ServiceAccount")["metadata"]["name"],
+    );
+}
+
 /// The ClusterRoles or ClusterRoleBindings (`kind`) that grant the operator more than the metrics
 /// endpoint's reviews.
 fn cluster_grants<'a>(objs: &'a [Value], kind: &str) -> Vec<&'a Value> {
@@ -504,6 +522,19 @@ fn assert_restricted(pod: &Value, what: &str) {
     }
 }
 
+/// The operator container's liveness and readiness probes ask `/healthz` and `/readyz` on the
+/// metrics port over HTTPS (no token needed).
+fn assert_probes_speak_https(c: &Value) {
+    assert_eq!(
+        c["livenessProbe"]["httpGet"],
+        json!({"path": "/healthz", "port": "metrics", "scheme": "HTTPS"})
+    );
+    assert_eq!(
+        c["readinessProbe"]["httpGet"],
+        json!({"path": "/readyz", "port": "metrics", "scheme": "HTTPS"})
+    );
+}
+
 fn operator_container(deploy: &Value) -> &Value {
     &deploy["spec"]["template"]["spec"]["containers"][0]
 }
@@ -630,19 +661,7 @@ fn recording_node_domains_adds_only_get_on_nodes_cluster_wide() {
 #[test]
 fn the_default_install_watches_the_release_namespace_under_a_role() {
     let objs = template(&["acceptedLicenses={mit}"]);
-    assert!(
-        cluster_grants(&objs, "ClusterRole").is_empty(),
-        "no ClusterRole but the metrics endpoint's"
-    );
-    assert!(
-        cluster_grants(&objs, "ClusterRoleBinding").is_empty(),
-        "no ClusterRoleBinding but the metrics endpoint's"
-    );
-    assert_metrics_access_rbac(
-        &objs,
-        "ops",
-        &one(&objs, "ServiceAccount")["metadata"]["name"],
-    );
+    assert_no_cluster_rights_but_the_metrics_reviews(&objs);
     let roles = watch_roles(&objs, "Role");
     assert_eq!(roles.len(), 1, "one watch Role: {roles:?}");
     assert_eq!(roles[0]["metadata"]["namespace"], "ops");
@@ -667,19 +686,7 @@ fn the_default_install_watches_the_release_namespace_under_a_role() {
 #[test]
 fn single_namespace_mode_uses_a_role_in_the_watched_namespace_only() {
     let objs = template(&["watchNamespace=team-a", "acceptedLicenses={mit}"]);
-    assert!(
-        cluster_grants(&objs, "ClusterRole").is_empty(),
-        "no ClusterRole but the metrics endpoint's"
-    );
-    assert!(
-        cluster_grants(&objs, "ClusterRoleBinding").is_empty(),
-        "no ClusterRoleBinding but the metrics endpoint's"
-    );
-    assert_metrics_access_rbac(
-        &objs,
-        "ops",
-        &one(&objs, "ServiceAccount")["metadata"]["name"],
-    );
+    assert_no_cluster_rights_but_the_metrics_reviews(&objs);
     let roles = watch_roles(&objs, "Role");
     assert_eq!(roles.len(), 1, "one watch Role: {roles:?}");
     let role = roles[0];
@@ -705,19 +712,7 @@ fn single_namespace_mode_uses_a_role_in_the_watched_namespace_only() {
 #[test]
 fn listed_namespaces_get_a_role_each_and_no_cluster_role() {
     let objs = template(&["namespaces={team-b,team-a}", "acceptedLicenses={mit}"]);
-    assert!(
-        cluster_grants(&objs, "ClusterRole").is_empty(),
-        "no ClusterRole but the metrics endpoint's"
-    );
-    assert!(
-        cluster_grants(&objs, "ClusterRoleBinding").is_empty(),
-        "no ClusterRoleBinding but the metrics endpoint's"
-    );
-    assert_metrics_access_rbac(
-        &objs,
-        "ops",
-        &one(&objs, "ServiceAccount")["metadata"]["name"],
-    );
+    assert_no_cluster_rights_but_the_metrics_reviews(&objs);
     let sa = &one(&objs, "ServiceAccount")["metadata"]["name"];
     assert_leader_election_rbac(&objs, "ops", sa);
     let roles = watch_roles(&objs, "Role");
@@ -819,14 +814,7 @@ fn operator_pod_is_restricted_bounded_and_probed_on_the_metrics_port() {
         json!([{"name": "metrics", "containerPort": 9443, "protocol": "TCP"}])
     );
     assert!(a.contains(&"--metrics-secure=true"), "{a:?}");
-    assert_eq!(
-        c["livenessProbe"]["httpGet"],
-        json!({"path": "/healthz", "port": "metrics", "scheme": "HTTPS"})
-    );
-    assert_eq!(
-        c["readinessProbe"]["httpGet"],
-        json!({"path": "/readyz", "port": "metrics", "scheme": "HTTPS"})
-    );
+    assert_probes_speak_https(c);
     for (name, field) in [
         ("POD_NAME", "metadata.name"),
         ("POD_NAMESPACE", "metadata.namespace"),
@@ -1202,14 +1190,7 @@ fn kustomize_default_ships_the_same_rules_and_a_restricted_operator() {
         "the operator's Jobs use its own image"
     );
     assert!(a.contains(&"--metrics-secure"), "{a:?}");
-    assert_eq!(
-        c["livenessProbe"]["httpGet"],
-        json!({"path": "/healthz", "port": "metrics", "scheme": "HTTPS"})
-    );
-    assert_eq!(
-        c["readinessProbe"]["httpGet"],
-        json!({"path": "/readyz", "port": "metrics", "scheme": "HTTPS"})
-    );
+    assert_probes_speak_https(c);
     let svc = one(&objs, "Service");
     assert_eq!(
         svc["spec"]["selector"],

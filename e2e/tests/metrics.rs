@@ -148,6 +148,29 @@ async fn operator_serves_metrics_health_and_readiness() {
     );
 }
 
+/// Creates ServiceAccount `sa` in `ns` and binds it to a new ClusterRole granting `get` on the
+/// non-resource URL `/metrics` (what the chart's metrics-reader grants); returns the name of the
+/// ClusterRole and its binding, for the test to delete.
+fn bind_a_metrics_reader(ns: &str, sa: &str) -> String {
+    support::kubectl_ok(&["-n", ns, "create", "serviceaccount", sa]);
+    let reader = format!("{ns}-metrics-reader");
+    support::kubectl_ok(&[
+        "create",
+        "clusterrole",
+        &reader,
+        "--verb=get",
+        "--non-resource-url=/metrics",
+    ]);
+    support::kubectl_ok(&[
+        "create",
+        "clusterrolebinding",
+        &reader,
+        &format!("--clusterrole={reader}"),
+        &format!("--serviceaccount={ns}:{sa}"),
+    ]);
+    reader
+}
+
 /// With `--metrics-secure` the endpoints are HTTPS; `/metrics` refuses a caller without a token
 /// (401) and one the API server authenticates but that may not get `/metrics` (403), and serves
 /// one bound to a ClusterRole granting `get` on the non-resource URL `/metrics`; the probes
@@ -167,24 +190,8 @@ async fn secure_metrics_serve_only_callers_the_api_server_allows() {
     let (code, body) = https_get(address, "/metrics", None);
     assert_eq!(code, 401, "no token: {body}");
 
-    for sa in ["scraper", "stranger"] {
-        support::kubectl_ok(&["-n", &ns.name, "create", "serviceaccount", sa]);
-    }
-    let reader = format!("{}-metrics-reader", ns.name);
-    support::kubectl_ok(&[
-        "create",
-        "clusterrole",
-        &reader,
-        "--verb=get",
-        "--non-resource-url=/metrics",
-    ]);
-    support::kubectl_ok(&[
-        "create",
-        "clusterrolebinding",
-        &reader,
-        &format!("--clusterrole={reader}"),
-        &format!("--serviceaccount={}:scraper", ns.name),
-    ]);
+    support::kubectl_ok(&["-n", &ns.name, "create", "serviceaccount", "stranger"]);
+    let reader = bind_a_metrics_reader(&ns.name, "scraper");
     let token = |sa: &str| {
         support::kubectl_ok(&["-n", &ns.name, "create", "token", sa])
             .trim()
@@ -310,23 +317,8 @@ async fn prometheus_scraping_as_the_service_monitor_does_keeps_each_resource_nam
     .await
     .expect("creating the DeepInferDeployment");
 
-    // The scraper's identity, bound to the chart's reader ClusterRole (renamed for this test).
-    support::kubectl_ok(&["-n", &ns.name, "create", "serviceaccount", "prometheus"]);
-    let reader = format!("{}-metrics-reader", ns.name);
-    support::kubectl_ok(&[
-        "create",
-        "clusterrole",
-        &reader,
-        "--verb=get",
-        "--non-resource-url=/metrics",
-    ]);
-    support::kubectl_ok(&[
-        "create",
-        "clusterrolebinding",
-        &reader,
-        &format!("--clusterrole={reader}"),
-        &format!("--serviceaccount={}:prometheus", ns.name),
-    ]);
+    // The scraper's identity, bound to a ClusterRole of `get` on /metrics (as the chart's reader).
+    let reader = bind_a_metrics_reader(&ns.name, "prometheus");
     let dir = std::env::temp_dir().join(format!("deepinfer-prometheus-{}", ns.name));
     std::fs::create_dir_all(&dir).expect("a scratch directory");
     let token_file = dir.join("token");

@@ -661,8 +661,8 @@ fn acceptance_run_names_carry_a_64_bit_hash_of_revision_and_token() {
     assert_eq!(names.job(100).len(), 64);
 }
 
-#[test]
-fn fetch_and_verify_jobs_carry_the_configured_deadlines() {
+/// One worker group of 8 GPUs, its checkpoint fetched from the hub.
+fn worker_from_the_hub() -> ValidatedDeployment {
     let mut d = raw(
         json!({"type": "NVIDIA"}),
         json!([{"name": "worker", "replicas": 1, "parallel": {"tensor": 8}}]),
@@ -670,7 +670,12 @@ fn fetch_and_verify_jobs_carry_the_configured_deadlines() {
     d.spec.model.source = serde_json::from_value(json!({"hub": {
         "revision": "3f1c2a9d8e7b6c5d4e3f2a1b0c9d8e7f6a5b4c3d", "claimName": "ckpt"}}))
     .expect("hub source");
-    let d = valid(d);
+    valid(d)
+}
+
+#[test]
+fn fetch_and_verify_jobs_carry_the_configured_deadlines() {
+    let d = worker_from_the_hub();
     let deadlines = JobDeadlines {
         fetch_seconds: 7200,
         verify_seconds: 600,
@@ -692,14 +697,7 @@ fn fetch_and_verify_jobs_carry_the_configured_deadlines() {
 /// variables; unset ones are absent, and only the fetch Job carries them.
 #[test]
 fn the_fetch_job_carries_the_hub_proxies() {
-    let mut d = raw(
-        json!({"type": "NVIDIA"}),
-        json!([{"name": "worker", "replicas": 1, "parallel": {"tensor": 8}}]),
-    );
-    d.spec.model.source = serde_json::from_value(json!({"hub": {
-        "revision": "3f1c2a9d8e7b6c5d4e3f2a1b0c9d8e7f6a5b4c3d", "claimName": "ckpt"}}))
-    .expect("hub source");
-    let d = valid(d);
+    let d = worker_from_the_hub();
     let deadlines = JobDeadlines::default();
     let env = |proxy: &HubProxy| -> Vec<(String, Option<String>)> {
         let job = fetch_job(&d, "op:1", &deadlines, proxy).expect("hub source fetches");

@@ -803,12 +803,18 @@ pub struct EngineStart {
     pub executed: bool,
 }
 
-/// The engine starts of `deployment` in `ns` so far.
-pub fn engine_starts(ns: &str, deployment: &str) -> Vec<EngineStart> {
-    let text =
-        std::fs::read_to_string(bed_dir().join("agent/engine-starts.jsonl")).unwrap_or_default();
+/// Every engine start a node agent recorded in `<state_dir>/engine-starts.jsonl`.
+pub fn engine_starts_in(state_dir: &std::path::Path) -> Vec<EngineStart> {
+    let text = std::fs::read_to_string(state_dir.join("engine-starts.jsonl")).unwrap_or_default();
     text.lines()
         .filter_map(|l| serde_json::from_str::<EngineStart>(l).ok())
+        .collect()
+}
+
+/// The engine starts of `deployment` in `ns` so far, on the bed's node agent.
+pub fn engine_starts(ns: &str, deployment: &str) -> Vec<EngineStart> {
+    engine_starts_in(&bed_dir().join("agent"))
+        .into_iter()
         .filter(|s| s.namespace.as_deref() == Some(ns) && s.deployment == deployment)
         .collect()
 }

@@ -57,6 +57,17 @@ fn bench_drives_every_resource_to_ready_and_prints_every_figure() {
         assert!(finite(&figures[key]), "{key} measured: {figures}");
     }
 
+    // One acceptance run per resource loads the new revision's weights once, then each serving
+    // group does (offline acceptance); a second run of a revision would show here.
+    let loads = &figures["rolloutWeightLoads"];
+    assert_eq!(loads["acceptance"], RESOURCES, "{loads}");
+    let serving = loads["serving"].as_u64().expect("serving loads");
+    assert!(serving >= RESOURCES, "{loads}");
+    assert_eq!(
+        loads["perResource"].as_f64(),
+        Some((RESOURCES + serving) as f64 / RESOURCES as f64),
+        "{loads}"
+    );
     let ready = &figures["phases"][0];
     assert!(
         ready["operatorCachedObjects"]["Pod"]

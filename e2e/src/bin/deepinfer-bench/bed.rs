@@ -11,6 +11,9 @@ use kube::api::{Api, DeleteParams, ListParams};
 use kube::Client;
 use serde_json::json;
 
+/// The benchmark's node agent's state directory, under the bed's.
+pub const STATE_DIR: &str = "bench-agent";
+
 /// Label on every node of the generated topology; its nodes are removed when the run ends.
 pub const NODE_LABEL: &str = "sim.deepinfer.io/bench";
 /// `nvidia.com/gpu.product` of the generated NVIDIA nodes; the benchmark's deployments select it,
@@ -166,7 +169,7 @@ impl BenchAgent {
             binary.display()
         );
         let bed = deepinfer_e2e::support::bed_dir();
-        let state = bed.join("bench-agent");
+        let state = bed.join(STATE_DIR);
         let _ = std::fs::remove_dir_all(&state);
         std::fs::create_dir_all(&state)?;
         let (doc, nodes) = topology(n);

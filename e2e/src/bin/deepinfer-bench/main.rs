@@ -170,6 +170,9 @@ struct Figures {
     /// The operator's namespaces still there when the floor (or the end of the run) came after
     /// emptying them: 0, since each is waited for until it is gone.
     operator_namespaces_left: usize,
+    /// Weight loads of the new revision in the rollout (each start of a group's rank-0 engine,
+    /// acceptance and serving, as the node agent counted them); absent without the rollout.
+    rollout_weight_loads: Option<WeightLoads>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -601,6 +604,10 @@ async fn phases(
     drop(watched);
     phases.push(run.restart(n, op).await?);
 
+    let rollout_weight_loads = replayed
+        .iter()
+        .find(|(phase, _)| phase == "rollout")
+        .map(|(_, deployments)| weight_loads(deployments));
     let worker_pods = recorders.iter().map(|r| r.pods_created(0)).sum();
     println!(
         "bench: the operator's objects: {}",
@@ -662,7 +669,65 @@ async fn phases(
         floor_ratio,
         writes_by_cause,
         operator_namespaces_left,
+        rollout_weight_loads,
     })
+}
+
+/// Weight loads of a phase: starts of a group's rank-0 engine of the resources' current revision.
+#[derive(serde::Serialize, Debug)]
+#[serde(rename_all = "camelCase")]
+struct WeightLoads {
+    /// Of acceptance runs.
+    acceptance: usize,
+    /// Of serving groups.
+    serving: usize,
+    /// Both, per resource.
+    per_resource: f64,
+}
+
+/// Weight loads of `deployments`' current revisions, as the bench's node agent counted them:
+/// each start of a group's rank-0 engine, the acceptance run's and the serving groups'. Printed.
+fn weight_loads(deployments: &[DeepInferDeployment]) -> WeightLoads {
+    let current: std::collections::BTreeSet<(String, String, String)> = deployments
+        .iter()
+        .filter_map(|d| {
+            Some((
+                d.namespace()?,
+                d.name_any(),
+                d.status.as_ref()?.revision.clone()?,
+            ))
+        })
+        .collect();
+    let starts = deepinfer_e2e::support::engine_starts_in(
+        &deepinfer_e2e::support::bed_dir().join(bed::STATE_DIR),
+    );
+    let loads: Vec<_> = starts
+        .iter()
+        .filter(|s| s.rank.as_deref() == Some("0"))
+        .filter(|s| {
+            current.contains(&(
+                s.namespace.clone().unwrap_or_default(),
+                s.deployment.clone(),
+                s.revision.clone().unwrap_or_default(),
+            ))
+        })
+        .collect();
+    let of = |component: &str| {
+        loads
+            .iter()
+            .filter(|s| s.component.as_deref() == Some(component))
+            .count()
+    };
+    let counted = WeightLoads {
+        acceptance: of("acceptance"),
+        serving: of("worker"),
+        per_resource: loads.len() as f64 / deployments.len().max(1) as f64,
+    };
+    println!(
+        "bench: rollout: weight loads of the new revision per resource: {:.2} ({} acceptance, {} serving in all; offline acceptance)",
+        counted.per_resource, counted.acceptance, counted.serving
+    );
+    counted
 }
 
 /// The namespaces of `n` resources, at most `per_namespace` in each.

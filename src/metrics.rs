@@ -94,6 +94,12 @@ struct ResultLabels {
     result: String,
 }
 
+/// `{cause="…"}`: `transition`, `progress` or `state` (`status::WriteCause`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CauseLabels {
+    cause: &'static str,
+}
+
 /// The operator's metrics and the registry that exports them.
 #[derive(Debug)]
 pub struct Metrics {
@@ -123,6 +129,8 @@ pub struct Metrics {
     phases: Mutex<HashMap<String, Phase>>,
     /// `deepinfer_acceptance_runs_total{result}`: finished acceptance runs by result.
     acceptance_runs: Family<ResultLabels, Counter>,
+    /// `deepinfer_status_writes_total{cause}`: status writes by cause.
+    status_writes: Family<CauseLabels, Counter>,
     /// `deepinfer_acceptance_duration_seconds`: wall time of one acceptance run.
     acceptance_duration: Histogram,
     /// `deepinfer_leader`: 1 while this instance reconciles (holds the leader Lease, or runs
@@ -523,6 +531,17 @@ impl Metrics {
             resources.clone(),
         );
         let (acceptance_runs, acceptance_duration) = register_acceptance(&mut registry);
+        let status_writes = Family::<CauseLabels, Counter>::default();
+        for cause in crate::controller::status::WriteCause::ALL {
+            status_writes.get_or_create_owned(&CauseLabels {
+                cause: cause.as_str(),
+            });
+        }
+        registry.register(
+            "status_writes",
+            "Status writes of DeepInferDeployments by cause: transition (the first status, a condition's status, the phase, or news worth an Event), progress (progress alone, once its hold ran out), state (anything else the status records)",
+            status_writes.clone(),
+        );
         let leader = Gauge::default();
         registry.register(
             "leader",
@@ -548,6 +567,7 @@ impl Metrics {
             phases: Mutex::new(HashMap::new()),
             acceptance_runs,
             acceptance_duration,
+            status_writes,
             leader,
             caches,
             deployments,
@@ -667,6 +687,13 @@ impl Metrics {
             }
             keep
         });
+    }
+
+    /// Counts a status write for `cause` (`status::WriteCause::as_str`).
+    pub fn status_written(&self, cause: &'static str) {
+        self.status_writes
+            .get_or_create(&CauseLabels { cause })
+            .inc();
     }
 
     /// Records a finished acceptance run: `result` is `Passed` or `Failed`.

@@ -74,6 +74,11 @@ async fn operator_serves_metrics_health_and_readiness() {
         sample(text, "deepinfer_api_writes_total").is_some_and(|n| n >= 1.0),
         "the status patch counted as a write: {text}"
     );
+    assert!(
+        sample(text, r#"deepinfer_status_writes_total{cause="transition"}"#)
+            .is_some_and(|n| n >= 1.0),
+        "the first status counted as a transition: {text}"
+    );
     assert_eq!(
         sample(text, r#"deepinfer_acceptance_runs_total{result="Passed"}"#),
         Some(0.0),

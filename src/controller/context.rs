@@ -300,10 +300,9 @@ pub struct Context {
     /// until the deployment store holds that version: a pass on an older copy would be refused
     /// at its status write, so it waits for the store instead.
     pub status_written: std::sync::Mutex<std::collections::HashMap<String, u64>>,
-    /// When this process last wrote each resource's status (`namespace/name`): a change of
-    /// progress alone (`status::only_progress_differs`) waits [`crate::controller::status::PROGRESS_HOLD`]
-    /// after it.
-    status_written_at: std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>,
+    /// When this process last wrote each resource's status, and how long a change of its
+    /// progress alone waits after that.
+    progress_holds: std::sync::Mutex<crate::controller::status::ProgressHolds>,
     /// Resources whose pass could not reach the API server, reconciled once it answers.
     pub awaiting_api: outage::AwaitingApi,
     /// The stream of those resources, taken by the controller loop that runs this context.
@@ -333,38 +332,33 @@ impl Context {
         }
     }
 
-    /// Notes this process's status write of resource `key` (`namespace/name`), answered with
-    /// resourceVersion `version`.
-    pub fn status_was_written(&self, key: &str, version: Option<u64>) {
+    /// Notes this process's status write of resource `key` (`namespace/name`) for `cause`,
+    /// answered with resourceVersion `version`.
+    pub fn status_was_written(
+        &self,
+        key: &str,
+        version: Option<u64>,
+        cause: crate::controller::status::WriteCause,
+    ) {
         if let Some(version) = version {
             self.status_written
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .insert(key.to_string(), version);
         }
-        let now = std::time::Instant::now();
-        let mut at = self
-            .status_written_at
+        self.progress_holds
             .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        if at.len() >= 1024 {
-            at.retain(|_, t| now.duration_since(*t) < crate::controller::status::PROGRESS_HOLD);
-        }
-        at.insert(key.to_string(), now);
+            .unwrap_or_else(|e| e.into_inner())
+            .written(key, cause, std::time::Instant::now());
     }
 
     /// How much longer a change of resource `key`'s progress alone waits (`None`: it
     /// is written now).
     pub fn progress_hold(&self, key: &str) -> Option<std::time::Duration> {
-        let mut at = self
-            .status_written_at
+        self.progress_holds
             .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        let left = crate::controller::status::PROGRESS_HOLD.checked_sub(at.get(key)?.elapsed());
-        if left.is_none() {
-            at.remove(key);
-        }
-        left.filter(|d| !d.is_zero())
+            .unwrap_or_else(|e| e.into_inner())
+            .left(key, std::time::Instant::now())
     }
 
     /// Whether this instance may still write (see [`crate::leader::Fence`]).
@@ -627,7 +621,7 @@ pub fn context(
         verdict_key: tokio::sync::OnceCell::new(),
         placement_retries: std::sync::Mutex::default(),
         status_written: std::sync::Mutex::default(),
-        status_written_at: std::sync::Mutex::default(),
+        progress_holds: std::sync::Mutex::default(),
         fence: std::sync::OnceLock::new(),
         awaiting_api,
         awaiting_api_due: std::sync::Mutex::new(Some(due)),

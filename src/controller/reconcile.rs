@@ -201,7 +201,11 @@ async fn write_status(
         )
         .await
     {
-        Ok(written) => ctx.status_was_written(&key, resource_version(&written.metadata)),
+        Ok(written) => {
+            let cause = status::write_cause(previous, &next, failing);
+            ctx.metrics.status_written(cause.as_str());
+            ctx.status_was_written(&key, resource_version(&written.metadata), cause);
+        }
         Err(kube::Error::Api(e)) if e.code == 409 => return Err(Error::Stale),
         Err(e) => {
             return Err(Error::api(

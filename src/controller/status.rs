@@ -518,6 +518,95 @@ pub fn transitions<'a>(
 /// once.
 pub const PROGRESS_HOLD: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// The longest a change of progress alone waits: each status write of progress alone doubles the
+/// hold before the next one (30 s, 1 min, 2 min, 4 min, then 5 min), and any other write resets
+/// it, so a long wait (devices, a slow load) costs a handful of writes while every transition is
+/// written at once.
+pub const LONGEST_PROGRESS_HOLD: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// Why a status was written, as `deepinfer_status_writes_total{cause}` counts it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriteCause {
+    /// The first status, a condition's status, the phase, or news ([`news`]).
+    Transition,
+    /// Progress alone, once its hold ran out ([`PROGRESS_HOLD`]).
+    Progress,
+    /// Anything else: the observed generation, desired groups, the recorded checkpoint,
+    /// judgements or licence.
+    State,
+}
+
+impl WriteCause {
+    /// The label value.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Transition => "transition",
+            Self::Progress => "progress",
+            Self::State => "state",
+        }
+    }
+
+    /// Every cause, for the metric's series.
+    pub const ALL: [Self; 3] = [Self::Transition, Self::Progress, Self::State];
+}
+
+/// When each resource's status (`namespace/name`) was last written by this process, and how long
+/// a change of its progress alone waits after that: [`PROGRESS_HOLD`] after any write, doubled
+/// by each write of progress alone up to [`LONGEST_PROGRESS_HOLD`].
+#[derive(Debug, Default)]
+pub struct ProgressHolds(
+    std::collections::HashMap<String, (std::time::Instant, std::time::Duration)>,
+);
+
+impl ProgressHolds {
+    /// Notes a write of `key`'s status for `cause` at `now`.
+    pub fn written(&mut self, key: &str, cause: WriteCause, now: std::time::Instant) {
+        if self.0.len() >= 1024 {
+            self.0.retain(|_, (t, hold)| now.duration_since(*t) < *hold);
+        }
+        let hold = match (cause, self.0.get(key)) {
+            (WriteCause::Progress, Some((_, hold))) => (*hold * 2).min(LONGEST_PROGRESS_HOLD),
+            _ => PROGRESS_HOLD,
+        };
+        self.0.insert(key.to_owned(), (now, hold));
+    }
+
+    /// How much longer a change of `key`'s progress alone waits at `now` (`None`: it is written
+    /// now). The hold is kept once it ran out: the next write of progress alone doubles it.
+    pub fn left(&self, key: &str, now: std::time::Instant) -> Option<std::time::Duration> {
+        let (written, hold) = self.0.get(key)?;
+        hold.checked_sub(now.duration_since(*written))
+            .filter(|d| !d.is_zero())
+    }
+}
+
+/// Why `after` is written over `before` (`failing` as for [`news`]).
+pub fn write_cause(
+    before: Option<&DeepInferDeploymentStatus>,
+    after: &DeepInferDeploymentStatus,
+    failing: Option<Reason>,
+) -> WriteCause {
+    let Some(before) = before else {
+        return WriteCause::Transition;
+    };
+    let statuses = |s: &DeepInferDeploymentStatus| -> Vec<(String, String)> {
+        s.conditions
+            .iter()
+            .map(|c| (c.type_.clone(), c.status.clone()))
+            .collect()
+    };
+    if before.phase != after.phase
+        || statuses(before) != statuses(after)
+        || !news(Some(before), after, failing).is_empty()
+    {
+        WriteCause::Transition
+    } else if only_progress_differs(before, after) {
+        WriteCause::Progress
+    } else {
+        WriteCause::State
+    }
+}
+
 /// Whether `after` differs from `before` in progress only (see [`PROGRESS_HOLD`]).
 pub fn only_progress_differs(
     before: &DeepInferDeploymentStatus,
@@ -878,6 +967,63 @@ mod tests {
             only_progress_differs(&first, &later(&waiting, 1)),
             "a reason under the same status"
         );
+    }
+
+    /// Each status write is counted by why it was written: the first status and a condition's
+    /// status are transitions, a changed message or group count alone is progress, a new
+    /// generation observed is state.
+    #[test]
+    fn a_status_write_is_told_by_its_cause() {
+        let at = t("2026-01-01T00:00:01Z");
+        let first = compute(None, &ready_outcome(), Some(1), at.clone());
+        assert_eq!(
+            write_cause(None, &first, None),
+            WriteCause::Transition,
+            "the first status"
+        );
+        let mut worded = ready_outcome();
+        worded.workers = Gate::Passed(Reason::GroupsReady, "other words".into());
+        let next = compute(Some(&first), &worded, Some(1), at.clone());
+        assert_eq!(write_cause(Some(&first), &next, None), WriteCause::Progress);
+        let mut failing = ready_outcome();
+        failing.workers = Gate::Progressing(Reason::GroupsNotReady, "m".into());
+        let next = compute(Some(&first), &failing, Some(1), at.clone());
+        assert_eq!(
+            write_cause(Some(&first), &next, None),
+            WriteCause::Transition
+        );
+        let next = compute(Some(&first), &ready_outcome(), Some(2), at.clone());
+        assert_eq!(write_cause(Some(&first), &next, None), WriteCause::State);
+    }
+
+    /// A write of progress alone doubles the hold before the next one, up to five minutes; any
+    /// other write brings it back to 30 s.
+    #[test]
+    fn progress_holds_grow_while_nothing_else_is_written() {
+        let start = std::time::Instant::now();
+        let s = |n: u64| std::time::Duration::from_secs(n);
+        let mut holds = ProgressHolds::default();
+        assert_eq!(holds.left("ns/a", start), None, "never written: no hold");
+        holds.written("ns/a", WriteCause::Transition, start);
+        assert_eq!(holds.left("ns/a", start + s(10)), Some(s(20)));
+        assert_eq!(holds.left("ns/a", start + s(30)), None, "the hold ran out");
+        let mut at = start + s(30);
+        let mut seen = Vec::new();
+        for _ in 0..6 {
+            holds.written("ns/a", WriteCause::Progress, at);
+            let hold = holds.left("ns/a", at).expect("held after a write");
+            seen.push(hold.as_secs());
+            at += hold;
+            assert_eq!(holds.left("ns/a", at), None);
+        }
+        assert_eq!(seen, [60, 120, 240, 300, 300, 300]);
+        holds.written("ns/a", WriteCause::State, at);
+        assert_eq!(
+            holds.left("ns/a", at),
+            Some(s(30)),
+            "any other write resets it"
+        );
+        assert_eq!(holds.left("ns/b", at), None, "per resource");
     }
 
     #[test]

@@ -343,6 +343,7 @@ mod tests {
             "| `deepinfer_acceptance_runs_total` | counter | `result` |",
             "| `deepinfer_leader` | gauge |  |",
             "| `deepinfer_api_writes_total` | counter |  |",
+            "| `deepinfer_status_writes_total` | counter | `cause` |",
             "| `deepinfer_active_reconciles` | gauge |  |",
             "| `deepinfer_reconcile_queue_depth` | gauge |  |",
             "`deepinfer_watch_event_to_reconcile_seconds_bucket`<br>`deepinfer_watch_event_to_reconcile_seconds_count`<br>`deepinfer_watch_event_to_reconcile_seconds_sum` | histogram |  |",

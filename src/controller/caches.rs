@@ -15,7 +15,6 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::resource::v1::ResourceClaimTemplate;
 use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 use kube::runtime::watcher;
-use kube::ResourceExt;
 
 use crate::api::{labels, Component, DeepInferRole};
 use crate::controller::cached::{
@@ -147,32 +146,31 @@ impl Caches {
     /// The acceptance runs under way in the operator's scope (see
     /// [`crate::controller::fleet::run_key`]; every Job of a run carries its key in the
     /// `deepinfer.io/judges` annotation): runs with an acceptance Job that has not finished.
+    ///
+    /// Read from the cached form (the labels and annotations it keeps, its conditions' type and
+    /// status), without rebuilding each Job: the fleet limit asks this on every admission.
     pub fn acceptance_runs(&self) -> crate::controller::fleet::Runs {
-        let jobs: Vec<Job> = self
-            .jobs
-            .read()
-            .by_key
-            .iter()
-            .map(|e| Kept(e.0.clone()).to_api())
-            .collect();
         let mut runs = crate::controller::fleet::Runs::default();
-        for j in jobs
-            .iter()
-            .filter(|j| Component::of(j.labels()) == Some(Component::Acceptance))
-        {
-            let key = j
-                .annotations()
-                .get(crate::controller::build::JUDGES_ANNOTATION)
-                .zip(j.labels().get(labels::DEPLOYMENT))
-                .map(|(key, deployment)| {
-                    crate::controller::fleet::run_key(
-                        &j.namespace().unwrap_or_default(),
-                        deployment,
-                        key,
-                    )
-                });
-            let Some(key) = key else { continue };
-            if !finished(j) {
+        for entry in &self.jobs.read().by_key {
+            let job = &entry.0;
+            let marks = &job.metadata.marks;
+            if marks.get(labels::COMPONENT).and_then(Component::parse)
+                != Some(Component::Acceptance)
+            {
+                continue;
+            }
+            let (Some(judges), Some(deployment)) = (
+                marks.get(crate::controller::build::JUDGES_ANNOTATION),
+                marks.get(labels::DEPLOYMENT),
+            ) else {
+                continue;
+            };
+            let key = crate::controller::fleet::run_key(
+                job.metadata.namespace().unwrap_or_default(),
+                deployment,
+                judges,
+            );
+            if !job.finished() {
                 runs.under_way.insert(key.clone());
             }
             runs.seen.insert(key);
@@ -674,4 +672,77 @@ pub fn finished(job: &Job) -> bool {
             cs.iter()
                 .any(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True")
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{json, Value};
+
+    /// The acceptance runs read from the cached Jobs are the runs the Jobs themselves name: an
+    /// unfinished acceptance Job's run is under way, a finished one's only seen, and Jobs of
+    /// other components or without a run key count for nothing.
+    #[test]
+    fn acceptance_runs_are_read_from_the_cached_jobs_as_from_the_jobs() {
+        let job = |name: &str, component: &str, judges: Option<&str>, condition: Option<&str>| {
+            let mut annotations = serde_json::Map::new();
+            if let Some(judges) = judges {
+                annotations.insert(
+                    crate::controller::build::JUDGES_ANNOTATION.into(),
+                    json!(judges),
+                );
+            }
+            json!({
+                "metadata": {
+                    "name": name, "namespace": "team", "uid": format!("uid-{name}"),
+                    "labels": {labels::DEPLOYMENT: "flash", labels::COMPONENT: component},
+                    "annotations": annotations,
+                },
+                "status": {"conditions": condition.map_or_else(Vec::new, |c| vec![
+                    json!({"type": c, "status": "True"})
+                ])},
+            })
+        };
+        let jobs: Vec<Value> = vec![
+            job("run-a-0", "acceptance", Some("a"), None),
+            job("run-a-1", "acceptance", Some("a"), Some("Complete")),
+            job("run-b-0", "acceptance", Some("b"), Some("Failed")),
+            job("run-c-0", "acceptance", Some("c"), Some("Suspended")),
+            job("no-key", "acceptance", None, None),
+            job("fetch", "fetch", Some("d"), None),
+        ];
+        let (caches, mut writers) = Caches::new();
+        writers.jobs.take(&watcher::Event::Init);
+        for j in &jobs {
+            let incoming: Incoming<CachedJob> =
+                serde_json::from_value(j.clone()).expect("a cached Job");
+            writers.jobs.take(&watcher::Event::InitApply(incoming));
+        }
+        writers.jobs.take(&watcher::Event::InitDone);
+        let runs = caches.acceptance_runs();
+        // The same reading over the Jobs as the API server serves them.
+        let mut expected = crate::controller::fleet::Runs::default();
+        for j in &jobs {
+            let j: Job = serde_json::from_value(j.clone()).expect("a Job");
+            let labels = j.metadata.labels.clone().unwrap_or_default();
+            let judges = j
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(crate::controller::build::JUDGES_ANNOTATION).cloned());
+            if Component::of(&labels) != Some(Component::Acceptance) {
+                continue;
+            }
+            let Some(judges) = judges else { continue };
+            let key = crate::controller::fleet::run_key("team", "flash", &judges);
+            if !finished(&j) {
+                expected.under_way.insert(key.clone());
+            }
+            expected.seen.insert(key);
+        }
+        assert_eq!(runs.under_way, expected.under_way);
+        assert_eq!(runs.seen, expected.seen);
+        assert_eq!(runs.under_way.len(), 2, "a (one Job still running) and c");
+        assert_eq!(runs.seen.len(), 3);
+    }
 }

@@ -93,6 +93,18 @@ impl<'de> Deserialize<'de> for JobRun {
     }
 }
 
+impl CachedJob {
+    /// Whether the Job has finished: a `Complete` or `Failed` condition is `True` (as
+    /// [`crate::controller::caches::finished`] reads a Job).
+    pub(crate) fn finished(&self) -> bool {
+        self.status.as_ref().is_some_and(|s| {
+            s.conditions.iter().any(|c| {
+                matches!(c.get(0), Some("Complete" | "Failed")) && c.get(1) == Some("True")
+            })
+        })
+    }
+}
+
 impl JobRun {
     fn to_api(&self) -> JobStatus {
         JobStatus {

@@ -287,40 +287,32 @@ impl Collector for DeploymentsCollector {
                 }
             }
         }
-        let mut verdict = encoder.encode_descriptor(
-            "deployment_acceptance",
-            "1 for the result (Passed, Failed) of the judgement deciding a DeepInferDeployment's acceptance gate; absent before any",
-            None,
-            MetricType::Gauge,
+        one_per_deployment(
+            &mut encoder,
+            (
+                "deployment_acceptance",
+                "1 for the result (Passed, Failed) of the judgement deciding a DeepInferDeployment's acceptance gate; absent before any",
+            ),
+            &keys,
+            |key| {
+                let (namespace, name) = split(key);
+                let result = figures[key].acceptance.clone()?;
+                Some(VerdictLabels { namespace, name, result })
+            },
         )?;
-        for key in &keys {
-            let (namespace, name) = split(key);
-            if let Some(result) = &figures[*key].acceptance {
-                let labels = VerdictLabels {
-                    namespace,
-                    name,
-                    result: result.clone(),
-                };
-                ConstGauge::new(1).encode(verdict.encode_family(&labels)?)?;
-            }
-        }
-        let mut stalled = encoder.encode_descriptor(
-            "deployment_stalled",
-            "1 while a DeepInferDeployment is Stalled (it needs a person), with the reason of its Stalled condition; absent otherwise",
-            None,
-            MetricType::Gauge,
+        one_per_deployment(
+            &mut encoder,
+            (
+                "deployment_stalled",
+                "1 while a DeepInferDeployment is Stalled (it needs a person), with the reason of its Stalled condition; absent otherwise",
+            ),
+            &keys,
+            |key| {
+                let (namespace, name) = split(key);
+                let reason = figures[key].stalled.clone()?;
+                Some(StalledLabels { namespace, name, reason })
+            },
         )?;
-        for key in &keys {
-            let (namespace, name) = split(key);
-            if let Some(reason) = &figures[*key].stalled {
-                let labels = StalledLabels {
-                    namespace,
-                    name,
-                    reason: reason.clone(),
-                };
-                ConstGauge::new(1).encode(stalled.encode_family(&labels)?)?;
-            }
-        }
         Ok(())
     }
 }
@@ -420,6 +412,39 @@ impl Collector for HeapCollector {
         }
         Ok(())
     }
+}
+
+/// Encodes the gauge `(name, help)` with a series of value 1 for each of `keys` that `labels`
+/// gives labels for (a deployment without is absent).
+fn one_per_deployment<L: prometheus_client::encoding::EncodeLabelSet>(
+    encoder: &mut DescriptorEncoder,
+    (name, help): (&str, &str),
+    keys: &[&String],
+    labels: impl Fn(&str) -> Option<L>,
+) -> Result<(), std::fmt::Error> {
+    let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for key in keys {
+        if let Some(labels) = labels(key) {
+            ConstGauge::new(1).encode(family.encode_family(&labels)?)?;
+        }
+    }
+    Ok(())
+}
+
+/// Registers the status writes' counter by cause (`deepinfer_status_writes_total`).
+fn register_status_writes(registry: &mut Registry) -> Family<CauseLabels, Counter> {
+    let status_writes = Family::<CauseLabels, Counter>::default();
+    for cause in crate::controller::status::WriteCause::ALL {
+        status_writes.get_or_create_owned(&CauseLabels {
+            cause: cause.as_str(),
+        });
+    }
+    registry.register(
+        "status_writes",
+        "Status writes of DeepInferDeployments by cause: transition (the first status, a condition's status, the phase, or news worth an Event), progress (progress alone, once its hold ran out), state (anything else the status records)",
+        status_writes.clone(),
+    );
+    status_writes
 }
 
 /// Registers the acceptance runs' counters by result and their duration.
@@ -531,17 +556,7 @@ impl Metrics {
             resources.clone(),
         );
         let (acceptance_runs, acceptance_duration) = register_acceptance(&mut registry);
-        let status_writes = Family::<CauseLabels, Counter>::default();
-        for cause in crate::controller::status::WriteCause::ALL {
-            status_writes.get_or_create_owned(&CauseLabels {
-                cause: cause.as_str(),
-            });
-        }
-        registry.register(
-            "status_writes",
-            "Status writes of DeepInferDeployments by cause: transition (the first status, a condition's status, the phase, or news worth an Event), progress (progress alone, once its hold ran out), state (anything else the status records)",
-            status_writes.clone(),
-        );
+        let status_writes = register_status_writes(&mut registry);
         let leader = Gauge::default();
         registry.register(
             "leader",
@@ -765,9 +780,31 @@ mod tests {
         ] {
             assert!(text.contains(series), "{series} missing from:\n{text}");
         }
+        assert!(!text.contains("deepinfer_deployment_stalled{"), "{text}");
+        let mut stalled = super::reference::example_status();
+        stalled
+            .conditions
+            .push(k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+                type_: "Stalled".into(),
+                status: "True".into(),
+                reason: "LicenseNotAccepted".into(),
+                message: "m".into(),
+                last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+                ),
+                observed_generation: None,
+            });
+        metrics.observe_status("team/held", &stalled);
+        let text = metrics.encode().expect("encodes");
+        assert!(
+            text.contains(r#"deepinfer_deployment_stalled{namespace="team",name="held",reason="LicenseNotAccepted"} 1"#),
+            "{text}"
+        );
         metrics.forget("team/flash");
+        metrics.forget("team/held");
         let text = metrics.encode().expect("encodes");
         assert!(!text.contains(r#"name="flash""#), "{text}");
+        assert!(!text.contains(r#"name="held""#), "{text}");
     }
 
     use super::*;

@@ -303,7 +303,8 @@ async fn prometheus_query(address: std::net::SocketAddr, query: &str) -> Vec<ser
 }
 
 /// A real Prometheus (Debian's) scraping the operator's HTTPS `/metrics` as the chart's
-/// ServiceMonitor makes it scrape, with a token bound to the chart's metrics-reader ClusterRole:
+/// ServiceMonitor makes it scrape, with a token bound to a ClusterRole granting what the chart's
+/// metrics-reader grants:
 /// the per-deployment series keep the resource's own namespace in `namespace` (not the
 /// operator's; `honor_labels: false` would have renamed it `exported_namespace`), and the
 /// Stalled alert's expression of docs/metrics.md names that namespace.

@@ -169,7 +169,6 @@ impl EngineExit {
     /// Whether the engine exited normally with code 0.
     pub fn succeeded(&self) -> bool {
         matches!(self, Self::Exited { code: 0 })
-            || matches!(self, Self::Served { refused, .. } if refused.is_empty())
     }
 
     /// A failure reason, or `None` for a clean exit.

@@ -173,7 +173,9 @@ async fn write_status(
         return Ok(None);
     }
     let failing = outcome.stalled().map(|(r, _)| r);
-    if previous.is_some_and(|p| status::held(p, &next, failing)) {
+    // What of the change is news: it is never held, counts as a transition, and is told by Events.
+    let told = status::news(previous, &next, failing);
+    if previous.is_some_and(|p| status::held(p, &next, !told.is_empty())) {
         if let Some(wait) = ctx.progress_hold(&key) {
             return Ok(Some(wait));
         }
@@ -202,7 +204,7 @@ async fn write_status(
         .await
     {
         Ok(written) => {
-            let cause = status::write_cause(previous, &next, failing);
+            let cause = status::write_cause(previous, &next, !told.is_empty());
             ctx.metrics.status_written(cause.as_str());
             ctx.status_was_written(&key, resource_version(&written.metadata), cause);
         }
@@ -217,7 +219,7 @@ async fn write_status(
         }
     }
     let reference = obj.object_ref(&api_resource());
-    for (news, c) in status::news(previous, &next, failing) {
+    for (news, c) in told {
         // No Event from a replica that stopped leading after its status write.
         if !ctx.may_write() {
             return Err(Error::NotLeading);

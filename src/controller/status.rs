@@ -580,11 +580,11 @@ impl ProgressHolds {
     }
 }
 
-/// Why `after` is written over `before` (`failing` as for [`news`]).
+/// Why `after` is written over `before`, given whether the change is news ([`news`]).
 pub fn write_cause(
     before: Option<&DeepInferDeploymentStatus>,
     after: &DeepInferDeploymentStatus,
-    failing: Option<Reason>,
+    is_news: bool,
 ) -> WriteCause {
     let Some(before) = before else {
         return WriteCause::Transition;
@@ -595,10 +595,7 @@ pub fn write_cause(
             .map(|c| (c.type_.clone(), c.status.clone()))
             .collect()
     };
-    if before.phase != after.phase
-        || statuses(before) != statuses(after)
-        || !news(Some(before), after, failing).is_empty()
-    {
+    if before.phase != after.phase || statuses(before) != statuses(after) || is_news {
         WriteCause::Transition
     } else if only_progress_differs(before, after) {
         WriteCause::Progress
@@ -632,13 +629,13 @@ pub fn only_progress_differs(
 }
 
 /// Whether the change from `before` to `after` waits out [`PROGRESS_HOLD`]: it is progress alone
-/// and tells no news (`failing` as for [`news`]).
+/// and tells no news (`is_news`, as [`news`] found).
 pub fn held(
     before: &DeepInferDeploymentStatus,
     after: &DeepInferDeploymentStatus,
-    failing: Option<Reason>,
+    is_news: bool,
 ) -> bool {
-    only_progress_differs(before, after) && news(Some(before), after, failing).is_empty()
+    !is_news && only_progress_differs(before, after)
 }
 
 /// Whether an Event tells a condition's transition, and of which type.
@@ -977,23 +974,26 @@ mod tests {
         let at = t("2026-01-01T00:00:01Z");
         let first = compute(None, &ready_outcome(), Some(1), at.clone());
         assert_eq!(
-            write_cause(None, &first, None),
+            write_cause(None, &first, false),
             WriteCause::Transition,
             "the first status"
         );
         let mut worded = ready_outcome();
         worded.workers = Gate::Passed(Reason::GroupsReady, "other words".into());
         let next = compute(Some(&first), &worded, Some(1), at.clone());
-        assert_eq!(write_cause(Some(&first), &next, None), WriteCause::Progress);
+        assert_eq!(
+            write_cause(Some(&first), &next, false),
+            WriteCause::Progress
+        );
         let mut failing = ready_outcome();
         failing.workers = Gate::Progressing(Reason::GroupsNotReady, "m".into());
         let next = compute(Some(&first), &failing, Some(1), at.clone());
         assert_eq!(
-            write_cause(Some(&first), &next, None),
+            write_cause(Some(&first), &next, false),
             WriteCause::Transition
         );
         let next = compute(Some(&first), &ready_outcome(), Some(2), at.clone());
-        assert_eq!(write_cause(Some(&first), &next, None), WriteCause::State);
+        assert_eq!(write_cause(Some(&first), &next, false), WriteCause::State);
     }
 
     /// A write of progress alone doubles the hold before the next one, up to five minutes; any
@@ -1033,18 +1033,28 @@ mod tests {
         let mut capacity = ready_outcome();
         capacity.workers = Gate::Passed(Reason::WaitingForCapacity, "m".into());
         let next = compute(Some(&before), &capacity, Some(1), at.clone());
-        assert!(held(&before, &next, None), "a reason under the same status");
+        let told = |next: &DeepInferDeploymentStatus, failing| {
+            !news(Some(&before), next, failing).is_empty()
+        };
+        assert!(
+            held(&before, &next, told(&next, None)),
+            "a reason under the same status"
+        );
         let mut withdrawn = ready_outcome();
         withdrawn.workers = Gate::Passed(Reason::ServingWithdrawn, "m".into());
         let next = compute(Some(&before), &withdrawn, Some(1), at.clone());
         assert!(
-            only_progress_differs(&before, &next) && !held(&before, &next, None),
+            only_progress_differs(&before, &next) && !held(&before, &next, told(&next, None)),
             "serving withdrawn is news, written at once"
         );
         let mut failed = ready_outcome();
         failed.acceptance = Gate::Failed(Reason::AcceptanceFailed, "m".into());
         let next = compute(Some(&before), &failed, Some(1), at);
-        assert!(!held(&before, &next, Some(Reason::AcceptanceFailed)));
+        assert!(!held(
+            &before,
+            &next,
+            told(&next, Some(Reason::AcceptanceFailed))
+        ));
     }
 
     #[test]

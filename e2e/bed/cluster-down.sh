@@ -32,4 +32,8 @@ for name in node-agent operator external-metrics kube-scheduler kube-controller-
   [ "$name" = node-agent ] && end_leftover_containers
 done
 rm -rf "$bed"
+# The pod network's route (cluster-up.sh), once no bed uses it.
+if [ "$(id -u)" = 0 ] && ! pgrep -f deepinfer-node-agent >/dev/null 2>&1; then
+  ip route del local 10.244.0.0/16 dev lo 2>/dev/null || true
+fi
 echo "cluster-down: stopped and removed $bed"

@@ -289,6 +289,16 @@ runner_bin="${RUNNER_BIN:-$(dirname "$operator_bin")/deepinfer-runner}"
 if [ ! -x "$agent" ]; then
   echo "cluster-up: $agent is missing; build it first (make build)" >&2; exit 1
 fi
+# The pod network: the pod range (10.244.0.0/16, the node agent's pod IPs) is made local to the
+# host, so that executed containers listen on their pod's own IP and one pod reaches another at the
+# address its status reports (a judge reaching a serving group's endpoint, as across a pod network).
+# Without the rights to add the route, pods listen on 127.b.c.d for pod IP 10.b.c.d and only probes
+# reach them.
+if ! ip route show table local 2>/dev/null | grep -q '^local 10.244.0.0/16 '; then
+  sudo_if_needed() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo -n "$@"; fi; }
+  sudo_if_needed ip route add local 10.244.0.0/16 dev lo 2>/dev/null \
+    || echo "cluster-up: could not make the pod range 10.244.0.0/16 local (ip route add local … dev lo needs root); pods reach each other only through loopback addresses" >&2
+fi
 launch node-agent "$agent" --kubeconfig "$bed/kubeconfig" --topology "${TOPOLOGY:-$here/topology.yaml}" \
   --state-dir "$bed/agent" --own-binary "deepinfer-operator=$operator_bin" \
   --own-binary "deepinfer-runner=$runner_bin" \

@@ -23,8 +23,9 @@ sudo_if_needed() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
 need_pkgs=()
 # prometheus: promtool runs the shipped alert rules in the test suite, and Prometheus itself scrapes
-# the operator as the chart's ServiceMonitor does (e2e/tests/metrics.rs).
-for p in rsync jq openssl unzip lua5.4 prometheus curl ca-certificates build-essential python3 python3-venv; do
+# the operator as the chart's ServiceMonitor does (e2e/tests/metrics.rs). iproute2: the bed's pod
+# network (cluster-up.sh makes the pod range local to the host).
+for p in iproute2 rsync jq openssl unzip lua5.4 prometheus curl ca-certificates build-essential python3 python3-venv; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need_pkgs+=("$p")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then

@@ -827,3 +827,119 @@ pub fn weight_loads(ns: &str, deployment: &str, revision: &str) -> Vec<EngineSta
         .filter(|s| s.revision.as_deref() == Some(revision) && s.rank.as_deref() == Some("0"))
         .collect()
 }
+
+/// The deployment's serving pods (component `worker`) not being deleted.
+pub async fn live_workers(
+    client: &Client,
+    ns: &str,
+    did: &str,
+) -> Vec<k8s_openapi::api::core::v1::Pod> {
+    let api: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), ns);
+    api.list(&kube::api::ListParams::default().labels(&format!(
+        "deepinfer.io/deployment={did},deepinfer.io/component=worker"
+    )))
+    .await
+    .map(|l| l.items)
+    .unwrap_or_default()
+    .into_iter()
+    .filter(|p| p.metadata.deletion_timestamp.is_none())
+    .collect()
+}
+
+/// Ready endpoints of a Service (from its EndpointSlices): what it sends traffic to.
+pub async fn ready_endpoints(client: &Client, ns: &str, service: &str) -> usize {
+    let api: Api<k8s_openapi::api::discovery::v1::EndpointSlice> =
+        Api::namespaced(client.clone(), ns);
+    api.list(
+        &kube::api::ListParams::default().labels(&format!("kubernetes.io/service-name={service}")),
+    )
+    .await
+    .map(|l| l.items)
+    .unwrap_or_default()
+    .iter()
+    .flat_map(|s| s.endpoints.iter().flatten())
+    .filter(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(false))
+    .count()
+}
+
+/// The host address at which a pod of the bed is reached: its IP where the pod range is local to
+/// the host (`cluster-up.sh` adds the route), else its loopback twin (`10.b.c.d` → `127.b.c.d`),
+/// as the node agent's executed containers listen.
+pub fn pod_host(pod_ip: &str) -> String {
+    let local = std::net::TcpListener::bind(("10.244.255.254", 0)).is_ok();
+    if local {
+        pod_ip.to_string()
+    } else {
+        pod_ip.replacen("10.", "127.", 1)
+    }
+}
+
+/// The llama.cpp example on the bed: `config/samples/llama-cpp/deployment.yaml` with its engine
+/// the bed's entrypoint of the example image (`cluster-up.sh` writes it), the tiny random-weight
+/// model (`e2e/bed/llama-cpp.sh`) beside the fixture checkpoint on claim `ckpt`.
+pub mod llama_cpp {
+    use std::path::PathBuf;
+
+    use kube::{Api, Client};
+    use serde_json::{json, Value};
+
+    use super::{bed_dir, licence_accepted, namespace_with_checkpoint, repo_root, TestNamespace};
+
+    /// The shipped sample, `config/samples/llama-cpp/deployment.yaml`, as JSON.
+    pub fn sample() -> Value {
+        let path = repo_root().join("config/samples/llama-cpp/deployment.yaml");
+        let text = std::fs::read_to_string(&path).expect("the llama.cpp sample");
+        serde_yaml::from_str(&text).expect("the sample is YAML")
+    }
+
+    /// The sample's acceptance section without its rules: structure only, which the engine's
+    /// constrained decoding guarantees even from random weights.
+    pub fn structure_only() -> Value {
+        let mut acceptance = sample()["spec"]["acceptance"].clone();
+        for p in acceptance["prompts"].as_array_mut().expect("prompts") {
+            p.as_object_mut().expect("a prompt").remove("rules");
+        }
+        acceptance
+    }
+
+    /// The bed's entrypoint of the example image (written by `cluster-up.sh`).
+    pub fn launcher() -> PathBuf {
+        bed_dir().join("bin/deepinfer-llama-cpp")
+    }
+
+    /// The sample as the bed runs it: on the bed's checkpoint claim `ckpt`, the adapter started
+    /// by the bed's entrypoint, one CPU thread, probes every second; `acceptance` as given.
+    pub fn on_the_bed(name: &str, acceptance: Value) -> Value {
+        let mut did = sample();
+        did["metadata"] = json!({"name": name, "annotations": licence_accepted(Some("mit"))});
+        did["spec"]["model"] = json!({"name": "deepinfer/tiny-random-llama", "license": "mit",
+                                      "source": {"volume": {"claimName": "ckpt", "path": "model"}}});
+        let runtime = &mut did["spec"]["runtime"];
+        runtime["command"] = json!([launcher().display().to_string()]);
+        runtime["args"] = json!(["--threads", "1", "--context-size", "1024"]);
+        let health = json!({"httpGet": {"path": "/health", "port": "serve"}, "periodSeconds": 1,
+                            "timeoutSeconds": 1, "failureThreshold": 60});
+        runtime["startupProbe"] = health.clone();
+        runtime["readinessProbe"] = health;
+        did["spec"]["acceptance"] = acceptance;
+        did
+    }
+
+    /// A namespace of one test with the tiny GGUF model beside the fixture checkpoint.
+    pub async fn namespace(
+        prefix: &str,
+    ) -> (
+        Client,
+        TestNamespace,
+        Api<deepinfer_operator::api::DeepInferDeployment>,
+    ) {
+        let (client, ns, api) = namespace_with_checkpoint(prefix).await;
+        let host = bed_dir().join("volumes").join(format!("{}-ckpt", ns.name));
+        std::fs::copy(
+            bed_dir().join("llama-cpp/model.gguf"),
+            host.join("model/model.gguf"),
+        )
+        .expect("the tiny GGUF model (e2e/bed/llama-cpp.sh) beside the fixture checkpoint");
+        (client, ns, api)
+    }
+}

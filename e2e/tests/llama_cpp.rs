@@ -8,7 +8,6 @@
 //! engine passes, serves, and its `/health` is probed. Each deployment takes one GPU.
 
 use std::io::{Read, Write};
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use deepinfer_e2e::support::{self, Operator};
@@ -22,48 +21,10 @@ use serde_json::{json, Value};
 
 const TIMEOUT: Duration = Duration::from_secs(180);
 
-/// The shipped sample, `config/samples/llama-cpp/deployment.yaml`, as JSON.
-fn sample() -> Value {
-    let path = support::repo_root().join("config/samples/llama-cpp/deployment.yaml");
-    let text = std::fs::read_to_string(&path).expect("the llama.cpp sample");
-    serde_yaml::from_str(&text).expect("the sample is YAML")
-}
-
-/// The sample as the bed runs it: on the bed's checkpoint claim `ckpt` (the fixture checkpoint
-/// and the tiny GGUF model), the adapter started by the bed's entrypoint of the example image,
-/// one CPU thread, probes every second; `acceptance` as given.
-fn on_the_bed(name: &str, acceptance: Value) -> Value {
-    let mut did = sample();
-    did["metadata"] = json!({"name": name, "annotations": support::licence_accepted(Some("mit"))});
-    did["spec"]["model"] = json!({"name": "deepinfer/tiny-random-llama", "license": "mit",
-                                  "source": {"volume": {"claimName": "ckpt", "path": "model"}}});
-    let runtime = &mut did["spec"]["runtime"];
-    runtime["command"] = json!([launcher().display().to_string()]);
-    runtime["args"] = json!(["--threads", "1", "--context-size", "1024"]);
-    let health = json!({"httpGet": {"path": "/health", "port": "serve"}, "periodSeconds": 1,
-                        "timeoutSeconds": 1, "failureThreshold": 60});
-    runtime["startupProbe"] = health.clone();
-    runtime["readinessProbe"] = health;
-    did["spec"]["acceptance"] = acceptance;
-    did
-}
-
-/// The bed's entrypoint of the example image (written by `cluster-up.sh`).
-fn launcher() -> PathBuf {
-    support::bed_dir().join("bin/deepinfer-llama-cpp")
-}
+use support::llama_cpp::{on_the_bed, sample, structure_only};
 
 async fn setup(prefix: &str) -> (Client, support::TestNamespace, Api<DeepInferDeployment>) {
-    let (client, ns, api) = support::namespace_with_checkpoint(prefix).await;
-    let host = support::bed_dir()
-        .join("volumes")
-        .join(format!("{}-ckpt", ns.name));
-    std::fs::copy(
-        support::bed_dir().join("llama-cpp/model.gguf"),
-        host.join("model/model.gguf"),
-    )
-    .expect("the tiny GGUF model (e2e/bed/llama-cpp.sh) beside the fixture checkpoint");
-    (client, ns, api)
+    support::llama_cpp::namespace(prefix).await
 }
 
 fn condition_is(s: &DeepInferDeploymentStatus, type_: &str, status: &str, reason: &str) -> bool {
@@ -197,14 +158,6 @@ async fn gpu_llama_cpp_writes_valid_structure_that_fails_the_samples_semantic_ru
 
 /// The sample's acceptance section without its rules: structure only, which the engine's
 /// constrained decoding guarantees.
-fn structure_only() -> Value {
-    let mut acceptance = sample()["spec"]["acceptance"].clone();
-    for p in acceptance["prompts"].as_array_mut().expect("prompts") {
-        p.as_object_mut().expect("a prompt").remove("rules");
-    }
-    acceptance
-}
-
 /// Sends one HTTP/1.1 request to `address` and returns the status code and body.
 fn http(address: &str, method: &str, path: &str, body: &str) -> (u16, String) {
     let mut stream = std::net::TcpStream::connect(address).expect("connecting to the engine");
@@ -272,7 +225,7 @@ async fn gpu_llama_cpp_judged_by_structure_passes_serves_and_answers_its_probes(
         .as_ref()
         .and_then(|s| s.pod_ip.clone())
         .expect("pod IP");
-    let address = format!("{}:8000", ip.replacen("10.", "127.", 1));
+    let address = format!("{}:8000", support::pod_host(&ip));
     let (status, body) = http(&address, "GET", "/health", "");
     assert_eq!((status, body.as_str()), (200, "{\"status\":\"ok\"}"));
     // And it serves: a completion under a JSON schema, from the real engine.

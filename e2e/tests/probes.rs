@@ -13,8 +13,7 @@ use std::time::{Duration, Instant};
 use deepinfer_e2e::support::{self, Operator, TestNamespace};
 use deepinfer_operator::api::{DeepInferDeployment, DeepInferDeploymentStatus};
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::api::{Api, ListParams};
+use kube::api::Api;
 use kube::{Client, ResourceExt};
 use serde_json::{json, Value};
 
@@ -59,20 +58,6 @@ fn condition_is(s: &DeepInferDeploymentStatus, type_: &str, status: &str) -> boo
     support::condition(s, type_).is_some_and(|c| c.status == status)
 }
 
-/// The deployment's worker pods (not being deleted).
-async fn workers(client: &Client, ns: &str, did: &str) -> Vec<Pod> {
-    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
-    api.list(&ListParams::default().labels(&format!(
-        "deepinfer.io/deployment={did},deepinfer.io/component=worker"
-    )))
-    .await
-    .map(|l| l.items)
-    .unwrap_or_default()
-    .into_iter()
-    .filter(|p| p.metadata.deletion_timestamp.is_none())
-    .collect()
-}
-
 fn engine(p: &Pod) -> Option<ContainerStatus> {
     p.status
         .as_ref()?
@@ -90,19 +75,6 @@ fn pod_condition(p: &Pod, type_: &str) -> Option<String> {
         .iter()
         .find(|c| c.type_ == type_)
         .map(|c| c.status.clone())
-}
-
-/// Ready endpoints of a Service (from its EndpointSlices).
-async fn ready_endpoints(client: &Client, ns: &str, service: &str) -> usize {
-    let api: Api<EndpointSlice> = Api::namespaced(client.clone(), ns);
-    api.list(&ListParams::default().labels(&format!("kubernetes.io/service-name={service}")))
-        .await
-        .map(|l| l.items)
-        .unwrap_or_default()
-        .iter()
-        .flat_map(|s| s.endpoints.iter().flatten())
-        .filter(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(false))
-        .count()
 }
 
 /// A host path the stand-in engine watches (`--unresponsive-file`): while it exists, the
@@ -153,10 +125,10 @@ async fn gpu_an_engine_that_stops_answering_leaves_the_service_and_comes_back() 
     })
     .await;
     support::eventually(TIMEOUT, "one ready endpoint", || async {
-        (ready_endpoints(&client, &ns.name, "wedge-worker").await == 1).then_some(())
+        (support::ready_endpoints(&client, &ns.name, "wedge-worker").await == 1).then_some(())
     })
     .await;
-    let serving = workers(&client, &ns.name, "wedge").await;
+    let serving = support::live_workers(&client, &ns.name, "wedge").await;
     assert_eq!(serving.len(), 1);
     let before = engine(&serving[0]).expect("engine status");
     assert!(before.ready && before.started == Some(true));
@@ -164,7 +136,7 @@ async fn gpu_an_engine_that_stops_answering_leaves_the_service_and_comes_back() 
     wedge.set(true);
     let wedged_at = Instant::now();
     support::eventually(TIMEOUT, "the endpoint to leave the Service", || async {
-        (ready_endpoints(&client, &ns.name, "wedge-worker").await == 0).then_some(())
+        (support::ready_endpoints(&client, &ns.name, "wedge-worker").await == 0).then_some(())
     })
     .await;
     println!(
@@ -172,7 +144,9 @@ async fn gpu_an_engine_that_stops_answering_leaves_the_service_and_comes_back() 
         wedged_at.elapsed().as_secs_f64()
     );
     let pod = support::eventually(TIMEOUT, "the pod unready and still running", || async {
-        let p = workers(&client, &ns.name, "wedge").await.pop()?;
+        let p = support::live_workers(&client, &ns.name, "wedge")
+            .await
+            .pop()?;
         let c = engine(&p)?;
         (!c.ready && c.state?.running.is_some()).then_some(p)
     })
@@ -194,14 +168,14 @@ async fn gpu_an_engine_that_stops_answering_leaves_the_service_and_comes_back() 
 
     wedge.set(false);
     support::eventually(TIMEOUT, "the endpoint back in the Service", || async {
-        (ready_endpoints(&client, &ns.name, "wedge-worker").await == 1).then_some(())
+        (support::ready_endpoints(&client, &ns.name, "wedge-worker").await == 1).then_some(())
     })
     .await;
     support::current_status_where(&api, "wedge", "Ready again", TIMEOUT, |s| {
         condition_is(s, "Ready", "True")
     })
     .await;
-    let back = workers(&client, &ns.name, "wedge").await;
+    let back = support::live_workers(&client, &ns.name, "wedge").await;
     assert_eq!(back.len(), 1);
     assert_eq!(back[0].uid(), serving[0].uid(), "the same pod serves again");
     assert_eq!(engine(&back[0]).map(|c| c.restart_count), Some(0));
@@ -229,7 +203,7 @@ async fn gpu_a_slow_start_inside_the_startup_budget_goes_ready_one_past_it_is_re
         condition_is(s, "Ready", "True")
     })
     .await;
-    let inside = workers(&client, &ns.name, "inside").await;
+    let inside = support::live_workers(&client, &ns.name, "inside").await;
     assert_eq!(inside.len(), 1);
     let c = engine(&inside[0]).expect("engine status");
     assert!(c.ready && c.started == Some(true));
@@ -242,7 +216,7 @@ async fn gpu_a_slow_start_inside_the_startup_budget_goes_ready_one_past_it_is_re
     // place, so it fails, and the operator replaces the group whole (at once: the failed pod
     // may be gone before a look sees it Failed, so the replacement's event says how it ended).
     let first = support::eventually(TIMEOUT, "the first pod", || async {
-        workers(&client, &ns.name, "past").await.pop()
+        support::live_workers(&client, &ns.name, "past").await.pop()
     })
     .await;
     let first_uid = first.uid();
@@ -267,7 +241,7 @@ async fn gpu_an_engine_hung_past_its_liveness_budget_is_stopped_and_its_group_re
         condition_is(s, "Ready", "True")
     })
     .await;
-    let serving = workers(&client, &ns.name, "hung").await;
+    let serving = support::live_workers(&client, &ns.name, "hung").await;
     assert_eq!(serving.len(), 1);
     let hung_uid = serving[0].uid();
 
@@ -281,7 +255,7 @@ async fn gpu_an_engine_hung_past_its_liveness_budget_is_stopped_and_its_group_re
         condition_is(s, "Ready", "True")
     })
     .await;
-    let back = workers(&client, &ns.name, "hung").await;
+    let back = support::live_workers(&client, &ns.name, "hung").await;
     assert_eq!(back.len(), 1);
     assert_ne!(back[0].uid(), hung_uid, "a new pod serves");
     op.stop().await;
@@ -292,7 +266,7 @@ async fn gpu_an_engine_hung_past_its_liveness_budget_is_stopped_and_its_group_re
 /// once and may never be seen Failed).
 async fn replaced_whole(client: &Client, ns: &str, did: &str, old_uid: &Option<String>) {
     support::eventually(TIMEOUT, "a new pod in the group", || async {
-        let pods = workers(client, ns, did).await;
+        let pods = support::live_workers(client, ns, did).await;
         pods.iter().any(|p| p.uid() != *old_uid).then_some(())
     })
     .await;

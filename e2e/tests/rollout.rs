@@ -14,7 +14,6 @@ use deepinfer_operator::api::{DeepInferDeployment, DeepInferDeploymentStatus};
 use deepinfer_operator::controller::pods::pod_ready;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::{json, Value};
@@ -155,7 +154,7 @@ impl Sampler {
                         );
                     }
                     max_groups.fetch_max(g.len(), Ordering::Relaxed);
-                    let endpoints = ready_endpoints(&client, &ns, &service).await;
+                    let endpoints = support::ready_endpoints(&client, &ns, &service).await;
                     min_endpoints.fetch_min(endpoints, Ordering::Relaxed);
                     samples.fetch_add(1, Ordering::Relaxed);
                     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -200,19 +199,6 @@ impl Sampler {
         assert!(samples >= 2, "{what}: only {samples} sample(s) were taken");
         (min, max)
     }
-}
-
-/// Ready endpoints of a Service (from its EndpointSlices).
-async fn ready_endpoints(client: &Client, ns: &str, service: &str) -> usize {
-    let api: Api<EndpointSlice> = Api::namespaced(client.clone(), ns);
-    api.list(&ListParams::default().labels(&format!("kubernetes.io/service-name={service}")))
-        .await
-        .map(|l| l.items)
-        .unwrap_or_default()
-        .iter()
-        .flat_map(|s| s.endpoints.iter().flatten())
-        .filter(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(false))
-        .count()
 }
 
 async fn acceptance_jobs(client: &Client, ns: &str, did: &str) -> BTreeSet<String> {
@@ -314,7 +300,7 @@ async fn gpu_licence_revocation_empties_the_endpoints_and_restoring_it_runs_noth
     create(&api, deployment("revoke", 2, 8, 1, 0)).await;
     let ready = status_where(&api, "revoke", "Ready", is_ready).await;
     support::eventually(TIMEOUT, "2 ready endpoints", || async {
-        (ready_endpoints(&client, &ns.name, "revoke-worker").await == 2).then_some(())
+        (support::ready_endpoints(&client, &ns.name, "revoke-worker").await == 2).then_some(())
     })
     .await;
     let runs = acceptance_jobs(&client, &ns.name, "revoke").await;
@@ -324,7 +310,9 @@ async fn gpu_licence_revocation_empties_the_endpoints_and_restoring_it_runs_noth
     support::eventually(
         Duration::from_secs(10),
         "no ready endpoint within 10 s",
-        || async { (ready_endpoints(&client, &ns.name, "revoke-worker").await == 0).then_some(()) },
+        || async {
+            (support::ready_endpoints(&client, &ns.name, "revoke-worker").await == 0).then_some(())
+        },
     )
     .await;
     println!(
@@ -359,7 +347,9 @@ async fn gpu_licence_revocation_empties_the_endpoints_and_restoring_it_runs_noth
     support::eventually(
         Duration::from_secs(30),
         "2 ready endpoints again",
-        || async { (ready_endpoints(&client, &ns.name, "revoke-worker").await == 2).then_some(()) },
+        || async {
+            (support::ready_endpoints(&client, &ns.name, "revoke-worker").await == 2).then_some(())
+        },
     )
     .await;
     let st = status_where(&api, "revoke", "Ready again", is_ready).await;
@@ -396,7 +386,7 @@ async fn gpu_a_failed_rejudgement_takes_the_serving_pods_out_of_service() {
         Duration::from_secs(30),
         "the serving revision keeps serving",
         || async {
-            (ready_endpoints(&client, &ns.name, "rejudge-worker").await == 1).then_some(())
+            (support::ready_endpoints(&client, &ns.name, "rejudge-worker").await == 1).then_some(())
         },
     )
     .await;
@@ -424,7 +414,7 @@ async fn gpu_a_failed_rejudgement_takes_the_serving_pods_out_of_service() {
         "the review is recorded in the judgement"
     );
     support::eventually(Duration::from_secs(10), "no ready endpoint", || async {
-        (ready_endpoints(&client, &ns.name, "rejudge-worker").await == 0).then_some(())
+        (support::ready_endpoints(&client, &ns.name, "rejudge-worker").await == 0).then_some(())
     })
     .await;
     let pods = workers(&client, &ns.name, "rejudge").await;
@@ -555,7 +545,7 @@ async fn gpu_seven_failing_revisions_in_a_row_never_take_the_serving_revision_do
     let serving = serving_pods(&client, &ns.name, "sixfail").await;
     assert_eq!(serving.len(), 2);
     support::eventually(TIMEOUT, "2 ready endpoints", || async {
-        (ready_endpoints(&client, &ns.name, "sixfail-worker").await == 2).then_some(())
+        (support::ready_endpoints(&client, &ns.name, "sixfail-worker").await == 2).then_some(())
     })
     .await;
     let sampler = Sampler::start(&client, &ns.name, "sixfail");
@@ -648,7 +638,7 @@ async fn serving_survives(prefix: &str, damage: impl FnOnce(Value) -> Value) {
     let ready = status_where(&api, prefix, "Ready", is_ready).await;
     let service = format!("{prefix}-worker");
     support::eventually(TIMEOUT, "2 ready endpoints", || async {
-        (ready_endpoints(&client, &ns.name, &service).await == 2).then_some(())
+        (support::ready_endpoints(&client, &ns.name, &service).await == 2).then_some(())
     })
     .await;
     let serving = serving_pods(&client, &ns.name, prefix).await;
@@ -1006,7 +996,7 @@ async fn gpu_a_lost_serving_group_is_rebuilt_while_the_candidate_has_failed() {
     create(&api, deployment("repair", 1, 16, 1, 0)).await;
     let ready = status_where(&api, "repair", "Ready", is_ready).await;
     support::eventually(TIMEOUT, "1 ready endpoint", || async {
-        (ready_endpoints(&client, &ns.name, "repair-worker").await == 1).then_some(())
+        (support::ready_endpoints(&client, &ns.name, "repair-worker").await == 1).then_some(())
     })
     .await;
     let failing = support::shot_planner_acceptance("invalid-2-2-3.jsonl", "replay");
@@ -1050,7 +1040,7 @@ async fn gpu_a_lost_serving_group_is_rebuilt_while_the_candidate_has_failed() {
                         && Some(label(p, "deepinfer.io/revision")) == ready.revision.as_deref()
                         && !old_uids.contains(&p.uid().unwrap_or_default())
                 });
-            (rebuilt && ready_endpoints(&client, &ns.name, "repair-worker").await == 1)
+            (rebuilt && support::ready_endpoints(&client, &ns.name, "repair-worker").await == 1)
                 .then_some(())
         },
     )

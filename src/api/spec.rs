@@ -120,8 +120,8 @@ const CEL_ROLE_PRODUCT: &str = "(has(r.accelerator) && has(r.accelerator.product
         .reason(Reason::FieldValueInvalid)
         .field_path(".roles"),
     // Same as `controller::validate::validate_serving_command`; the validation table checks both.
-    validation = Rule::new("!has(self.runtime.command) || size(self.runtime.command) == 0 || (has(self.acceptance.engine) && self.acceptance.engine.command.exists(a, a == '{serving_command}'))")
-        .message("spec.runtime.command is set, but spec.acceptance.engine.command (default: DeepInfer's offline example) does not hold {serving_command} as a whole argument, so the acceptance run would not run the command the pods serve with; add \"{serving_command}\" to spec.acceptance.engine.command where the engine's program goes, or remove spec.runtime.command")
+    validation = Rule::new("!has(self.runtime.command) || size(self.runtime.command) == 0 || (has(self.acceptance.mode) && self.acceptance.mode == 'serving') || (has(self.acceptance.engine) && self.acceptance.engine.command.exists(a, a == '{serving_command}'))")
+        .message("spec.runtime.command is set, but spec.acceptance.engine.command (default: DeepInfer's offline example) does not hold {serving_command} as a whole argument, so the acceptance run would not run the command the pods serve with; add \"{serving_command}\" to spec.acceptance.engine.command where the engine's program goes, set spec.acceptance.mode to serving, or remove spec.runtime.command")
         .reason(Reason::FieldValueInvalid)
         .field_path(".runtime.command"),
     validation = Rule::new("!has(self.runtime.roles) || self.runtime.roles.all(o, self.roles.exists(r, r.name == o.role))")
@@ -1089,9 +1089,49 @@ pub struct AcceptanceSpec {
     /// repetitionPenalty 1. Part of the revision: a change re-runs acceptance.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sampling: Option<AcceptanceSampling>,
+    /// How a new revision is judged. `offline` (default): a separate run of one group per role
+    /// loads the weights and runs the offline example, then the serving groups are made.
+    /// `serving`: the revision's first serving group is made at once and judged in place through
+    /// its serving endpoint (docs/engine-contract.md, "Serving API") while it takes no traffic;
+    /// a pass admits exactly those pods, a failure deletes them. Roles that work together are
+    /// judged together: one candidate group per role, wired to each other, judged through the
+    /// judged role's endpoint (`worker`, else `decode`, else the first role).
+    #[serde(default, skip_serializing_if = "AcceptanceMode::is_offline")]
+    pub mode: AcceptanceMode,
+    /// `serving` mode: requests in flight at once in the load pass that measures capacity after
+    /// the judged pass (at concurrency 1); default 4, 1 for no load pass.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 256))]
+    pub load_concurrency: Option<u32>,
 }
 
+/// How a new revision is judged (`spec.acceptance.mode`).
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub enum AcceptanceMode {
+    /// A separate acceptance run of the offline example on one group per role.
+    #[default]
+    Offline,
+    /// The revision's first serving group, judged through its serving endpoint before it serves.
+    Serving,
+}
+
+impl AcceptanceMode {
+    /// Whether this is the default, [`AcceptanceMode::Offline`].
+    pub fn is_offline(&self) -> bool {
+        *self == AcceptanceMode::Offline
+    }
+}
+
+/// Requests in flight at once in a `serving` run's load pass when `loadConcurrency` is not set.
+pub const DEFAULT_LOAD_CONCURRENCY: u32 = 4;
+
 impl AcceptanceSpec {
+    /// Whether the revision's serving group is judged in place (`mode: serving`).
+    pub fn judges_serving(&self) -> bool {
+        self.mode == AcceptanceMode::Serving
+    }
+
     /// The section's sampling settings with every default applied.
     pub fn default_sampling(&self) -> EffectiveSampling {
         EffectiveSampling::default().with(self.sampling.as_ref())

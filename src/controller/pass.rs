@@ -13,7 +13,7 @@ use kube::ResourceExt;
 use crate::api::{record_judgement, AcceptanceStatus, DeepInferDeploymentStatus, Reason};
 use crate::controller::act::Act;
 use crate::controller::error::Error;
-use crate::controller::gates::acceptance::{self, Run};
+use crate::controller::gates::acceptance::{self, Candidate, Run};
 use crate::controller::gates::housekeeping::RunLeader;
 use crate::controller::gates::licence::{entitlement, LicenceVerdict, LicenceWithdrawal};
 use crate::controller::gates::spec::SpecFound;
@@ -150,6 +150,8 @@ pub struct Findings {
     pub retry: Option<Duration>,
     /// Roles whose group of the acceptance run waits for devices.
     pub needs_room: Vec<String>,
+    /// The target's candidate group (`spec.acceptance.mode: serving`).
+    pub candidate: Candidate,
     /// What the acceptance gate said of the target's run.
     pub leader: RunLeader,
     /// The claims gate's templates were refused: the workers gate stalls on them.
@@ -342,6 +344,7 @@ fn plan_acceptance<'o>(
         .clone()
         .map_or(RunLeader::Judged, RunLeader::Unjudged);
     f.needs_room = found.needs_room.clone();
+    f.candidate = found.candidate;
     f.outcome.acceptance = found.gate;
     if let Some(status) = found.status {
         f.outcome.acceptance_status = Some(status);
@@ -412,6 +415,11 @@ fn plan_workers<'o>(s: &'o Snapshot, settings: Settings<'o>, f: &mut Findings) -
         acting: s.open() || stop,
         stop,
         needs_room: if s.open() { &f.needs_room } else { &[] },
+        candidate: if s.open() {
+            f.candidate
+        } else {
+            Candidate::None
+        },
         remembered: &s.remembered,
         settings,
         now: s.now,

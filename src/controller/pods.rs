@@ -27,3 +27,13 @@ pub fn pod_ready(pod: &Pod) -> bool {
         .and_then(|s| s.conditions.as_ref())
         .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
+
+/// Whether every container of the pod is ready (its probes pass), readiness gates aside: an
+/// engine that serves, whether or not the pod is admitted to traffic. Read from the containers'
+/// statuses, which a cached pod keeps (its `ContainersReady` condition it does not).
+pub fn containers_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .is_some_and(|cs| !cs.is_empty() && cs.iter().all(|c| c.ready))
+}

@@ -682,6 +682,31 @@ pub fn cases() -> Vec<Case> {
             Invalid("spec.runtime.command")
         ),
         case!(
+            "serving acceptance of one role, with a runtime command and no template",
+            ascend,
+            |s| {
+                s["acceptance"]["mode"] = json!("serving");
+                s["acceptance"]["loadConcurrency"] = json!(8);
+                s["runtime"]["command"] = json!(["/opt/engine/serve"]);
+            },
+            Valid
+        ),
+        case!(
+            "serving acceptance of roles that work together",
+            nvidia,
+            |s| s["acceptance"]["mode"] = json!("serving"),
+            Valid
+        ),
+        case!(
+            "load pass without requests",
+            ascend,
+            |s| {
+                s["acceptance"]["mode"] = json!("serving");
+                s["acceptance"]["loadConcurrency"] = json!(0);
+            },
+            Invalid("spec.acceptance.loadConcurrency")
+        ),
+        case!(
             "acceptance template with the serving args inside an argument",
             nvidia,
             |s| s["acceptance"]["engine"] =

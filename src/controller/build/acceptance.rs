@@ -249,13 +249,77 @@ pub fn acceptance_group_job(
     if group.judged && rank == 0 {
         judged_leader(&mut pod, did, names, &role.name, revision, operator_image)?;
     }
+    Some(run_job(did, names, group, rank, revision, pod))
+}
+
+/// The judge of a `spec.acceptance.mode: serving` run: a Job named as the judged leader whose
+/// pod runs the judge alone (no devices, no engine), sending every prompt to `endpoint`, the
+/// candidate serving group's, as its ServiceAccount that may update the run's evidence only.
+pub fn serving_judge_job(
+    did: &ValidatedDeployment,
+    names: &AcceptanceNames,
+    group: &RunGroup<'_>,
+    revision: &str,
+    operator_image: &str,
+    endpoint: &str,
+) -> Option<Job> {
+    let load = did
+        .spec
+        .acceptance
+        .load_concurrency
+        .unwrap_or(crate::api::DEFAULT_LOAD_CONCURRENCY);
+    let judge = judge_container(
+        did,
+        names,
+        revision,
+        operator_image,
+        JudgeSide::Endpoint(endpoint, load),
+    );
+    let pod = PodSpec {
+        containers: vec![judge],
+        volumes: Some(vec![
+            scratch_volume("work", WORK_DIR_SIZE),
+            Volume {
+                name: "acceptance-spec".into(),
+                config_map: Some(ConfigMapVolumeSource {
+                    name: names.spec_configmap.clone(),
+                    ..ConfigMapVolumeSource::default()
+                }),
+                ..Volume::default()
+            },
+            judge_token_volume(),
+        ]),
+        service_account_name: Some(names.service_account.clone()),
+        automount_service_account_token: Some(false),
+        enable_service_links: Some(false),
+        restart_policy: Some("Never".into()),
+        security_context: Some(super::restricted_pod()),
+        ..PodSpec::default()
+    };
+    group
+        .judged
+        .then(|| run_job(did, names, group, 0, revision, pod))
+}
+
+/// The Job of one rank of one group of a run, around its pod.
+fn run_job(
+    did: &ValidatedDeployment,
+    names: &AcceptanceNames,
+    group: &RunGroup<'_>,
+    rank: i32,
+    revision: &str,
+    pod: PodSpec,
+) -> Job {
+    let spec = &did.spec;
+    let mut group_labels = deployment_labels(&did.name_any());
+    group_labels.extend(acceptance_labels(group, revision));
     let mut job_labels = acceptance_labels(group, revision);
     job_labels.insert(labels::RANK.to_string(), rank.to_string());
     let mut pod_labels = group_labels;
     pod_labels.insert(labels::RANK.to_string(), rank.to_string());
     // No activeDeadlineSeconds: it would count time spent Pending for devices. The engine side's
     // own timeout ends the run; the controller ends a pod stuck past it (see `acceptance_deadline`).
-    Some(stamp(Job {
+    stamp(Job {
         metadata: ObjectMeta {
             annotations: Some(BTreeMap::from([
                 (JUDGES_ANNOTATION.to_string(), names.key.clone()),
@@ -278,7 +342,7 @@ pub fn acceptance_group_job(
             ..JobSpec::default()
         }),
         status: None,
-    }))
+    })
 }
 
 /// Turns rank 0 of the judged group into the judged leader: the engine container runs the
@@ -309,8 +373,13 @@ fn judged_leader(
         mount("acceptance-spec", ACCEPTANCE_SPEC_DIR, true),
         mount("work", ACCEPTANCE_WORK_DIR, false),
     ]);
-    pod.containers
-        .push(judge_container(did, names, revision, operator_image));
+    pod.containers.push(judge_container(
+        did,
+        names,
+        revision,
+        operator_image,
+        JudgeSide::EngineDir,
+    ));
     pod.init_containers = Some(vec![Container {
         name: "install-runner".into(),
         image: Some(operator_image.into()),
@@ -419,13 +488,22 @@ fn record_args(did: &ValidatedDeployment) -> Vec<String> {
     record
 }
 
-/// The judge: the operator's image running `accept --engine-dir`, with the service-account
-/// token mounted into it alone, reading the shared directory read-only.
+/// What the judge judges.
+enum JudgeSide<'a> {
+    /// The report `run-engine` leaves in the shared directory (offline mode).
+    EngineDir,
+    /// A serving endpoint, with the load pass's concurrency (serving mode).
+    Endpoint(&'a str, u32),
+}
+
+/// The judge: the operator's image running `accept --engine-dir` (or `--endpoint`), with the
+/// service-account token mounted into it alone, reading the shared directory read-only.
 fn judge_container(
     did: &ValidatedDeployment,
     names: &AcceptanceNames,
     revision: &str,
     operator_image: &str,
+    side: JudgeSide<'_>,
 ) -> Container {
     let spec = &did.spec;
     let role = acceptance_role(spec);
@@ -434,6 +512,25 @@ fn judge_container(
         spec.runtime.image_of(&r.name)
     });
     let record = record_args(did);
+    // Offline, the shared directory is the engine's and read-only here; serving, it is the
+    // judge's own scratch.
+    let (judged_side, work_read_only): (Vec<String>, bool) = match side {
+        JudgeSide::EngineDir => (
+            vec!["--engine-dir".into(), ACCEPTANCE_WORK_DIR.into()],
+            true,
+        ),
+        JudgeSide::Endpoint(endpoint, load) => (
+            vec![
+                "--endpoint".into(),
+                endpoint.to_string(),
+                "--load-concurrency".into(),
+                load.to_string(),
+                "--work-dir".into(),
+                ACCEPTANCE_WORK_DIR.into(),
+            ],
+            false,
+        ),
+    };
     Container {
         name: JUDGE_CONTAINER.into(),
         image: Some(operator_image.into()),
@@ -442,8 +539,10 @@ fn judge_container(
             vec![
                 "--spec-file".into(),
                 format!("{ACCEPTANCE_SPEC_DIR}/{ACCEPTANCE_SPEC_KEY}"),
-                "--engine-dir".into(),
-                ACCEPTANCE_WORK_DIR.into(),
+            ]
+            .into_iter()
+            .chain(judged_side)
+            .chain([
                 "--model-dir".into(),
                 model_dir(did),
                 "--revision".into(),
@@ -470,8 +569,7 @@ fn judge_container(
                 did.name_any(),
                 "--owner-uid".into(),
                 did.uid().unwrap_or_default(),
-            ]
-            .into_iter()
+            ])
             .chain(spec_pin(names))
             .chain(record)
             .collect(),
@@ -485,7 +583,7 @@ fn judge_container(
         ]),
         volume_mounts: Some(vec![
             mount("acceptance-spec", ACCEPTANCE_SPEC_DIR, true),
-            mount("work", ACCEPTANCE_WORK_DIR, true),
+            mount("work", ACCEPTANCE_WORK_DIR, work_read_only),
             mount("judge-token", JUDGE_TOKEN_DIR, true),
         ]),
         resources: Some(judge_resources()),

@@ -179,11 +179,12 @@ pub fn peer_endpoints_key(revision: &str) -> String {
 }
 
 /// The endpoints ConfigMap: per upstream role, `rank-0.<group service>.<ns>.svc:<port>` of each
-/// group among `groups` (role, revision, index) whose leader in `workers` is ready, sorted.
+/// group among `groups` (role, revision, index) whose leader in `workers` serves, sorted.
 /// Key [`peer_endpoints_key`] of each revision with decode groups lists that revision's leaders
-/// only (what its decode pods mount: a revision's roles were judged together); key
-/// `endpoints.json` lists every revision's (for pods that mount the whole ConfigMap). `None` when
-/// decode has no upstream role.
+/// whose engines are ready, admitted to traffic or not (what its decode pods mount: a revision's
+/// roles are judged together, and the candidates of a revision judged in place are wired to each
+/// other only); key `endpoints.json` lists every revision's ready leaders (for pods that mount the
+/// whole ConfigMap). `None` when decode has no upstream role.
 pub fn peer_endpoints_configmap(
     did: &ValidatedDeployment,
     groups: &[(String, String, i32)],
@@ -210,25 +211,27 @@ pub fn peer_endpoints_configmap(
         if !all.contains_key(role) {
             continue;
         }
-        let leader = pod_name(&name, role, revision, *index, 0);
-        let ready = workers.iter().any(|p| {
-            p.name_any() == leader
-                && p.metadata.deletion_timestamp.is_none()
-                && crate::controller::pods::pod_ready(p)
-        });
-        if !ready {
+        let leader_name = pod_name(&name, role, revision, *index, 0);
+        let Some(leader) = workers
+            .iter()
+            .find(|p| p.name_any() == leader_name && p.metadata.deletion_timestamp.is_none())
+        else {
             continue;
-        }
+        };
         let service = group_service_name(&name, role, revision, *index);
         let address = format!("rank-0.{service}.{}.svc:{SERVE_PORT}", did.namespace);
-        if let Some(list) = by_revision
-            .get_mut(revision.as_str())
-            .and_then(|r| r.get_mut(role))
-        {
-            list.push(address.clone());
+        if crate::controller::pods::containers_ready(leader) {
+            if let Some(list) = by_revision
+                .get_mut(revision.as_str())
+                .and_then(|r| r.get_mut(role))
+            {
+                list.push(address.clone());
+            }
         }
-        if let Some(list) = all.get_mut(role) {
-            list.push(address);
+        if crate::controller::pods::pod_ready(leader) {
+            if let Some(list) = all.get_mut(role) {
+                list.push(address);
+            }
         }
     }
     let file = |mut by_role: BTreeMap<String, Vec<String>>| {

@@ -1398,16 +1398,23 @@ fn decode_engines_find_the_prefill_role_through_env_and_a_file_of_ready_leaders(
     );
 
     // Two prefill groups exist; only the one whose leader is ready is listed.
-    let ready_status = || {
+    let status_of = |ready: &str| {
+        let condition = |type_: &str, status: &str| k8s_openapi::api::core::v1::PodCondition {
+            type_: type_.into(),
+            status: status.into(),
+            ..Default::default()
+        };
         Some(k8s_openapi::api::core::v1::PodStatus {
-            conditions: Some(vec![k8s_openapi::api::core::v1::PodCondition {
-                type_: "Ready".into(),
-                status: "True".into(),
+            conditions: Some(vec![condition("Ready", ready)]),
+            container_statuses: Some(vec![k8s_openapi::api::core::v1::ContainerStatus {
+                name: "engine".into(),
+                ready: true,
                 ..Default::default()
             }]),
             ..Default::default()
         })
     };
+    let ready_status = || status_of("True");
     let mut ready = group_pods(&d, &d.spec.roles[0], 0, "r")[0].clone();
     ready.status = ready_status();
     let unready = group_pods(&d, &d.spec.roles[0], 1, "r")[0].clone();
@@ -1472,6 +1479,24 @@ fn decode_engines_find_the_prefill_role_through_env_and_a_file_of_ready_leaders(
             .map(|i| (i.key.as_str(), i.path.as_str()))
             .collect::<Vec<_>>(),
         [("endpoints-s.json", "endpoints.json")]
+    );
+
+    // A revision judged in place: its candidate prefill serves but is not admitted to traffic
+    // (its accepted gate is False). Its candidate decode finds it, and only it; nothing else does.
+    let mut candidate = group_pods(&d, &d.spec.roles[0], 0, "s")[0].clone();
+    candidate.status = status_of("False");
+    let mut old_ready = group_pods(&d, &d.spec.roles[0], 0, "r")[0].clone();
+    old_ready.status = ready_status();
+    let cm = peer_endpoints_configmap(&d, &rolling, &[old_ready, candidate]).expect("a file");
+    let data = cm.data.expect("data");
+    let file = |key: &str| -> serde_json::Value { serde_json::from_str(&data[key]).expect("JSON") };
+    assert_eq!(
+        file("endpoints-s.json"),
+        json!({"prefill": ["rank-0.flash-prefill-s-0.serving.svc:8000"]})
+    );
+    assert_eq!(
+        file("endpoints.json"),
+        json!({"prefill": ["rank-0.flash-prefill-r-0.serving.svc:8000"]})
     );
     let colocated = did(
         json!({"type": "NVIDIA"}),

@@ -10,8 +10,8 @@
 //! `failureThreshold` failures in a row; a startup or liveness probe that fails
 //! `failureThreshold` times in a row asks for the container to be killed.
 //!
-//! HTTP and TCP probes connect to the pod's address on the host's loopback ([`loopback_address`];
-//! the reported pod IP is not routable), or to the probe's `host`. HTTPS and gRPC probes are
+//! HTTP and TCP probes connect to the pod's address on the host ([`loopback_address`]), or to
+//! the probe's `host`. HTTPS and gRPC probes are
 //! checked as TCP connections (the agent has no TLS or gRPC client). Exec probes run with the
 //! container's environment inside its mount namespace (`nsenter`).
 
@@ -29,16 +29,31 @@ const USER_AGENT: &str = "kube-probe/1.37";
 /// Most output of an exec probe kept in its failure message.
 const OUTPUT_MAX_BYTES: usize = 1024;
 
-/// The pod's address on the host's loopback, where its executed containers listen and its
-/// probes connect: pod IP `a.b.c.d` is `127.b.c.d` (host-network pods: `127.0.0.1`).
+/// The pod's address on the host, where its executed containers listen and its probes connect:
+/// the pod IP itself where the pod range is local to the host (`cluster-up.sh` adds the route), so
+/// that a pod reaches another at the address its status reports; else pod IP `a.b.c.d` is
+/// `127.b.c.d` (host-network pods: `127.0.0.1`).
 pub fn loopback_address(pod_ip: &str) -> String {
+    address_on_host(pod_ip, pod_range_is_local())
+}
+
+/// The pod's address on the host: its IP when the pod range is `local`, else on loopback.
+fn address_on_host(pod_ip: &str, local: bool) -> String {
     match pod_ip.parse::<Ipv4Addr>() {
+        Ok(ip) if local => ip.to_string(),
         Ok(ip) => {
             let [_, b, c, d] = ip.octets();
             Ipv4Addr::new(127, b, c, d).to_string()
         }
         Err(_) => Ipv4Addr::LOCALHOST.to_string(),
     }
+}
+
+/// Whether an address of the pod range can be listened on (its route is local), checked once.
+fn pod_range_is_local() -> bool {
+    static LOCAL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *LOCAL
+        .get_or_init(|| std::net::TcpListener::bind((Ipv4Addr::new(10, 244, 255, 254), 0)).is_ok())
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -634,9 +649,10 @@ mod tests {
 
     #[test]
     fn the_pod_address_on_the_loopback_keeps_the_pod_ips_last_octets() {
-        assert_eq!(loopback_address("10.244.3.7"), "127.244.3.7");
-        assert_eq!(loopback_address("127.0.0.1"), "127.0.0.1");
-        assert_eq!(loopback_address("fd00::1"), "127.0.0.1");
+        assert_eq!(address_on_host("10.244.3.7", false), "127.244.3.7");
+        assert_eq!(address_on_host("10.244.3.7", true), "10.244.3.7");
+        assert_eq!(address_on_host("127.0.0.1", false), "127.0.0.1");
+        assert_eq!(address_on_host("fd00::1", false), "127.0.0.1");
     }
 
     #[test]

@@ -12,7 +12,7 @@ mod start;
 mod superseded;
 mod view;
 
-pub use run::{stop_running, Found, Input, Run};
+pub use run::{stop_running, Candidate, Found, Input, Run};
 pub use superseded::{superseded, Superseded};
 
 use crate::api::{DeepInferDeploymentStatus, Reason};
@@ -74,6 +74,8 @@ pub fn plan<'o>(input: &Input<'_>, observed: &'o Observed) -> Plan<'o, Found> {
         &view.upstream,
         &judging,
     );
+    // The run goes ahead past its admission (a start admitted says so itself).
+    let under_way = !matches!(step, Step::Start | Step::Reuse(_));
     let mut acts = if matches!(
         step,
         Step::Running | Step::StartJudged | Step::WaitingForCapacity(_)
@@ -91,6 +93,10 @@ pub fn plan<'o>(input: &Input<'_>, observed: &'o Observed) -> Plan<'o, Found> {
             ..Found::default()
         }),
         Step::Start => start(input, observed, &groups, &view),
+        Step::StartJudged if did.spec.acceptance.judges_serving() => Plan::with(
+            Found::gate(running),
+            start_judge(input, observed, &groups[0]),
+        ),
         Step::StartJudged => Plan::with(
             Found::gate(running),
             start_groups(input, observed, &groups[..1]),
@@ -123,7 +129,23 @@ pub fn plan<'o>(input: &Input<'_>, observed: &'o Observed) -> Plan<'o, Found> {
     acts.append(&mut plan.acts);
     plan.acts = acts;
     plan.found.unjudged = unjudged;
+    if did.spec.acceptance.judges_serving() {
+        let started = under_way || plan.found.candidate == Candidate::Judged;
+        plan.found.candidate = candidate(&plan.found, started);
+    }
     plan
+}
+
+/// What a serving-mode run asks of the target's candidate group: made while the run goes ahead
+/// (`started`: it was admitted, or is under way), gone once the revision is refused.
+fn candidate(found: &Found, started: bool) -> Candidate {
+    let judgement = found.recorded.as_ref().or(found.status.as_ref());
+    match judgement.map(|j| j.result) {
+        Some(crate::api::AcceptanceResult::Passed) => Candidate::None,
+        Some(_) => Candidate::Refused,
+        None if started => Candidate::Judged,
+        None => Candidate::None,
+    }
 }
 
 /// The acceptance stage of a suspended deployment: a run under way is stopped so that it frees
@@ -600,6 +622,114 @@ mod tests {
                 ..ContainerState::default()
             },
         )
+    }
+
+    /// The fixture judged in serving mode, with a load pass of 3 requests at once.
+    fn serving_case() -> Case {
+        let mut raw = fixture::raw();
+        raw.spec.acceptance.mode = crate::api::AcceptanceMode::Serving;
+        raw.spec.acceptance.load_concurrency = Some(3);
+        let mut case = Case::new();
+        case.did = fixture::valid(raw);
+        case.revision = build::revision(&case.did.spec);
+        case
+    }
+
+    /// The candidate group of `case`: its serving pods, engines running since `since`, rank 0
+    /// at 10.244.0.7.
+    fn candidate_group(case: &Case, since: i64) -> Vec<Pod> {
+        let role = &case.did.spec.roles[0];
+        build::group_pods(&case.did, role, 0, &case.revision)
+            .into_iter()
+            .map(|mut p| {
+                let leader =
+                    p.labels().get(crate::api::labels::RANK).map(String::as_str) == Some("0");
+                let engine = case.engine_pod("-", since);
+                p.status = engine.status.map(|s| PodStatus {
+                    pod_ip: leader.then(|| "10.244.0.7".into()),
+                    ..s
+                });
+                p
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_serving_run_judges_the_candidate_group_through_its_endpoint_and_refuses_it_on_a_failure() {
+        let mut case = serving_case();
+        let run = case.run();
+        // Before its admission nothing is asked of the serving groups.
+        assert_eq!(case.plan().found.candidate, Candidate::None);
+        case.admit(Admission::Start);
+        let plan = case.plan();
+        assert_eq!(plan.found.candidate, Candidate::Judged);
+        assert!(
+            fixture::created_job_ttls(&plan.acts).is_empty(),
+            "no group of its own: {:?}",
+            described(&plan.acts)
+        );
+        let Gate::Progressing(_, message) = &plan.found.gate else {
+            panic!("{:?}", plan.found.gate)
+        };
+        assert!(
+            message.contains("candidate group(s) of revision"),
+            "{message}"
+        );
+
+        // The candidate's engines run: the judge alone, sent to rank 0's serving endpoint.
+        case.observed.workers = candidate_group(&case, 9_990);
+        let plan = case.plan();
+        assert_eq!(plan.found.candidate, Candidate::Judged);
+        let jobs: Vec<&Job> = plan
+            .acts
+            .iter()
+            .filter_map(|a| match a {
+                Act::Create(crate::controller::act::Object::Job(job)) => Some(job.as_ref()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(jobs.len(), 1, "{:?}", described(&plan.acts));
+        assert_eq!(jobs[0].name_any(), case.leader());
+        let pod = jobs[0]
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.spec.as_ref())
+            .expect("a pod");
+        assert_eq!(pod.containers.len(), 1);
+        let judge = &pod.containers[0];
+        assert_eq!(judge.name, build::JUDGE_CONTAINER);
+        let args = judge.args.clone().unwrap_or_default().join(" ");
+        assert!(
+            args.contains("--endpoint http://10.244.0.7:8000 --load-concurrency 3"),
+            "{args}"
+        );
+        assert!(!args.contains("--engine-dir"), "{args}");
+        assert!(
+            judge
+                .resources
+                .as_ref()
+                .and_then(|r| r.limits.as_ref())
+                .is_none_or(|l| l.keys().all(|k| k == "cpu" || k == "memory")),
+            "the judge holds no devices"
+        );
+        assert_eq!(
+            pod.service_account_name.as_deref(),
+            Some(run.names.service_account.as_str())
+        );
+
+        // The judge failed the candidate: recorded, and the candidate is refused.
+        let leader = case.leader();
+        case.observed.jobs = vec![fixture::in_state(jobs[0].clone(), "failed")];
+        case.observed.job_pods = vec![judged_pod(
+            &leader,
+            r#"{"result":"Failed","prompts":1,"passed":0,"failedPrompts":["a"],"evidence":"ev","reason":"a: not JSON"}"#,
+        )];
+        let plan = case.plan();
+        let recorded = plan.found.recorded.clone().expect("a verdict");
+        assert_eq!(recorded.result, AcceptanceResult::Failed);
+        assert_eq!(plan.found.candidate, Candidate::Refused);
+        case.known.judgements.push(recorded);
+        assert_eq!(case.plan().found.candidate, Candidate::Refused);
     }
 
     #[test]

@@ -64,6 +64,20 @@ impl Run {
     }
 }
 
+/// The target's candidate group of `spec.acceptance.mode: serving`, while the target has no pass.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Candidate {
+    /// No candidate: offline acceptance, or the run does not go ahead yet.
+    #[default]
+    None,
+    /// The run is under way: one group of the target is made (it takes no traffic until a pass)
+    /// and judged through its endpoint; with `maxSurge` 0, or while it waits for devices that
+    /// serving groups hold, it takes the place of one serving group within `maxUnavailable`.
+    Judged,
+    /// The target's judgement failed: its groups go and the serving revisions are kept whole.
+    Refused,
+}
+
 /// What the acceptance stage found.
 #[derive(Clone, Debug, Default)]
 pub struct Found {
@@ -77,6 +91,8 @@ pub struct Found {
     pub seconds: f64,
     /// Roles whose group of the run waits for devices.
     pub needs_room: Vec<String>,
+    /// The target's candidate group, in `spec.acceptance.mode: serving`.
+    pub candidate: Candidate,
     /// The run's leader Job while its verdict is not in status at the start of the pass (it
     /// keeps no TTL until then).
     pub unjudged: Option<String>,

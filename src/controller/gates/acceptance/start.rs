@@ -7,6 +7,7 @@ use kube::ResourceExt;
 
 use super::run::*;
 use super::view::*;
+use super::Candidate;
 use crate::api::{labels, AcceptanceSpec, Reason};
 use crate::controller::act::Act;
 use crate::controller::build::{self, RunGroup};
@@ -68,6 +69,17 @@ pub(super) fn start<'o>(
         )));
     }
     let mut acts = shared_objects(input, observed, spec);
+    if did.spec.acceptance.judges_serving() {
+        // The candidate is a serving group, made by the workers stage; the judge follows once
+        // its engines run.
+        return Plan::with(
+            Found {
+                candidate: Candidate::Judged,
+                ..Found::gate(view.running(input))
+            },
+            acts,
+        );
+    }
     // The other roles' groups first; the judged group once their engines run.
     let first = if groups.len() > 1 {
         &groups[1..]
@@ -114,13 +126,7 @@ pub(super) fn start_groups<'o>(
     groups: &[RunGroup<'_>],
 ) -> Vec<Act<'o>> {
     let (did, revision) = (input.did, input.revision);
-    // The judged leader pins the spec file the run's ConfigMap holds (hashed only here, when
-    // Jobs are made, not on every pass).
-    let mut names = input.run.names.clone();
-    if let Ok(spec) = &input.run.resolved {
-        names.spec_sha256 =
-            crate::acceptance::spec_file::sha256_hex(build::acceptance_spec_yaml(spec).as_bytes());
-    }
+    let names = pinned_names(input);
     let mut acts = Vec::new();
     for group in groups {
         // A pass that starts groups again (the judged group waits for the others' engines)
@@ -157,6 +163,53 @@ pub(super) fn start_groups<'o>(
         }));
     }
     acts
+}
+
+/// The run's names with the spec file its ConfigMap holds, which the judge pins (hashed only
+/// here, when Jobs are made, not on every pass).
+fn pinned_names(input: &Input<'_>) -> build::AcceptanceNames {
+    let mut names = input.run.names.clone();
+    if let Ok(spec) = &input.run.resolved {
+        names.spec_sha256 =
+            crate::acceptance::spec_file::sha256_hex(build::acceptance_spec_yaml(spec).as_bytes());
+    }
+    names
+}
+
+/// The judge of a serving-mode run, once the candidate's rank 0 has an address: a Job of the
+/// judge alone, named as the judged leader, sending the prompts to the candidate's serving
+/// endpoint (until then, nothing: the pod's next status brings the pass back).
+pub(super) fn start_judge<'o>(
+    input: &Input<'_>,
+    observed: &'o Observed,
+    group: &RunGroup<'_>,
+) -> Vec<Act<'o>> {
+    let leader_ip = candidate_pods(observed, input.revision, &group.role.name)
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .find(|p| p.labels().get(labels::RANK).map(String::as_str) == Some("0"))
+        .and_then(|p| p.status.as_ref()?.pod_ip.clone());
+    let Some(ip) = leader_ip else {
+        return Vec::new();
+    };
+    let names = pinned_names(input);
+    let host = if ip.contains(':') {
+        format!("[{ip}]")
+    } else {
+        ip
+    };
+    let endpoint = format!("http://{host}:{}", build::SERVE_PORT);
+    build::serving_judge_job(
+        input.did,
+        &names,
+        group,
+        input.revision,
+        input.settings.operator_image,
+        &endpoint,
+    )
+    .map(|job| input.settings.create_job(job))
+    .into_iter()
+    .collect()
 }
 
 /// Ascend: the rank table of each started group of the run from its pods as they are placed

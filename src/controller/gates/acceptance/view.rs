@@ -4,7 +4,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
 use super::run::*;
-use crate::api::{Reason, ReviewRecord};
+use crate::api::{labels, Reason, ReviewRecord};
 use crate::controller::build::{self, RunGroup};
 use crate::controller::gates::acceptance::decide::{self as judge};
 use crate::controller::gates::jobs::{self, JobState};
@@ -33,23 +33,53 @@ impl<'v> RunView<'v> {
             Some(pods) => pods.iter().collect(),
             None => observed.pods_of_job(&leader),
         };
-        let upstream = judge::Upstream {
-            expected: others
+        let serving = did.spec.acceptance.judges_serving();
+        // In serving mode the groups that start first are the candidates: the target's serving
+        // group of each role of the run, judged together by a Job of the judge alone.
+        let upstream = if serving {
+            let candidates: Vec<&Pod> = groups
                 .iter()
-                .map(|g| usize::try_from(build::group_shape(&did.spec, g.role).pods).unwrap_or(0))
-                .sum(),
-            created: others.iter().any(|g| observed.job(&g.job(0)).is_some()),
-            pods: jobs::PodsSeen::of(
-                &others
+                .flat_map(|g| candidate_pods(observed, input.revision, &g.role.name))
+                .collect();
+            judge::Upstream {
+                expected: groups
                     .iter()
-                    .flat_map(|g| pods_of(did, observed, g))
-                    .collect::<Vec<_>>(),
-            ),
+                    .map(|g| {
+                        usize::try_from(build::group_shape(&did.spec, g.role).pods).unwrap_or(0)
+                    })
+                    .sum(),
+                created: !candidates.is_empty(),
+                pods: jobs::PodsSeen::of(&candidates),
+            }
+        } else {
+            judge::Upstream {
+                expected: others
+                    .iter()
+                    .map(|g| {
+                        usize::try_from(build::group_shape(&did.spec, g.role).pods).unwrap_or(0)
+                    })
+                    .sum(),
+                created: others.iter().any(|g| observed.job(&g.job(0)).is_some()),
+                pods: jobs::PodsSeen::of(
+                    &others
+                        .iter()
+                        .flat_map(|g| pods_of(did, observed, g))
+                        .collect::<Vec<_>>(),
+                ),
+            }
         };
         let run_pods: Vec<&Pod> = groups
             .iter()
             .flat_map(|g| pods_of(did, observed, g))
             .collect();
+        let mut leader_seen = jobs::PodsSeen::of(&leader_pods);
+        if serving {
+            // The judge's own start is when a judge alone runs: its deadline counts from there.
+            leader_seen.engine_started = leader_pods
+                .iter()
+                .filter_map(|p| jobs::started_at(p, build::JUDGE_CONTAINER))
+                .collect();
+        }
         Self {
             leader_state: jobs::state_of(
                 observed.job(&leader),
@@ -57,7 +87,7 @@ impl<'v> RunView<'v> {
                 build::JUDGE_CONTAINER,
             ),
             leader,
-            leader_seen: jobs::PodsSeen::of(&leader_pods),
+            leader_seen,
             run_seen: jobs::PodsSeen::of(&run_pods),
             run_pods,
             upstream,
@@ -89,7 +119,20 @@ impl<'v> RunView<'v> {
     pub(super) fn running(&self, input: &Input<'_>) -> Gate {
         let (revision, leader) = (input.revision, &self.leader);
         let role = &self.roles[0];
-        let message = if matches!(self.leader_state, JobState::Missing) {
+        let message = if input.did.spec.acceptance.judges_serving() {
+            let candidates = self.roles.join(", ");
+            if matches!(self.leader_state, JobState::Missing) {
+                format!(
+                    "the candidate group(s) of revision {revision} ({candidates}) start, out of service: {} of {} engine(s) running; then Job {leader} judges them through the {role} group's serving endpoint",
+                    self.upstream.started(),
+                    self.upstream.expected,
+                )
+            } else {
+                format!(
+                    "Job {leader} judges the candidate group(s) of revision {revision} ({candidates}) through the {role} group's serving endpoint; they take no traffic until they pass"
+                )
+            }
+        } else if matches!(self.leader_state, JobState::Missing) {
             format!(
                 "the acceptance run of revision {revision} starts its {} group(s) first, as they serve: {} of {} engine(s) running; then Job {leader} runs the workload on one {role} group",
                 self.roles[1..].join(", "),
@@ -131,6 +174,23 @@ pub(super) fn pods_of<'o>(
         .collect()
 }
 
+/// The target's serving pods of `role`: the candidate group of a serving-mode run.
+pub(super) fn candidate_pods<'o>(
+    observed: &'o Observed,
+    revision: &str,
+    role: &str,
+) -> Vec<&'o Pod> {
+    observed
+        .workers
+        .iter()
+        .filter(|p| {
+            let l = p.labels();
+            l.get(labels::REVISION).map(String::as_str) == Some(revision)
+                && l.get(labels::ROLE).map(String::as_str) == Some(role)
+        })
+        .collect()
+}
+
 /// The run waits for devices: the roles whose run group cannot be placed are named, so that
 /// their serving groups may make room.
 pub(super) fn waiting(
@@ -140,12 +200,16 @@ pub(super) fn waiting(
     why: &str,
 ) -> Found {
     let did = input.did;
+    let serving = did.spec.acceptance.judges_serving();
     let waiting: Vec<&RunGroup<'_>> = groups
         .iter()
         .filter(|g| {
-            pods_of(did, observed, g)
-                .iter()
-                .any(|p| jobs::unschedulable(p).is_some())
+            let pods = if serving {
+                candidate_pods(observed, input.revision, &g.role.name)
+            } else {
+                pods_of(did, observed, g)
+            };
+            pods.iter().any(|p| jobs::unschedulable(p).is_some())
         })
         .collect();
     let need = waiting

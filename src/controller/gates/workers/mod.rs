@@ -27,7 +27,7 @@ use crate::controller::gates::workers::decide::{
     group_views, placement_retry, workers_gate, Watchdog,
 };
 use crate::controller::gates::workers::rollout::{
-    Action as GroupAction, Health, Mode, Progress, RoleInput,
+    Action as GroupAction, Candidate, Health, Mode, Progress, RoleInput,
 };
 use crate::controller::gates::{earliest, Plan, Settings};
 use crate::controller::observe::{named, Observed};
@@ -67,6 +67,8 @@ pub struct Input<'a> {
     pub stop: bool,
     /// Roles whose group of the target's acceptance run waits for devices.
     pub needs_room: &'a [String],
+    /// The target's candidate group (`spec.acceptance.mode: serving`).
+    pub candidate: Candidate,
     /// This operator's retry record per role (newer than the status's after a deletion).
     pub remembered: &'a BTreeMap<String, Retry>,
     /// Operator settings.
@@ -245,6 +247,7 @@ fn role_plan<'o>(
         licence_open: input.acting,
         acceptance_needs_room: input.needs_room.contains(&role.name),
         placement_hold: retry.hold.clone(),
+        candidate: input.candidate,
         mode: if input.did.spec.suspend || input.stop {
             Mode::Suspended
         } else if input.did.spec.paused {
@@ -611,6 +614,7 @@ mod tests {
                 acting: self.licence.is_accepted() || self.stop,
                 stop: self.stop,
                 needs_room: &[],
+                candidate: Candidate::None,
                 remembered: &remembered,
                 settings: fixture::settings(),
                 now: Timestamp::from_second(10_000).expect("time"),

@@ -11,6 +11,7 @@
 use std::collections::BTreeSet;
 
 use crate::api::{RoleStatus, RolloutSpec};
+pub use crate::controller::gates::acceptance::Candidate;
 
 /// How a group is doing, from its pods.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -87,6 +88,9 @@ pub struct RoleInput<'a> {
     pub placement_hold: Option<String>,
     /// Whether the spec holds the groups (`spec.paused`) or frees them (`spec.suspend`).
     pub mode: Mode,
+    /// The target's first group as the candidate judged in place (`spec.acceptance.mode:
+    /// serving`), while the target has no pass.
+    pub candidate: Candidate,
 }
 
 /// What the spec asks of the groups as a whole.
@@ -407,11 +411,22 @@ fn hold(input: &RoleInput<'_>, desired: i32, healthy: &[&Group], plan: &mut Role
         .iter()
         .partition(|g| input.passed.contains(&g.revision));
     // Groups that can never serve and are not the target hold devices for nothing. Groups of
-    // the target stay (out of service) so that a passing re-run brings them back at once.
-    for g in others.iter().filter(|g| g.revision != target) {
+    // the target stay (out of service) so that a passing re-run brings them back at once; a
+    // refused candidate goes.
+    let refused = input.candidate == Candidate::Refused;
+    for g in others.iter().filter(|g| g.revision != target || refused) {
         plan.actions.push(delete(g));
     }
-    let make_room = input.acceptance_needs_room && input.rollout.max_unavailable >= 1;
+    let judged = input.candidate == Candidate::Judged;
+    // A candidate makes its own room when no group may surge.
+    let make_room = (input.acceptance_needs_room || (judged && input.rollout.max_surge < 1))
+        && input.rollout.max_unavailable >= 1;
+    if judged && !input.groups.iter().any(|g| g.revision == target) {
+        plan.actions.push(Action::Create {
+            revision: target.to_string(),
+            index: free_index(&input.groups, &[], target),
+        });
+    }
     let keep = if make_room { desired - 1 } else { desired }.max(0);
     // The serving revision new groups are made of: the one with most groups here.
     let mut revisions: Vec<(&str, usize, usize)> = Vec::new();
@@ -440,8 +455,13 @@ fn hold(input: &RoleInput<'_>, desired: i32, healthy: &[&Group], plan: &mut Role
         {
             plan.actions.push(delete(g));
             if make_room && serving_n == desired {
+                let run = if judged {
+                    "the candidate group"
+                } else {
+                    "the acceptance run"
+                };
                 plan.notes.push(format!(
-                    "took group {}-{} of role {} out of service to make room for the acceptance run of revision {} (maxUnavailable {})",
+                    "took group {}-{} of role {} out of service to make room for {run} of revision {} (maxUnavailable {})",
                     short(&g.revision),
                     g.index,
                     input.role,
@@ -462,9 +482,14 @@ fn hold(input: &RoleInput<'_>, desired: i32, healthy: &[&Group], plan: &mut Role
         }
     }
     let ready = serving.iter().filter(|g| g.ready()).count();
+    let why = if judged {
+        "is judged through its candidate group's serving endpoint"
+    } else {
+        "has no passing judgement"
+    };
     plan.progress = Progress::HoldingServing(match &base {
         Some(base) => format!(
-            "{}: revision {} keeps serving ({ready}/{desired} groups ready) while revision {} has no passing judgement",
+            "{}: revision {} keeps serving ({ready}/{desired} groups ready) while revision {} {why}",
             input.role,
             short(base),
             short(target)
@@ -510,6 +535,7 @@ mod tests {
         partition: i32,
         mode: Mode,
         last_serving: Option<&'static str>,
+        candidate: Candidate,
     }
 
     impl Case {
@@ -527,6 +553,7 @@ mod tests {
                 partition: 0,
                 mode: Mode::Serving,
                 last_serving: None,
+                candidate: Candidate::None,
             }
         }
 
@@ -550,6 +577,7 @@ mod tests {
                 acceptance_needs_room: self.needs_room,
                 placement_hold: self.hold.clone(),
                 mode: self.mode,
+                candidate: self.candidate,
             })
         }
     }
@@ -589,6 +617,101 @@ mod tests {
         for g in groups {
             g.health = Health::Ready;
         }
+    }
+
+    /// A serving-mode rollout of 2 groups from A to B: the candidate is made while A serves
+    /// whole (or, without surge, in place of one A group), judged, and once it passes the rest
+    /// is replaced without another group of B being made first. Returns the groups of B made and
+    /// the fewest ready groups seen.
+    fn serving_rollout(surge: i32, unavailable: i32) -> (usize, usize) {
+        let mut groups = vec![g(A, 0, Health::Ready), g(A, 1, Health::Ready)];
+        let mut made = 0;
+        let mut min_ready = usize::MAX;
+        for pass in 0..12 {
+            let judged = pass >= 3;
+            let mut case = Case::new(2, B, groups.clone());
+            (case.surge, case.unavailable) = (surge, unavailable);
+            case.passed = if judged { vec![A, B] } else { vec![A] };
+            case.candidate = if judged {
+                Candidate::None
+            } else {
+                Candidate::Judged
+            };
+            let p = case.plan();
+            if !judged {
+                assert!(
+                    matches!(&p.progress, Progress::HoldingServing(m) if m.contains("candidate")),
+                    "{:?}",
+                    p.progress
+                );
+            }
+            made += p
+                .actions
+                .iter()
+                .filter(|a| matches!(a, Action::Create { revision, .. } if revision == B))
+                .count();
+            groups = step(&groups, &p);
+            // A candidate serves only once it passed; every group starts within a pass.
+            for g in groups.iter_mut() {
+                g.health = if g.revision == B && !judged {
+                    Health::Starting
+                } else {
+                    Health::Ready
+                };
+            }
+            min_ready = min_ready.min(groups.iter().filter(|g| g.ready()).count());
+        }
+        assert!(groups.iter().all(|g| g.revision == B && g.ready()));
+        assert_eq!(groups.len(), 2);
+        (made, min_ready)
+    }
+
+    #[test]
+    fn a_serving_candidate_is_the_first_group_of_the_rollout() {
+        assert_eq!(
+            serving_rollout(1, 0),
+            (2, 2),
+            "with surge, 2 groups of B made for 2 and serving never below 2"
+        );
+        assert_eq!(
+            serving_rollout(0, 1),
+            (2, 1),
+            "without surge, the candidate takes one group's place: serving never below 2 - maxUnavailable"
+        );
+    }
+
+    #[test]
+    fn without_surge_the_candidate_takes_the_place_of_one_serving_group() {
+        let mut case = Case::new(2, B, vec![g(A, 0, Health::Ready), g(A, 1, Health::Ready)]);
+        (case.surge, case.unavailable) = (0, 1);
+        case.passed = vec![A];
+        case.candidate = Candidate::Judged;
+        let p = case.plan();
+        assert_eq!(actions(&p), ["+b0", "-a1"]);
+        assert!(p.notes[0].contains("to make room for the candidate group of revision bbbbb"));
+        // With surge the candidate is made beside the serving groups.
+        case.surge = 1;
+        assert_eq!(actions(&case.plan()), ["+b0"]);
+        // Once made, it is kept and not made again.
+        case.groups.push(g(B, 0, Health::Starting));
+        assert_eq!(actions(&case.plan()), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_refused_candidate_goes_and_the_serving_group_it_replaced_comes_back() {
+        let mut case = Case::new(
+            2,
+            B,
+            vec![g(A, 0, Health::Ready), g(B, 0, Health::Starting)],
+        );
+        (case.surge, case.unavailable) = (0, 1);
+        case.passed = vec![A];
+        case.candidate = Candidate::Refused;
+        let p = case.plan();
+        assert_eq!(actions(&p), ["-b0", "+a1"]);
+        // Offline acceptance keeps a target group out of service for a passing re-run.
+        case.candidate = Candidate::None;
+        assert_eq!(actions(&case.plan()), ["+a1"]);
     }
 
     #[test]

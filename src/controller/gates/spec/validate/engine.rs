@@ -196,6 +196,15 @@ pub(super) fn validate_acceptance(acceptance: &AcceptanceSpec, errors: &mut Vec<
             ),
         ));
     }
+    if let Some(n) = acceptance
+        .load_concurrency
+        .filter(|n| !(1..=256).contains(n))
+    {
+        errors.push(FieldError::new(
+            "spec.acceptance.loadConcurrency",
+            format!("is {n}; give 1 to 256 requests in flight at once (1: no load pass)"),
+        ));
+    }
     if acceptance
         .engine
         .as_ref()
@@ -222,12 +231,13 @@ pub(super) fn validate_serving_command(
     spec: &DeepInferDeploymentSpec,
     errors: &mut Vec<FieldError>,
 ) {
-    let runs_it = spec.acceptance.engine.as_ref().is_some_and(|engine| {
-        engine
-            .command
-            .iter()
-            .any(|a| a == crate::contract::placeholder::SERVING_COMMAND)
-    });
+    let runs_it = spec.acceptance.judges_serving()
+        || spec.acceptance.engine.as_ref().is_some_and(|engine| {
+            engine
+                .command
+                .iter()
+                .any(|a| a == crate::contract::placeholder::SERVING_COMMAND)
+        });
     if !spec.runtime.command.is_empty() && !runs_it {
         errors.push(FieldError::new(
             "spec.runtime.command",

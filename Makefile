@@ -36,6 +36,11 @@ bench: cluster-up ## Drive 1000 deployments to Ready, roll and restart them with
 	$(CARGO) build --release -p deepinfer-e2e --bin deepinfer-node-agent
 	@e2e/bed/stop-sample.sh
 	$(CARGO) run -q -p deepinfer-e2e --bin deepinfer-bench -- --operator target/release/deepinfer-operator --node-agent target/release/deepinfer-node-agent $(BENCH_ARGS)
+	@$(MAKE) --no-print-directory bench-unit
+
+.PHONY: bench-unit
+bench-unit: ## Per-event and per-pass costs at 1,000 and 10,000 cached deployments and the caches' heap, without the bed (FLEET_SIZES=a,b)
+	$(CARGO) bench -q --features bench --bench fleet
 
 .PHONY: chaos
 chaos: cluster-up ## Fault scenarios beside the invariant monitor; prints one row per scenario (CHAOS_ARGS="--scenarios a,b --seed N")
@@ -62,6 +67,7 @@ docs: ## Regenerate docs/api-reference.md (CRD schema), docs/metrics.md and the 
 lint: ## rustfmt and clippy (warnings are errors); then lists the functions over 100 lines (informative)
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy -p deepinfer-operator --features bench --benches -- -D warnings
 	@e2e/bed/long-functions.sh
 
 .PHONY: test

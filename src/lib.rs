@@ -6,6 +6,9 @@
 
 pub mod acceptance;
 pub mod api;
+#[cfg(any(test, feature = "bench"))]
+#[doc(hidden)]
+pub mod bench;
 pub mod checkpoint;
 pub mod cli;
 pub mod contract;

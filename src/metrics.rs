@@ -242,30 +242,53 @@ struct VerdictLabels {
 /// Exports the per-deployment gauges at scrape time from the figures of each deployment's last
 /// status: `deepinfer_deployment_ready`, `deepinfer_deployment_groups`,
 /// `deepinfer_deployment_acceptance` and `deepinfer_deployment_stalled`. Series per deployment:
-/// 1 + 3 per role + 1, and 1 while it is Stalled.
+/// 1 + 3 per role + 1, and 1 while it is Stalled. The figures are kept sorted in a map shared
+/// with the scrapes: a scrape takes the map as it is (a pointer, not a copy) and encodes it
+/// without the lock; a change while a scrape reads it copies the map once.
 #[derive(Clone, Debug, Default)]
-struct DeploymentsCollector(Arc<Mutex<HashMap<String, Figures>>>);
+struct DeploymentsCollector(Arc<Mutex<Arc<DeploymentFigures>>>);
+
+/// Each deployment's figures by `namespace/name`.
+type DeploymentFigures = std::collections::BTreeMap<String, Figures>;
+
+impl DeploymentsCollector {
+    /// The figures as they are now.
+    fn snapshot(&self) -> Arc<DeploymentFigures> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Changes the figures with `apply` when `needed` says it would change them.
+    fn change(
+        &self,
+        needed: impl FnOnce(&DeploymentFigures) -> bool,
+        apply: impl FnOnce(&mut DeploymentFigures),
+    ) {
+        let mut figures = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if needed(&figures) {
+            apply(Arc::make_mut(&mut figures));
+        }
+    }
+}
+
+/// A deployment's namespace and name from its key.
+fn split(key: &str) -> (String, String) {
+    let (ns, name) = key.split_once('/').unwrap_or(("", key));
+    (ns.to_string(), name.to_string())
+}
 
 impl Collector for DeploymentsCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let figures = self.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let mut keys: Vec<&String> = figures.keys().collect();
-        keys.sort();
-        let split = |key: &'_ str| -> (String, String) {
-            let (ns, name) = key.split_once('/').unwrap_or(("", key));
-            (ns.to_string(), name.to_string())
-        };
+        let figures = self.snapshot();
         let mut ready = encoder.encode_descriptor(
             "deployment_ready",
             "1 while the DeepInferDeployment is Ready (accepted, every group serving), else 0, by namespace and name",
             None,
             MetricType::Gauge,
         )?;
-        for key in &keys {
+        for (key, f) in figures.iter() {
             let (namespace, name) = split(key);
             let labels = DeploymentLabels { namespace, name };
-            ConstGauge::new(i64::from(figures[*key].ready))
-                .encode(ready.encode_family(&labels)?)?;
+            ConstGauge::new(i64::from(f.ready)).encode(ready.encode_family(&labels)?)?;
         }
         let mut groups = encoder.encode_descriptor(
             "deployment_groups",
@@ -273,9 +296,9 @@ impl Collector for DeploymentsCollector {
             None,
             MetricType::Gauge,
         )?;
-        for key in &keys {
+        for (key, f) in figures.iter() {
             let (namespace, name) = split(key);
-            for (role, desired, ready, updated) in &figures[*key].roles {
+            for (role, desired, ready, updated) in &f.roles {
                 for (state, n) in [("desired", desired), ("ready", ready), ("updated", updated)] {
                     let labels = GroupLabels {
                         namespace: namespace.clone(),
@@ -293,10 +316,10 @@ impl Collector for DeploymentsCollector {
                 "deployment_acceptance",
                 "1 for the result (Passed, Failed) of the judgement deciding a DeepInferDeployment's acceptance gate; absent before any",
             ),
-            &keys,
-            |key| {
+            &figures,
+            |key, f| {
                 let (namespace, name) = split(key);
-                let result = figures[key].acceptance.clone()?;
+                let result = f.acceptance.clone()?;
                 Some(VerdictLabels { namespace, name, result })
             },
         )?;
@@ -306,10 +329,10 @@ impl Collector for DeploymentsCollector {
                 "deployment_stalled",
                 "1 while a DeepInferDeployment is Stalled (it needs a person), with the reason of its Stalled condition; absent otherwise",
             ),
-            &keys,
-            |key| {
+            &figures,
+            |key, f| {
                 let (namespace, name) = split(key);
-                let reason = figures[key].stalled.clone()?;
+                let reason = f.stalled.clone()?;
                 Some(StalledLabels { namespace, name, reason })
             },
         )?;
@@ -359,10 +382,10 @@ impl Collector for CachesCollector {
 }
 
 /// The allocator's own figures, in bytes.
-struct Heap {
+pub(crate) struct Heap {
     /// Bytes the process holds allocated (the live heap, rounded up to the allocator's size
     /// classes).
-    allocated: usize,
+    pub(crate) allocated: usize,
     /// Bytes in the pages that hold live objects: the live heap and the free room beside it in
     /// those pages (`active - allocated` is what the heap's spread over its pages costs).
     active: usize,
@@ -376,7 +399,7 @@ struct Heap {
 /// The heap as jemalloc counts it (the operator binary's allocator); `None` if the statistics
 /// cannot be read. In a process whose global allocator is not jemalloc the figures are
 /// jemalloc's own bookkeeping only.
-fn heap() -> Option<Heap> {
+pub(crate) fn heap() -> Option<Heap> {
     // The statistics are a snapshot taken when the epoch advances.
     tikv_jemalloc_ctl::epoch::advance().ok()?;
     Some(Heap {
@@ -419,12 +442,12 @@ impl Collector for HeapCollector {
 fn one_per_deployment<L: prometheus_client::encoding::EncodeLabelSet>(
     encoder: &mut DescriptorEncoder,
     (name, help): (&str, &str),
-    keys: &[&String],
-    labels: impl Fn(&str) -> Option<L>,
+    figures: &DeploymentFigures,
+    labels: impl Fn(&str, &Figures) -> Option<L>,
 ) -> Result<(), std::fmt::Error> {
     let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
-    for key in keys {
-        if let Some(labels) = labels(key) {
+    for (key, f) in figures {
+        if let Some(labels) = labels(key, f) {
             ConstGauge::new(1).encode(family.encode_family(&labels)?)?;
         }
     }
@@ -660,21 +683,24 @@ impl Metrics {
     pub fn observe_status(&self, key: &str, status: &crate::api::DeepInferDeploymentStatus) {
         self.observe_phase(key, status.phase);
         if status.phase.is_some() {
-            self.deployments
-                .0
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(key.to_string(), Figures::of(status));
+            let figures = Figures::of(status);
+            self.deployments.change(
+                |all| all.get(key) != Some(&figures),
+                |all| {
+                    all.insert(key.to_string(), figures.clone());
+                },
+            );
         }
     }
 
     /// Drops a deleted resource from the phase gauge.
     pub fn forget(&self, key: &str) {
-        self.deployments
-            .0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(key);
+        self.deployments.change(
+            |all| all.contains_key(key),
+            |all| {
+                all.remove(key);
+            },
+        );
         let mut phases = self.phases.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(old) = phases.remove(key) {
             self.gauge(old).dec();
@@ -689,11 +715,12 @@ impl Metrics {
             pending.retain(|key, _| live(key));
             self.queue_depth.set(gauge_value(pending.len()));
         }
-        self.deployments
-            .0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .retain(|key, _| live(key));
+        self.deployments.change(
+            |all| all.keys().any(|k| !live(k)),
+            |all| {
+                all.retain(|key, _| live(key));
+            },
+        );
         let mut phases = self.phases.lock().unwrap_or_else(|e| e.into_inner());
         phases.retain(|key, phase| {
             let keep = live(key);
@@ -805,6 +832,33 @@ mod tests {
         let text = metrics.encode().expect("encodes");
         assert!(!text.contains(r#"name="flash""#), "{text}");
         assert!(!text.contains(r#"name="held""#), "{text}");
+    }
+
+    #[test]
+    fn a_scrape_reads_the_figures_without_copying_them() {
+        let metrics = Metrics::new(ApiRequests::default());
+        let status = super::reference::example_status();
+        for i in 0..100 {
+            metrics.observe_status(&format!("team/d{i}"), &status);
+        }
+        let (a, b) = (
+            metrics.deployments.snapshot(),
+            metrics.deployments.snapshot(),
+        );
+        assert!(Arc::ptr_eq(&a, &b), "two scrapes share one map");
+        // The same figures again change nothing (no copy for the scrape that holds the map).
+        metrics.observe_status("team/d7", &status);
+        assert!(Arc::ptr_eq(&a, &metrics.deployments.snapshot()));
+        // A change while a scrape holds the map leaves that scrape's view whole.
+        metrics.forget("team/d7");
+        assert!(
+            a.contains_key("team/d7") && !metrics.deployments.snapshot().contains_key("team/d7")
+        );
+        drop((a, b));
+        // With no scrape holding it, a change is made in place.
+        let before = Arc::as_ptr(&metrics.deployments.snapshot());
+        metrics.forget("team/d8");
+        assert_eq!(Arc::as_ptr(&metrics.deployments.snapshot()), before);
     }
 
     use super::*;

@@ -147,35 +147,27 @@ impl Caches {
     /// [`crate::controller::fleet::run_key`]; every Job of a run carries its key in the
     /// `deepinfer.io/judges` annotation): runs with an acceptance Job that has not finished.
     ///
-    /// Read from the cached form (the labels and annotations it keeps, its conditions' type and
-    /// status), without rebuilding each Job: the fleet limit asks this on every admission.
+    /// Counted from the cached form (the labels and annotations it keeps, its conditions' type
+    /// and status) as Jobs come and go, without rebuilding any Job.
     pub fn acceptance_runs(&self) -> crate::controller::fleet::Runs {
+        let jobs = self.jobs.read();
         let mut runs = crate::controller::fleet::Runs::default();
-        for entry in &self.jobs.read().by_key {
-            let job = &entry.0;
-            let marks = &job.metadata.marks;
-            if marks.get(labels::COMPONENT).and_then(Component::parse)
-                != Some(Component::Acceptance)
-            {
-                continue;
+        for (key, (_, running)) in &jobs.runs.by_run {
+            if *running > 0 {
+                runs.under_way.insert(key.to_string());
             }
-            let (Some(judges), Some(deployment)) = (
-                marks.get(crate::controller::build::JUDGES_ANNOTATION),
-                marks.get(labels::DEPLOYMENT),
-            ) else {
-                continue;
-            };
-            let key = crate::controller::fleet::run_key(
-                job.metadata.namespace().unwrap_or_default(),
-                deployment,
-                judges,
-            );
-            if !job.finished() {
-                runs.under_way.insert(key.clone());
-            }
-            runs.seen.insert(key);
+            runs.seen.insert(key.to_string());
         }
         runs
+    }
+
+    /// `ask` given the acceptance runs as the Job cache counts them as Jobs come and go: no
+    /// cached Job is read (the fleet limit asks this on every admission).
+    pub fn with_acceptance_runs<R>(
+        &self,
+        ask: impl FnOnce(&dyn crate::controller::fleet::RunsSeen) -> R,
+    ) -> R {
+        ask(&self.jobs.read().runs)
     }
 
     /// How many objects each store holds, by kind, read when called (for
@@ -351,6 +343,61 @@ enum Uncached {
 pub(crate) struct Objects<K> {
     by_key: std::collections::HashSet<Entry<K>>,
     pub(crate) by_owner: HashMap<Box<str>, Vec<Arc<K>>>,
+    /// The fleet's acceptance runs the objects count for ([`Cached::fleet_run`]), kept as
+    /// objects come and go.
+    pub(crate) runs: RunCounts,
+}
+
+/// Per acceptance run: its Jobs, and those of them not finished; and how many runs have one.
+#[derive(Debug, Default)]
+pub(crate) struct RunCounts {
+    by_run: HashMap<Box<str>, (u32, u32)>,
+    under_way: usize,
+}
+
+impl RunCounts {
+    fn add(&mut self, key: &str, unfinished: bool) {
+        let (jobs, running) = self.by_run.entry(key.into()).or_default();
+        *jobs += 1;
+        if unfinished {
+            *running += 1;
+            if *running == 1 {
+                self.under_way += 1;
+            }
+        }
+    }
+
+    fn remove(&mut self, key: &str, unfinished: bool) {
+        let Some((jobs, running)) = self.by_run.get_mut(key) else {
+            return;
+        };
+        *jobs = jobs.saturating_sub(1);
+        if unfinished && *running > 0 {
+            *running -= 1;
+            if *running == 0 {
+                self.under_way = self.under_way.saturating_sub(1);
+            }
+        }
+        if *jobs == 0 {
+            self.by_run.remove(key);
+        }
+    }
+}
+
+impl crate::controller::fleet::RunsSeen for RunCounts {
+    fn under_way(&self, key: &str) -> bool {
+        self.by_run
+            .get(key)
+            .is_some_and(|(_, running)| *running > 0)
+    }
+
+    fn seen(&self, key: &str) -> bool {
+        self.by_run.contains_key(key)
+    }
+
+    fn under_way_count(&self) -> usize {
+        self.under_way
+    }
 }
 
 impl<K> Default for Objects<K> {
@@ -358,6 +405,7 @@ impl<K> Default for Objects<K> {
         Self {
             by_key: Default::default(),
             by_owner: HashMap::new(),
+            runs: RunCounts::default(),
         }
     }
 }
@@ -422,6 +470,9 @@ impl<K: Cached> Objects<K> {
         if let Some(old) = self.by_key.replace(Entry(o.clone())) {
             self.unindex(&old.0);
         }
+        if let Some((run, unfinished)) = o.fleet_run() {
+            self.runs.add(&run, unfinished);
+        }
         for owner in o.slim().owner_uids() {
             self.by_owner
                 .entry(owner.into())
@@ -445,6 +496,9 @@ impl<K: Cached> Objects<K> {
     }
 
     fn unindex(&mut self, old: &Arc<K>) {
+        if let Some((run, unfinished)) = old.fleet_run() {
+            self.runs.remove(&run, unfinished);
+        }
         for owner in old.slim().owner_uids() {
             if let Some(owned) = self.by_owner.get_mut(owner) {
                 owned.retain(|o| !Arc::ptr_eq(o, old));
@@ -744,5 +798,44 @@ mod tests {
         assert_eq!(runs.seen, expected.seen);
         assert_eq!(runs.under_way.len(), 2, "a (one Job still running) and c");
         assert_eq!(runs.seen.len(), 3);
+
+        // As Jobs come and go the counts follow, and the queue reads them without a Job read.
+        use crate::controller::fleet::RunsSeen;
+        let apply = |writers: &mut CacheWriters, j: Value| {
+            let incoming: Incoming<CachedJob> = serde_json::from_value(j).expect("a cached Job");
+            writers.jobs.take(&watcher::Event::Apply(incoming));
+        };
+        let key = |judges: &str| crate::controller::fleet::run_key("team", "flash", judges);
+        apply(
+            &mut writers,
+            job("run-a-0", "acceptance", Some("a"), Some("Complete")),
+        );
+        let counted = |f: &dyn Fn(&dyn RunsSeen) -> (bool, bool, usize)| {
+            caches.with_acceptance_runs(|r| f(r))
+        };
+        assert_eq!(
+            counted(&|r| (
+                r.under_way(&key("a")),
+                r.seen(&key("a")),
+                r.under_way_count()
+            )),
+            (false, true, 1),
+            "a finished; c is under way"
+        );
+        apply(&mut writers, job("run-e-0", "acceptance", Some("e"), None));
+        let gone: Incoming<CachedJob> =
+            serde_json::from_value(job("run-c-0", "acceptance", Some("c"), Some("Suspended")))
+                .expect("a cached Job");
+        writers.jobs.take(&watcher::Event::Delete(gone));
+        assert_eq!(
+            counted(&|r| (
+                r.under_way(&key("e")),
+                r.seen(&key("c")),
+                r.under_way_count()
+            )),
+            (true, false, 1),
+            "e started, c is gone"
+        );
+        assert_eq!(caches.acceptance_runs().seen.len(), 3, "a, b and e");
     }
 }

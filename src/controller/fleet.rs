@@ -38,6 +38,30 @@ pub struct Runs {
     pub seen: BTreeSet<String>,
 }
 
+/// What the queue reads of the acceptance runs the cache holds.
+pub trait RunsSeen {
+    /// Whether run `key` has a Job that has not finished.
+    fn under_way(&self, key: &str) -> bool;
+    /// Whether run `key` has a Job, finished or not.
+    fn seen(&self, key: &str) -> bool;
+    /// How many runs have a Job that has not finished.
+    fn under_way_count(&self) -> usize;
+}
+
+impl RunsSeen for Runs {
+    fn under_way(&self, key: &str) -> bool {
+        self.under_way.contains(key)
+    }
+
+    fn seen(&self, key: &str) -> bool {
+        self.seen.contains(key)
+    }
+
+    fn under_way_count(&self) -> usize {
+        self.under_way.len()
+    }
+}
+
 /// Whether a run may start.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Admission {
@@ -58,25 +82,30 @@ impl Queue {
     /// Asks for `run` to start, given the `runs` the cache holds and the `limit` (`None`: no
     /// limit). An admitted run counts as such until the cache shows it (under way or already
     /// finished); a queued one keeps its first place.
-    pub fn ask(&mut self, run: &str, runs: &Runs, limit: Option<u16>, now: Timestamp) -> Admission {
-        let under_way = &runs.under_way;
+    pub fn ask(
+        &mut self,
+        run: &str,
+        runs: &(impl RunsSeen + ?Sized),
+        limit: Option<u16>,
+        now: Timestamp,
+    ) -> Admission {
         let older_than =
             |t: &Timestamp, d: Duration| now.duration_since(*t).as_secs_f64() > d.as_secs_f64();
         self.admitted
-            .retain(|key, at| !runs.seen.contains(key) && !older_than(at, ADMITTED_UNTIL_SEEN));
+            .retain(|key, at| !runs.seen(key) && !older_than(at, ADMITTED_UNTIL_SEEN));
         self.waiting
             .retain(|_, (_, last)| !older_than(last, WAITING_UNTIL_FORGOTTEN));
         let Some(limit) = limit else {
             self.waiting.remove(run);
             return Admission::Start;
         };
-        if under_way.contains(run) || self.admitted.contains_key(run) {
+        if runs.under_way(run) || self.admitted.contains_key(run) {
             self.waiting.remove(run);
             return Admission::Start;
         }
         let first = self.waiting.get(run).map_or(now, |(first, _)| *first);
         self.waiting.insert(run.to_string(), (first, now));
-        let busy = under_way.len() + self.admitted.len();
+        let busy = runs.under_way_count() + self.admitted.len();
         let mut order: Vec<(&Timestamp, &String)> = self
             .waiting
             .iter()

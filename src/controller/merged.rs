@@ -13,6 +13,14 @@ use kube::runtime::reflector::store::Writer;
 use kube::runtime::reflector::{Lookup, Store};
 use kube::runtime::watcher::Event;
 
+/// What else is kept of a store's objects, written as the store takes them: an index.
+pub trait Index<K>: Send + Sync {
+    /// `o` is in the store, new or replacing the object of its name.
+    fn applied(&mut self, o: &K);
+    /// `o` left the store.
+    fn deleted(&mut self, o: &K);
+}
+
 /// One store fed by one watch per namespace (or by one watch of every namespace).
 pub struct Merged<K>
 where
@@ -29,6 +37,8 @@ where
     held: Vec<(usize, Event<K>)>,
     /// Whether the store holds every watch's first list.
     ready: bool,
+    /// Indexes kept with the store.
+    indexes: Vec<Box<dyn Index<K>>>,
 }
 
 struct Watch<K> {
@@ -60,6 +70,25 @@ where
                 .collect(),
             held: Vec::new(),
             ready: false,
+            indexes: Vec::new(),
+        }
+    }
+
+    /// The store with `index` kept as it takes objects.
+    pub fn with_index(mut self, index: impl Index<K> + 'static) -> Self {
+        self.indexes.push(Box::new(index));
+        self
+    }
+
+    /// Writes `event` into the store and its indexes.
+    fn write(&mut self, event: &Event<K>) {
+        self.writer.apply_watcher_event(event);
+        for index in &mut self.indexes {
+            match event {
+                Event::Apply(o) | Event::InitApply(o) => index.applied(o),
+                Event::Delete(o) => index.deleted(o),
+                Event::Init | Event::InitDone => {}
+            }
         }
     }
 
@@ -97,12 +126,11 @@ where
         w.listed = true;
         let listed = w.listing.take().unwrap_or_default();
         for o in &listed {
-            self.writer
-                .apply_watcher_event(&Event::InitApply(o.clone()));
+            self.write(&Event::InitApply(o.clone()));
         }
         let mut objects = listed;
         if self.watches.iter().all(|w| w.listed) {
-            self.writer.apply_watcher_event(&Event::InitDone);
+            self.write(&Event::InitDone);
             self.ready = true;
             for (watch, event) in std::mem::take(&mut self.held) {
                 objects.extend(self.steady(watch, event));
@@ -118,10 +146,10 @@ where
         let w = &mut self.watches[watch];
         match event {
             Event::Apply(o) => {
-                self.writer.apply_watcher_event(&Event::Apply(o.clone()));
+                self.write(&Event::Apply(o.clone()));
                 return vec![o];
             }
-            Event::Delete(o) => self.writer.apply_watcher_event(&Event::Delete(o)),
+            Event::Delete(o) => self.write(&Event::Delete(o)),
             Event::Init => w.listing = Some(Vec::new()),
             Event::InitApply(o) => w.listing.get_or_insert_with(Vec::new).push(o),
             Event::InitDone => {
@@ -135,11 +163,10 @@ where
                         && !names.contains(&(ns, name))
                 });
                 for o in gone.collect::<Vec<_>>() {
-                    self.writer
-                        .apply_watcher_event(&Event::Delete(o.as_ref().clone()));
+                    self.write(&Event::Delete(o.as_ref().clone()));
                 }
                 for o in &listed {
-                    self.writer.apply_watcher_event(&Event::Apply(o.clone()));
+                    self.write(&Event::Apply(o.clone()));
                 }
                 return listed;
             }

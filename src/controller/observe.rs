@@ -778,6 +778,51 @@ mod tests {
         assert!(written.pending("u1").is_empty());
     }
 
+    #[tokio::test]
+    async fn a_waiting_pass_is_woken_by_the_stores_event_not_by_a_poll() {
+        let (caches, _writers) = Caches::new();
+        let written = caches.written.clone();
+        let pods = written.of("Pod").expect("pods are cached");
+        let pod = |name, rv| owned_by(labelled_pod(name, None, rv), "u1");
+        noting_writes(written.clone(), async { note_written(&pod("c", "12")) }).await;
+        let waiting = tokio::spawn({
+            let written = written.clone();
+            async move { written.caught_up("u1", Duration::from_secs(15)).await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished(), "it waits for the write");
+        pods.stored(&watcher::Event::Apply(pod("c", "12")));
+        // One thread: the waiting task runs when this one yields, and ends at once if the event
+        // woke it (a timer would not have fired yet).
+        for _ in 0..3 {
+            tokio::task::yield_now().await;
+        }
+        assert!(waiting.is_finished(), "woken by the store's event");
+    }
+
+    #[test]
+    fn the_writes_noted_are_swept_a_constant_number_of_times_per_write() {
+        let (caches, _writers) = Caches::new();
+        let written = &caches.written;
+        // 3,000 deployments' writes in flight: a sweep keeps them all, and the next one waits
+        // until there are twice as many, so 3,000 writes sweep twice, not 2,000 times.
+        for i in 0..3000 {
+            let pod = owned_by(labelled_pod("p", None, "7"), &format!("u{i}"));
+            written.note("Pod", &pod.metadata);
+        }
+        assert_eq!(written.sweep_at(), 4102);
+        // Once the stores hold them, the next sweep empties the map and the bound comes back.
+        let pods = written.of("Pod").expect("pods are cached");
+        pods.stored(&watcher::Event::Apply(labelled_pod("p", None, "7")));
+        for i in 0..4103 {
+            let pod = owned_by(labelled_pod("q", None, "8"), &format!("v{i}"));
+            written.note("Pod", &pod.metadata);
+            pods.stored(&watcher::Event::Apply(labelled_pod("q", None, "8")));
+        }
+        assert_eq!(written.sweep_at(), 1024);
+        assert!(written.owners_noted() <= 1025, "{}", written.owners_noted());
+    }
+
     #[test]
     fn only_configmaps_the_store_watches_are_waited_for() {
         let (caches, _writers) = Caches::new();

@@ -422,11 +422,12 @@ fn admit(ctx: &Context, run: &str) -> Admission {
     let Some(limit) = ctx.max_concurrent_acceptance_runs else {
         return Admission::Start;
     };
-    let runs = ctx.caches.acceptance_runs();
-    ctx.acceptance_queue
-        .lock()
-        .map(|mut q| q.ask(run, &runs, Some(limit), Timestamp::now()))
-        .unwrap_or(Admission::Start)
+    ctx.caches.with_acceptance_runs(|runs| {
+        ctx.acceptance_queue
+            .lock()
+            .map(|mut q| q.ask(run, runs, Some(limit), Timestamp::now()))
+            .unwrap_or(Admission::Start)
+    })
 }
 
 /// The outcome before any gate: the licence as seen and the judgements known.

@@ -553,28 +553,45 @@ impl WriteCause {
 /// When each resource's status (`namespace/name`) was last written by this process, and how long
 /// a change of its progress alone waits after that: [`PROGRESS_HOLD`] after any write, doubled
 /// by each write of progress alone up to [`LONGEST_PROGRESS_HOLD`].
-#[derive(Debug, Default)]
-pub struct ProgressHolds(
-    std::collections::HashMap<String, (std::time::Instant, std::time::Duration)>,
-);
+/// Entries are swept of holds that ran out once there are more than this many, and after a
+/// sweep once there are twice as many as it left: a constant cost per write on average.
+#[derive(Debug)]
+pub struct ProgressHolds {
+    holds: std::collections::HashMap<String, (std::time::Instant, std::time::Duration)>,
+    sweep_at: usize,
+}
+
+/// The fewest entries [`ProgressHolds`] sweeps at.
+const HOLDS_SWEPT_AT: usize = 1024;
+
+impl Default for ProgressHolds {
+    fn default() -> Self {
+        Self {
+            holds: std::collections::HashMap::new(),
+            sweep_at: HOLDS_SWEPT_AT,
+        }
+    }
+}
 
 impl ProgressHolds {
     /// Notes a write of `key`'s status for `cause` at `now`.
     pub fn written(&mut self, key: &str, cause: WriteCause, now: std::time::Instant) {
-        if self.0.len() >= 1024 {
-            self.0.retain(|_, (t, hold)| now.duration_since(*t) < *hold);
+        if self.holds.len() >= self.sweep_at {
+            self.holds
+                .retain(|_, (t, hold)| now.duration_since(*t) < *hold);
+            self.sweep_at = (self.holds.len() * 2).max(HOLDS_SWEPT_AT);
         }
-        let hold = match (cause, self.0.get(key)) {
+        let hold = match (cause, self.holds.get(key)) {
             (WriteCause::Progress, Some((_, hold))) => (*hold * 2).min(LONGEST_PROGRESS_HOLD),
             _ => PROGRESS_HOLD,
         };
-        self.0.insert(key.to_owned(), (now, hold));
+        self.holds.insert(key.to_owned(), (now, hold));
     }
 
     /// How much longer a change of `key`'s progress alone waits at `now` (`None`: it is written
     /// now). The hold is kept once it ran out: the next write of progress alone doubles it.
     pub fn left(&self, key: &str, now: std::time::Instant) -> Option<std::time::Duration> {
-        let (written, hold) = self.0.get(key)?;
+        let (written, hold) = self.holds.get(key)?;
         hold.checked_sub(now.duration_since(*written))
             .filter(|d| !d.is_zero())
     }
@@ -998,6 +1015,25 @@ mod tests {
 
     /// A write of progress alone doubles the hold before the next one, up to five minutes; any
     /// other write brings it back to 30 s.
+    #[test]
+    fn progress_holds_are_swept_a_constant_number_of_times_per_write() {
+        let start = std::time::Instant::now();
+        let mut holds = ProgressHolds::default();
+        // 3,000 resources written within their holds: a sweep keeps them all, and the next one
+        // waits for twice as many, so they sweep twice rather than on each of 2,000 writes.
+        for i in 0..3000 {
+            holds.written(&format!("ns/{i}"), WriteCause::Transition, start);
+        }
+        assert_eq!(holds.sweep_at, 4096);
+        // Once their holds ran out, the next sweep drops them.
+        let later = start + std::time::Duration::from_secs(60);
+        for i in 0..1100 {
+            holds.written(&format!("other/{i}"), WriteCause::Transition, later);
+        }
+        assert_eq!(holds.holds.len(), 1100);
+        assert_eq!(holds.sweep_at, 2 * 1096, "swept when the map reached 4,096");
+    }
+
     #[test]
     fn progress_holds_grow_while_nothing_else_is_written() {
         let start = std::time::Instant::now();

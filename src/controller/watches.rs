@@ -20,6 +20,7 @@ use crate::controller::context::{Context, Namespaces};
 use crate::controller::error::Error;
 use crate::controller::merged::Merged;
 use crate::controller::reconcile::{error_policy, reconcile};
+use crate::controller::referrers::{Referred, Referrers};
 use crate::controller::text::phase_key;
 use crate::controller::{gang, gates};
 
@@ -133,12 +134,14 @@ pub async fn run_with_context(
                 .await
         })
     };
+    let referrers = Referrers::default();
     let controller = triggered(
-        deployments(&ctx, &scope),
+        deployments(&ctx, &scope, referrers.clone()),
         &ctx,
         &scope,
         triggers,
         &mut feeders,
+        referrers,
     )
     .graceful_shutdown_on(shutdown);
     let due = ctx
@@ -236,13 +239,15 @@ fn read_only_feeds(
 
 /// The controller over the DeepInferDeployments, watched as dynamic objects so one malformed
 /// resource cannot break the watch for all: one watch per namespace watched (or one of every
-/// namespace), each on a backoff of its own, kept in one store by [`Merged`].
-fn deployments(ctx: &Context, scope: &Scope) -> Controller<CachedDeployment> {
+/// namespace), each on a backoff of its own, kept in one store by [`Merged`] with the index of
+/// the objects they refer to (`referrers`).
+fn deployments(ctx: &Context, scope: &Scope, referrers: Referrers) -> Controller<CachedDeployment> {
     let namespaces = scope.watches();
     let mut merged = Merged::new(
         kube::runtime::reflector::store::Writer::new(scope.ar.clone()),
         &namespaces,
-    );
+    )
+    .with_index(referrers);
     let cache = merged.reader();
     let watches = namespaces.iter().enumerate().map(|(i, ns)| {
         let dids: Api<CachedDeployment> = match ns {
@@ -292,10 +297,10 @@ fn triggered(
     scope: &Scope,
     writers: Triggers,
     feeders: &mut Vec<tokio::task::JoinHandle<()>>,
+    referrers: Referrers,
 ) -> Controller<CachedDeployment> {
     let written = &ctx.caches.written;
     let (ar, metrics) = (scope.ar.clone(), ctx.metrics.clone());
-    let cache = controller.store();
     let owned = scope.owned();
     let claims = triggering(
         scope.watched(
@@ -343,17 +348,11 @@ fn triggered(
         .owns_stream(noted(jobs, &metrics, owner_keys(&ar)))
         .owns_stream(noted(services, &metrics, owner_keys(&ar)))
         .watches_stream(config_maps, {
-            let (cache, ar, metrics) = (cache.clone(), ar.clone(), metrics.clone());
-            move |cm| {
-                referrers_noted(&cache, &cm.metadata, &ar, &metrics, |d, name| {
-                    d.refers_to_config_map(name)
-                })
-            }
+            let (referrers, ar, metrics) = (referrers.clone(), ar.clone(), metrics.clone());
+            move |cm| referrers_noted(&referrers, Referred::ConfigMap, &cm.metadata, &ar, &metrics)
         })
         .watches_stream(claims, move |claim| {
-            referrers_noted(&cache, claim.meta(), &ar, &metrics, |d, name| {
-                d.checkpoint_claim.as_deref() == Some(name)
-            })
+            referrers_noted(&referrers, Referred::Claim, claim.meta(), &ar, &metrics)
         })
 }
 
@@ -596,45 +595,24 @@ fn feed<K: Send + 'static>(
     tokio::spawn(events.for_each(|_| async {}))
 }
 
-/// The resources among `dids` that `refer` to the object `namespace/name` (a ConfigMap of their
-/// prompts or that their engines read, the checkpoint's claim; a resource refers to objects of
-/// its own namespace only).
-fn referrers(
-    dids: &[Arc<CachedDeployment>],
-    namespace: Option<&str>,
-    name: &str,
-    ar: &ApiResource,
-    refer: fn(&CachedDeployment, &str) -> bool,
-) -> Vec<ObjectRef<CachedDeployment>> {
-    dids.iter()
-        .filter(|d| d.namespace().as_deref() == namespace)
-        .filter(|d| refer(d, name))
-        .map(|d| ObjectRef::from_obj_with(d.as_ref(), ar.clone()))
-        .collect()
-}
-
-/// The resources that `refer` to an object, each noted as triggered by its event.
+/// The resources that refer to an object (of `kind`, in their own namespace), each noted as
+/// triggered by its event.
 fn referrers_noted(
-    cache: &kube::runtime::reflector::Store<CachedDeployment>,
+    referrers: &Referrers,
+    kind: Referred,
     meta: &kube::core::ObjectMeta,
     ar: &ApiResource,
     metrics: &crate::metrics::Metrics,
-    refer: fn(&CachedDeployment, &str) -> bool,
 ) -> Vec<ObjectRef<CachedDeployment>> {
-    let referrers = referrers(
-        &cache.state(),
-        meta.namespace.as_deref(),
-        meta.name.as_deref().unwrap_or_default(),
-        ar,
-        refer,
-    );
-    for r in &referrers {
-        metrics.triggered(&phase_key(
-            r.namespace.as_deref().unwrap_or_default(),
-            &r.name,
-        ));
-    }
-    referrers
+    let namespace = meta.namespace.as_deref().unwrap_or_default();
+    let names = referrers.of(kind, namespace, meta.name.as_deref().unwrap_or_default());
+    names
+        .into_iter()
+        .map(|name| {
+            metrics.triggered(&phase_key(namespace, &name));
+            ObjectRef::new_with(&name, ar.clone()).within(namespace)
+        })
+        .collect()
 }
 
 /// Backoff of the controller's watches after an error: 0.5 s, doubling, at most 5 s. After an
@@ -743,20 +721,6 @@ mod tests {
         assert_eq!(b.next(), Some(Duration::from_millis(500)));
     }
 
-    fn did(ns: &str, name: &str, prompts_from: Option<&str>) -> Arc<CachedDeployment> {
-        let mut spec = serde_json::json!({"acceptance": {"prompts": []}});
-        if let Some(cm) = prompts_from {
-            spec["acceptance"]["promptsFrom"] = serde_json::json!({"name": cm, "key": "k"});
-        }
-        let obj = serde_json::json!({
-            "apiVersion": api_resource().api_version,
-            "kind": api_resource().kind,
-            "metadata": {"name": name, "namespace": ns},
-            "spec": spec,
-        });
-        Arc::new(serde_json::from_value(obj).expect("decoded"))
-    }
-
     #[test]
     fn an_owned_objects_event_counts_for_the_resources_its_owner_references_name() {
         let ar = api_resource();
@@ -842,27 +806,5 @@ mod tests {
         let worker = pod(worker, Some("flash"), &running);
         assert!(news.is_news(&worker) && news.is_news(&worker));
         assert_eq!(keys(pod_owner_refs(&worker, &ar)), ["team/flash"]);
-    }
-
-    #[test]
-    fn a_configmap_maps_to_the_resources_of_its_namespace_that_name_it() {
-        let ar = api_resource();
-        let dids = [
-            did("a", "one", Some("prompts")),
-            did("a", "two", Some("other")),
-            did("a", "three", None),
-            did("b", "four", Some("prompts")),
-        ];
-        let names = |ns: &str, cm: &str| -> Vec<String> {
-            referrers(&dids, Some(ns), cm, &ar, |d, name| {
-                d.refers_to_config_map(name)
-            })
-            .into_iter()
-            .map(|r| format!("{}/{}", r.namespace.unwrap_or_default(), r.name))
-            .collect()
-        };
-        assert_eq!(names("a", "prompts"), ["a/one"]);
-        assert_eq!(names("b", "prompts"), ["b/four"]);
-        assert!(names("a", "unrelated").is_empty());
     }
 }

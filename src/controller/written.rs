@@ -76,7 +76,16 @@ impl WatchProgress {
                 self.stored.fetch_max(listed, Ordering::SeqCst);
             }
         }
+        // A pass waiting for its writes looks again now, not on a poll.
+        stored_news().notify_waiters();
     }
+}
+
+/// Wakes the passes waiting for their writes (see [`Written::caught_up`]) whenever any store
+/// takes in an event.
+fn stored_news() -> &'static tokio::sync::Notify {
+    static NEWS: std::sync::OnceLock<tokio::sync::Notify> = std::sync::OnceLock::new();
+    NEWS.get_or_init(tokio::sync::Notify::new)
 }
 
 impl Progress {
@@ -136,6 +145,9 @@ pub struct Written {
     /// Per owner (the UID of the written object's controller owner): the newest write of each
     /// kind, by the namespace written in, not yet known to be in its store.
     owners: std::sync::Mutex<HashMap<String, BTreeMap<Where, u64>>>,
+    /// The number of owners past which the next write sweeps them: twice as many as a sweep
+    /// left, at least [`OWNERS_SWEPT_AT`], so that sweeps cost a constant per write on average.
+    sweep_at: std::sync::atomic::AtomicUsize,
 }
 
 /// A kind and the namespace of a write.
@@ -146,6 +158,7 @@ impl Written {
         Self {
             kinds,
             owners: std::sync::Mutex::default(),
+            sweep_at: std::sync::atomic::AtomicUsize::new(OWNERS_SWEPT_AT),
         }
     }
 
@@ -211,9 +224,23 @@ impl Written {
         // The writes of a deployment whose passes stopped (it was deleted) stay until the stores
         // hold them; then they go with the next sweep, so the map stays as large as the
         // deployments with writes in flight.
-        if owners.len() > OWNERS_SWEPT_AT {
+        if owners.len() > self.sweep_at.load(Ordering::Relaxed) {
             owners.retain(|_, writes| writes.iter().any(|(at, v)| self.unstored(at, *v)));
+            self.sweep_at
+                .store((owners.len() * 2).max(OWNERS_SWEPT_AT), Ordering::Relaxed);
         }
+    }
+
+    /// The number of owners past which the next write sweeps them.
+    #[cfg(test)]
+    pub(crate) fn sweep_at(&self) -> usize {
+        self.sweep_at.load(Ordering::Relaxed)
+    }
+
+    /// The owners with writes noted.
+    #[cfg(test)]
+    pub(crate) fn owners_noted(&self) -> usize {
+        self.owners.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 
     /// Waits, at most `limit`, until the stores hold every write the passes of `owner` (a
@@ -222,6 +249,10 @@ impl Written {
     pub(crate) async fn caught_up(&self, owner: &str, limit: Duration) {
         let deadline = tokio::time::Instant::now() + limit;
         loop {
+            // Listening before looking: a store's event between the two still wakes the wait.
+            let news = stored_news().notified();
+            tokio::pin!(news);
+            news.as_mut().enable();
             let pending = self.pending(owner);
             if pending.is_empty() {
                 return self.forget(owner);
@@ -232,7 +263,10 @@ impl Written {
                 }
                 return self.forget(owner);
             }
-            tokio::time::sleep(Duration::from_millis(5)).await;
+            tokio::select! {
+                () = &mut news => {}
+                () = tokio::time::sleep_until(deadline) => {}
+            }
         }
     }
 }

@@ -158,6 +158,20 @@ pub(crate) struct Invocation {
 impl Cached for CachedJob {
     type Api = Job;
 
+    fn fleet_run(&self) -> Option<(String, bool)> {
+        use crate::api::{labels, Component};
+        let marks = &self.metadata.marks;
+        if marks.get(labels::COMPONENT).and_then(Component::parse) != Some(Component::Acceptance) {
+            return None;
+        }
+        let key = crate::controller::fleet::run_key(
+            self.metadata.namespace().unwrap_or_default(),
+            marks.get(labels::DEPLOYMENT)?,
+            marks.get(crate::controller::build::JUDGES_ANNOTATION)?,
+        );
+        Some((key, !self.finished()))
+    }
+
     fn to_api(&self) -> Job {
         Job {
             metadata: self.metadata.full(),

@@ -509,6 +509,13 @@ pub trait Cached: Slimmed + Clone + 'static {
 
     /// The object as the API type, with the fields the cache keeps.
     fn to_api(&self) -> Self::Api;
+
+    /// The fleet's acceptance run this object counts for ([`crate::controller::fleet::run_key`])
+    /// and whether it keeps the run under way: an acceptance Job that has not finished. `None`
+    /// for every other object.
+    fn fleet_run(&self) -> Option<(String, bool)> {
+        None
+    }
 }
 
 /// An object of a cached kind on its way through a watch: the shape a store keeps, and its

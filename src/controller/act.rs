@@ -227,6 +227,21 @@ impl<'a> Act<'a> {
         )
     }
 
+    /// The acts that may go out together with this one when they come one after another in a
+    /// plan: creates, applies and deletes of one kind, and `accepted` marks (each of another
+    /// object). `None`: it goes out alone.
+    pub fn batch(&self) -> Option<String> {
+        match self {
+            Act::Create(_) | Act::Apply(_) | Act::Delete(_) => {
+                let described = self.describe();
+                let mut words = described.split(' ');
+                Some(format!("{} {}", words.next()?, words.next()?))
+            }
+            Act::Mark(_) => Some("mark".into()),
+            _ => None,
+        }
+    }
+
     /// What the act does, in a few words (logs and tests).
     pub fn describe(&self) -> String {
         match self {
@@ -319,6 +334,42 @@ mod tests {
 
     fn described(acts: &[Act<'_>]) -> Vec<String> {
         acts.iter().map(Act::describe).collect()
+    }
+
+    #[test]
+    fn acts_of_one_kind_and_verb_go_out_together_and_the_rest_alone() {
+        let pod = |name: &str| k8s_openapi::api::core::v1::Pod {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                ..ObjectMeta::default()
+            },
+            ..Default::default()
+        };
+        let stale = group("stale", false);
+        let acts = [
+            Act::apply(group("g", false), None),
+            Act::apply(pod("rank-0"), None),
+            Act::apply(pod("rank-1"), None),
+            Act::create(pod("other")),
+            Act::delete(&stale),
+            Act::Warn {
+                reason: crate::api::Reason::GroupReplaced,
+                action: "DeleteGroup",
+                note: "n".into(),
+            },
+        ];
+        let batches: Vec<Option<String>> = acts.iter().map(Act::batch).collect();
+        assert_eq!(
+            batches,
+            [
+                Some("apply PodGroup".to_string()),
+                Some("apply Pod".to_string()),
+                Some("apply Pod".to_string()),
+                Some("create Pod".to_string()),
+                Some("delete PodGroup".to_string()),
+                None,
+            ]
+        );
     }
 
     #[test]

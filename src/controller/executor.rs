@@ -13,6 +13,9 @@ use crate::controller::apply;
 use crate::controller::error::Error;
 use crate::controller::text::truncate;
 
+/// Most acts of one batch a pass sends at once.
+pub const BATCH: usize = 8;
+
 /// Carries out the acts of one deployment's pass.
 pub struct Executor<'c> {
     ctx: &'c crate::controller::context::Context,
@@ -41,20 +44,46 @@ impl<'c> Executor<'c> {
     /// Runs `acts` in order; stops at the first act that fails and is not housekeeping, and
     /// returns its error. Returns the number of acts that wrote. No act goes out once this
     /// instance may no longer write (its leadership ran out): that is [`Error::NotLeading`].
+    ///
+    /// Acts that come one after another in the same [`Act::batch`] (the pods of a group, the
+    /// ranks' Jobs of a run, `accepted` marks) go out together, at most [`BATCH`] at once, all
+    /// but the last of the run; the last goes out after them (a run's Jobs are planned followers
+    /// first, its leader last). A plan's order between different kinds (a PodGroup and a rank
+    /// table before their pods, RBAC and ConfigMaps before the Jobs that use them) is kept.
     pub async fn run(&self, acts: &[Act<'_>]) -> Result<usize, Error> {
         let mut writes = 0;
-        for act in acts {
-            if !self.ctx.may_write() {
-                return Err(Error::NotLeading);
+        let mut start = 0;
+        while start < acts.len() {
+            let batch = acts[start].batch();
+            let mut end = start + 1;
+            while end < acts.len()
+                && end - start < BATCH + 1
+                && batch.is_some()
+                && acts[end].batch() == batch
+            {
+                end += 1;
             }
-            match self.one(act).await {
-                Ok(true) => writes += 1,
-                Ok(false) => {}
-                Err(e) if act.is_housekeeping() => {
-                    tracing::warn!(act = %act.describe(), error = %e, "housekeeping failed; trying again later");
+            let (together, last) = acts[start..end].split_at(end - start - 1);
+            for part in [together, last] {
+                if part.is_empty() {
+                    continue;
                 }
-                Err(e) => return Err(e),
+                if !self.ctx.may_write() {
+                    return Err(Error::NotLeading);
+                }
+                let results = futures::future::join_all(part.iter().map(|act| self.one(act))).await;
+                for (act, result) in part.iter().zip(results) {
+                    match result {
+                        Ok(true) => writes += 1,
+                        Ok(false) => {}
+                        Err(e) if act.is_housekeeping() => {
+                            tracing::warn!(act = %act.describe(), error = %e, "housekeeping failed; trying again later");
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
             }
+            start = end;
         }
         Ok(writes)
     }

@@ -206,6 +206,8 @@ pub async fn fleet(n: usize, ops: usize) -> Figures {
             black_box(found);
         }),
     ));
+    // A fleet-wide change under `--max-concurrent-acceptance-runs 16`: every deployment's run
+    // asks, and all but 16 wait in line.
     let mut queue = Queue::default();
     let now = Timestamp::now();
     figures.push((
@@ -214,7 +216,7 @@ pub async fn fleet(n: usize, ops: usize) -> Figures {
             let run = format!("{}/d{}/new", namespace(pick(k)), pick(k));
             let asked = filled
                 .caches
-                .with_acceptance_runs(|runs| queue.ask(&run, runs, Some(u16::MAX), now));
+                .with_acceptance_runs(|runs| queue.ask(&run, runs, Some(16), now));
             black_box(asked);
         }),
     ));

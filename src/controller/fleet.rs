@@ -21,13 +21,30 @@ pub fn run_key(namespace: &str, deployment: &str, judges: &str) -> String {
 }
 
 /// Runs admitted and runs waiting, by [`run_key`].
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default)]
 pub struct Queue {
-    /// Admitted runs and when.
+    /// Admitted runs and when (at most the limit: a run is admitted only into a free place).
     admitted: BTreeMap<String, Timestamp>,
     /// Waiting runs: when they first and last asked.
     waiting: BTreeMap<String, (Timestamp, Timestamp)>,
+    /// The waiting runs in line: by when they first asked, then by key.
+    line: BTreeSet<(Timestamp, String)>,
+    /// When the waiting runs were last swept of those that stopped asking.
+    swept: Option<Timestamp>,
 }
+
+impl PartialEq for Queue {
+    /// The same runs admitted and waiting (when it was last swept aside).
+    fn eq(&self, other: &Self) -> bool {
+        self.admitted == other.admitted && self.waiting == other.waiting
+    }
+}
+
+impl Eq for Queue {}
+
+/// How often the waiting runs are swept of those that stopped asking: a sweep reads every
+/// waiting run, so it is not done on each ask.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 /// The acceptance runs the cache holds, by [`run_key`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -91,31 +108,38 @@ impl Queue {
     ) -> Admission {
         let older_than =
             |t: &Timestamp, d: Duration| now.duration_since(*t).as_secs_f64() > d.as_secs_f64();
+        // At most `limit` entries: read on each ask, so that the runs counted are exact.
         self.admitted
             .retain(|key, at| !runs.seen(key) && !older_than(at, ADMITTED_UNTIL_SEEN));
-        self.waiting
-            .retain(|_, (_, last)| !older_than(last, WAITING_UNTIL_FORGOTTEN));
+        if self.swept.is_none_or(|t| older_than(&t, SWEEP_EVERY)) {
+            self.forget_waiting(|(_, last)| older_than(last, WAITING_UNTIL_FORGOTTEN));
+            self.swept = Some(now);
+        }
         let Some(limit) = limit else {
-            self.waiting.remove(run);
+            self.forget_waiting_run(run);
             return Admission::Start;
         };
         if runs.under_way(run) || self.admitted.contains_key(run) {
-            self.waiting.remove(run);
+            self.forget_waiting_run(run);
             return Admission::Start;
         }
-        let first = self.waiting.get(run).map_or(now, |(first, _)| *first);
-        self.waiting.insert(run.to_string(), (first, now));
+        let first = match self.waiting.get_mut(run) {
+            Some((first, last)) => {
+                *last = now;
+                *first
+            }
+            None => {
+                self.waiting.insert(run.to_string(), (now, now));
+                self.line.insert((now, run.to_string()));
+                now
+            }
+        };
         let busy = runs.under_way_count() + self.admitted.len();
-        let mut order: Vec<(&Timestamp, &String)> = self
-            .waiting
-            .iter()
-            .map(|(k, (first, _))| (first, k))
-            .collect();
-        order.sort();
-        let position = order.iter().position(|(_, k)| *k == run).unwrap_or(0) + 1;
+        // Its place: the runs ahead of it in line, counted up to it (not the whole line).
+        let position = self.line.range(..(first, run.to_string())).count() + 1;
         let free = usize::from(limit).saturating_sub(busy);
         if position <= free {
-            self.waiting.remove(run);
+            self.forget_waiting_run(run);
             self.admitted.insert(run.to_string(), now);
             return Admission::Start;
         }
@@ -123,6 +147,25 @@ impl Queue {
             position,
             under_way: busy,
             limit,
+        }
+    }
+
+    /// Forgets the waiting runs whose (first, last) asks `stale` says stopped.
+    fn forget_waiting(&mut self, stale: impl Fn(&(Timestamp, Timestamp)) -> bool) {
+        let line = &mut self.line;
+        self.waiting.retain(|key, asked| {
+            let keep = !stale(asked);
+            if !keep {
+                line.remove(&(asked.0, key.clone()));
+            }
+            keep
+        });
+    }
+
+    /// Forgets `run` among the waiting.
+    fn forget_waiting_run(&mut self, run: &str) {
+        if let Some((first, _)) = self.waiting.remove(run) {
+            self.line.remove(&(first, run.to_string()));
         }
     }
 }
@@ -170,6 +213,39 @@ mod tests {
         assert_eq!(q.ask("ns/d", &running, Some(2), at(5)), queued(2, 1));
         assert_eq!(q.ask("ns/c", &running, Some(2), at(6)), Admission::Start);
         assert_eq!(q.ask("ns/d", &running, Some(2), at(7)), queued(1, 2));
+    }
+
+    #[test]
+    fn a_long_line_keeps_each_runs_place_and_forgets_those_that_stopped_asking() {
+        let mut q = Queue::default();
+        let busy = set(&["ns/running"]);
+        for i in 0..1000 {
+            let asked = q.ask(&format!("ns/r{i:04}"), &busy, Some(1), at(i / 10));
+            assert!(
+                matches!(asked, Admission::Queued { position, .. } if position == i as usize + 1),
+                "{i}: {asked:?}"
+            );
+        }
+        // Asking again keeps the place, whoever asked since.
+        assert!(matches!(
+            q.ask("ns/r0500", &busy, Some(1), at(200)),
+            Admission::Queued { position: 501, .. }
+        ));
+        // The running one ends: the first in line starts, the rest move up.
+        assert_eq!(
+            q.ask("ns/r0000", &set(&[]), Some(1), at(201)),
+            Admission::Start
+        );
+        assert!(matches!(
+            q.ask("ns/r0500", &set(&["ns/r0000"]), Some(1), at(202)),
+            Admission::Queued { position: 500, .. }
+        ));
+        // Those that stopped asking for 5 minutes leave the line: one asking again starts over.
+        assert!(matches!(
+            q.ask("ns/r0999", &set(&["ns/r0000"]), Some(1), at(503)),
+            Admission::Queued { position: 1, .. }
+        ));
+        assert_eq!((q.waiting.len(), q.line.len()), (1, 1));
     }
 
     #[test]

@@ -131,9 +131,6 @@ pub struct Metrics {
     acceptance_runs: Family<ResultLabels, Counter>,
     /// `deepinfer_status_writes_total{cause}`: status writes by cause.
     status_writes: Family<CauseLabels, Counter>,
-    /// `deepinfer_status_write_echoes_total`: watch events of the operator's own status writes,
-    /// which start no pass.
-    echoes_skipped: Counter,
     /// `deepinfer_acceptance_duration_seconds`: wall time of one acceptance run.
     acceptance_duration: Histogram,
     /// `deepinfer_leader`: 1 while this instance reconciles (holds the leader Lease, or runs
@@ -457,9 +454,8 @@ fn one_per_deployment<L: prometheus_client::encoding::EncodeLabelSet>(
     Ok(())
 }
 
-/// Registers the status writes' counter by cause (`deepinfer_status_writes_total`) and the
-/// counter of their echoes (`deepinfer_status_write_echoes_total`).
-fn register_status_writes(registry: &mut Registry) -> (Family<CauseLabels, Counter>, Counter) {
+/// Registers the status writes' counter by cause (`deepinfer_status_writes_total`).
+fn register_status_writes(registry: &mut Registry) -> Family<CauseLabels, Counter> {
     let status_writes = Family::<CauseLabels, Counter>::default();
     for cause in crate::controller::status::WriteCause::ALL {
         status_writes.get_or_create_owned(&CauseLabels {
@@ -471,13 +467,7 @@ fn register_status_writes(registry: &mut Registry) -> (Family<CauseLabels, Count
         "Status writes of DeepInferDeployments by cause: transition (the first status, a condition's status, the phase, or news worth an Event), progress (progress alone, once its hold ran out), state (anything else the status records)",
         status_writes.clone(),
     );
-    let echoes = Counter::default();
-    registry.register(
-        "status_write_echoes",
-        "Watch events of DeepInferDeployments that are exactly the operator's own latest status write: they start no pass, and the pass that wrote keeps its time to look again",
-        echoes.clone(),
-    );
-    (status_writes, echoes)
+    status_writes
 }
 
 /// Registers the acceptance runs' counters by result and their duration.
@@ -589,7 +579,7 @@ impl Metrics {
             resources.clone(),
         );
         let (acceptance_runs, acceptance_duration) = register_acceptance(&mut registry);
-        let (status_writes, echoes_skipped) = register_status_writes(&mut registry);
+        let status_writes = register_status_writes(&mut registry);
         let leader = Gauge::default();
         registry.register(
             "leader",
@@ -616,7 +606,6 @@ impl Metrics {
             acceptance_runs,
             acceptance_duration,
             status_writes,
-            echoes_skipped,
             leader,
             caches,
             deployments,
@@ -740,11 +729,6 @@ impl Metrics {
             }
             keep
         });
-    }
-
-    /// Counts a watch event of a resource's own status write, which starts no pass.
-    pub fn echo_skipped(&self) {
-        self.echoes_skipped.inc();
     }
 
     /// Counts a status write for `cause` (`status::WriteCause::as_str`).

@@ -299,7 +299,7 @@ pub struct Context {
     /// The resourceVersion of each resource's own latest status write (`namespace/name`), kept
     /// until the deployment store holds that version: a pass on an older copy would be refused
     /// at its status write, so it waits for the store instead.
-    pub status_written: OwnStatusWrites,
+    pub status_written: std::sync::Mutex<std::collections::HashMap<String, u64>>,
     /// When this process last wrote each resource's status, and how long a change of its
     /// progress alone waits after that.
     progress_holds: std::sync::Mutex<crate::controller::status::ProgressHolds>,
@@ -578,10 +578,6 @@ impl From<&RunArgs> for Settings {
     }
 }
 
-/// The resourceVersion of each resource's own latest status write, by `namespace/name`; shared
-/// with the resources' watch, which does not start a pass for the write's own event.
-pub type OwnStatusWrites = std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, u64>>>;
-
 /// The shared context for a controller instance.
 pub fn context(
     client: Client,
@@ -624,7 +620,7 @@ pub fn context(
         verdict_key_secret: settings.verdict_key_secret(),
         verdict_key: tokio::sync::OnceCell::new(),
         placement_retries: std::sync::Mutex::default(),
-        status_written: OwnStatusWrites::default(),
+        status_written: std::sync::Mutex::default(),
         progress_holds: std::sync::Mutex::default(),
         fence: std::sync::OnceLock::new(),
         awaiting_api,

@@ -258,7 +258,6 @@ fn deployments(ctx: &Context, scope: &Scope, referrers: Referrers) -> Controller
             .map_ok(move |event| (i, event))
             .boxed()
     });
-    let (own, metrics) = (ctx.status_written.clone(), ctx.metrics.clone());
     let applied = futures::stream::select_all(watches)
         .map_ok(move |(i, event)| {
             futures::stream::iter(
@@ -268,16 +267,7 @@ fn deployments(ctx: &Context, scope: &Scope, referrers: Referrers) -> Controller
                     .map(Ok::<_, watcher::Error>),
             )
         })
-        .try_flatten()
-        // The event of a resource's own status write brings nothing its pass did not know, and
-        // the pass said when to look again: the store takes it, and no pass starts for it.
-        .try_filter(move |did| {
-            let echo = own_status_echo(&own, did);
-            if echo {
-                metrics.echo_skipped();
-            }
-            std::future::ready(!echo)
-        });
+        .try_flatten();
     Controller::for_stream_with(
         noted(applied, &ctx.metrics, |did: &CachedDeployment| {
             vec![phase_key(
@@ -291,28 +281,6 @@ fn deployments(ctx: &Context, scope: &Scope, referrers: Referrers) -> Controller
     .with_config(
         kube::runtime::controller::Config::default().concurrency(ctx.max_concurrent_reconciles),
     )
-}
-
-/// Whether `did` is exactly what its own latest status write made (the same resourceVersion).
-fn own_status_echo(
-    own: &crate::controller::context::OwnStatusWrites,
-    did: &CachedDeployment,
-) -> bool {
-    let key = phase_key(
-        did.metadata.namespace.as_deref().unwrap_or_default(),
-        did.metadata.name.as_deref().unwrap_or_default(),
-    );
-    let version = did
-        .metadata
-        .resource_version
-        .as_deref()
-        .and_then(|v| v.parse::<u64>().ok());
-    let mut written = own.lock().unwrap_or_else(|e| e.into_inner());
-    let echo = version.is_some_and(|v| written.get(&key) == Some(&v));
-    if echo {
-        written.remove(&key);
-    }
-    echo
 }
 
 /// The watches that start passes: Pods (of Jobs and workers), Jobs, Services and (where served)
@@ -742,32 +710,6 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_event_of_a_resources_own_status_write_starts_no_pass_once() {
-        let did = |rv: &str| -> CachedDeployment {
-            serde_json::from_value(serde_json::json!({
-                "apiVersion": "deepinfer.io/v1alpha1", "kind": "DeepInferDeployment",
-                "metadata": {"name": "flash", "namespace": "team", "resourceVersion": rv},
-                "spec": {},
-            }))
-            .expect("decoded")
-        };
-        let own = crate::controller::context::OwnStatusWrites::default();
-        assert!(!own_status_echo(&own, &did("7")), "no write of ours");
-        own.lock().expect("lock").insert("team/flash".into(), 7);
-        assert!(!own_status_echo(&own, &did("6")), "an older copy");
-        assert!(
-            !own_status_echo(&own, &did("8")),
-            "a newer copy: someone else's change"
-        );
-        assert!(own_status_echo(&own, &did("7")), "the write's own event");
-        assert!(own.lock().expect("lock").is_empty(), "no longer waited for");
-        assert!(
-            !own_status_echo(&own, &did("7")),
-            "once: a relist of it starts a pass"
-        );
-    }
 
     #[test]
     fn watches_retry_within_five_seconds_and_start_over_after_a_reset() {

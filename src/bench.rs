@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 
 use crate::api::{labels, DeepInferDeployment};
 use crate::controller::cached::{CachedDeployment, CachedJob, CachedPod, Incoming};
-use crate::controller::caches::Caches;
+use crate::controller::caches::{CacheWriters, Caches};
 use crate::controller::fleet::Queue;
 use crate::controller::merged::Index;
 use crate::controller::observe::{observe, Sources};
@@ -151,9 +151,8 @@ fn heap_allocated() -> Option<usize> {
     crate::metrics::heap().map(|h| h.allocated)
 }
 
-/// Fills the caches with `n` deployments and measures `ops` operations of each kind.
-pub async fn fleet(n: usize, ops: usize) -> Figures {
-    let before = heap_allocated();
+/// The caches holding `n` deployments' pods and acceptance Jobs, as their first lists bring them.
+fn cached(n: usize) -> (Caches, CacheWriters) {
     let (caches, mut writers) = Caches::new();
     writers.pods.take(&Event::Init);
     writers.jobs.take(&Event::Init);
@@ -167,6 +166,11 @@ pub async fn fleet(n: usize, ops: usize) -> Figures {
     }
     writers.pods.take(&Event::InitDone);
     writers.jobs.take(&Event::InitDone);
+    (caches, writers)
+}
+
+/// The referrers index and the `/metrics` figures of `n` deployments.
+fn indexed(n: usize) -> (Referrers, Metrics) {
     let mut referrers = Referrers::default();
     for i in 0..n {
         let d: CachedDeployment =
@@ -178,6 +182,15 @@ pub async fn fleet(n: usize, ops: usize) -> Figures {
     for i in 0..n {
         metrics.observe_status(&format!("{}/d{i}", namespace(i)), &status);
     }
+    (referrers, metrics)
+}
+
+/// Fills the caches with `n` deployments and measures `ops` operations of each kind.
+pub async fn fleet(n: usize, ops: usize) -> Figures {
+    let before = heap_allocated();
+    let (caches, mut writers) = cached(n);
+    let (referrers, metrics) = indexed(n);
+    let status = crate::metrics::reference::example_status();
     let heap_bytes = before
         .zip(heap_allocated())
         .map(|(b, a)| a.saturating_sub(b));

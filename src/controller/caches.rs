@@ -149,7 +149,8 @@ impl Caches {
     ///
     /// Counted from the cached form (the labels and annotations it keeps, its conditions' type
     /// and status) as Jobs come and go, without rebuilding any Job.
-    pub fn acceptance_runs(&self) -> crate::controller::fleet::Runs {
+    #[cfg(test)]
+    pub(crate) fn acceptance_runs(&self) -> crate::controller::fleet::Runs {
         let jobs = self.jobs.read();
         let mut runs = crate::controller::fleet::Runs::default();
         for (key, (_, running)) in &jobs.runs.by_run {

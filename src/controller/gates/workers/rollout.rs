@@ -302,6 +302,11 @@ pub fn plan(input: &RoleInput<'_>) -> RolePlan {
     } else {
         hold(input, desired, &healthy, &mut plan);
     }
+    // Groups go before groups are made: the executor sends acts in order, so a group made in
+    // the place of another never exists beside it (`maxSurge: 0` stays true between writes),
+    // and the devices freed are free for the new one.
+    plan.actions
+        .sort_by_key(|a| matches!(a, Action::Create { .. }));
     // Nothing new is placed while a stranded group's devices are being freed or the backoff
     // runs.
     if input.placement_hold.is_some() || stranded.is_some() {
@@ -613,6 +618,21 @@ mod tests {
         next
     }
 
+    /// The most groups that exist at once while a plan's actions go out in their order (the
+    /// executor sends them so): a create that comes before a delete counts beside it.
+    fn peak(groups: &[Group], p: &RolePlan) -> usize {
+        let mut live = groups.len();
+        let mut most = live;
+        for a in &p.actions {
+            match a {
+                Action::Create { .. } => live += 1,
+                Action::Delete { .. } => live -= 1,
+            }
+            most = most.max(live);
+        }
+        most
+    }
+
     fn all_ready(groups: &mut [Group]) {
         for g in groups {
             g.health = Health::Ready;
@@ -650,6 +670,12 @@ mod tests {
                 .iter()
                 .filter(|a| matches!(a, Action::Create { revision, .. } if revision == B))
                 .count();
+            let most = peak(&groups, &p);
+            assert!(
+                most <= 2 + usize::try_from(surge).unwrap_or(0),
+                "pass {pass}: {most} groups at once with maxSurge {surge}: {:?}",
+                actions(&p)
+            );
             groups = step(&groups, &p);
             // A candidate serves only once it passed; every group starts within a pass.
             for g in groups.iter_mut() {
@@ -687,7 +713,7 @@ mod tests {
         case.passed = vec![A];
         case.candidate = Candidate::Judged;
         let p = case.plan();
-        assert_eq!(actions(&p), ["+b0", "-a1"]);
+        assert_eq!(actions(&p), ["-a1", "+b0"]);
         assert!(p.notes[0].contains("to make room for the candidate group of revision bbbbb"));
         // With surge the candidate is made beside the serving groups.
         case.surge = 1;

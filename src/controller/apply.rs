@@ -63,11 +63,33 @@ where
         }
         return force_apply(api, desired).await;
     }
-    if create_once(api, desired).await? {
-        return Ok(true);
+    match create_or_find(api, desired).await? {
+        Created::Made => Ok(true),
+        // Ours, as it should be (an object no watch caches, made by an earlier pass): read
+        // only because the create was refused, and not written again.
+        Created::Ours(Some(found)) if holds(&found, desired) => Ok(false),
+        // Ours but changed, or the cache had not caught up: apply as for a cached object.
+        Created::Ours(_) => force_apply(api, desired).await,
     }
-    // Ours, and the cache had not caught up: apply as for a cached object.
-    force_apply(api, desired).await
+}
+
+/// Whether `found` carries the applied hash of `desired` and, beside its metadata, exactly the
+/// fields `desired` sets, as `desired` sets them: an edit that kept the hash (a subject added
+/// to a RoleBinding, a rule to a Role) is applied over.
+fn holds<K: Resource + Serialize>(found: &K, desired: &K) -> bool {
+    if applied_hash(found).is_none() || applied_hash(found) != applied_hash(desired) {
+        return false;
+    }
+    let body = |o: &K| -> Option<serde_json::Map<String, serde_json::Value>> {
+        let serde_json::Value::Object(mut fields) = serde_json::to_value(o).ok()? else {
+            return None;
+        };
+        for meta in ["metadata", "apiVersion", "kind"] {
+            fields.remove(meta);
+        }
+        Some(fields)
+    };
+    body(found).is_some_and(|f| Some(f) == body(desired))
 }
 
 /// Whether `existing` (a cached ConfigMap, which carries the hash of its content as observed)
@@ -140,6 +162,24 @@ pub async fn create_once<K>(api: &Api<K>, desired: &K) -> Result<bool, Error>
 where
     K: Resource + k8s_openapi::Resource + Clone + DeserializeOwned + Serialize + std::fmt::Debug,
 {
+    Ok(matches!(create_or_find(api, desired).await?, Created::Made))
+}
+
+/// What a create found.
+enum Created<K> {
+    /// It made the object.
+    Made,
+    /// One of that name exists that this resource controls, as read (`None`: deleted meanwhile,
+    /// the next pass creates it).
+    Ours(Option<K>),
+}
+
+/// Creates `desired`; when one of that name exists, reads it: ours, or the
+/// [`Error::NameConflict`] naming who controls it.
+async fn create_or_find<K>(api: &Api<K>, desired: &K) -> Result<Created<K>, Error>
+where
+    K: Resource + k8s_openapi::Resource + Clone + DeserializeOwned + Serialize + std::fmt::Debug,
+{
     let name = desired.name_any();
     let kind = <K as k8s_openapi::Resource>::KIND;
     match api
@@ -154,7 +194,7 @@ where
     {
         Ok(created) => {
             note_written(&created);
-            Ok(true)
+            Ok(Created::Made)
         }
         Err(kube::Error::Api(e)) if e.code == 409 => {
             let found = api
@@ -162,9 +202,11 @@ where
                 .await
                 .map_err(|e| Error::api("get", kind, &name, e))?;
             match found {
-                // Deleted meanwhile: the next pass creates it.
-                None => Ok(false),
-                Some(found) => conflict(&found, desired).map_or(Ok(false), Err),
+                None => Ok(Created::Ours(None)),
+                Some(found) => match conflict(&found, desired) {
+                    Some(e) => Err(e),
+                    None => Ok(Created::Ours(Some(found))),
+                },
             }
         }
         Err(e) => Err(Error::api("create", kind, &name, e)),
@@ -245,5 +287,57 @@ pub async fn set_accepted(api: &Api<Pod>, mark: &Mark) -> Result<(), Error> {
         // Gone meanwhile: nothing left to take out of service.
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
         Err(e) => Err(Error::api("patch status of", "Pod", &mark.pod, e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::build::APPLIED_HASH_ANNOTATION;
+    use k8s_openapi::api::rbac::v1::{RoleBinding, RoleRef, Subject};
+
+    fn binding(hash: &str, subjects: &[&str]) -> RoleBinding {
+        let mut b = RoleBinding {
+            role_ref: RoleRef {
+                api_group: Some("rbac.authorization.k8s.io".into()),
+                kind: "Role".into(),
+                name: "d-acceptance".into(),
+            },
+            subjects: Some(
+                subjects
+                    .iter()
+                    .map(|name| Subject {
+                        kind: "ServiceAccount".into(),
+                        name: (*name).into(),
+                        ..Subject::default()
+                    })
+                    .collect(),
+            ),
+            ..RoleBinding::default()
+        };
+        b.metadata.name = Some("d-acceptance".into());
+        b.metadata.annotations =
+            Some([(APPLIED_HASH_ANNOTATION.to_string(), hash.to_string())].into());
+        b
+    }
+
+    #[test]
+    fn an_existing_object_is_kept_only_when_it_holds_what_is_applied() {
+        let desired = binding("h1", &["d-acceptance"]);
+        let mut found = desired.clone();
+        found.metadata.uid = Some("u".into());
+        found.metadata.resource_version = Some("7".into());
+        assert!(holds(&found, &desired), "as applied: no write");
+        assert!(
+            !holds(&binding("h1", &["d-acceptance", "intruder"]), &desired),
+            "a subject added under the same hash is applied over"
+        );
+        assert!(
+            !holds(&binding("h0", &["d-acceptance"]), &desired),
+            "another hash"
+        );
+        let mut bare = desired.clone();
+        bare.metadata.annotations = None;
+        assert!(!holds(&bare, &desired), "no hash");
     }
 }

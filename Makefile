@@ -35,7 +35,7 @@ bench: cluster-up ## Drive 1000 deployments to Ready, roll and restart them with
 	$(CARGO) build --release --bin deepinfer-operator --bin deepinfer-runner
 	$(CARGO) build --release -p deepinfer-e2e --bin deepinfer-node-agent
 	@e2e/bed/stop-sample.sh
-	$(CARGO) run -q -p deepinfer-e2e --bin deepinfer-bench -- --operator target/release/deepinfer-operator --node-agent target/release/deepinfer-node-agent $(BENCH_ARGS)
+	$(CARGO) run --release -q -p deepinfer-e2e --bin deepinfer-bench -- --operator target/release/deepinfer-operator --node-agent target/release/deepinfer-node-agent $(BENCH_ARGS)
 	@$(MAKE) --no-print-directory bench-unit
 
 .PHONY: bench-unit

@@ -9,9 +9,13 @@
 //! it deletes first and the successor's gang can only be placed on the devices it frees), and,
 //! before an object is created again under the name of one deleted, the deleted one gone.
 //! It uses the same kube client and request accounting as the operator, watches Jobs and Pods as
-//! the operator does, and runs one task per deployment (the operator's controller runs reconciles
-//! of different resources concurrently, without a limit). A request that failed on its connection
-//! is sent again as [`crate::resend`] allows; any other failed request ends the run.
+//! the operator does, and writes at the operator's concurrency: one task per deployment, of which
+//! at most as many write at once as the operator runs passes at once (its default
+//! `--max-concurrent-reconciles`, [`PASSES_AT_ONCE`]); a task holds its slot while it writes and
+//! gives it up while it waits (for a Job, a pod, a deleted object), as a pass ends where the
+//! operator waits for an event. One moment's objects of a kind go out at most [`BATCH`] at once,
+//! as the operator's executor sends them. A request that failed on its connection is sent again
+//! as [`crate::resend`] allows; any other failed request ends the run.
 //!
 //! The rollout can also be replayed alone ([`run`] from phase 1): the floor then first creates
 //! what the operator had left at the end of `ready` ([`Recorded::converged`]) at once.
@@ -45,6 +49,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::probe::{PhaseFigures, Probe};
+use deepinfer_operator::controller::context::DEFAULT_MAX_CONCURRENT_RECONCILES;
+use deepinfer_operator::controller::executor::BATCH;
+
+/// How many deployments' writes are in flight at once: as many as the operator runs passes.
+const PASSES_AT_ONCE: usize = DEFAULT_MAX_CONCURRENT_RECONCILES as usize;
 use crate::resend::{sent, Repeat};
 
 /// The kinds the operator creates, in the order the floor creates objects of one moment.
@@ -611,6 +620,8 @@ struct Floor {
     /// What the operator did; its namespace is named in RoleBinding subjects and Service DNS
     /// names.
     recorded: Recorded,
+    /// The write slots every namespace's floor shares ([`PASSES_AT_ONCE`]).
+    slots: Arc<Semaphore>,
 }
 
 /// How often a waiting task looks at the caches again when no change was told.
@@ -619,6 +630,11 @@ const POLL: Duration = Duration::from_millis(250);
 impl Floor {
     fn api(&self, kind: usize) -> Api<DynamicObject> {
         Api::namespaced_with(self.client.clone(), &self.ns, &api_resource(kind))
+    }
+
+    /// A write slot ([`PASSES_AT_ONCE`]), held while the deployment's task writes.
+    async fn slot(&self) -> anyhow::Result<tokio::sync::SemaphorePermit<'_>> {
+        Ok(self.slots.acquire().await?)
     }
 
     async fn until(&self, what: &str, done: impl Fn() -> bool) -> anyhow::Result<()> {
@@ -673,6 +689,7 @@ impl Floor {
                     let patch = Patch::Merge(self.rewritten(c, uid)?);
                     let api = self.api(c.kind);
                     let params = PatchParams::default();
+                    let _slot = self.slot().await?;
                     sent(Repeat::Unanswered, || api.patch(&c.name, &params, &patch)).await?;
                 }
                 Move::Delete { kind, name, ready } => {
@@ -701,6 +718,7 @@ impl Floor {
     async fn delete(&self, kind: usize, name: &str) -> anyhow::Result<Option<String>> {
         let api = self.api(kind);
         let params = DeleteParams::background();
+        let _slot = self.slot().await?;
         match sent(Repeat::Unanswered, || api.delete(name, &params)).await {
             Ok(either) => Ok(either.left().and_then(|o| o.metadata.uid)),
             // The garbage collector may have been first (a Job's pods, a group).
@@ -753,7 +771,8 @@ impl Floor {
             .copied()
             .partition(|c| is_kind(c.kind, "Pod") || is_kind(c.kind, "Job"));
         for stage in [referred, workloads] {
-            futures::future::try_join_all(stage.iter().map(|c| async {
+            let _slot = self.slot().await?;
+            futures::stream::iter(stage.iter().map(|c| async {
                 let body: DynamicObject = serde_json::from_value(self.rewritten(c, uid)?)?;
                 let api = self.api(c.kind);
                 let params = PostParams::default();
@@ -767,7 +786,11 @@ impl Floor {
                 }
                 anyhow::Ok(())
             }))
-            .await?;
+            .buffer_unordered(BATCH)
+            .collect::<Vec<_>>()
+            .await
+            .into_iter()
+            .collect::<anyhow::Result<Vec<()>>>()?;
         }
         live.extend(
             batch
@@ -817,10 +840,12 @@ impl Floor {
             );
             let patch = Patch::Strategic(json!({"status": {"conditions": [condition]}}));
             let params = PatchParams::default();
+            let slot = self.slot().await?;
             sent(Repeat::Unanswered, || {
                 api.patch_status(name, &params, &patch)
             })
             .await?;
+            drop(slot);
             self.until(&format!("pod {name} Ready"), || {
                 self.pod(name, deepinfer_operator::controller::pods::pod_ready)
                     .unwrap_or(false)
@@ -902,6 +927,7 @@ impl Floor {
         let api: Api<DeepInferDeployment> = Api::namespaced(self.client.clone(), &self.ns);
         let (name, params) = (did.name_any(), PatchParams::default());
         let status = Patch::Merge(json!({"status": did.status}));
+        let _slot = self.slot().await?;
         sent(Repeat::Unanswered, || {
             api.patch_status(&name, &params, &status)
         })
@@ -929,6 +955,7 @@ pub async fn run(
         _ => None,
     };
     let watches = watch_jobs_and_pods(&client, scope);
+    let slots = Arc::new(Semaphore::new(PASSES_AT_ONCE));
     let floors: Vec<Floor> = namespaces
         .into_iter()
         .map(|(ns, recorded)| Floor {
@@ -939,6 +966,7 @@ pub async fn run(
             changed: watches.changed.clone(),
             timeout,
             recorded,
+            slots: slots.clone(),
         })
         .collect();
     let setup = start.checked_sub(1).map(|before| {
@@ -1079,6 +1107,7 @@ pub async fn replay(ns: &str, steps: &Value, timeout: Duration) -> anyhow::Resul
             accepted: HashMap::new(),
             uids: HashMap::new(),
         },
+        slots: Arc::new(Semaphore::new(PASSES_AT_ONCE)),
     };
     let result = floor
         .replay(&steps.iter().collect::<Vec<_>>(), ("", ""))

@@ -18,7 +18,7 @@
 //! 2. `rollout`: a new image for all N, until every one serves the new revision in every group;
 //! 3. `restart`: the operator restarted over the converged set, until it reconciled each again;
 //! 4. `floor-ready`, `floor-rollout`: a plain client (the same kube client and request
-//!    accounting, one task per deployment as the operator has) creates and updates exactly the
+//!    accounting, at the operator's concurrency) creates and updates exactly the
 //!    objects the operator created, in the same order and waiting for the same things, in a
 //!    fresh namespace for each of the operator's on the same bed (see `floor.rs`).
 //!
@@ -118,6 +118,11 @@ struct Args {
     /// the rollout. `--resources` and `--per-namespace` are the recording's.
     #[arg(long, conflicts_with_all = ["replay", "record", "no_floor", "skip_rollout"])]
     floor_from: Option<PathBuf>,
+    /// Runs of the whole benchmark (the operator's phases, then the floor's) on the same nodes,
+    /// each in fresh namespaces: each run's figures are printed, then each operator ÷ floor ratio
+    /// (time and writes, per phase) as the median of the runs with its least and greatest.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..), conflicts_with_all = ["replay", "record", "floor_from"])]
+    runs: u32,
 }
 
 /// The operator's side of a run, as `--record` writes it and `--floor-from` reads it (with the
@@ -471,15 +476,101 @@ async fn run(args: Args) -> anyhow::Result<()> {
         println!("BENCH {}", json!(figures));
         return Ok(());
     }
-    let result = phases(&args, &client, &operator, &agent, &logs, timeout).await;
+    let mut runs = Vec::new();
+    for run in 1..=args.runs {
+        if args.runs > 1 {
+            println!("bench: run {run} of {}", args.runs);
+        }
+        let mut figures = match phases(&args, &client, &operator, &agent, &logs, timeout).await {
+            Ok(figures) => figures,
+            Err(e) => {
+                drop(agent);
+                bed::remove_nodes(&client).await?;
+                return Err(e);
+            }
+        };
+        figures.nodes_ready_seconds = nodes_ready_seconds;
+        figures.node_agent_register_cpu_seconds = node_agent_register_cpu_seconds;
+        print_figures(&figures);
+        runs.push(figures);
+    }
     drop(agent);
     bed::remove_nodes(&client).await?;
-    let mut figures = result?;
-    figures.nodes_ready_seconds = nodes_ready_seconds;
-    figures.node_agent_register_cpu_seconds = node_agent_register_cpu_seconds;
-    print_figures(&figures);
-    println!("BENCH {}", json!(figures));
+    match runs.as_slice() {
+        [one] => println!("BENCH {}", json!(one)),
+        _ => {
+            let spread = spread(&runs);
+            println!("BENCH {}", json!({"runs": runs, "spread": spread}));
+        }
+    }
     Ok(())
+}
+
+/// The median of `values` with their least and greatest, as printed and in the JSON.
+#[derive(serde::Serialize, Debug, PartialEq)]
+struct Spread {
+    median: f64,
+    least: f64,
+    greatest: f64,
+    each: Vec<f64>,
+}
+
+impl Spread {
+    fn of(each: Vec<f64>) -> Self {
+        let mut sorted = each.clone();
+        sorted.sort_by(f64::total_cmp);
+        let mid = sorted.len() / 2;
+        let median = if sorted.len() % 2 == 1 {
+            sorted[mid]
+        } else {
+            (sorted[mid - 1] + sorted[mid]) / 2.0
+        };
+        Self {
+            median,
+            least: sorted.first().copied().unwrap_or(f64::NAN),
+            greatest: sorted.last().copied().unwrap_or(f64::NAN),
+            each,
+        }
+    }
+}
+
+/// Per phase both sides ran, operator ÷ floor in time and in writes per resource over `runs`:
+/// printed, and returned by phase and figure.
+fn spread(runs: &[Figures]) -> BTreeMap<String, BTreeMap<&'static str, Spread>> {
+    let mut by_phase = BTreeMap::new();
+    let phases: Vec<&String> = runs
+        .first()
+        .map(|f| f.floor_ratio.keys().collect())
+        .unwrap_or_default();
+    for phase in phases {
+        let writes = |f: &Figures| {
+            let of = |name: &str| {
+                f.phases
+                    .iter()
+                    .find(|p| p.name == name)
+                    .map(|p| p.writes_per_resource)
+            };
+            match (of(phase), of(&format!("floor-{phase}"))) {
+                (Some(op), Some(fl)) => op / fl,
+                _ => f64::NAN,
+            }
+        };
+        let time = Spread::of(
+            runs.iter()
+                .map(|f| f.floor_ratio.get(phase).copied().unwrap_or(f64::NAN))
+                .collect(),
+        );
+        let writes = Spread::of(runs.iter().map(writes).collect());
+        println!(
+            "bench: {phase} over {} runs: operator ÷ floor time median {:.2} ({:.2} to {:.2}), writes median {:.2} ({:.2} to {:.2})",
+            runs.len(), time.median, time.least, time.greatest, writes.median, writes.least, writes.greatest
+        );
+        by_phase.insert(
+            phase.clone(),
+            BTreeMap::from([("time", time), ("writes", writes)]),
+        );
+    }
+    by_phase
 }
 
 /// Writes `recording` to `file` (`--record`).
@@ -1088,5 +1179,18 @@ fn print_figures(f: &Figures) {
     );
     for (phase, ratio) in &f.floor_ratio {
         println!("bench: {phase}: operator time / floor time = {ratio:.2}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Spread;
+
+    #[test]
+    fn a_spread_is_the_median_with_the_least_and_greatest() {
+        let s = Spread::of(vec![1.2, 0.9, 1.0]);
+        assert_eq!((s.median, s.least, s.greatest), (1.0, 0.9, 1.2));
+        assert_eq!(s.each, [1.2, 0.9, 1.0], "each run in its order");
+        assert_eq!(Spread::of(vec![1.0, 2.0]).median, 1.5);
     }
 }

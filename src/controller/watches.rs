@@ -418,10 +418,19 @@ fn of_job(meta: &kube::core::ObjectMeta) -> bool {
 /// configuration, no place to run: [`gates::jobs::pod_trouble`]), so a Job's pod's event is
 /// news when the pod enters such trouble, changes its kind of trouble, or leaves it; the rest of
 /// its life shows in its Job's status. The scheduler rewrites an unschedulable pod's message on
-/// every retry; those rewrites are not news. Remembers the trouble of the Job pods that are in
-/// trouble now, nothing of the others.
+/// every retry; those rewrites are not news. A Job's pod getting its IP is news too: an
+/// acceptance run's rank table lists its ranks' addresses, and its engines wait for the table
+/// (the Job's status tells of a running pod only after the Job controller's batching, about a
+/// second later). Remembers the trouble of the Job pods that are in trouble now and the Job pods
+/// seen without an IP, nothing of the others.
 #[derive(Default)]
-struct JobPodNews(std::sync::Mutex<std::collections::HashMap<String, crate::api::Reason>>);
+struct JobPodNews(std::sync::Mutex<JobPodsSeen>);
+
+#[derive(Default)]
+struct JobPodsSeen {
+    trouble: std::collections::HashMap<String, crate::api::Reason>,
+    unaddressed: std::collections::HashSet<String>,
+}
 
 impl JobPodNews {
     fn is_news(&self, pod: &Incoming<cached::CachedPod>) -> bool {
@@ -433,15 +442,34 @@ impl JobPodNews {
             meta.namespace.as_deref().unwrap_or_default(),
             meta.name.as_deref().unwrap_or_default(),
         );
-        let trouble = match meta.deletion_timestamp {
-            Some(_) => None,
-            None => gates::jobs::pod_trouble(&pod.shape().to_api()).map(|t| t.reason),
+        let api = pod.shape().to_api();
+        let status = api.status.as_ref();
+        let has_ip = status.and_then(|s| s.pod_ip.as_ref()).is_some();
+        let (trouble, waits_for_address) = match meta.deletion_timestamp {
+            Some(_) => (None, false),
+            None => (
+                gates::jobs::pod_trouble(&api).map(|t| t.reason),
+                !has_ip
+                    && !matches!(
+                        status.and_then(|s| s.phase.as_deref()),
+                        Some("Succeeded" | "Failed")
+                    ),
+            ),
         };
         let mut seen = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        match trouble {
-            Some(reason) => seen.insert(key, reason) != Some(reason),
-            None => seen.remove(&key).is_some(),
-        }
+        let addressed = if waits_for_address {
+            seen.unaddressed.insert(key.clone());
+            false
+        } else {
+            // Addressed now, seen without an address before (a pod that ended or went without
+            // one is forgotten too, which is no news to a pass that waits for addresses).
+            seen.unaddressed.remove(&key) && has_ip && meta.deletion_timestamp.is_none()
+        };
+        let troubled = match trouble {
+            Some(reason) => seen.trouble.insert(key, reason) != Some(reason),
+            None => seen.trouble.remove(&key).is_some(),
+        };
+        troubled || addressed
     }
 }
 
@@ -751,7 +779,7 @@ mod tests {
                 "type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message,
             }]})
         };
-        let running = serde_json::json!({"phase": "Running"});
+        let running = serde_json::json!({"phase": "Running", "podIP": "10.244.0.7"});
         let pod =
             |owners: serde_json::Value, deployment: Option<&str>, status: &serde_json::Value| {
                 let mut meta = serde_json::json!({
@@ -793,7 +821,7 @@ mod tests {
         assert!(of_job(&running), "out of trouble");
         assert!(!of_job(&running));
         assert!(
-            news.0.lock().expect("lock").is_empty(),
+            news.0.lock().expect("lock").trouble.is_empty(),
             "nothing kept of pods out of trouble"
         );
 
@@ -806,5 +834,40 @@ mod tests {
         let worker = pod(worker, Some("flash"), &running);
         assert!(news.is_news(&worker) && news.is_news(&worker));
         assert_eq!(keys(pod_owner_refs(&worker, &ar)), ["team/flash"]);
+    }
+
+    #[test]
+    fn a_job_pods_address_is_news_once() {
+        let pod = |name: &str, status: serde_json::Value| {
+            serde_json::from_value::<Incoming<cached::CachedPod>>(serde_json::json!({
+                "metadata": {"name": name, "namespace": "team", "ownerReferences": [
+                    {"apiVersion": "batch/v1", "kind": "Job", "name": "flash-accept-0", "uid": "2"}
+                ]},
+                "status": status,
+            }))
+            .expect("pod")
+        };
+        let news = JobPodNews::default();
+        let bound = serde_json::json!({"phase": "Pending"});
+        let addressed = serde_json::json!({"phase": "Pending", "podIP": "10.244.0.7"});
+        let running = serde_json::json!({"phase": "Running", "podIP": "10.244.0.7"});
+        assert!(
+            !news.is_news(&pod("a", bound.clone())),
+            "placed, not addressed"
+        );
+        assert!(!news.is_news(&pod("a", bound)), "still not addressed");
+        assert!(
+            news.is_news(&pod("a", addressed)),
+            "its IP: a rank table may complete"
+        );
+        assert!(!news.is_news(&pod("a", running.clone())), "once");
+        assert!(
+            !news.is_news(&pod("b", running)),
+            "first seen addressed (a restart's list): the list's pass reads it"
+        );
+        // A pod that ends without an address is forgotten.
+        assert!(!news.is_news(&pod("c", serde_json::json!({"phase": "Pending"}))));
+        assert!(!news.is_news(&pod("c", serde_json::json!({"phase": "Succeeded"}))));
+        assert!(news.0.lock().expect("lock").unaddressed.is_empty());
     }
 }

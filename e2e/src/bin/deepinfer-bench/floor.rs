@@ -622,6 +622,8 @@ struct Floor {
     recorded: Recorded,
     /// The write slots every namespace's floor shares ([`PASSES_AT_ONCE`]).
     slots: Arc<Semaphore>,
+    /// The pods with an IP that mount each ConfigMap.
+    addressed: Addressed,
 }
 
 /// How often a waiting task looks at the caches again when no change was told.
@@ -686,6 +688,14 @@ impl Floor {
                 Move::Create(batch) => self.create_batch(&batch, &mut live, uid).await?,
                 Move::Await(jobs) => self.wait_for_jobs(&jobs).await?,
                 Move::Update(c) => {
+                    // A rank table names its ranks' addresses: it is completed once they have
+                    // them, as the operator could only complete it then.
+                    if let Some(ranks) = completed_ranks(&c.body) {
+                        self.until(&format!("{ranks} addressed ranks of {}", c.name), || {
+                            self.addressed.count(&self.ns, &c.name) >= ranks
+                        })
+                        .await?;
+                    }
                     let patch = Patch::Merge(self.rewritten(c, uid)?);
                     let api = self.api(c.kind);
                     let params = PatchParams::default();
@@ -964,6 +974,7 @@ pub async fn run(
             jobs: watches.jobs.clone(),
             pods: watches.pods.clone(),
             changed: watches.changed.clone(),
+            addressed: watches.addressed.clone(),
             timeout,
             recorded,
             slots: slots.clone(),
@@ -1052,6 +1063,7 @@ fn watch_jobs_and_pods(client: &Client, scope: Option<&str>) -> Watches {
     let (jobs, jobs_writer) = reflector::store();
     let (pods, pods_writer) = reflector::store();
     let changed = Arc::new(Notify::new());
+    let addressed = Addressed::default();
     let watch_jobs =
         reflector::reflector(jobs_writer, watcher(job_api, watcher::Config::default()))
             .default_backoff()
@@ -1059,14 +1071,84 @@ fn watch_jobs_and_pods(client: &Client, scope: Option<&str>) -> Watches {
     let watch_pods =
         reflector::reflector(pods_writer, watcher(pod_api, watcher::Config::default()))
             .default_backoff()
-            .for_each(tell(changed.clone()));
+            .for_each({
+                let (changed, addressed) = (changed.clone(), addressed.clone());
+                move |event| {
+                    if let Ok(event) = &event {
+                        addressed.note(event);
+                    }
+                    changed.notify_waiters();
+                    std::future::ready(())
+                }
+            });
     let task = tokio::spawn(async move { futures::join!(watch_jobs, watch_pods) });
     Watches {
         jobs,
         pods,
         changed,
+        addressed,
         task,
     }
+}
+
+/// By namespace and ConfigMap: the pods that mount it and have an IP (a rank table lists its
+/// ranks' addresses, so no client can write it completed before they have one).
+#[derive(Clone, Default)]
+struct Addressed(Arc<Mutex<HashMap<MountedBy, HashSet<String>>>>);
+
+/// A ConfigMap as pods mount it: (namespace, name).
+type MountedBy = (String, String);
+
+impl Addressed {
+    fn note(&self, event: &watcher::Event<Pod>) {
+        let (pod, gone) = match event {
+            watcher::Event::Apply(p) | watcher::Event::InitApply(p) => (p, false),
+            watcher::Event::Delete(p) => (p, true),
+            watcher::Event::Init | watcher::Event::InitDone => return,
+        };
+        let has_ip = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.pod_ip.as_ref())
+            .is_some();
+        let live = !gone && has_ip && pod.metadata.deletion_timestamp.is_none();
+        let (ns, name) = (pod.namespace().unwrap_or_default(), pod.name_any());
+        let mounted = pod
+            .spec
+            .iter()
+            .flat_map(|s| s.volumes.iter().flatten())
+            .filter_map(|v| v.config_map.as_ref().map(|c| c.name.clone()));
+        let mut by_cm = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        for cm in mounted {
+            let key = (ns.clone(), cm);
+            if live {
+                by_cm.entry(key).or_default().insert(name.clone());
+            } else if let Some(pods) = by_cm.get_mut(&key) {
+                pods.remove(&name);
+                if pods.is_empty() {
+                    by_cm.remove(&key);
+                }
+            }
+        }
+    }
+
+    fn count(&self, ns: &str, configmap: &str) -> usize {
+        let by_cm = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        by_cm
+            .get(&(ns.to_string(), configmap.to_string()))
+            .map_or(0, HashSet::len)
+    }
+}
+
+/// The ranks a rank table ConfigMap lists when it says `completed`, else `None`.
+fn completed_ranks(body: &Value) -> Option<usize> {
+    use deepinfer_operator::controller::build::RANK_TABLE_KEY;
+    let table: Value =
+        serde_json::from_str(body.pointer("/data")?.get(RANK_TABLE_KEY)?.as_str()?).ok()?;
+    if table.get("status")?.as_str()? != "completed" {
+        return None;
+    }
+    table.get("server_count")?.as_str()?.parse().ok()
 }
 
 /// A watch stream's consumer that tells `changed` of each event.
@@ -1083,6 +1165,7 @@ struct Watches {
     jobs: Store<Job>,
     pods: Store<Pod>,
     changed: Arc<Notify>,
+    addressed: Addressed,
     task: tokio::task::JoinHandle<((), ())>,
 }
 
@@ -1100,6 +1183,7 @@ pub async fn replay(ns: &str, steps: &Value, timeout: Duration) -> anyhow::Resul
         jobs: watches.jobs.clone(),
         pods: watches.pods.clone(),
         changed: watches.changed.clone(),
+        addressed: watches.addressed.clone(),
         timeout,
         recorded: Recorded {
             namespace: ns.to_string(),
@@ -1179,6 +1263,17 @@ fn steps_from_json(steps: &Value) -> anyhow::Result<Vec<Step>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_completed_rank_table_is_written_once_its_ranks_are_addressed() {
+        let table = |status: &str, count: &str| {
+            let hccl = json!({"status": status, "server_count": count, "server_list": [], "version": "1.0"});
+            json!({"data": {deepinfer_operator::controller::build::RANK_TABLE_KEY: hccl.to_string()}})
+        };
+        assert_eq!(completed_ranks(&table("completed", "8")), Some(8));
+        assert_eq!(completed_ranks(&table("initializing", "0")), None);
+        assert_eq!(completed_ranks(&json!({"data": {"other": "x"}})), None);
+    }
 
     /// A create answered 409 is the floor's own (sent again by the client after a 504) only if
     /// the object there was created since the create was first sent and is not being deleted.

@@ -71,6 +71,8 @@ pub const RUNTIME_FILES_TARGET: &str = "/opt/deepinfer";
 
 struct PodRun {
     uid: String,
+    /// The pod's volumes are in place: its sandbox is up and it has its address.
+    sandbox: Arc<std::sync::atomic::AtomicBool>,
     stop: watch::Sender<bool>,
     reports: Arc<Mutex<BTreeMap<String, Report>>>,
     task: JoinHandle<()>,
@@ -106,6 +108,15 @@ impl Runtime {
 
     pub fn keys(&self) -> Vec<ObjectRef<Pod>> {
         lock(&self.pods).keys().cloned().collect()
+    }
+
+    /// Whether the pod's sandbox is up (its volumes in place), as a kubelet reports the pod's
+    /// IP only then: the contents its ConfigMap volumes start with were read before anyone
+    /// could learn its address. `true` for a pod not executed here.
+    pub fn sandbox_up(&self, key: &ObjectRef<Pod>) -> bool {
+        lock(&self.pods)
+            .get(key)
+            .is_none_or(|r| r.sandbox.load(std::sync::atomic::Ordering::SeqCst))
     }
 
     /// The current report of an executed container.
@@ -147,7 +158,9 @@ impl Runtime {
             .collect();
         let reports = Arc::new(Mutex::new(reports));
         let (stop, stop_rx) = watch::channel(false);
+        let sandbox = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let ctx = PodCtx {
+            sandbox: Arc::clone(&sandbox),
             cfg: Arc::clone(&self.cfg),
             name: crate::pod_name(key),
             pod: pod.clone(),
@@ -165,6 +178,7 @@ impl Runtime {
             key.clone(),
             PodRun {
                 uid,
+                sandbox,
                 stop,
                 reports,
                 task,
@@ -219,6 +233,8 @@ struct PodCtx {
     stop: watch::Receiver<bool>,
     /// Per container, the variables naming the devices prepared for it.
     devices: crate::dra::Prepared,
+    /// Set once the volumes are in place ([`Runtime::sandbox_up`]).
+    sandbox: Arc<std::sync::atomic::AtomicBool>,
 }
 
 enum Outcome {
@@ -333,6 +349,9 @@ impl PodCtx {
                 }
             }
         };
+        self.sandbox
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        (self.notify)();
         for (name, p) in &plan.init {
             let ContainerPlan::Execute { argv } = p else {
                 continue;

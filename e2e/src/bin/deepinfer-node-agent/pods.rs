@@ -311,7 +311,12 @@ impl PodAgent {
                     .note(&pod, name, (&start.0, start.1), p.is_executed());
             }
         }
-        let desired = status::pod_status(&pod, &init, &main, &pod_ip, &now);
+        // An address once reported stays; before, it waits for the sandbox.
+        let addressed = pod.status.as_ref().is_some_and(|s| s.pod_ip.is_some())
+            || !plan.executes_any()
+            || self.runtime.sandbox_up(key);
+        let shown_ip = if addressed { pod_ip.as_str() } else { "" };
+        let desired = status::pod_status(&pod, &init, &main, shown_ip, &now);
         if status::differs(pod.status.as_ref(), &desired) {
             self.write_status(key, &pod, &api, &desired).await?;
         }

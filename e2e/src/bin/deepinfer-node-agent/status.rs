@@ -448,7 +448,8 @@ pub fn qos_class(pod: &Pod) -> &'static str {
     }
 }
 
-/// The status the agent reports for a pod given its containers' reports.
+/// The status the agent reports for a pod given its containers' reports; `pod_ip` is empty
+/// while the pod has no address yet.
 pub fn pod_status(
     pod: &Pod,
     init: &[(String, Report)],
@@ -510,10 +511,13 @@ pub fn pod_status(
         }]),
         observed_generation: pod.metadata.generation,
         qos_class: Some(qos_class(pod).to_string()),
-        pod_ip: Some(pod_ip.to_string()),
-        pod_ips: Some(vec![PodIP {
-            ip: pod_ip.to_string(),
-        }]),
+        // No address before the pod's sandbox is up (an empty `pod_ip`).
+        pod_ip: (!pod_ip.is_empty()).then(|| pod_ip.to_string()),
+        pod_ips: (!pod_ip.is_empty()).then(|| {
+            vec![PodIP {
+                ip: pod_ip.to_string(),
+            }]
+        }),
         start_time: existing
             .and_then(|s| s.start_time.clone())
             .or_else(|| Some(now.clone())),
@@ -900,6 +904,16 @@ mod tests {
 
     fn cond_of(s: &PodStatus, type_: &str) -> PodCondition {
         cond(s, type_).clone()
+    }
+
+    #[test]
+    fn a_pod_without_its_sandbox_reports_no_address_and_then_its_own() {
+        let p = pod(json!({"spec": {"restartPolicy": "Always"}}));
+        let (r, _) = simulated_report(&p, "a", false, &t(100));
+        let s = pod_status(&p, &[], &[("a".into(), r.clone())], "", &t(100));
+        assert_eq!((s.pod_ip, s.pod_ips), (None, None));
+        let s = pod_status(&p, &[], &[("a".into(), r)], "10.244.0.3", &t(100));
+        assert_eq!(s.pod_ip.as_deref(), Some("10.244.0.3"));
     }
 
     #[test]

@@ -88,6 +88,15 @@ macro_rules! kinds {
                     })*
                 }
             }
+
+            /// Reads the object first, then writes only what is missing ([`apply::ensure`]).
+            pub(crate) async fn ensure(&self, client: &Client, ns: &str) -> Result<bool, Error> {
+                match self {
+                    $(Object::$variant(o) => {
+                        apply::ensure(&Api::<$ty>::namespaced(client.clone(), ns), o.as_ref()).await
+                    })*
+                }
+            }
         }
 
         impl Applied<'_> {
@@ -152,6 +161,9 @@ pub enum Act<'a> {
     Create(Object),
     /// Server-side apply, skipped when the cached copy already carries the applied hash.
     Apply(Applied<'a>),
+    /// An object no watch caches that an earlier pass most likely made: read first, and written
+    /// only when absent or not as applied ([`apply::ensure`]).
+    Ensure(Object),
     /// Delete the cached object, its UID as precondition.
     Delete(Held<'a>),
     /// Set a worker pod's `deepinfer.io/accepted` condition.
@@ -211,6 +223,11 @@ impl<'a> Act<'a> {
         Act::Create(desired.object())
     }
 
+    /// Bring about `desired`, uncached and most likely there: read first ([`Act::Ensure`]).
+    pub fn ensure<K: Kind>(desired: K) -> Self {
+        Act::Ensure(desired.object())
+    }
+
     /// Delete the cached `observed`.
     pub fn delete<K: Kind>(observed: &'a K) -> Self {
         Act::Delete(observed.held())
@@ -232,7 +249,7 @@ impl<'a> Act<'a> {
     /// object). `None`: it goes out alone.
     pub fn batch(&self) -> Option<String> {
         match self {
-            Act::Create(_) | Act::Apply(_) | Act::Delete(_) => {
+            Act::Create(_) | Act::Apply(_) | Act::Ensure(_) | Act::Delete(_) => {
                 let described = self.describe();
                 let mut words = described.split(' ');
                 Some(format!("{} {}", words.next()?, words.next()?))
@@ -246,6 +263,7 @@ impl<'a> Act<'a> {
     pub fn describe(&self) -> String {
         match self {
             Act::Create(o) => format!("create {}", o.describe()),
+            Act::Ensure(o) => format!("ensure {}", o.describe()),
             Act::Apply(a) => format!("apply {}", a.describe()),
             Act::Delete(h) => format!("delete {}", h.describe()),
             Act::Mark(m) => format!("mark Pod {} accepted={}", m.pod, m.accepted),

@@ -73,6 +73,31 @@ where
     }
 }
 
+/// Brings about `desired`, an object no watch caches that an earlier pass most likely made (the
+/// judge's ServiceAccount, Role and RoleBinding of a deployment judged before): reads it first
+/// and writes nothing when it holds what is applied ([`holds`]), applies over it when it is ours
+/// and differs, and creates it when it is absent (as [`apply_if_changed`] does). One of that name
+/// that another owner controls is the [`Error::NameConflict`] naming who, left as it is. Returns
+/// whether a write was made.
+pub async fn ensure<K>(api: &Api<K>, desired: &K) -> Result<bool, Error>
+where
+    K: Resource + k8s_openapi::Resource + Clone + DeserializeOwned + Serialize + std::fmt::Debug,
+{
+    let name = desired.name_any();
+    let found = api
+        .get_opt(&name)
+        .await
+        .map_err(|e| Error::api("get", <K as k8s_openapi::Resource>::KIND, &name, e))?;
+    match found {
+        None => apply_if_changed(api, desired, None).await,
+        Some(found) => match conflict(&found, desired) {
+            Some(e) => Err(e),
+            None if holds(&found, desired) => Ok(false),
+            None => force_apply(api, desired).await,
+        },
+    }
+}
+
 /// Whether `found` carries the applied hash of `desired` and, beside its metadata, exactly the
 /// fields `desired` sets, as `desired` sets them: an edit that kept the hash (a subject added
 /// to a RoleBinding, a rule to a Role) is applied over.

@@ -93,6 +93,7 @@ impl<'c> Executor<'c> {
         match act {
             Act::Create(object) => object.create(client, ns).await,
             Act::Apply(applied) => applied.apply(client, ns).await,
+            Act::Ensure(object) => object.ensure(client, ns).await,
             Act::Delete(held) => held.delete(client, ns).await.map(|()| true),
             Act::Mark(mark) => {
                 let api: Api<Pod> = Api::namespaced(client.clone(), ns);

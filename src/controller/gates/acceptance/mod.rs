@@ -323,6 +323,23 @@ mod tests {
     }
 
     #[test]
+    fn a_deployment_judged_before_reads_its_judges_objects_before_writing_them() {
+        let mut case = Case::new();
+        case.known.acceptance = Some(crate::api::AcceptanceStatus::default());
+        let run = case.run();
+        case.admit(Admission::Start);
+        let plan = case.plan();
+        assert_eq!(
+            described(&plan.acts)[..3],
+            [
+                format!("ensure ServiceAccount {}", run.names.service_account),
+                format!("ensure Role {}", run.names.service_account),
+                format!("ensure RoleBinding {}", run.names.service_account),
+            ]
+        );
+    }
+
+    #[test]
     fn a_run_started_again_applies_over_what_the_cache_holds() {
         use crate::controller::act::Applied;
         let mut case = Case::new();

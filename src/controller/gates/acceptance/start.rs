@@ -101,20 +101,32 @@ pub(super) fn shared_objects<'o>(
     let spec_yaml = build::acceptance_spec_yaml(spec);
     let in_flight = in_flight_evidence(&did.name_any(), observed);
     let (sa, role, binding) = build::acceptance_rbac(did, names, &in_flight);
-    vec![
-        Act::apply(sa, None),
-        Act::apply(role, None),
-        Act::apply(binding, None),
-        Act::apply(
-            build::acceptance_spec_configmap(did, names, input.revision, spec_yaml),
-            None,
-        ),
-        Act::create(build::acceptance_evidence_configmap(
-            did,
-            names,
-            input.revision,
-        )),
-    ]
+    // A deployment judged before has its judge's objects (no watch caches them): they are read
+    // first and written only where they differ (the Role, when the evidence it names changed).
+    // The first run creates them without a read.
+    let judged_before = input.known.acceptance.is_some();
+    let rbac = if judged_before {
+        [Act::ensure(sa), Act::ensure(role), Act::ensure(binding)]
+    } else {
+        [
+            Act::apply(sa, None),
+            Act::apply(role, None),
+            Act::apply(binding, None),
+        ]
+    };
+    rbac.into_iter()
+        .chain([
+            Act::apply(
+                build::acceptance_spec_configmap(did, names, input.revision, spec_yaml),
+                None,
+            ),
+            Act::create(build::acceptance_evidence_configmap(
+                did,
+                names,
+                input.revision,
+            )),
+        ])
+        .collect()
 }
 
 /// Creates groups of an acceptance run: each one's rendezvous Service (where it needs one), its

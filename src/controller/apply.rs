@@ -65,12 +65,22 @@ where
     }
     match create_or_find(api, desired).await? {
         Created::Made => Ok(true),
-        // Ours, as it should be (an object no watch caches, made by an earlier pass): read
-        // only because the create was refused, and not written again.
-        Created::Ours(Some(found)) if holds(&found, desired) => Ok(false),
-        // Ours but changed, or the cache had not caught up: apply as for a cached object.
-        Created::Ours(_) => force_apply(api, desired).await,
+        // Ours: read only because the create was refused (an object no watch caches, or the
+        // cache had not caught up).
+        Created::Ours(found) => apply_over(api, found.as_ref(), desired).await,
     }
+}
+
+/// Applies `desired` over `found`, one of ours as read, unless it holds what is applied
+/// ([`holds`]). Returns whether a write was made.
+async fn apply_over<K>(api: &Api<K>, found: Option<&K>, desired: &K) -> Result<bool, Error>
+where
+    K: Resource + k8s_openapi::Resource + Clone + DeserializeOwned + Serialize + std::fmt::Debug,
+{
+    if found.is_some_and(|f| holds(f, desired)) {
+        return Ok(false);
+    }
+    force_apply(api, desired).await
 }
 
 /// Brings about `desired`, an object no watch caches that an earlier pass most likely made (the
@@ -92,8 +102,7 @@ where
         None => apply_if_changed(api, desired, None).await,
         Some(found) => match conflict(&found, desired) {
             Some(e) => Err(e),
-            None if holds(&found, desired) => Ok(false),
-            None => force_apply(api, desired).await,
+            None => apply_over(api, Some(&found), desired).await,
         },
     }
 }

@@ -302,6 +302,18 @@ pub fn plan(input: &RoleInput<'_>) -> RolePlan {
     } else {
         hold(input, desired, &healthy, &mut plan);
     }
+    settle(input, stranded, &healthy, &mut plan);
+    plan
+}
+
+/// Puts the plan's deletes before its creates, holds creates back while a stranded group's
+/// devices are freed or the placement backoff runs, and says when the role waits for capacity.
+fn settle(
+    input: &RoleInput<'_>,
+    stranded: Option<String>,
+    healthy: &[&Group],
+    plan: &mut RolePlan,
+) {
     // Groups go before groups are made: the executor sends acts in order, so a group made in
     // the place of another never exists beside it (`maxSurge: 0` stays true between writes),
     // and the devices freed are free for the new one.
@@ -314,7 +326,7 @@ pub fn plan(input: &RoleInput<'_>) -> RolePlan {
     }
     if let Some(why) = stranded.as_ref().or(input.placement_hold.as_ref()) {
         plan.progress = Progress::WaitingForCapacity(format!("{}: {why}", input.role));
-        return plan;
+        return;
     }
     if let Some(waiting) = healthy.iter().find_map(|g| match &g.health {
         Health::Unschedulable(why) => Some(why.clone()),
@@ -324,7 +336,6 @@ pub fn plan(input: &RoleInput<'_>) -> RolePlan {
             plan.progress = Progress::WaitingForCapacity(format!("{}: {waiting}", input.role));
         }
     }
-    plan
 }
 
 fn count(n: usize) -> i32 {

@@ -207,10 +207,28 @@ pub async fn fleet(n: usize, ops: usize) -> Figures {
     let events: Vec<Incoming<CachedPod>> = (0..ops)
         .map(|k| pod(pick(k), 0, k % 4, 11 + k as u64))
         .collect();
+    // What the machine's memory costs a lookup as the fleet grows: a map of as many keys as
+    // the pod cache holds, read at random, with none of the operator's work.
+    let plain: std::collections::HashMap<String, usize> = (0..n * PODS_PER_DEPLOYMENT)
+        .map(|k| {
+            (
+                format!("{}/d{}-worker-abcde-{}", namespace(k / 8), k / 8, k % 8),
+                k,
+            )
+        })
+        .collect();
     let mut figures = vec![(
+        "reference: a plain map's lookup of a random pod's key",
+        per_op(ops, |k| {
+            let i = pick(k);
+            let key = format!("{}/d{i}-worker-abcde-{}", namespace(i), k % 8);
+            black_box(plain.get(&key));
+        }),
+    )];
+    figures.push((
         "pod event into the cache",
         per_op(ops, |k| writers.pods.take(&Event::Apply(events[k].clone()))),
-    )];
+    ));
     figures.push((
         "ConfigMap event to its referrers",
         per_op(ops, |k| {
@@ -274,7 +292,7 @@ mod tests {
     async fn the_fleet_benchmark_runs_over_a_small_fleet() {
         let figures = super::fleet(50, 200).await;
         assert_eq!(figures.pods, 400);
-        assert_eq!(figures.per_op.len(), 5);
+        assert_eq!(figures.per_op.len(), 6);
         assert!(figures.per_op.iter().all(|(_, ns)| *ns > 0.0));
     }
 }

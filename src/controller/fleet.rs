@@ -3,7 +3,7 @@
 //! order they first asked, each told its place; a run is counted from its admission until its
 //! leader Job finishes.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
@@ -25,18 +25,99 @@ pub fn run_key(namespace: &str, deployment: &str, judges: &str) -> String {
 pub struct Queue {
     /// Admitted runs and when (at most the limit: a run is admitted only into a free place).
     admitted: BTreeMap<String, Timestamp>,
-    /// Waiting runs: when they first and last asked.
-    waiting: BTreeMap<String, (Timestamp, Timestamp)>,
-    /// The waiting runs in line: by when they first asked, then by key.
-    line: BTreeSet<(Timestamp, String)>,
+    /// Waiting runs: when they last asked, and their ticket in [`Self::line`].
+    waiting: HashMap<String, Waiting>,
+    /// The waiting runs in line, in the order they first asked.
+    line: Line,
     /// When the waiting runs were last swept of those that stopped asking.
     swept: Option<Timestamp>,
 }
 
+/// A waiting run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Waiting {
+    /// When it last asked.
+    last: Timestamp,
+    /// Its ticket: tickets are given in the order runs first ask.
+    ticket: u64,
+}
+
 impl PartialEq for Queue {
-    /// The same runs admitted and waiting (when it was last swept aside).
+    /// The same runs admitted and waiting, in the same order (when it was last swept aside).
     fn eq(&self, other: &Self) -> bool {
-        self.admitted == other.admitted && self.waiting == other.waiting
+        fn line(q: &Queue) -> Vec<(&String, Timestamp)> {
+            let mut line: Vec<(&String, Timestamp)> =
+                q.waiting.iter().map(|(k, w)| (k, w.last)).collect();
+            line.sort_by_key(|(k, _)| q.place(k));
+            line
+        }
+        self.admitted == other.admitted && line(self) == line(other)
+    }
+}
+
+/// The tickets of the waiting runs: a run's place in line is the number of tickets held up to
+/// its own, counted in a Fenwick tree over the tickets `base..base + tree.len()`, so that it
+/// costs the logarithm of the line's length and not the runs ahead of it.
+#[derive(Clone, Debug, Default)]
+struct Line {
+    /// The ticket of the tree's first slot.
+    base: u64,
+    /// The next ticket to give.
+    next: u64,
+    /// The Fenwick tree: each slot sums the held tickets of its range.
+    tree: Vec<u32>,
+}
+
+impl Line {
+    /// The fewest slots the tree is made with.
+    const LEAST: usize = 64;
+
+    /// Gives the next ticket; `held` lists the tickets held, read only when the tree is full and
+    /// made again from the oldest held ticket, with room for as many tickets again as it spans.
+    fn give(&mut self, held: impl Iterator<Item = u64>) -> u64 {
+        if self.next - self.base >= self.tree.len() as u64 {
+            let held: Vec<u64> = held.collect();
+            self.base = held.iter().copied().min().unwrap_or(self.next);
+            let span = (self.next - self.base) as usize;
+            self.tree = vec![0; (2 * span).max(Self::LEAST)];
+            for ticket in held {
+                self.add(ticket, 1);
+            }
+        }
+        let ticket = self.next;
+        self.next += 1;
+        self.add(ticket, 1);
+        ticket
+    }
+
+    /// Gives `ticket` back.
+    fn give_back(&mut self, ticket: u64) {
+        self.add(ticket, -1);
+    }
+
+    fn add(&mut self, ticket: u64, by: i32) {
+        let Some(mut i) = ticket.checked_sub(self.base).map(|i| i as usize + 1) else {
+            return;
+        };
+        while i <= self.tree.len() {
+            self.tree[i - 1] = self.tree[i - 1].wrapping_add_signed(by);
+            i += i & i.wrapping_neg();
+        }
+    }
+
+    /// How many tickets up to `ticket` (itself included) are held.
+    fn held_up_to(&self, ticket: u64) -> usize {
+        let slots = self.tree.len() as u64;
+        let mut i = ticket
+            .saturating_sub(self.base)
+            .saturating_add(1)
+            .min(slots) as usize;
+        let mut held = 0usize;
+        while i > 0 {
+            held += self.tree[i - 1] as usize;
+            i &= i - 1;
+        }
+        held
     }
 }
 
@@ -112,7 +193,7 @@ impl Queue {
         self.admitted
             .retain(|key, at| !runs.seen(key) && !older_than(at, ADMITTED_UNTIL_SEEN));
         if self.swept.is_none_or(|t| older_than(&t, SWEEP_EVERY)) {
-            self.forget_waiting(|(_, last)| older_than(last, WAITING_UNTIL_FORGOTTEN));
+            self.forget_waiting(|last| older_than(last, WAITING_UNTIL_FORGOTTEN));
             self.swept = Some(now);
         }
         let Some(limit) = limit else {
@@ -123,20 +204,16 @@ impl Queue {
             self.forget_waiting_run(run);
             return Admission::Start;
         }
-        let first = match self.waiting.get_mut(run) {
-            Some((first, last)) => {
-                *last = now;
-                *first
-            }
+        match self.waiting.get_mut(run) {
+            Some(waiting) => waiting.last = now,
             None => {
-                self.waiting.insert(run.to_string(), (now, now));
-                self.line.insert((now, run.to_string()));
-                now
+                let ticket = self.line.give(self.waiting.values().map(|w| w.ticket));
+                self.waiting
+                    .insert(run.to_string(), Waiting { last: now, ticket });
             }
-        };
+        }
         let busy = runs.under_way_count() + self.admitted.len();
-        // Its place: the runs ahead of it in line, counted up to it (not the whole line).
-        let position = self.line.range(..(first, run.to_string())).count() + 1;
+        let position = self.place(run);
         let free = usize::from(limit).saturating_sub(busy);
         if position <= free {
             self.forget_waiting_run(run);
@@ -150,13 +227,20 @@ impl Queue {
         }
     }
 
-    /// Forgets the waiting runs whose (first, last) asks `stale` says stopped.
-    fn forget_waiting(&mut self, stale: impl Fn(&(Timestamp, Timestamp)) -> bool) {
+    /// The place in line of waiting run `run` (1 is next; 0 for a run not waiting).
+    fn place(&self, run: &str) -> usize {
+        self.waiting
+            .get(run)
+            .map_or(0, |w| self.line.held_up_to(w.ticket))
+    }
+
+    /// Forgets the waiting runs whose last ask `stale` says stopped.
+    fn forget_waiting(&mut self, stale: impl Fn(&Timestamp) -> bool) {
         let line = &mut self.line;
-        self.waiting.retain(|key, asked| {
-            let keep = !stale(asked);
+        self.waiting.retain(|_, waiting| {
+            let keep = !stale(&waiting.last);
             if !keep {
-                line.remove(&(asked.0, key.clone()));
+                line.give_back(waiting.ticket);
             }
             keep
         });
@@ -164,8 +248,8 @@ impl Queue {
 
     /// Forgets `run` among the waiting.
     fn forget_waiting_run(&mut self, run: &str) {
-        if let Some((first, _)) = self.waiting.remove(run) {
-            self.line.remove(&(first, run.to_string()));
+        if let Some(waiting) = self.waiting.remove(run) {
+            self.line.give_back(waiting.ticket);
         }
     }
 }
@@ -245,7 +329,35 @@ mod tests {
             q.ask("ns/r0999", &set(&["ns/r0000"]), Some(1), at(503)),
             Admission::Queued { position: 1, .. }
         ));
-        assert_eq!((q.waiting.len(), q.line.len()), (1, 1));
+        assert_eq!((q.waiting.len(), q.line.held_up_to(u64::MAX)), (1, 1));
+    }
+
+    #[test]
+    fn a_place_is_the_count_of_runs_ahead_through_every_remaking_of_the_line() {
+        // Runs join, leave from anywhere in line and start from its head, over many times the
+        // tree's first size: each waiting run's place is one more than the runs that first asked
+        // before it and still wait.
+        let mut q = Queue::default();
+        let busy = set(&["ns/running"]);
+        let mut order: Vec<String> = Vec::new();
+        let mut state = 7u64;
+        for i in 0..3000u64 {
+            let run = format!("ns/r{i}");
+            q.ask(&run, &busy, Some(1), at(0));
+            order.push(run);
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            if state >> 62 == 0 {
+                let gone = order.remove((state >> 33) as usize % order.len());
+                q.forget_waiting_run(&gone);
+            }
+            if i % 97 == 0 {
+                for (k, run) in order.iter().enumerate() {
+                    assert_eq!(q.place(run), k + 1, "{run} after {i} runs");
+                }
+            }
+        }
     }
 
     #[test]

@@ -22,7 +22,7 @@ use crate::controller::merged::Merged;
 use crate::controller::reconcile::{error_policy, reconcile};
 use crate::controller::referrers::{Referred, Referrers};
 use crate::controller::text::phase_key;
-use crate::controller::{gang, gates};
+use crate::controller::{build, gang, gates};
 
 /// What every watch of one controller loop shares, resolved once before any watch starts.
 struct Scope {
@@ -421,8 +421,10 @@ fn of_job(meta: &kube::core::ObjectMeta) -> bool {
 /// every retry; those rewrites are not news. A Job's pod getting its IP is news too: an
 /// acceptance run's rank table lists its ranks' addresses, and its engines wait for the table
 /// (the Job's status tells of a running pod only after the Job controller's batching, about a
-/// second later). Remembers the trouble of the Job pods that are in trouble now and the Job pods
-/// seen without an IP, nothing of the others.
+/// second later). So is an acceptance pod's device allocation, the device plugin's annotation the
+/// table lists beside the address, when it comes after the address. Remembers the trouble of the
+/// Job pods that are in trouble now, the Job pods seen without an IP and the acceptance pods
+/// seen without an allocation, nothing of the others.
 #[derive(Default)]
 struct JobPodNews(std::sync::Mutex<JobPodsSeen>);
 
@@ -430,6 +432,18 @@ struct JobPodNews(std::sync::Mutex<JobPodsSeen>);
 struct JobPodsSeen {
     trouble: std::collections::HashMap<String, crate::api::Reason>,
     unaddressed: std::collections::HashSet<String>,
+    unallocated: std::collections::HashSet<String>,
+}
+
+/// Whether `waits` (a pod waits for what `set` remembers): remembers the pod if so; if not,
+/// whether it was remembered, which is the news that it came.
+fn came(set: &mut std::collections::HashSet<String>, key: &str, waits: bool) -> bool {
+    if waits {
+        set.insert(key.to_string());
+        false
+    } else {
+        set.remove(key)
+    }
 }
 
 impl JobPodNews {
@@ -445,31 +459,35 @@ impl JobPodNews {
         let api = pod.shape().to_api();
         let status = api.status.as_ref();
         let has_ip = status.and_then(|s| s.pod_ip.as_ref()).is_some();
-        let (trouble, waits_for_address) = match meta.deletion_timestamp {
-            Some(_) => (None, false),
-            None => (
-                gates::jobs::pod_trouble(&api).map(|t| t.reason),
-                !has_ip
-                    && !matches!(
-                        status.and_then(|s| s.phase.as_deref()),
-                        Some("Succeeded" | "Failed")
-                    ),
-            ),
+        let allocated = [build::ASCEND_910_ANNOTATION, build::ASCEND_NPU_ANNOTATION]
+            .iter()
+            .any(|a| api.annotations().contains_key(*a));
+        let live = meta.deletion_timestamp.is_none()
+            && !matches!(
+                status.and_then(|s| s.phase.as_deref()),
+                Some("Succeeded" | "Failed")
+            );
+        let acceptance = pod.shape().label(cached::KeptLabel::Component)
+            == Some(crate::api::Component::Acceptance.as_str());
+        let trouble = match meta.deletion_timestamp {
+            Some(_) => None,
+            None => gates::jobs::pod_trouble(&api).map(|t| t.reason),
         };
         let mut seen = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        let addressed = if waits_for_address {
-            seen.unaddressed.insert(key.clone());
-            false
-        } else {
-            // Addressed now, seen without an address before (a pod that ended or went without
-            // one is forgotten too, which is no news to a pass that waits for addresses).
-            seen.unaddressed.remove(&key) && has_ip && meta.deletion_timestamp.is_none()
-        };
+        // Come now, waited for before (a pod that ended or went without it is forgotten too,
+        // which is no news to a pass that waits for it).
+        let addressed = came(&mut seen.unaddressed, &key, live && !has_ip) && has_ip && live;
+        let allocated = came(
+            &mut seen.unallocated,
+            &key,
+            live && acceptance && !allocated,
+        ) && allocated
+            && live;
         let troubled = match trouble {
             Some(reason) => seen.trouble.insert(key, reason) != Some(reason),
             None => seen.trouble.remove(&key).is_some(),
         };
-        troubled || addressed
+        troubled || addressed || allocated
     }
 }
 
@@ -869,5 +887,52 @@ mod tests {
         assert!(!news.is_news(&pod("c", serde_json::json!({"phase": "Pending"}))));
         assert!(!news.is_news(&pod("c", serde_json::json!({"phase": "Succeeded"}))));
         assert!(news.0.lock().expect("lock").unaddressed.is_empty());
+    }
+
+    #[test]
+    fn an_acceptance_pods_device_allocation_after_its_address_is_news_once() {
+        // A rank table lists each rank's address and the devices the device plugin wrote in
+        // the pod's annotation; the plugin's write and the kubelet's may come in either order.
+        let pod = |name: &str, status: serde_json::Value, allocated: bool| {
+            let mut meta = serde_json::json!({
+                "name": name, "namespace": "team",
+                "labels": {labels::COMPONENT: "acceptance", labels::DEPLOYMENT: "flash"},
+                "ownerReferences": [
+                    {"apiVersion": "batch/v1", "kind": "Job", "name": "flash-accept-0", "uid": "2"}
+                ],
+            });
+            if allocated {
+                meta["annotations"] = serde_json::json!({
+                    crate::controller::build::ASCEND_910_ANNOTATION: r#"{"server_id":"n","devices":[]}"#,
+                });
+            }
+            serde_json::from_value::<Incoming<cached::CachedPod>>(
+                serde_json::json!({"metadata": meta, "status": status}),
+            )
+            .expect("pod")
+        };
+        let news = JobPodNews::default();
+        let pending = serde_json::json!({"phase": "Pending"});
+        let running = serde_json::json!({"phase": "Running", "podIP": "10.244.0.7"});
+        assert!(!news.is_news(&pod("a", pending.clone(), false)));
+        assert!(news.is_news(&pod("a", running.clone(), false)), "its IP");
+        assert!(
+            news.is_news(&pod("a", running.clone(), true)),
+            "its devices, after its IP: the table may complete now"
+        );
+        assert!(!news.is_news(&pod("a", running.clone(), true)), "once");
+        // Devices first, then the address: the address is the news.
+        assert!(!news.is_news(&pod("b", pending, true)));
+        assert!(news.is_news(&pod("b", running.clone(), true)));
+        // A pod that is not an acceptance run's is not remembered for devices.
+        let verify = serde_json::from_value::<Incoming<cached::CachedPod>>(serde_json::json!({
+            "metadata": {"name": "v", "namespace": "team", "ownerReferences": [
+                {"apiVersion": "batch/v1", "kind": "Job", "name": "flash-verify", "uid": "3"}
+            ]},
+            "status": running,
+        }))
+        .expect("pod");
+        assert!(!news.is_news(&verify));
+        assert_eq!(news.0.lock().expect("lock").unallocated.len(), 0);
     }
 }

@@ -211,17 +211,19 @@ pub async fn fleet(n: usize, ops: usize) -> Figures {
     // the pod cache holds, read at random, with none of the operator's work.
     let plain: std::collections::HashMap<String, usize> = (0..n * PODS_PER_DEPLOYMENT)
         .map(|k| {
-            (
-                format!("{}/d{}-worker-abcde-{}", namespace(k / 8), k / 8, k % 8),
-                k,
-            )
+            let (i, p) = (k / PODS_PER_DEPLOYMENT, k % PODS_PER_DEPLOYMENT);
+            (format!("{}/d{i}-worker-abcde-{p}", namespace(i)), k)
         })
         .collect();
     let mut figures = vec![(
         "reference: a plain map's lookup of a random pod's key",
         per_op(ops, |k| {
             let i = pick(k);
-            let key = format!("{}/d{i}-worker-abcde-{}", namespace(i), k % 8);
+            let key = format!(
+                "{}/d{i}-worker-abcde-{}",
+                namespace(i),
+                k % PODS_PER_DEPLOYMENT
+            );
             black_box(plain.get(&key));
         }),
     )];

@@ -477,7 +477,7 @@ impl JobPodNews {
         // Come now, waited for before (a pod that ended or went without it is forgotten too,
         // which is no news to a pass that waits for it).
         let addressed = came(&mut seen.unaddressed, &key, live && !has_ip) && has_ip && live;
-        let allocated = came(
+        let devices_came = came(
             &mut seen.unallocated,
             &key,
             live && acceptance && !allocated,
@@ -487,7 +487,7 @@ impl JobPodNews {
             Some(reason) => seen.trouble.insert(key, reason) != Some(reason),
             None => seen.trouble.remove(&key).is_some(),
         };
-        troubled || addressed || allocated
+        troubled || addressed || devices_came
     }
 }
 

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use deepinfer_e2e::operator_process::get;
+use deepinfer_operator::controller::status::WriteCause;
 use deepinfer_operator::metrics::Metrics;
 
 use crate::bed;
@@ -196,6 +197,10 @@ pub struct PhaseFigures {
     /// Mutating requests per resource.
     #[serde(deserialize_with = "nan::read")]
     pub writes_per_resource: f64,
+    /// The operator's status writes per resource by cause (`deepinfer_status_writes_total`:
+    /// `transition`, `progress`, `state`; operator phases only).
+    #[serde(default, deserialize_with = "nan::read")]
+    pub status_writes_by_cause: Option<BTreeMap<String, f64>>,
     /// Reconcile passes per resource (operator phases only).
     pub reconciles_per_resource: Option<f64>,
     /// Mean wall time of one pass, ms (operator phases only).
@@ -419,6 +424,18 @@ impl Probe {
             failed_requests: failed_by_request.values().sum::<f64>().abs(),
             failed_by_request,
             writes_per_resource: per(diff("deepinfer_api_writes_total")),
+            status_writes_by_cause: operator.then(|| {
+                WriteCause::ALL
+                    .iter()
+                    .map(|cause| {
+                        let series = format!(
+                            "deepinfer_status_writes_total{{cause=\"{}\"}}",
+                            cause.as_str()
+                        );
+                        (cause.as_str().to_string(), per(diff(&series)))
+                    })
+                    .collect()
+            }),
             reconciles_per_resource,
             mean_reconcile_ms,
             operator_cpu_seconds,
@@ -473,6 +490,13 @@ impl PhaseFigures {
                 format!(": {}", failed.join(", "))
             }
         );
+        if let Some(causes) = &self.status_writes_by_cause {
+            let causes: Vec<String> = causes.iter().map(|(k, v)| format!("{k} {v:.2}")).collect();
+            println!(
+                "bench:   status writes per resource by cause: {}",
+                causes.join(", ")
+            );
+        }
         if let (Some(r), Some(ms), Some(cpu), Some([start, peak, end])) = (
             self.reconciles_per_resource,
             self.mean_reconcile_ms,
@@ -527,6 +551,7 @@ mod tests {
             failed_requests: 0.0,
             failed_by_request: BTreeMap::new(),
             writes_per_resource: f64::NAN,
+            status_writes_by_cause: Some(BTreeMap::from([("progress".to_string(), 0.5)])),
             reconciles_per_resource: Some(f64::NAN),
             mean_reconcile_ms: None,
             operator_cpu_seconds: Some(3.0),

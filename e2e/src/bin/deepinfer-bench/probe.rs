@@ -572,6 +572,11 @@ mod tests {
         assert_eq!(read.seconds, 12.5);
         assert!(read.writes_per_resource.is_nan() && read.node_agent_cpu_seconds.is_nan());
         assert_eq!(
+            read.status_writes_by_cause,
+            Some(BTreeMap::from([("progress".to_string(), 0.5)])),
+            "status writes by cause read back"
+        );
+        assert_eq!(
             read.reconciles_per_resource, None,
             "an optional NaN reads as absent"
         );
